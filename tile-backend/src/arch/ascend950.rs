@@ -1,0 +1,240 @@
+//! Ascend 950 (A5, `dav-c310`): ASCEND950.md §2-§6, §10.
+
+use super::{
+    Arch, Figure, LayoutRule, LoadRule, MatmulDtypes, MoveRule, Rates, ScaleRule, ShapeRel, Sku,
+    SpaceSpec, Target,
+};
+use crate::ir::{DType, Layout, MemSpace, Pipe};
+
+const KIB: u64 = 1024;
+
+pub(super) fn arch(sku: Sku) -> Arch {
+    use Layout::*;
+    Arch {
+        target: Target::Ascend950,
+        compiler_target: "dav-c310".into(),
+        spaces: vec![
+            space(MemSpace::Mat, 512 * KIB, 512 * KIB, 32, 128),
+            space(MemSpace::Left, 64 * KIB, 64 * KIB, 32, 64),
+            space(MemSpace::Right, 64 * KIB, 64 * KIB, 32, 64),
+            space(MemSpace::Acc, 256 * KIB, 256 * KIB, 32, 128),
+            space(MemSpace::Bias, 4 * KIB, 4 * KIB, 32, 64),
+            space(MemSpace::Scaling, 4 * KIB, 4 * KIB, 128, 128),
+            space(MemSpace::Vec, 248 * KIB, 240 * KIB, 32, 128),
+        ],
+        left_layout: NZ,
+        right_layout: ZN,
+        acc_layout: NZ,
+        loads: vec![
+            LoadRule {
+                dst: MemSpace::Vec,
+                layouts: vec![(ND, ND), (DN, DN), (NZ, NZ)],
+            },
+            LoadRule {
+                dst: MemSpace::Mat,
+                layouts: vec![(ND, ND), (DN, DN), (NZ, NZ), (ND, NZ), (DN, ZN)],
+            },
+        ],
+        moves: move_table_950(),
+        matmul_dtypes: matmul_dtypes_950(),
+        matmul_max_dim: 4095,
+        scaling_n_multiple: 16,
+        flag_events: 8,
+        cross_flags: 32,
+        gather_dtypes: vec![DType::F32, DType::F16, DType::BF16, DType::I8],
+        rates: rates_950(sku),
+        rules_documented: true,
+    }
+}
+
+fn space(space: MemSpace, capacity: u64, safe: u64, hw_align: u64, plan_align: u64) -> SpaceSpec {
+    SpaceSpec {
+        space,
+        capacity,
+        safe_capacity: safe,
+        hw_align,
+        plan_align,
+    }
+}
+
+fn same(dtypes: &[DType]) -> Vec<(DType, DType)> {
+    dtypes.iter().map(|d| (*d, *d)).collect()
+}
+
+/// The legal-move table of ASCEND950.md §5.
+pub(crate) fn move_table_950() -> Vec<MoveRule> {
+    use DType::*;
+    use Layout::*;
+    let cube_operand = [I8, F8E4M3, F8E5M2, F16, BF16, F32];
+    let vec_insert = [I8, I32, F16, BF16, F32, F8E4M3, F8E5M2];
+    vec![
+        MoveRule {
+            src: MemSpace::Mat,
+            dst: MemSpace::Left,
+            pipe: Pipe::Mte1,
+            shape: ShapeRel::DstLeSrc,
+            scale: ScaleRule::Without,
+            layouts: LayoutRule::from_each(&[ND, NZ, ZN, ZZ], &[NZ]),
+            dtypes: same(&cube_operand),
+        },
+        MoveRule {
+            src: MemSpace::Mat,
+            dst: MemSpace::Right,
+            pipe: Pipe::Mte1,
+            shape: ShapeRel::DstLeSrc,
+            scale: ScaleRule::Without,
+            layouts: LayoutRule::from_each(&[ND, NZ, ZN, ZZ], &[ZN]),
+            dtypes: same(&cube_operand),
+        },
+        MoveRule {
+            src: MemSpace::Vec,
+            dst: MemSpace::Vec,
+            pipe: Pipe::V,
+            shape: ShapeRel::DstLeSrc,
+            scale: ScaleRule::Without,
+            layouts: LayoutRule::Unchecked,
+            dtypes: same(&DType::ALL),
+        },
+        MoveRule {
+            src: MemSpace::Vec,
+            dst: MemSpace::Vec,
+            pipe: Pipe::V,
+            shape: ShapeRel::DstGtSrc,
+            scale: ScaleRule::Without,
+            layouts: LayoutRule::Pairs(vec![(ND, ND), (NZ, NZ)]),
+            dtypes: same(&vec_insert),
+        },
+        MoveRule {
+            src: MemSpace::Vec,
+            dst: MemSpace::Mat,
+            pipe: Pipe::Mte3,
+            shape: ShapeRel::DstLeSrc,
+            scale: ScaleRule::Without,
+            layouts: LayoutRule::from_each(&[ND, NZ], &[ND, DN, NZ, ZN, ZZ]),
+            dtypes: same(&DType::ALL),
+        },
+        MoveRule {
+            src: MemSpace::Vec,
+            dst: MemSpace::Mat,
+            pipe: Pipe::Mte3,
+            shape: ShapeRel::DstGtSrc,
+            scale: ScaleRule::Without,
+            layouts: LayoutRule::from_each(&[ND, NZ], &[ND, DN, NZ, ZN, ZZ]),
+            dtypes: same(&[I32]),
+        },
+        MoveRule {
+            src: MemSpace::Mat,
+            dst: MemSpace::Bias,
+            pipe: Pipe::Mte1,
+            shape: ShapeRel::Any,
+            scale: ScaleRule::Without,
+            layouts: LayoutRule::from_each(&[ND, DN, NZ, ZN, ZZ], &[ND]),
+            dtypes: vec![(I32, I32), (F32, F32), (F16, F32), (BF16, F32)],
+        },
+        MoveRule {
+            src: MemSpace::Mat,
+            dst: MemSpace::Scaling,
+            pipe: Pipe::Fix,
+            shape: ShapeRel::Any,
+            scale: ScaleRule::Without,
+            layouts: LayoutRule::Unchecked,
+            dtypes: vec![(I64, I64), (U64, U64), (I64, U64), (U64, I64)],
+        },
+        MoveRule {
+            src: MemSpace::Acc,
+            dst: MemSpace::Vec,
+            pipe: Pipe::Fix,
+            shape: ShapeRel::Any,
+            scale: ScaleRule::Without,
+            layouts: LayoutRule::from_each(&[NZ], &[ND, DN, NZ]),
+            dtypes: vec![(F32, F32), (F32, F16), (F32, BF16), (I32, I32)],
+        },
+        MoveRule {
+            src: MemSpace::Acc,
+            dst: MemSpace::Vec,
+            pipe: Pipe::Fix,
+            shape: ShapeRel::Any,
+            scale: ScaleRule::With,
+            layouts: LayoutRule::from_each(&[NZ], &[ND, DN, NZ]),
+            dtypes: vec![
+                (F32, I8),
+                (F32, U8),
+                (F32, F16),
+                (F32, BF16),
+                (F32, F8E4M3),
+                (F32, F32),
+                (I32, I8),
+                (I32, U8),
+                (I32, F16),
+                (I32, BF16),
+            ],
+        },
+        MoveRule {
+            src: MemSpace::Acc,
+            dst: MemSpace::Mat,
+            pipe: Pipe::Fix,
+            shape: ShapeRel::DstGeSrc,
+            scale: ScaleRule::Without,
+            layouts: LayoutRule::Pairs(vec![(NZ, NZ)]),
+            dtypes: vec![(F32, F32), (F32, F16), (F32, BF16), (I32, I32)],
+        },
+    ]
+}
+
+fn matmul_dtypes_950() -> Vec<MatmulDtypes> {
+    use DType::*;
+    let mut v = vec![
+        MatmulDtypes {
+            a: I8,
+            b: I8,
+            acc: I32,
+        },
+        MatmulDtypes {
+            a: F16,
+            b: F16,
+            acc: F32,
+        },
+        MatmulDtypes {
+            a: BF16,
+            b: BF16,
+            acc: F32,
+        },
+        MatmulDtypes {
+            a: F32,
+            b: F32,
+            acc: F32,
+        },
+    ];
+    for a in [F8E4M3, F8E5M2] {
+        for b in [F8E4M3, F8E5M2] {
+            v.push(MatmulDtypes { a, b, acc: F32 });
+        }
+    }
+    v
+}
+
+fn rates_950(sku: Sku) -> Rates {
+    let dt = sku == Sku::Ascend950DT;
+    Rates {
+        clock_ghz: Figure::doc(1.65),
+        clusters: Figure::doc(32.0),
+        chip_gm_bytes_per_s: Figure::doc(if dt { 4.0e12 } else { 1.6e12 }),
+        mte2_cube: Figure::doc(if dt { 70.0 } else { 31.0 }),
+        mte2_vector: Figure::doc(if dt { 35.0 } else { 16.0 }),
+        mte1: Figure::doc(256.0),
+        fix: Figure::doc(128.0),
+        ub_to_l1: Figure::doc(128.0),
+        mte3: Figure::doc(40.0),
+        cube_macs_fp16: Figure::doc(4096.0),
+        cube_macs_int8: Figure::doc(8192.0),
+        cube_macs_fp32: Figure::doc(1024.0),
+        matmul_fixed_cycles: Figure::doc(6.0),
+        vector_bytes_per_cycle: Figure::doc(256.0),
+        vector_exp_cycles_per_repeat: Figure::doc(2.0),
+        vector_issue_cycles: Figure::assumed(55.0),
+        dma_latency_cycles: Figure::assumed(500.0),
+        dma_half_peak_bytes: Figure::assumed(30.0 * 1024.0),
+        dma_latency_overlaps: Figure::assumed(1.0),
+        scalar_gm_read_cycles: Figure::assumed(200.0),
+    }
+}

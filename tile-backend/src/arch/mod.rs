@@ -1,0 +1,318 @@
+//! The machine model as data: capacities, alignment, fractal rules, legal move paths, pipes and
+//! rates. Nothing else in the crate hard-wires a machine fact; it asks an [`Arch`].
+
+mod a2a3;
+mod ascend950;
+mod rates;
+
+pub use rates::{Basis, Figure, Rates};
+
+use crate::ir::{DType, Layout, MemSpace, Op, Pipe, Scale, TileRef};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A machine a kernel can be written for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum Target {
+    /// Ascend 950 (A5, `dav-c310`).
+    #[default]
+    Ascend950,
+    /// Ascend 910B/910C (A2/A3, `dav-c220`).
+    A2A3,
+}
+
+/// A chip variant of a target, for rates (950PR vs 950DT bandwidth).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum Sku {
+    /// Ascend 950PR (1.6 TB/s GM).
+    #[default]
+    Ascend950PR,
+    /// Ascend 950DT (~4 TB/s GM).
+    Ascend950DT,
+    /// A2/A3 (910B/910C).
+    A2A3,
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Target::Ascend950 => "Ascend 950",
+            Target::A2A3 => "Ascend A2/A3",
+        })
+    }
+}
+
+/// Which shapes a move rule covers, comparing destination and source (allocated) shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ShapeRel {
+    /// Any shapes.
+    Any,
+    /// Destination no larger than the source in both dims (a copy or sub-tile extract).
+    DstLeSrc,
+    /// Destination larger than the source in some dim (an insert).
+    DstGtSrc,
+    /// Destination at least the source in both dims.
+    DstGeSrc,
+}
+
+/// Layouts a rule accepts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LayoutRule {
+    /// Not checked by the hardware documentation.
+    Unchecked,
+    /// Allowed (source, destination) pairs.
+    Pairs(Vec<(Layout, Layout)>),
+}
+
+impl LayoutRule {
+    fn from_each(srcs: &[Layout], dsts: &[Layout]) -> Self {
+        LayoutRule::Pairs(
+            srcs.iter()
+                .flat_map(|s| dsts.iter().map(move |d| (*s, *d)))
+                .collect(),
+        )
+    }
+
+    /// True if `(src, dst)` is allowed.
+    pub fn allows(&self, src: Layout, dst: Layout) -> bool {
+        match self {
+            LayoutRule::Unchecked => true,
+            LayoutRule::Pairs(p) => p.contains(&(src, dst)),
+        }
+    }
+}
+
+/// Whether a rule needs a Fixpipe scale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ScaleRule {
+    /// The move has no scale.
+    Without,
+    /// The move carries a scale.
+    With,
+    /// Either.
+    Either,
+}
+
+/// One row of the legal-move table (ASCEND950.md §5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoveRule {
+    /// Source space.
+    pub src: MemSpace,
+    /// Destination space.
+    pub dst: MemSpace,
+    /// The pipe that runs it.
+    pub pipe: Pipe,
+    /// Which shape relation this row covers.
+    pub shape: ShapeRel,
+    /// Whether it is the scaled (quantising) form.
+    pub scale: ScaleRule,
+    /// Allowed layouts.
+    pub layouts: LayoutRule,
+    /// Allowed (source, destination) dtypes.
+    pub dtypes: Vec<(DType, DType)>,
+}
+
+impl MoveRule {
+    /// Whether this row's shape and scale conditions cover a move.
+    pub fn covers(&self, rel_le: bool, rel_ge: bool, scaled: bool) -> bool {
+        let shape_ok = match self.shape {
+            ShapeRel::Any => true,
+            ShapeRel::DstLeSrc => rel_le,
+            ShapeRel::DstGtSrc => !rel_le,
+            ShapeRel::DstGeSrc => rel_ge,
+        };
+        let scale_ok = match self.scale {
+            ScaleRule::Without => !scaled,
+            ScaleRule::With => scaled,
+            ScaleRule::Either => true,
+        };
+        shape_ok && scale_ok
+    }
+}
+
+/// A legal GM load: destination space and (GM layout, tile layout).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadRule {
+    /// Destination space.
+    pub dst: MemSpace,
+    /// Allowed (GM layout, tile layout) pairs.
+    pub layouts: Vec<(Layout, Layout)>,
+}
+
+/// A legal cube matmul dtype triple.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MatmulDtypes {
+    /// Left operand.
+    pub a: DType,
+    /// Right operand.
+    pub b: DType,
+    /// Accumulator.
+    pub acc: DType,
+}
+
+/// Capacity and alignment of one on-chip space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpaceSpec {
+    /// The space.
+    pub space: MemSpace,
+    /// Physical bytes.
+    pub capacity: u64,
+    /// Bytes a plan may use without a warning (UB: the top is corrupted by PTO-ISA).
+    pub safe_capacity: u64,
+    /// Minimum hardware address alignment.
+    pub hw_align: u64,
+    /// Alignment the memory planner uses (PyPTO's allocator).
+    pub plan_align: u64,
+}
+
+/// A machine description.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Arch {
+    /// Which target this is.
+    pub target: Target,
+    /// Compiler target (`dav-c310`).
+    pub compiler_target: String,
+    /// Per-space capacities and alignment.
+    pub spaces: Vec<SpaceSpec>,
+    /// Layout of Left (L0A) tiles: NZ on 950, ZZ on A2/A3.
+    pub left_layout: Layout,
+    /// Layout of Right (L0B) tiles.
+    pub right_layout: Layout,
+    /// Layout of Acc (L0C) tiles.
+    pub acc_layout: Layout,
+    /// Legal GM loads.
+    pub loads: Vec<LoadRule>,
+    /// Legal moves.
+    pub moves: Vec<MoveRule>,
+    /// Legal matmul dtype triples.
+    pub matmul_dtypes: Vec<MatmulDtypes>,
+    /// Matmul m, k, n upper bound (each in `1..=max`).
+    pub matmul_max_dim: u64,
+    /// Per-channel Scaling tile: N must be a multiple of this.
+    pub scaling_n_multiple: u64,
+    /// Event ids per pipe pair for set/wait flag.
+    pub flag_events: u8,
+    /// Cross-core flag ids (0..n/2 reach AIV0, n/2..n AIV1).
+    pub cross_flags: u8,
+    /// Dtypes `gather_in_l1` accepts for its source.
+    pub gather_dtypes: Vec<DType>,
+    /// Rates for the cost model.
+    pub rates: Rates,
+    /// True where the rule tables are transcribed from documentation for this target; false where
+    /// they are borrowed from another target until documented.
+    pub rules_documented: bool,
+}
+
+impl Arch {
+    /// Ascend 950PR.
+    pub fn ascend950() -> Arch {
+        ascend950::arch(Sku::Ascend950PR)
+    }
+
+    /// Ascend 950 with the rates of a given SKU.
+    pub fn ascend950_sku(sku: Sku) -> Arch {
+        ascend950::arch(sku)
+    }
+
+    /// Ascend A2/A3 (capacities, C0 and rates; move rules borrowed from 950).
+    pub fn a2a3() -> Arch {
+        a2a3::arch()
+    }
+
+    /// The description of a target (default SKU).
+    pub fn for_target(target: Target) -> Arch {
+        match target {
+            Target::Ascend950 => Arch::ascend950(),
+            Target::A2A3 => Arch::a2a3(),
+        }
+    }
+
+    /// Capacity and alignment of an on-chip space (`None` for GM).
+    pub fn space(&self, space: MemSpace) -> Option<&SpaceSpec> {
+        self.spaces.iter().find(|s| s.space == space)
+    }
+
+    /// Legal GM load layouts into `dst`, if GM loads reach it at all.
+    pub fn load_rule(&self, dst: MemSpace) -> Option<&LoadRule> {
+        self.loads.iter().find(|r| r.dst == dst)
+    }
+
+    /// The move-table rows for a space pair.
+    pub fn move_rules(&self, src: MemSpace, dst: MemSpace) -> impl Iterator<Item = &MoveRule> {
+        self.moves
+            .iter()
+            .filter(move |r| r.src == src && r.dst == dst)
+    }
+
+    /// Spaces from which `dst` is reached by a move.
+    pub fn move_sources(&self, dst: MemSpace) -> Vec<MemSpace> {
+        let mut v: Vec<MemSpace> = self
+            .moves
+            .iter()
+            .filter(|r| r.dst == dst)
+            .map(|r| r.src)
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// The layout a space requires for cube operands (`None` where any layout is allowed).
+    pub fn required_layout(&self, space: MemSpace) -> Option<Layout> {
+        match space {
+            MemSpace::Left => Some(self.left_layout),
+            MemSpace::Right => Some(self.right_layout),
+            MemSpace::Acc => Some(self.acc_layout),
+            _ => None,
+        }
+    }
+
+    /// The pipe that runs `op`, given the tiles' spaces (`space_of`); `None` where the op is not
+    /// a legal form (the verifier says why).
+    pub fn pipe_of(&self, op: &Op, space_of: &dyn Fn(&TileRef) -> Option<MemSpace>) -> Option<Pipe> {
+        Some(match op {
+            Op::Load { .. } | Op::GatherInL1 { .. } => Pipe::Mte2,
+            Op::Store { src, .. } => match space_of(src)? {
+                MemSpace::Acc => Pipe::Fix,
+                MemSpace::Vec => Pipe::Mte3,
+                _ => return None,
+            },
+            Op::Move {
+                dst, src, scale, ..
+            } => {
+                let (s, d) = (space_of(src)?, space_of(dst)?);
+                let scaled = matches!(scale, Some(Scale::Const(_) | Scale::Scalar(_) | Scale::Tile(_)));
+                self.move_rules(s, d)
+                    .find(|r| r.scale != ScaleRule::With || scaled)
+                    .map(|r| r.pipe)?
+            }
+            Op::Matmul { .. } => Pipe::M,
+            Op::Unary { .. }
+            | Op::Binary { .. }
+            | Op::BinaryScalar { .. }
+            | Op::Reduce { .. }
+            | Op::Broadcast { .. }
+            | Op::Expand { .. }
+            | Op::Cast { .. }
+            | Op::Fill { .. } => Pipe::V,
+            Op::FillPad { tile } => match space_of(tile)? {
+                MemSpace::Mat => Pipe::Mte2,
+                _ => Pipe::V,
+            },
+            Op::SetValidShape { .. }
+            | Op::ReadScalar { .. }
+            | Op::WriteScalar { .. }
+            | Op::SetFlag { .. }
+            | Op::WaitFlag { .. }
+            | Op::Barrier { .. }
+            | Op::SetCrossFlag { .. }
+            | Op::WaitCrossFlag { .. }
+            | Op::ChannelAcquire { .. }
+            | Op::ChannelPush { .. }
+            | Op::ChannelPop { .. }
+            | Op::ChannelRelease { .. } => Pipe::S,
+        })
+    }
+}
+
+pub(crate) use ascend950::move_table_950;

@@ -1,0 +1,83 @@
+//! Per-pipe rates and throughput figures for the cost model (ASCEND950.md §10).
+
+use serde::{Deserialize, Serialize};
+
+/// Where a figure comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Basis {
+    /// From a platform file or hardware documentation of this target.
+    Documented,
+    /// Our assumption (no platform file gives it); frozen before kernels are tuned against it.
+    Assumption,
+}
+
+/// A number with its provenance.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Figure {
+    /// The value.
+    pub value: f64,
+    /// Documented or assumed.
+    pub basis: Basis,
+}
+
+impl Figure {
+    /// A documented figure.
+    pub const fn doc(value: f64) -> Self {
+        Figure {
+            value,
+            basis: Basis::Documented,
+        }
+    }
+    /// An assumed figure.
+    pub const fn assumed(value: f64) -> Self {
+        Figure {
+            value,
+            basis: Basis::Assumption,
+        }
+    }
+}
+
+/// Rates of one chip: bytes per cycle per core unless stated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rates {
+    /// Core clock in GHz.
+    pub clock_ghz: Figure,
+    /// Clusters (AIC) on the chip; blocks beyond this run in waves.
+    pub clusters: Figure,
+    /// Chip GM bandwidth in bytes per second, shared by all running cores.
+    pub chip_gm_bytes_per_s: Figure,
+    /// GM -> AIC (MTE2) bytes per cycle.
+    pub mte2_cube: Figure,
+    /// GM -> AIV (MTE2) bytes per cycle.
+    pub mte2_vector: Figure,
+    /// L1 -> L0A/L0B (MTE1) bytes per cycle.
+    pub mte1: Figure,
+    /// L0C -> UB/L1 (FIX) bytes per cycle.
+    pub fix: Figure,
+    /// UB -> L1 bytes per cycle.
+    pub ub_to_l1: Figure,
+    /// UB -> GM (MTE3) bytes per cycle.
+    pub mte3: Figure,
+    /// Cube MACs per cycle for fp16/bf16 (one 16x16x16 fractal step).
+    pub cube_macs_fp16: Figure,
+    /// Cube MACs per cycle for int8/fp8 (16x32x16).
+    pub cube_macs_int8: Figure,
+    /// Cube MACs per cycle for fp32 (a quarter of fp16).
+    pub cube_macs_fp32: Figure,
+    /// Fixed cycles per matmul instruction.
+    pub matmul_fixed_cycles: Figure,
+    /// Bytes one vector repeat covers per cycle.
+    pub vector_bytes_per_cycle: Figure,
+    /// Cycles per repeat of exp-class ops.
+    pub vector_exp_cycles_per_repeat: Figure,
+    /// Issue overhead per vector instruction, cycles.
+    pub vector_issue_cycles: Figure,
+    /// GM access latency per DMA, cycles.
+    pub dma_latency_cycles: Figure,
+    /// Transfer size at which a DMA reaches half of peak bandwidth, bytes.
+    pub dma_half_peak_bytes: Figure,
+    /// Whether DMAs queued on one MTE2 overlap their latency (1 = yes, 0 = serial).
+    pub dma_latency_overlaps: Figure,
+    /// A scalar GM read through the data cache, cycles.
+    pub scalar_gm_read_cycles: Figure,
+}

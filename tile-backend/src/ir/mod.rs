@@ -1,0 +1,23 @@
+//! The tile IR: typed tiles, GM views, scalar expressions, operations, structured control flow
+//! and per-core sections. Kernels are plain data (serde) built by [`crate::dsl::KernelBuilder`].
+
+mod dtype;
+mod expr;
+mod kernel;
+mod layout;
+mod op;
+mod space;
+mod tile;
+
+pub use dtype::DType;
+pub use expr::{BinOp, EvalError, Expr, ExprEnv, NoEnv, ParamId, VarId};
+pub use kernel::{
+    walk_ops, Channel, Kernel, OpLoc, Param, ParamKind, Stmt, ValueRange, VarDecl,
+};
+pub use layout::{c0, Fractal, Layout, C0_BYTES};
+pub use op::{
+    AccToVecMode, Axis, BinaryOp, ChannelId, Op, Phase, Pipe, QuantWord, ReduceOp, RoundMode,
+    ScalarArg, Scale, UnaryOp,
+};
+pub use space::{CoreKind, MemSpace};
+pub use tile::{GmView, PadValue, Storage, TileDecl, TileId, TileRef, TileType, ValidDim};
