@@ -269,7 +269,11 @@ impl Arch {
 
     /// The pipe that runs `op`, given the tiles' spaces (`space_of`); `None` where the op is not
     /// a legal form (the verifier says why).
-    pub fn pipe_of(&self, op: &Op, space_of: &dyn Fn(&TileRef) -> Option<MemSpace>) -> Option<Pipe> {
+    pub fn pipe_of(
+        &self,
+        op: &Op,
+        space_of: &dyn Fn(&TileRef) -> Option<MemSpace>,
+    ) -> Option<Pipe> {
         Some(match op {
             Op::Load { .. } | Op::GatherInL1 { .. } => Pipe::Mte2,
             Op::Store { src, .. } => match space_of(src)? {
@@ -281,7 +285,10 @@ impl Arch {
                 dst, src, scale, ..
             } => {
                 let (s, d) = (space_of(src)?, space_of(dst)?);
-                let scaled = matches!(scale, Some(Scale::Const(_) | Scale::Scalar(_) | Scale::Tile(_)));
+                let scaled = matches!(
+                    scale,
+                    Some(Scale::Const(_) | Scale::Scalar(_) | Scale::Tile(_))
+                );
                 self.move_rules(s, d)
                     .find(|r| r.scale != ScaleRule::With || scaled)
                     .map(|r| r.pipe)?

@@ -178,7 +178,12 @@ impl KernelBuilder {
     }
 
     /// Declares a cube <-> vector channel.
-    pub fn channel(&mut self, name: impl Into<String>, producer: CoreKind, depth: u32) -> ChannelId {
+    pub fn channel(
+        &mut self,
+        name: impl Into<String>,
+        producer: CoreKind,
+        depth: u32,
+    ) -> ChannelId {
         self.kernel.channels.push(Channel {
             name: name.into(),
             producer,
@@ -274,7 +279,16 @@ pub struct Body<'k> {
 pub struct MoveOp<'a>(&'a mut Op);
 
 impl MoveOp<'_> {
-    fn with(self, f: impl FnOnce(&mut Option<[Expr; 2]>, &mut Option<AccToVecMode>, &mut bool, &mut Option<Scale>, &mut Option<Phase>)) -> Self {
+    fn with(
+        self,
+        f: impl FnOnce(
+            &mut Option<[Expr; 2]>,
+            &mut Option<AccToVecMode>,
+            &mut bool,
+            &mut Option<Scale>,
+            &mut Option<Phase>,
+        ),
+    ) -> Self {
         if let Op::Move {
             offset,
             acc_to_vec,
@@ -450,7 +464,12 @@ impl<'k> Body<'k> {
     }
 
     /// Writes `tensor[index] = value` (reaches GM at kernel end).
-    pub fn write_scalar(&mut self, tensor: ParamId, index: impl Into<Expr>, value: impl Into<Expr>) {
+    pub fn write_scalar(
+        &mut self,
+        tensor: ParamId,
+        index: impl Into<Expr>,
+        value: impl Into<Expr>,
+    ) {
         self.op(Op::WriteScalar {
             tensor,
             index: index.into(),
@@ -573,17 +592,32 @@ impl<'k> Body<'k> {
     }
 
     /// `dst = lhs + rhs`.
-    pub fn add(&mut self, dst: impl Into<TileRef>, lhs: impl Into<TileRef>, rhs: impl Into<TileRef>) {
+    pub fn add(
+        &mut self,
+        dst: impl Into<TileRef>,
+        lhs: impl Into<TileRef>,
+        rhs: impl Into<TileRef>,
+    ) {
         self.binary(BinaryOp::Add, dst, lhs, rhs);
     }
 
     /// `dst = lhs * rhs`.
-    pub fn mul(&mut self, dst: impl Into<TileRef>, lhs: impl Into<TileRef>, rhs: impl Into<TileRef>) {
+    pub fn mul(
+        &mut self,
+        dst: impl Into<TileRef>,
+        lhs: impl Into<TileRef>,
+        rhs: impl Into<TileRef>,
+    ) {
         self.binary(BinaryOp::Mul, dst, lhs, rhs);
     }
 
     /// `dst = lhs max rhs`.
-    pub fn max(&mut self, dst: impl Into<TileRef>, lhs: impl Into<TileRef>, rhs: impl Into<TileRef>) {
+    pub fn max(
+        &mut self,
+        dst: impl Into<TileRef>,
+        lhs: impl Into<TileRef>,
+        rhs: impl Into<TileRef>,
+    ) {
         self.binary(BinaryOp::Max, dst, lhs, rhs);
     }
 
@@ -604,7 +638,12 @@ impl<'k> Body<'k> {
     }
 
     /// `dst = src * scalar` (TMULS).
-    pub fn muls(&mut self, dst: impl Into<TileRef>, src: impl Into<TileRef>, scalar: impl Into<ScalarArg>) {
+    pub fn muls(
+        &mut self,
+        dst: impl Into<TileRef>,
+        src: impl Into<TileRef>,
+        scalar: impl Into<ScalarArg>,
+    ) {
         self.binary_scalar(BinaryOp::Mul, dst, src, scalar);
     }
 
@@ -689,7 +728,12 @@ impl<'k> Body<'k> {
     }
 
     /// Sets a tile's runtime valid shape.
-    pub fn set_validshape(&mut self, tile: impl Into<TileRef>, rows: impl Into<Expr>, cols: impl Into<Expr>) {
+    pub fn set_validshape(
+        &mut self,
+        tile: impl Into<TileRef>,
+        rows: impl Into<Expr>,
+        cols: impl Into<Expr>,
+    ) {
         self.op(Op::SetValidShape {
             tile: tile.into(),
             rows: rows.into(),

@@ -159,18 +159,10 @@ impl Expr {
     pub fn max(self, b: impl Into<Expr>) -> Expr {
         Expr::bin(BinOp::Max, self, b)
     }
-    /// Floor division.
-    pub fn div(self, b: impl Into<Expr>) -> Expr {
-        Expr::bin(BinOp::Div, self, b)
-    }
     /// Ceiling division `(self + b - 1) / b` for positive `b`.
     pub fn ceil_div(self, b: impl Into<Expr>) -> Expr {
         let b = b.into();
-        (self + b.clone() - 1).div(b)
-    }
-    /// Remainder.
-    pub fn rem(self, b: impl Into<Expr>) -> Expr {
-        Expr::bin(BinOp::Rem, self, b)
+        (self + b.clone() - 1) / b
     }
     /// `self < b`.
     pub fn lt(self, b: impl Into<Expr>) -> Expr {
@@ -351,6 +343,7 @@ arith!(Add, add, BinOp::Add);
 arith!(Sub, sub, BinOp::Sub);
 arith!(Mul, mul, BinOp::Mul);
 arith!(Rem, rem, BinOp::Rem);
+arith!(Div, div, BinOp::Div);
 
 impl fmt::Display for Expr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -64,6 +64,8 @@ pub struct VarDecl {
 }
 
 /// A statement of a core's program.
+// Ops dominate statement lists, so they are stored inline rather than boxed.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Stmt {
     /// A machine operation.

@@ -11,9 +11,7 @@ mod tile;
 
 pub use dtype::DType;
 pub use expr::{BinOp, EvalError, Expr, ExprEnv, NoEnv, ParamId, VarId};
-pub use kernel::{
-    walk_ops, Channel, Kernel, OpLoc, Param, ParamKind, Stmt, ValueRange, VarDecl,
-};
+pub use kernel::{walk_ops, Channel, Kernel, OpLoc, Param, ParamKind, Stmt, ValueRange, VarDecl};
 pub use layout::{c0, Fractal, Layout, C0_BYTES};
 pub use op::{
     AccToVecMode, Axis, BinaryOp, ChannelId, Op, Phase, Pipe, QuantWord, ReduceOp, RoundMode,

@@ -72,7 +72,10 @@ pub enum AccToVecMode {
 impl AccToVecMode {
     /// True for the dual (split) modes.
     pub const fn is_dual(self) -> bool {
-        matches!(self, AccToVecMode::DualModeSplitM | AccToVecMode::DualModeSplitN)
+        matches!(
+            self,
+            AccToVecMode::DualModeSplitM | AccToVecMode::DualModeSplitN
+        )
     }
 }
 

@@ -1,0 +1,288 @@
+//! Vector ops: operands in UB, matching dtypes and shapes; reductions pad correctly; fillpad and
+//! set_validshape are meaningful.
+
+use super::{static_dim, Ctx, Rule};
+use crate::ir::{
+    Axis, BinaryOp, MemSpace, Op, PadValue, ReduceOp, TileDecl, TileRef, UnaryOp, ValidDim,
+};
+
+fn vec_tile<'a>(cx: &mut Ctx<'a>, r: &TileRef, role: &str) -> Option<&'a TileDecl> {
+    let d = cx.tile(r)?;
+    if d.ty.space != MemSpace::Vec {
+        cx.error(
+            Rule::VectorSpace,
+            format!(
+                "vector {role} must be a Vec (UB) tile, `{}` is in {}",
+                d.name, d.ty.space
+            ),
+        );
+        return None;
+    }
+    Some(d)
+}
+
+fn arithmetic(cx: &mut Ctx<'_>, d: &TileDecl) {
+    if d.ty.dtype.is_64bit() || d.ty.dtype.is_fp8() {
+        cx.error(
+            Rule::VectorDtype,
+            format!(
+                "vector arithmetic on {} is not supported (`{}`)",
+                d.ty.dtype, d.name
+            ),
+        );
+    }
+}
+
+fn same_dtype(cx: &mut Ctx<'_>, a: &TileDecl, b: &TileDecl) {
+    if a.ty.dtype != b.ty.dtype {
+        cx.error(
+            Rule::VectorDtype,
+            format!(
+                "operands must share a dtype: `{}` is {} but `{}` is {} (convert with cast)",
+                a.name, a.ty.dtype, b.name, b.ty.dtype
+            ),
+        );
+    }
+}
+
+type Shape = (Option<u64>, Option<u64>);
+
+fn valid(d: &TileDecl) -> Shape {
+    (static_dim(d.ty.valid_rows), static_dim(d.ty.valid_cols))
+}
+
+fn dim_eq(cx: &mut Ctx<'_>, what: &str, a: (&TileDecl, Option<u64>), b: (&TileDecl, Option<u64>)) {
+    if let (Some(x), Some(y)) = (a.1, b.1) {
+        if x != y {
+            cx.error(
+                Rule::VectorShape,
+                format!(
+                    "{what} differ: `{}` has {x}, `{}` has {y}",
+                    a.0.name, b.0.name
+                ),
+            );
+        }
+    }
+}
+
+fn same_shape(cx: &mut Ctx<'_>, a: &TileDecl, b: &TileDecl) {
+    let (va, vb) = (valid(a), valid(b));
+    dim_eq(cx, "valid rows", (a, va.0), (b, vb.0));
+    dim_eq(cx, "valid cols", (a, va.1), (b, vb.1));
+}
+
+fn check_one(cx: &mut Ctx<'_>, d: &TileDecl, axis: Axis, full: &TileDecl) {
+    let (r, c) = valid(d);
+    let (fr, fc) = valid(full);
+    match axis {
+        Axis::Row => {
+            if let Some(c) = c.filter(|c| *c != 1) {
+                cx.error(
+                    Rule::VectorShape,
+                    format!(
+                        "a per-row operand is [R, 1]; `{}` has {c} valid columns",
+                        d.name
+                    ),
+                );
+            }
+            dim_eq(cx, "rows", (d, r), (full, fr));
+        }
+        Axis::Col => {
+            if let Some(r) = r.filter(|r| *r != 1) {
+                cx.error(
+                    Rule::VectorShape,
+                    format!(
+                        "a per-column operand is [1, C]; `{}` has {r} valid rows",
+                        d.name
+                    ),
+                );
+            }
+            dim_eq(cx, "columns", (d, c), (full, fc));
+        }
+    }
+}
+
+pub(super) fn check(cx: &mut Ctx<'_>, op: &Op) {
+    match op {
+        Op::Unary { op, dst, src } => {
+            let (Some(d), Some(s)) = (
+                vec_tile(cx, dst, "destination"),
+                vec_tile(cx, src, "source"),
+            ) else {
+                return;
+            };
+            arithmetic(cx, s);
+            same_dtype(cx, d, s);
+            same_shape(cx, d, s);
+            let float_only = !matches!(op, UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Relu);
+            if float_only && !s.ty.dtype.is_float() {
+                cx.error(
+                    Rule::VectorDtype,
+                    format!("{op:?} needs a float tile, `{}` is {}", s.name, s.ty.dtype),
+                );
+            }
+        }
+        Op::Binary { op, dst, lhs, rhs } => {
+            let (Some(d), Some(a), Some(b)) = (
+                vec_tile(cx, dst, "destination"),
+                vec_tile(cx, lhs, "left operand"),
+                vec_tile(cx, rhs, "right operand"),
+            ) else {
+                return;
+            };
+            arithmetic(cx, a);
+            same_dtype(cx, a, b);
+            same_dtype(cx, d, a);
+            same_shape(cx, a, b);
+            same_shape(cx, d, a);
+            div_float(cx, *op, a);
+        }
+        Op::BinaryScalar { op, dst, src, .. } => {
+            let (Some(d), Some(s)) = (
+                vec_tile(cx, dst, "destination"),
+                vec_tile(cx, src, "source"),
+            ) else {
+                return;
+            };
+            arithmetic(cx, s);
+            same_dtype(cx, d, s);
+            same_shape(cx, d, s);
+            div_float(cx, *op, s);
+        }
+        Op::Reduce { op, axis, dst, src } => {
+            let (Some(d), Some(s)) = (
+                vec_tile(cx, dst, "destination"),
+                vec_tile(cx, src, "source"),
+            ) else {
+                return;
+            };
+            arithmetic(cx, s);
+            same_dtype(cx, d, s);
+            check_one(cx, d, *axis, s);
+            let partial = matches!(s.ty.valid_rows, ValidDim::Dynamic)
+                || matches!(s.ty.valid_cols, ValidDim::Dynamic)
+                || valid(s) != (Some(s.ty.rows), Some(s.ty.cols));
+            let good_pad = match op {
+                ReduceOp::Sum => PadValue::Zero,
+                ReduceOp::Max => PadValue::Min,
+                ReduceOp::Min => PadValue::Max,
+            };
+            if partial && s.ty.pad != good_pad && s.ty.pad != PadValue::Null {
+                cx.warn(
+                    Rule::ReducePad,
+                    format!(
+                        "a {op:?} reduction over the partial tile `{}` padded with {:?} can return the pad value (a max over zero padding gives >= 0 for an all-negative row); pad with {good_pad:?}",
+                        s.name, s.ty.pad
+                    ),
+                );
+            }
+        }
+        Op::Broadcast {
+            op,
+            axis,
+            dst,
+            src,
+            operand,
+        } => {
+            let (Some(d), Some(s), Some(o)) = (
+                vec_tile(cx, dst, "destination"),
+                vec_tile(cx, src, "source"),
+                vec_tile(cx, operand, "broadcast operand"),
+            ) else {
+                return;
+            };
+            arithmetic(cx, s);
+            same_dtype(cx, d, s);
+            same_dtype(cx, s, o);
+            same_shape(cx, d, s);
+            check_one(cx, o, *axis, s);
+            div_float(cx, *op, s);
+        }
+        Op::Expand { axis, dst, src } => {
+            let (Some(d), Some(s)) = (
+                vec_tile(cx, dst, "destination"),
+                vec_tile(cx, src, "source"),
+            ) else {
+                return;
+            };
+            same_dtype(cx, d, s);
+            check_one(cx, s, *axis, d);
+        }
+        Op::Cast { dst, src, .. } => {
+            let (Some(d), Some(s)) = (
+                vec_tile(cx, dst, "destination"),
+                vec_tile(cx, src, "source"),
+            ) else {
+                return;
+            };
+            same_shape(cx, d, s);
+            for t in [d, s] {
+                if t.ty.dtype.is_64bit() {
+                    cx.error(
+                        Rule::VectorDtype,
+                        format!("cast does not convert 64-bit {} (`{}`)", t.ty.dtype, t.name),
+                    );
+                }
+            }
+        }
+        Op::Fill { dst, .. } => {
+            if let Some(d) = vec_tile(cx, dst, "destination") {
+                arithmetic(cx, d);
+            }
+        }
+        Op::FillPad { tile } => {
+            let Some(d) = cx.tile(tile) else { return };
+            if !matches!(d.ty.space, MemSpace::Vec | MemSpace::Mat) {
+                cx.error(
+                    Rule::VectorSpace,
+                    format!(
+                        "fillpad runs on Vec (V pipe) or Mat (MTE2) tiles, `{}` is in {}",
+                        d.name, d.ty.space
+                    ),
+                );
+            }
+            if d.ty.pad == PadValue::Null {
+                cx.error(
+                    Rule::PadValue,
+                    format!("fillpad on `{}` whose pad value is Null writes nothing; declare Zero, Min or Max", d.name),
+                );
+            }
+        }
+        Op::SetValidShape { tile, rows, cols } => {
+            let Some(d) = cx.tile(tile) else { return };
+            let ty = &d.ty;
+            for (what, dim, alloc, e) in [
+                ("rows", ty.valid_rows, ty.rows, rows),
+                ("cols", ty.valid_cols, ty.cols, cols),
+            ] {
+                if let ValidDim::Static(_) = dim {
+                    cx.error(
+                        Rule::ValidShape,
+                        format!("set_validshape on `{}` whose valid {what} are static; declare them dynamic", d.name),
+                    );
+                }
+                if let Some(v) = e.as_const() {
+                    if v < 0 || v as u64 > alloc {
+                        cx.error(
+                            Rule::ValidShape,
+                            format!("valid {what} {v} outside 0..={alloc} of `{}`", d.name),
+                        );
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn div_float(cx: &mut Ctx<'_>, op: BinaryOp, t: &TileDecl) {
+    if op == BinaryOp::Div && !t.ty.dtype.is_float() {
+        cx.error(
+            Rule::VectorDtype,
+            format!(
+                "division needs a float tile, `{}` is {}",
+                t.name, t.ty.dtype
+            ),
+        );
+    }
+}
