@@ -4,10 +4,16 @@
 //! - [`ir`]: the tile IR (typed tiles, GM views, expressions, ops, control flow, sections).
 //! - [`dsl`]: a builder in which a kernel reads like the kernel it builds.
 //! - [`verify`]: every rule of the machine that can be checked before running.
+//! - [`kernels`]: tile-level reference kernels (matmul, attention tile, gather matmul).
+//! - [`passes`]: memory planning and sync insertion; [`passes::compile`] runs verify, plan, sync.
+//! - [`sim`]: the CPU simulator, byte-exact execution of compiled tile programs.
 //!
 //! This crate knows nothing of candle.
 
 pub mod arch;
 pub mod dsl;
 pub mod ir;
+pub mod kernels;
+pub mod passes;
+pub mod sim;
 pub mod verify;

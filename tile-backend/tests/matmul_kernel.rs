@@ -10,11 +10,26 @@ fn matmul_kernel() -> Kernel {
     let a = kb.input("a", DType::F16, [m, k]);
     let b = kb.input("b", DType::F16, [k, n]);
     let c = kb.output("c", DType::F32, [m, n]);
-    let a_l1 = kb.tile("a_l1", TileType::new(MemSpace::Mat, DType::F16, m, k, Layout::NZ));
-    let b_l1 = kb.tile("b_l1", TileType::new(MemSpace::Mat, DType::F16, k, n, Layout::NZ));
-    let a_l0 = kb.tile("a_l0", TileType::new(MemSpace::Left, DType::F16, m, k, Layout::NZ));
-    let b_l0 = kb.tile("b_l0", TileType::new(MemSpace::Right, DType::F16, k, n, Layout::ZN));
-    let acc = kb.tile("acc", TileType::new(MemSpace::Acc, DType::F32, m, n, Layout::NZ));
+    let a_l1 = kb.tile(
+        "a_l1",
+        TileType::new(MemSpace::Mat, DType::F16, m, k, Layout::NZ),
+    );
+    let b_l1 = kb.tile(
+        "b_l1",
+        TileType::new(MemSpace::Mat, DType::F16, k, n, Layout::NZ),
+    );
+    let a_l0 = kb.tile(
+        "a_l0",
+        TileType::new(MemSpace::Left, DType::F16, m, k, Layout::NZ),
+    );
+    let b_l0 = kb.tile(
+        "b_l0",
+        TileType::new(MemSpace::Right, DType::F16, k, n, Layout::ZN),
+    );
+    let acc = kb.tile(
+        "acc",
+        TileType::new(MemSpace::Acc, DType::F32, m, n, Layout::NZ),
+    );
     kb.cube(|c0| {
         c0.load(a_l1, GmView::nd(a, 0, m, k, k));
         c0.load(b_l1, GmView::nd(b, 0, k, n, n));
@@ -40,8 +55,14 @@ fn worked_matmul_verifies_clean() {
 #[test]
 fn vec_to_left_is_rejected_naming_the_rule() {
     let mut kb = KernelBuilder::new("bad");
-    let v = kb.tile("v", TileType::new(MemSpace::Vec, DType::F16, 16, 16, Layout::NZ));
-    let l = kb.tile("l", TileType::new(MemSpace::Left, DType::F16, 16, 16, Layout::NZ));
+    let v = kb.tile(
+        "v",
+        TileType::new(MemSpace::Vec, DType::F16, 16, 16, Layout::NZ),
+    );
+    let l = kb.tile(
+        "l",
+        TileType::new(MemSpace::Left, DType::F16, 16, 16, Layout::NZ),
+    );
     kb.cube(|c| {
         c.mov(l, v);
     });

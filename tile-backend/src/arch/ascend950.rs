@@ -113,6 +113,18 @@ pub(crate) fn move_table_950() -> Vec<MoveRule> {
             layouts: LayoutRule::from_each(&[ND, NZ], &[ND, DN, NZ, ZN, ZZ]),
             dtypes: same(&DType::ALL),
         },
+        // Inserting into a larger L1 tile: the §5 table allows int32 only, yet the 950 flash
+        // attention (§9) inserts fp16 P, NZ in UB, at a column offset of an NZ L1 tile. We
+        // follow both: NZ -> NZ inserts take every dtype, other layouts int32 only.
+        MoveRule {
+            src: MemSpace::Vec,
+            dst: MemSpace::Mat,
+            pipe: Pipe::Mte3,
+            shape: ShapeRel::DstGtSrc,
+            scale: ScaleRule::Without,
+            layouts: LayoutRule::Pairs(vec![(NZ, NZ)]),
+            dtypes: same(&DType::ALL),
+        },
         MoveRule {
             src: MemSpace::Vec,
             dst: MemSpace::Mat,

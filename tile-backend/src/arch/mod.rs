@@ -232,6 +232,18 @@ impl Arch {
         self.spaces.iter().find(|s| s.space == space)
     }
 
+    /// Bytes between consecutive buffers of a tile group: one buffer rounded up to the planner's
+    /// alignment for its space. Memory planning, the verifier's capacity check and the simulator
+    /// all use this.
+    pub fn buffer_stride(&self, ty: &crate::ir::TileType) -> u64 {
+        let align = self
+            .space(ty.space)
+            .map(|s| s.plan_align)
+            .unwrap_or(32)
+            .max(1);
+        ty.bytes().div_ceil(align) * align
+    }
+
     /// Legal GM load layouts into `dst`, if GM loads reach it at all.
     pub fn load_rule(&self, dst: MemSpace) -> Option<&LoadRule> {
         self.loads.iter().find(|r| r.dst == dst)

@@ -57,7 +57,8 @@ pub(super) fn check(cx: &mut Ctx<'_>, op: &Op) {
 
     let from_acc = s.space == MemSpace::Acc;
     let acc_to_vec_path = from_acc && d.space == MemSpace::Vec;
-    let dual = acc_to_vec.filter(|m| m.is_dual());
+    // The dual modes exist only on Acc -> Vec; elsewhere the mode is a move-option error.
+    let dual = acc_to_vec.filter(|m| m.is_dual() && acc_to_vec_path);
 
     // Options that only some paths have.
     if acc_to_vec.is_some() && !acc_to_vec_path {
@@ -113,9 +114,35 @@ pub(super) fn check(cx: &mut Ctx<'_>, op: &Op) {
         return;
     }
     let scaled = scale.is_some() && from_acc;
-    let Some(rule) = rules.iter().find(|r| r.covers(le, ge, scaled)) else {
+    // Several rows may cover the shape (e.g. NZ inserts vs other inserts into Mat): prefer one that
+    // takes both the layouts and the dtypes, then one that takes the layouts.
+    let covering: Vec<_> = rules.iter().filter(|r| r.covers(le, ge, scaled)).collect();
+    let best = covering
+        .iter()
+        .find(|r| r.layouts.allows(s.layout, d.layout) && r.dtypes.contains(&(s.dtype, d.dtype)))
+        .or_else(|| {
+            covering
+                .iter()
+                .find(|r| r.layouts.allows(s.layout, d.layout))
+        })
+        .or(covering.first())
+        .copied();
+    let Some(rule) = best else {
         let shape_ok: Vec<_> = rules.iter().filter(|r| r.covers(le, ge, !scaled)).collect();
-        if shape_ok.is_empty() {
+        if !shape_ok.is_empty() {
+            // The shape is fine; only the presence of a scale is not.
+            cx.error(
+                Rule::MoveOption,
+                if scaled {
+                    format!(
+                        "{path} has no quantising (scaled) form on {}: only Acc -> Vec moves and stores from Acc take a scale",
+                        cx.machine()
+                    )
+                } else {
+                    format!("{path} needs a scale on {}", cx.machine())
+                },
+            );
+        } else {
             cx.error(
                 Rule::MoveShape,
                 format!(
@@ -163,10 +190,21 @@ pub(super) fn check(cx: &mut Ctx<'_>, op: &Op) {
             })
             .collect::<Vec<_>>()
             .join(", ");
+        // Say when the other (scaled / unscaled) form of the same path takes this conversion.
+        let other_form = rules.iter().any(|r| {
+            r.covers(le, ge, !scaled)
+                && !r.covers(le, ge, scaled)
+                && r.dtypes.contains(&(s.dtype, d.dtype))
+        });
+        let hint = match (other_form, scaled) {
+            (true, false) => " (this conversion needs a scale: quantisation on the Fixpipe)",
+            (true, true) => " (this conversion is legal only without a scale)",
+            (false, _) => "",
+        };
         cx.error(
             Rule::MoveDtype,
             format!(
-                "{path}{} cannot convert {} -> {}; allowed: {allowed}",
+                "{path}{} cannot convert {} -> {}; allowed: {allowed}{hint}",
                 if scaled { " with scale" } else { "" },
                 s.dtype,
                 d.dtype

@@ -1,0 +1,175 @@
+//! GM <-> tile: TLOAD (MTE2) and TSTORE (MTE3 from Vec, the Fixpipe from Acc).
+
+use super::{moves, ExecCtx};
+use crate::ir::{c0, DType, Fractal, GmView, Layout, MemSpace, Op, ParamKind};
+
+/// A GM window evaluated for this access.
+pub(super) struct View {
+    pub param: crate::ir::ParamId,
+    pub dtype: DType,
+    pub offset: i64,
+    pub rows: i64,
+    pub cols: i64,
+    pub stride: i64,
+    pub layout: Layout,
+}
+
+impl View {
+    pub fn eval(cx: &ExecCtx<'_, '_>, v: &GmView) -> Result<View, String> {
+        let dtype = match cx.kernel.params.get(v.tensor.0 as usize).map(|p| &p.kind) {
+            Some(ParamKind::Tensor { dtype, .. }) => *dtype,
+            _ => return Err(format!("argument {} is not a GM tensor", v.tensor.0)),
+        };
+        Ok(View {
+            param: v.tensor,
+            dtype,
+            offset: cx.core.eval(&v.offset)?,
+            rows: cx.core.eval(&v.rows)?,
+            cols: cx.core.eval(&v.cols)?,
+            stride: cx.core.eval(&v.stride)?,
+            layout: v.layout,
+        })
+    }
+
+    /// Element index of `(r, c)` of the window.
+    fn index(&self, r: usize, c: usize) -> Result<usize, String> {
+        let (r, c) = (r as i64, c as i64);
+        if r >= self.rows || c >= self.cols {
+            return Err(format!(
+                "element ({r}, {c}) is outside the {}x{} GM window",
+                self.rows, self.cols
+            ));
+        }
+        let i = match self.layout {
+            Layout::ND => self.offset + r * self.stride + c,
+            Layout::DN => self.offset + c * self.stride + r,
+            boxed => {
+                let f = boxed
+                    .default_fractal(self.dtype, MemSpace::Gm)
+                    .unwrap_or(Fractal {
+                        rows: 16,
+                        cols: c0(self.dtype),
+                    });
+                self.offset
+                    + boxed.element_offset(
+                        r as u64,
+                        c as u64,
+                        self.rows as u64,
+                        self.cols as u64,
+                        Some(f),
+                    ) as i64
+            }
+        };
+        usize::try_from(i).map_err(|_| format!("GM element index {i} is negative"))
+    }
+
+    /// Elements contiguous in GM from `(r, c)` along the row.
+    fn run(&self, c: usize, cols: usize) -> usize {
+        match self.layout {
+            Layout::ND => cols - c,
+            _ => 1,
+        }
+    }
+
+    /// Reads the `rows x cols` top-left region as row-major bytes.
+    pub fn read(&self, cx: &ExecCtx<'_, '_>, rows: usize, cols: usize) -> Result<Vec<u8>, String> {
+        let es = self.dtype.size_bytes() as usize;
+        let mut out = vec![0u8; rows * cols * es];
+        for r in 0..rows {
+            let mut c = 0;
+            while c < cols {
+                let n = self.run(c, cols);
+                let i = self.index(r, c)?;
+                self.index(r, c + n - 1)?;
+                let dst = (r * cols + c) * es;
+                cx.gm
+                    .read(cx.args, self.param, i * es, &mut out[dst..dst + n * es])?;
+                c += n;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes row-major bytes into the `rows x cols` top-left region (or adds them atomically).
+    pub fn write(
+        &self,
+        cx: &mut ExecCtx<'_, '_>,
+        rows: usize,
+        cols: usize,
+        data: &[u8],
+        atomic: bool,
+    ) -> Result<(), String> {
+        let es = self.dtype.size_bytes() as usize;
+        for r in 0..rows {
+            let mut c = 0;
+            while c < cols {
+                let n = self.run(c, cols);
+                let i = self.index(r, c)?;
+                self.index(r, c + n - 1)?;
+                let src = (r * cols + c) * es;
+                let bytes = &data[src..src + n * es];
+                if atomic {
+                    cx.gm
+                        .atomic_add(cx.args, self.param, i * es, self.dtype, bytes)?;
+                } else {
+                    cx.gm.write(cx.args, self.param, i * es, bytes)?;
+                }
+                c += n;
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<(), String> {
+    match op {
+        Op::Load { dst, src } => {
+            let loc = cx.tile(dst)?;
+            let view = View::eval(cx, src)?;
+            if view.dtype != loc.ty.dtype {
+                return Err(format!(
+                    "load of {} GM data into a {} tile",
+                    view.dtype, loc.ty.dtype
+                ));
+            }
+            let (rows, cols) = loc.valid()?;
+            let data = view.read(cx, rows, cols)?;
+            let aiv = cx.own_aiv();
+            cx.write_bytes(&loc, aiv, (0, 0), (rows, cols), &data)
+        }
+        Op::Store {
+            dst,
+            src,
+            relu,
+            scale,
+            atomic_add,
+        } => {
+            let loc = cx.tile(src)?;
+            let view = View::eval(cx, dst)?;
+            let (rows, cols) = loc.valid()?;
+            let data = if loc.space() == MemSpace::Acc {
+                moves::fixpipe(
+                    cx,
+                    &loc,
+                    (0, 0),
+                    (rows, cols),
+                    view.dtype,
+                    *relu,
+                    scale.as_ref(),
+                )?
+            } else {
+                if view.dtype != loc.ty.dtype {
+                    return Err(format!(
+                        "store of a {} tile into {} GM data",
+                        loc.ty.dtype, view.dtype
+                    ));
+                }
+                let mut b = Vec::new();
+                cx.read_bytes(&loc, cx.own_aiv(), (0, 0), (rows, cols), &mut b)?;
+                b
+            };
+            view.write(cx, rows, cols, &data, *atomic_add)
+        }
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,164 @@
+//! Cube matmul (TMATMUL / TMATMUL_ACC): whole fractals, f32 accumulation (int32 for int8).
+
+use super::ExecCtx;
+use crate::ir::{c0, DType, Op};
+use crate::sim::numeric;
+
+fn round_up(v: usize, to: usize) -> usize {
+    v.div_ceil(to.max(1)) * to.max(1)
+}
+
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<(), String> {
+    let Op::Matmul {
+        dst,
+        a,
+        b,
+        bias,
+        accumulate,
+        ..
+    } = op
+    else {
+        return Ok(());
+    };
+    let (la, lb, lc) = (cx.tile(a)?, cx.tile(b)?, cx.tile(dst)?);
+    let (m, k) = la.valid()?;
+    let (kb, n) = lb.valid()?;
+    if k != kb {
+        return Err(format!("A is {m}x{k} but B is {kb}x{n}"));
+    }
+    // The cube computes whole fractals: m and n to 16, k to C0, within the tiles.
+    let kc = c0(la.ty.dtype) as usize;
+    let mp = round_up(m, 16).min(la.rows()).min(lc.rows());
+    let np = round_up(n, 16).min(lb.cols()).min(lc.cols());
+    let kp = round_up(k, kc).min(la.cols()).min(lb.rows());
+    if m > lc.rows() || n > lc.cols() {
+        return Err(format!(
+            "{m}x{n} product does not fit the {}x{} Acc tile",
+            lc.rows(),
+            lc.cols()
+        ));
+    }
+    let mut abytes = Vec::new();
+    let mut bbytes = Vec::new();
+    cx.read_bytes(&la, 0, (0, 0), (mp, kp), &mut abytes)?;
+    cx.read_bytes(&lb, 0, (0, 0), (kp, np), &mut bbytes)?;
+    let bias_bytes = match bias {
+        Some(t) => {
+            let lt = cx.tile(t)?;
+            let mut v = Vec::new();
+            cx.read_bytes(&lt, 0, (0, 0), (1, np.min(lt.cols())), &mut v)?;
+            Some((lt.ty.dtype, v))
+        }
+        None => None,
+    };
+    let acc_dtype = lc.ty.dtype;
+    let mut out = Vec::new();
+    if acc_dtype == DType::I32 {
+        let ai: Vec<i32> = abytes
+            .iter()
+            .map(|&x| decode_int8(la.ty.dtype, x))
+            .collect();
+        let bi: Vec<i32> = bbytes
+            .iter()
+            .map(|&x| decode_int8(lb.ty.dtype, x))
+            .collect();
+        let mut c = vec![0i32; mp * np];
+        if *accumulate {
+            cx.read_bytes(&lc, 0, (0, 0), (mp, np), &mut out)?;
+            for (ci, b) in c.iter_mut().zip(out.chunks_exact(4)) {
+                *ci = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+        for i in 0..mp {
+            let crow = &mut c[i * np..(i + 1) * np];
+            for p in 0..kp {
+                let av = ai[i * kp + p];
+                let brow = &bi[p * np..(p + 1) * np];
+                for (cv, bv) in crow.iter_mut().zip(brow) {
+                    *cv = cv.wrapping_add(av.wrapping_mul(*bv));
+                }
+            }
+        }
+        if let Some((bd, bb)) = &bias_bytes {
+            let es = bd.size_bytes() as usize;
+            for j in 0..np.min(bb.len() / es) {
+                let bv = numeric::decode_i64(*bd, &bb[j * es..(j + 1) * es]) as i32;
+                for i in 0..mp {
+                    c[i * np + j] = c[i * np + j].wrapping_add(bv);
+                }
+            }
+        }
+        out = c.iter().flat_map(|v| v.to_le_bytes()).collect();
+    } else {
+        let mut af = vec![0f32; mp * kp];
+        let mut bf = vec![0f32; kp * np];
+        numeric::decode_f32(la.ty.dtype, &abytes, &mut af);
+        numeric::decode_f32(lb.ty.dtype, &bbytes, &mut bf);
+        let mut c = vec![0f32; mp * np];
+        if *accumulate {
+            cx.read_bytes(&lc, 0, (0, 0), (mp, np), &mut out)?;
+            numeric::decode_f32(acc_dtype, &out, &mut c);
+        }
+        gemm_f32(mp, kp, np, &af, &bf, &mut c, *accumulate);
+        if let Some((bd, bb)) = &bias_bytes {
+            let es = bd.size_bytes() as usize;
+            for j in 0..np.min(bb.len() / es) {
+                let bv = numeric::decode_one(*bd, &bb[j * es..(j + 1) * es]);
+                for i in 0..mp {
+                    c[i * np + j] += bv;
+                }
+            }
+        }
+        out = vec![0u8; mp * np * 4];
+        numeric::encode_f32(acc_dtype, &c, &mut out);
+    }
+    cx.write_bytes(&lc, 0, (0, 0), (mp, np), &out)
+}
+
+fn decode_int8(dtype: DType, b: u8) -> i32 {
+    match dtype {
+        DType::U8 => b as i32,
+        _ => b as i8 as i32,
+    }
+}
+
+/// `c (+)= a[m, k] * b[k, n]`, all row-major f32.
+fn gemm_f32(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32], accumulate: bool) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            c.fill(0.0);
+        }
+        return;
+    }
+    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
+    // SAFETY: `a` holds at least m*k, `b` k*n and `c` m*n row-major f32 values (asserted just
+    // above), the strides describe exactly those row-major
+    // layouts (column stride 1, row strides k, n and n), `c` does not alias `a` or `b` (distinct
+    // Vecs), and gemm reads `c` only when `read_dst` is set, where it is initialised.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            a.as_ptr(),
+            1,
+            k as isize,
+            b.as_ptr(),
+            1,
+            n as isize,
+            1.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}

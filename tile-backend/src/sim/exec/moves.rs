@@ -1,0 +1,279 @@
+//! Tile moves (TMOV / TEXTRACT / TINSERT) and the Fixpipe (Acc -> Vec/Mat/GM) with ReLU,
+//! quantisation and the dual-destination split (ASCEND950.md §5-§6).
+
+use super::ExecCtx;
+use crate::ir::{AccToVecMode, DType, MemSpace, Op, QuantWord, Scale};
+use crate::sim::numeric;
+use crate::sim::tile::TileLoc;
+
+/// One scale per output column (per-channel) or one for all (per-tensor).
+enum Words {
+    None,
+    Tensor(QuantWord),
+    Channel(Vec<QuantWord>),
+}
+
+fn scale_words(
+    cx: &ExecCtx<'_, '_>,
+    scale: Option<&Scale>,
+    c0: usize,
+    cols: usize,
+) -> Result<Words, String> {
+    Ok(match scale {
+        None => Words::None,
+        Some(Scale::Const(w)) => Words::Tensor(*w),
+        Some(Scale::Scalar(p)) => match cx.args.get(p.0 as usize) {
+            // fp32 scalars are bit-cast: bit 46 (signed int8 output) is clear.
+            Some(crate::sim::Arg::Float(v)) => {
+                Words::Tensor(QuantWord((*v as f32).to_bits() as u64))
+            }
+            Some(crate::sim::Arg::Int(v)) => Words::Tensor(QuantWord(*v as u64)),
+            _ => return Err(format!("scale argument {} is not a scalar", p.0)),
+        },
+        Some(Scale::Tile(t)) => {
+            let loc = cx.tile(t)?;
+            if !matches!(loc.ty.dtype, DType::I64 | DType::U64) {
+                return Err(format!(
+                    "Scaling tile is {}, not int64/uint64",
+                    loc.ty.dtype
+                ));
+            }
+            if c0 + cols > loc.cols() {
+                return Err(format!(
+                    "{} output columns from column {c0} need that many scale words; the Scaling tile has {}",
+                    cols,
+                    loc.cols()
+                ));
+            }
+            let mut b = Vec::new();
+            cx.read_bytes(&loc, 0, (0, c0), (1, cols), &mut b)?;
+            Words::Channel(
+                b.chunks_exact(8)
+                    .map(|w| QuantWord(u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))))
+                    .collect(),
+            )
+        }
+    })
+}
+
+/// Converts one accumulator value on its way out of the Fixpipe.
+#[inline]
+fn convert(x: f32, word: Option<(f32, QuantWord)>, dst: DType, out: &mut [u8]) {
+    match word {
+        None => numeric::encode_one(dst, x, out),
+        Some((s, w)) => {
+            let y = x * s + w.offset() as f32;
+            match dst {
+                DType::I8 if w.signed() => {
+                    out[0] = numeric::sat_round(y, -128.0, 127.0) as i8 as u8
+                }
+                // Without bit 46, 8-bit outputs saturate as unsigned.
+                DType::I8 | DType::U8 => out[0] = numeric::sat_round(y, 0.0, 255.0) as u8,
+                DType::F16 => numeric::encode_one(dst, y.clamp(-65504.0, 65504.0), out),
+                DType::F8E4M3 => numeric::encode_one(dst, y.clamp(-448.0, 448.0), out),
+                _ => numeric::encode_one(dst, y, out),
+            }
+        }
+    }
+}
+
+/// Reads `size` of an Acc tile at `origin` through the Fixpipe: ReLU, then scale, then conversion
+/// to `dst`. Returns row-major bytes of `dst`.
+pub(super) fn fixpipe(
+    cx: &ExecCtx<'_, '_>,
+    acc: &TileLoc,
+    origin: (usize, usize),
+    size: (usize, usize),
+    dst: DType,
+    relu: bool,
+    scale: Option<&Scale>,
+) -> Result<Vec<u8>, String> {
+    let (rows, cols) = size;
+    let mut raw = Vec::new();
+    cx.read_bytes(acc, 0, origin, (rows, cols), &mut raw)?;
+    let words = scale_words(cx, scale, origin.1, cols)?;
+    let src = acc.ty.dtype;
+    let es = dst.size_bytes() as usize;
+    let mut out = vec![0u8; rows * cols * es];
+    let ses = src.size_bytes() as usize;
+    for r in 0..rows {
+        for c in 0..cols {
+            let i = r * cols + c;
+            let b = &raw[i * ses..(i + 1) * ses];
+            let o = &mut out[i * es..(i + 1) * es];
+            if src == DType::I32 && dst == DType::I32 && matches!(words, Words::None) {
+                let mut v = numeric::decode_i64(src, b);
+                if relu {
+                    v = v.max(0);
+                }
+                numeric::encode_i64(dst, v, o);
+                continue;
+            }
+            let mut x = numeric::decode_one(src, b);
+            if relu {
+                x = x.max(0.0);
+            }
+            let word = match &words {
+                Words::None => None,
+                Words::Tensor(w) => Some((w.scale(), *w)),
+                Words::Channel(ws) => ws.get(c).map(|w| (w.scale_19bit(), *w)),
+            };
+            convert(x, word, dst, o);
+        }
+    }
+    Ok(out)
+}
+
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<(), String> {
+    let Op::Move {
+        dst,
+        src,
+        offset,
+        acc_to_vec,
+        relu,
+        scale,
+        ..
+    } = op
+    else {
+        return Ok(());
+    };
+    let s = cx.tile(src)?;
+    let d = cx.tile(dst)?;
+    let off = match offset {
+        Some([r, c]) => {
+            let (r, c) = (cx.core.eval(r)?, cx.core.eval(c)?);
+            if r < 0 || c < 0 {
+                return Err(format!("move offset [{r}, {c}] is negative"));
+            }
+            (r as usize, c as usize)
+        }
+        None => (0, 0),
+    };
+    match (s.space(), d.space()) {
+        (MemSpace::Acc, MemSpace::Vec) => acc_to_vec_move(
+            cx,
+            &s,
+            &d,
+            off,
+            acc_to_vec.unwrap_or(AccToVecMode::SingleModeVec0),
+            *relu,
+            scale.as_ref(),
+        ),
+        (MemSpace::Acc, MemSpace::Mat) => {
+            let data = fixpipe(
+                cx,
+                &s,
+                (0, 0),
+                s.valid()?,
+                d.ty.dtype,
+                *relu,
+                scale.as_ref(),
+            )?;
+            cx.write_bytes(&d, 0, off, s.valid()?, &data)
+        }
+        (MemSpace::Mat, MemSpace::Left | MemSpace::Right) => {
+            // MTE1 moves whole fractals: round the region up to the destination's boxes.
+            let f =
+                d.ty.fractal
+                    .map(|f| (f.rows as usize, f.cols as usize))
+                    .unwrap_or((1, 1));
+            let rows = d.valid()?.0.div_ceil(f.0) * f.0;
+            let cols = d.valid()?.1.div_ceil(f.1) * f.1;
+            let rows = rows.min(d.rows()).min(s.rows().saturating_sub(off.0));
+            let cols = cols.min(d.cols()).min(s.cols().saturating_sub(off.1));
+            copy(cx, &s, &d, off, (0, 0), (rows, cols))
+        }
+        (MemSpace::Mat, MemSpace::Bias | MemSpace::Scaling)
+        | (MemSpace::Vec, MemSpace::Vec)
+        | (MemSpace::Vec, MemSpace::Mat) => {
+            let extract = d.rows() <= s.rows() && d.cols() <= s.cols();
+            if extract {
+                copy(cx, &s, &d, off, (0, 0), d.valid()?)
+            } else {
+                copy(cx, &s, &d, (0, 0), off, s.valid()?)
+            }
+        }
+        (a, b) => Err(format!("move {a} -> {b} is not a legal path")),
+    }
+}
+
+/// Copies a region between tiles of this core (Vec tiles in this core's UB), converting dtype
+/// where the path converts (Mat -> Bias).
+fn copy(
+    cx: &mut ExecCtx<'_, '_>,
+    s: &TileLoc,
+    d: &TileLoc,
+    src_at: (usize, usize),
+    dst_at: (usize, usize),
+    size: (usize, usize),
+) -> Result<(), String> {
+    let aiv = cx.own_aiv();
+    let mut bytes = Vec::new();
+    cx.read_bytes(s, aiv, src_at, size, &mut bytes)?;
+    if s.ty.dtype != d.ty.dtype {
+        let mut vals = vec![0f32; size.0 * size.1];
+        numeric::decode_f32(s.ty.dtype, &bytes, &mut vals);
+        bytes = vec![0u8; vals.len() * d.es()];
+        numeric::encode_f32(d.ty.dtype, &vals, &mut bytes);
+    }
+    cx.write_bytes(d, aiv, dst_at, size, &bytes)
+}
+
+/// Acc -> Vec: SingleModeVec0/1 sends the tile to one AIV; the dual modes split it (§5 tails).
+fn acc_to_vec_move(
+    cx: &mut ExecCtx<'_, '_>,
+    s: &TileLoc,
+    d: &TileLoc,
+    off: (usize, usize),
+    mode: AccToVecMode,
+    relu: bool,
+    scale: Option<&Scale>,
+) -> Result<(), String> {
+    let (vm, vn) = s.valid()?;
+    let dt = d.ty.dtype;
+    match mode {
+        AccToVecMode::SingleModeVec0 | AccToVecMode::SingleModeVec1 => {
+            let aiv = if mode == AccToVecMode::SingleModeVec0 {
+                0
+            } else {
+                1
+            };
+            let extract = d.rows() <= s.rows()
+                && d.cols() <= s.cols()
+                && (d.rows(), d.cols()) != (s.rows(), s.cols());
+            let (src_at, dst_at, size) = if extract {
+                (off, (0, 0), d.valid()?)
+            } else {
+                ((0, 0), off, (vm, vn))
+            };
+            let data = fixpipe(cx, s, src_at, size, dt, relu, scale)?;
+            cx.write_bytes(d, aiv, dst_at, size, &data)
+        }
+        AccToVecMode::DualModeSplitM => {
+            let half = vm.div_ceil(2) * 2 / 2;
+            let data0 = fixpipe(cx, s, (0, 0), (half.min(s.rows()), vn), dt, relu, scale)?;
+            cx.write_bytes(d, 0, (0, 0), (half.min(s.rows()), vn), &data0)?;
+            let rest = vm.saturating_sub(half);
+            if rest > 0 {
+                let data1 = fixpipe(cx, s, (half, 0), (rest, vn), dt, relu, scale)?;
+                cx.write_bytes(d, 1, (0, 0), (rest, vn), &data1)?;
+            }
+            Ok(())
+        }
+        AccToVecMode::DualModeSplitN => {
+            let aligned = vn.div_ceil(32) * 32;
+            let half = aligned / 2;
+            if aligned > s.cols() {
+                return Err(format!(
+                    "DualModeSplitN of valid N {vn} reads {aligned} columns but the Acc tile has {}",
+                    s.cols()
+                ));
+            }
+            // Both halves are written in full (aligned N / 2 columns each), padding included.
+            let data0 = fixpipe(cx, s, (0, 0), (vm, half), dt, relu, scale)?;
+            cx.write_bytes(d, 0, (0, 0), (vm, half), &data0)?;
+            let data1 = fixpipe(cx, s, (0, half), (vm, half), dt, relu, scale)?;
+            cx.write_bytes(d, 1, (0, 0), (vm, half), &data1)
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Scalar GM access through the core's data cache, and synchronisation.
+//!
+//! Intra-core flags and barriers order pipes; the functional simulation runs each core's ops in
+//! program order, so they need no action here (the timeline and race detector use them).
+//! Cross-core flags block the waiting core until the signal arrives.
+
+use super::{ExecCtx, Flow};
+use crate::ir::{Op, ParamKind};
+use crate::sim::numeric;
+
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<Flow, String> {
+    match op {
+        Op::ReadScalar { var, tensor, index } => {
+            let idx = cx.core.eval(index)?;
+            let (dtype, off) = element(cx, tensor.0, idx)?;
+            let es = dtype.size_bytes() as usize;
+            let mut b = vec![0u8; es];
+            // The core's own pending writes first (same data cache), else GM.
+            match cx.core.dcache.get(&(tensor.0, off / 64)) {
+                Some(line) => b.copy_from_slice(&line[off % 64..off % 64 + es]),
+                None => cx.gm.read(cx.args, *tensor, off, &mut b)?,
+            }
+            let v = numeric::decode_i64(dtype, &b);
+            cx.core.set_var(*var, v);
+        }
+        Op::WriteScalar {
+            tensor,
+            index,
+            value,
+        } => {
+            let idx = cx.core.eval(index)?;
+            let v = cx.core.eval(value)?;
+            let (dtype, off) = element(cx, tensor.0, idx)?;
+            let es = dtype.size_bytes() as usize;
+            let line_no = off / 64;
+            if !cx.core.dcache.contains_key(&(tensor.0, line_no)) {
+                // The line is fetched from GM as it is now; the whole line is written back.
+                let len = cx.args[tensor.0 as usize]
+                    .tensor()
+                    .map(|t| t.data.len())
+                    .unwrap_or(0);
+                let start = line_no * 64;
+                let end = (start + 64).min(len);
+                let mut line = [0u8; 64];
+                cx.gm
+                    .read(cx.args, *tensor, start, &mut line[..end - start])?;
+                cx.core.dcache.insert((tensor.0, line_no), line);
+            }
+            if let Some(line) = cx.core.dcache.get_mut(&(tensor.0, line_no)) {
+                numeric::encode_i64(dtype, v, &mut line[off % 64..off % 64 + es]);
+            }
+        }
+        Op::SetFlag { .. } | Op::WaitFlag { .. } | Op::Barrier { .. } => {}
+        Op::SetCrossFlag { id, .. } => cx.flags.set(cx.core.id, *id)?,
+        Op::WaitCrossFlag { id, .. } if !cx.flags.try_wait(cx.core.id, *id)? => {
+            return Ok(Flow::Blocked(format!("cross-core flag {id}")));
+        }
+        Op::ChannelAcquire { .. }
+        | Op::ChannelPush { .. }
+        | Op::ChannelPop { .. }
+        | Op::ChannelRelease { .. } => {
+            return Err(
+                "channel ops must be lowered to cross-core flags first (passes::compile)".into(),
+            )
+        }
+        _ => {}
+    }
+    Ok(Flow::Continue)
+}
+
+fn element(
+    cx: &ExecCtx<'_, '_>,
+    param: u32,
+    idx: i64,
+) -> Result<(crate::ir::DType, usize), String> {
+    let dtype = match cx.kernel.params.get(param as usize).map(|p| &p.kind) {
+        Some(ParamKind::Tensor { dtype, .. }) => *dtype,
+        _ => return Err(format!("argument {param} is not a GM tensor")),
+    };
+    let len = cx.args[param as usize]
+        .tensor()
+        .map(|t| t.len())
+        .unwrap_or(0);
+    if idx < 0 || idx as usize >= len {
+        return Err(format!(
+            "scalar access at element {idx} is outside `{}` ({len} elements)",
+            cx.kernel.params[param as usize].name
+        ));
+    }
+    Ok((dtype, idx as usize * dtype.size_bytes() as usize))
+}

@@ -1,0 +1,359 @@
+//! Vector ops on the valid region: decode to scratch (f32 for floats, f64 for integers so they
+//! stay exact), compute, round once on the way back.
+
+use super::ExecCtx;
+use crate::ir::{Axis, BinaryOp, DType, Op, PadValue, ReduceOp, RoundMode, UnaryOp};
+use crate::sim::numeric;
+use crate::sim::tile::TileLoc;
+use num_traits::Float;
+
+/// Scratch element type: f32 for float tiles, f64 for integer tiles.
+trait Scratch: Float + Send + Sync + 'static {
+    fn from_bytes(dtype: DType, b: &[u8]) -> Self;
+    fn to_bytes(self, dtype: DType, round: RoundMode, out: &mut [u8]);
+    fn from_f64(v: f64) -> Self;
+}
+
+fn round_with(v: f64, mode: RoundMode) -> f64 {
+    match mode {
+        RoundMode::Rint => v.round_ties_even(),
+        RoundMode::Round => v.round(),
+        RoundMode::Floor => v.floor(),
+        RoundMode::Ceil => v.ceil(),
+        RoundMode::Trunc => v.trunc(),
+    }
+}
+
+fn encode_any(dtype: DType, v: f64, round: RoundMode, out: &mut [u8]) {
+    if dtype.is_float() {
+        numeric::encode_one(dtype, v as f32, out)
+    } else if v.is_nan() {
+        numeric::encode_i64(dtype, 0, out)
+    } else {
+        numeric::encode_i64(
+            dtype,
+            round_with(v, round).clamp(i64::MIN as f64, i64::MAX as f64) as i64,
+            out,
+        )
+    }
+}
+
+impl Scratch for f32 {
+    fn from_bytes(dtype: DType, b: &[u8]) -> Self {
+        numeric::decode_one(dtype, b)
+    }
+    fn to_bytes(self, dtype: DType, round: RoundMode, out: &mut [u8]) {
+        encode_any(dtype, self as f64, round, out)
+    }
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+}
+
+impl Scratch for f64 {
+    fn from_bytes(dtype: DType, b: &[u8]) -> Self {
+        if dtype.is_float() {
+            numeric::decode_one(dtype, b) as f64
+        } else {
+            numeric::decode_i64(dtype, b) as f64
+        }
+    }
+    fn to_bytes(self, dtype: DType, round: RoundMode, out: &mut [u8]) {
+        encode_any(dtype, self, round, out)
+    }
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+}
+
+fn load<F: Scratch>(
+    cx: &ExecCtx<'_, '_>,
+    loc: &TileLoc,
+    rows: usize,
+    cols: usize,
+) -> Result<Vec<F>, String> {
+    let mut bytes = Vec::new();
+    cx.read_bytes(loc, cx.own_aiv(), (0, 0), (rows, cols), &mut bytes)?;
+    let es = loc.es();
+    Ok(bytes
+        .chunks_exact(es)
+        .map(|b| F::from_bytes(loc.ty.dtype, b))
+        .collect())
+}
+
+fn store<F: Scratch>(
+    cx: &mut ExecCtx<'_, '_>,
+    loc: &TileLoc,
+    rows: usize,
+    cols: usize,
+    vals: &[F],
+    round: RoundMode,
+) -> Result<(), String> {
+    let es = loc.es();
+    let mut bytes = vec![0u8; rows * cols * es];
+    for (v, b) in vals.iter().zip(bytes.chunks_exact_mut(es)) {
+        v.to_bytes(loc.ty.dtype, round, b);
+    }
+    let aiv = cx.own_aiv();
+    cx.write_bytes(loc, aiv, (0, 0), (rows, cols), &bytes)
+}
+
+fn same(a: (usize, usize), b: (usize, usize), what: &str) -> Result<(), String> {
+    if a != b {
+        return Err(format!(
+            "{what}: valid shapes {}x{} and {}x{} differ",
+            a.0, a.1, b.0, b.1
+        ));
+    }
+    Ok(())
+}
+
+#[inline]
+fn binary<F: Float>(op: BinaryOp, a: F, b: F) -> F {
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+        BinaryOp::Max => a.max(b),
+        BinaryOp::Min => a.min(b),
+    }
+}
+
+#[inline]
+fn unary<F: Float>(op: UnaryOp, x: F) -> F {
+    match op {
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Ln => x.ln(),
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Neg => -x,
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Rsqrt => x.sqrt().recip(),
+        UnaryOp::Recip => x.recip(),
+        UnaryOp::Relu => x.max(F::zero()),
+    }
+}
+
+fn pad_value(dtype: DType, pad: PadValue) -> Option<f64> {
+    let (lo, hi) = match dtype {
+        d if d.is_float() => (f64::NEG_INFINITY, f64::INFINITY),
+        DType::I8 => (-128.0, 127.0),
+        DType::U8 => (0.0, 255.0),
+        DType::I32 => (i32::MIN as f64, i32::MAX as f64),
+        DType::I64 => (i64::MIN as f64, i64::MAX as f64),
+        _ => (0.0, u64::MAX as f64),
+    };
+    match pad {
+        PadValue::Null => None,
+        PadValue::Zero => Some(0.0),
+        PadValue::Max => Some(hi),
+        PadValue::Min => Some(lo),
+    }
+}
+
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<(), String> {
+    let float = |cx: &ExecCtx<'_, '_>, r: &crate::ir::TileRef| -> Result<bool, String> {
+        Ok(cx.tile(r)?.ty.dtype.is_float())
+    };
+    match op {
+        Op::SetValidShape { tile, rows, cols } => {
+            let (r, c) = (cx.core.eval(rows)?, cx.core.eval(cols)?);
+            let decl = cx
+                .kernel
+                .try_tile(tile.tile)
+                .ok_or_else(|| format!("tile id {} is not declared", tile.tile.0))?;
+            if r < 0 || c < 0 || r as u64 > decl.ty.rows || c as u64 > decl.ty.cols {
+                return Err(format!(
+                    "valid shape {r}x{c} is outside `{}`'s {}x{}",
+                    decl.name, decl.ty.rows, decl.ty.cols
+                ));
+            }
+            cx.core.valid.insert(tile.tile, (r as u64, c as u64));
+            Ok(())
+        }
+        Op::FillPad { tile } => {
+            let loc = cx.tile(tile)?;
+            let Some(v) = pad_value(loc.ty.dtype, loc.ty.pad) else {
+                return Ok(());
+            };
+            let es = loc.es();
+            let mut one = vec![0u8; es];
+            encode_any(loc.ty.dtype, v, RoundMode::Rint, &mut one);
+            let (vr, vc) = loc.valid()?;
+            let aiv = cx.own_aiv();
+            // Right of the valid columns, then below the valid rows.
+            if vc < loc.cols() {
+                let n = vr * (loc.cols() - vc);
+                cx.write_bytes(&loc, aiv, (0, vc), (vr, loc.cols() - vc), &one.repeat(n))?;
+            }
+            if vr < loc.rows() {
+                let n = (loc.rows() - vr) * loc.cols();
+                cx.write_bytes(
+                    &loc,
+                    aiv,
+                    (vr, 0),
+                    (loc.rows() - vr, loc.cols()),
+                    &one.repeat(n),
+                )?;
+            }
+            Ok(())
+        }
+        _ => {
+            let dst = match op.tile_writes().first() {
+                Some(d) => (*d).clone(),
+                None => return Ok(()),
+            };
+            // Integer tiles (and casts from them) compute in f64 to stay exact.
+            let src_float = match op {
+                Op::Cast { src, .. } => float(cx, src)?,
+                _ => true,
+            };
+            if float(cx, &dst)? && src_float {
+                run::<f32>(cx, op)
+            } else {
+                run::<f64>(cx, op)
+            }
+        }
+    }
+}
+
+fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<(), String> {
+    let rint = RoundMode::Rint;
+    match op {
+        Op::Unary { op: u, dst, src } => {
+            let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
+            let (r, c) = s.valid()?;
+            same(s.valid()?, d.valid()?, "unary")?;
+            let mut v = load::<F>(cx, &s, r, c)?;
+            v.iter_mut().for_each(|x| *x = unary(*u, *x));
+            store(cx, &d, r, c, &v, rint)
+        }
+        Op::Binary {
+            op: b,
+            dst,
+            lhs,
+            rhs,
+        } => {
+            let (a, bb, d) = (cx.tile(lhs)?, cx.tile(rhs)?, cx.tile(dst)?);
+            same(a.valid()?, bb.valid()?, "binary")?;
+            same(a.valid()?, d.valid()?, "binary")?;
+            let (r, c) = a.valid()?;
+            let mut x = load::<F>(cx, &a, r, c)?;
+            let y = load::<F>(cx, &bb, r, c)?;
+            x.iter_mut()
+                .zip(&y)
+                .for_each(|(p, q)| *p = binary(*b, *p, *q));
+            store(cx, &d, r, c, &x, rint)
+        }
+        Op::BinaryScalar {
+            op: b,
+            dst,
+            src,
+            scalar,
+        } => {
+            let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
+            same(s.valid()?, d.valid()?, "binary_scalar")?;
+            let k = F::from_f64(cx.scalar(scalar)?);
+            let (r, c) = s.valid()?;
+            let mut x = load::<F>(cx, &s, r, c)?;
+            x.iter_mut().for_each(|p| *p = binary(*b, *p, k));
+            store(cx, &d, r, c, &x, rint)
+        }
+        Op::Reduce {
+            op: red,
+            axis,
+            dst,
+            src,
+        } => {
+            let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
+            let (r, c) = s.valid()?;
+            let x = load::<F>(cx, &s, r, c)?;
+            let (init, f): (F, fn(F, F) -> F) = match red {
+                ReduceOp::Sum => (F::zero(), |a, b| a + b),
+                ReduceOp::Max => (F::neg_infinity(), |a, b| a.max(b)),
+                ReduceOp::Min => (F::infinity(), |a, b| a.min(b)),
+            };
+            match axis {
+                Axis::Row => {
+                    let out: Vec<F> = x
+                        .chunks(c.max(1))
+                        .take(r)
+                        .map(|row| row.iter().fold(init, |a, b| f(a, *b)))
+                        .collect();
+                    let out = if c == 0 { vec![init; r] } else { out };
+                    store(cx, &d, r, 1, &out, rint)
+                }
+                Axis::Col => {
+                    let mut out = vec![init; c];
+                    for row in x.chunks(c.max(1)).take(r) {
+                        out.iter_mut().zip(row).for_each(|(a, b)| *a = f(*a, *b));
+                    }
+                    store(cx, &d, 1, c, &out, rint)
+                }
+            }
+        }
+        Op::Broadcast {
+            op: b,
+            axis,
+            dst,
+            src,
+            operand,
+        } => {
+            let (s, o, d) = (cx.tile(src)?, cx.tile(operand)?, cx.tile(dst)?);
+            same(s.valid()?, d.valid()?, "broadcast")?;
+            let (r, c) = s.valid()?;
+            let mut x = load::<F>(cx, &s, r, c)?;
+            match axis {
+                Axis::Row => {
+                    let v = load::<F>(cx, &o, r, 1)?;
+                    for (row, k) in x.chunks_mut(c.max(1)).zip(&v) {
+                        row.iter_mut().for_each(|p| *p = binary(*b, *p, *k));
+                    }
+                }
+                Axis::Col => {
+                    let v = load::<F>(cx, &o, 1, c)?;
+                    for row in x.chunks_mut(c.max(1)) {
+                        row.iter_mut()
+                            .zip(&v)
+                            .for_each(|(p, k)| *p = binary(*b, *p, *k));
+                    }
+                }
+            }
+            store(cx, &d, r, c, &x, rint)
+        }
+        Op::Expand { axis, dst, src } => {
+            let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
+            let (r, c) = d.valid()?;
+            let mut x = vec![F::zero(); r * c];
+            match axis {
+                Axis::Row => {
+                    let v = load::<F>(cx, &s, r, 1)?;
+                    for (row, k) in x.chunks_mut(c.max(1)).zip(&v) {
+                        row.fill(*k);
+                    }
+                }
+                Axis::Col => {
+                    let v = load::<F>(cx, &s, 1, c)?;
+                    for row in x.chunks_mut(c.max(1)) {
+                        row.copy_from_slice(&v);
+                    }
+                }
+            }
+            store(cx, &d, r, c, &x, rint)
+        }
+        Op::Cast { dst, src, round } => {
+            let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
+            same(s.valid()?, d.valid()?, "cast")?;
+            let (r, c) = s.valid()?;
+            let x = load::<F>(cx, &s, r, c)?;
+            store(cx, &d, r, c, &x, *round)
+        }
+        Op::Fill { dst, value } => {
+            let d = cx.tile(dst)?;
+            let (r, c) = d.valid()?;
+            let k = F::from_f64(cx.scalar(value)?);
+            store(cx, &d, r, c, &vec![k; r * c], rint)
+        }
+        _ => Ok(()),
+    }
+}

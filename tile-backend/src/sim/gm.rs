@@ -1,0 +1,318 @@
+//! GM: kernel arguments as host buffers, and each block's private write overlay.
+
+use super::numeric;
+use super::SimError;
+use crate::ir::{DType, Expr, ExprEnv, Kernel, ParamId, ParamKind, VarId};
+use std::collections::HashMap;
+
+/// A GM tensor argument: dtype, shape and little-endian bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GmTensor {
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions.
+    pub shape: Vec<usize>,
+    /// `product(shape) * size_of(dtype)` bytes.
+    pub data: Vec<u8>,
+}
+
+impl GmTensor {
+    /// A zero-filled tensor.
+    pub fn zeros(dtype: DType, shape: &[usize]) -> Self {
+        let n: usize = shape.iter().product();
+        GmTensor {
+            dtype,
+            shape: shape.to_vec(),
+            data: vec![0; n * dtype.size_bytes() as usize],
+        }
+    }
+
+    /// A tensor from f32 values, encoded (rounded) to `dtype`.
+    pub fn from_f32(dtype: DType, shape: &[usize], values: &[f32]) -> Self {
+        let mut t = GmTensor::zeros(dtype, shape);
+        numeric::encode_f32(dtype, values, &mut t.data);
+        t
+    }
+
+    /// A tensor from integer values, encoded (saturated) to `dtype`.
+    pub fn from_i64(dtype: DType, shape: &[usize], values: &[i64]) -> Self {
+        let mut t = GmTensor::zeros(dtype, shape);
+        let es = dtype.size_bytes() as usize;
+        for (v, b) in values.iter().zip(t.data.chunks_exact_mut(es)) {
+            numeric::encode_i64(dtype, *v, b);
+        }
+        t
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// True when the tensor has no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The elements decoded to f32.
+    pub fn to_f32(&self) -> Vec<f32> {
+        let mut out = vec![0.0; self.len()];
+        numeric::decode_f32(self.dtype, &self.data, &mut out);
+        out
+    }
+
+    /// The elements decoded as integers.
+    pub fn to_i64(&self) -> Vec<i64> {
+        let es = self.dtype.size_bytes() as usize;
+        self.data
+            .chunks_exact(es)
+            .map(|b| numeric::decode_i64(self.dtype, b))
+            .collect()
+    }
+}
+
+/// A kernel argument.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Arg {
+    /// A GM tensor.
+    Tensor(GmTensor),
+    /// An integer scalar.
+    Int(i64),
+    /// A float scalar.
+    Float(f64),
+}
+
+impl Arg {
+    /// The tensor, if this is one.
+    pub fn tensor(&self) -> Option<&GmTensor> {
+        match self {
+            Arg::Tensor(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+struct ScalarEnv<'a>(&'a [Arg]);
+
+impl ExprEnv for ScalarEnv<'_> {
+    fn var(&self, _: VarId) -> Option<i64> {
+        None
+    }
+    fn param(&self, p: ParamId) -> Option<i64> {
+        match self.0.get(p.0 as usize)? {
+            Arg::Int(v) => Some(*v),
+            _ => None,
+        }
+    }
+    fn block_idx(&self) -> Option<i64> {
+        None
+    }
+    fn block_dim(&self) -> Option<i64> {
+        None
+    }
+    fn sub_block_idx(&self) -> Option<i64> {
+        None
+    }
+}
+
+/// Evaluates a parameter-only expression (tensor shapes).
+pub(crate) fn eval_shape(e: &Expr, args: &[Arg]) -> Option<i64> {
+    e.eval(&ScalarEnv(args)).ok()
+}
+
+/// Checks that `args` match the kernel's parameters: count, kinds, dtypes and shapes.
+pub(crate) fn check_args(kernel: &Kernel, args: &[Arg]) -> Result<(), SimError> {
+    if args.len() != kernel.params.len() {
+        return Err(SimError::BadArg {
+            name: format!("#{}", args.len()),
+            why: format!(
+                "kernel `{}` takes {} arguments, {} given",
+                kernel.name,
+                kernel.params.len(),
+                args.len()
+            ),
+        });
+    }
+    for (p, a) in kernel.params.iter().zip(args) {
+        let bad = |why: String| SimError::BadArg {
+            name: p.name.clone(),
+            why,
+        };
+        match (&p.kind, a) {
+            (ParamKind::Tensor { dtype, shape, .. }, Arg::Tensor(t)) => {
+                if t.dtype != *dtype {
+                    return Err(bad(format!("expected {dtype}, got {}", t.dtype)));
+                }
+                let want: Option<Vec<i64>> = shape.iter().map(|e| eval_shape(e, args)).collect();
+                let want = want
+                    .ok_or_else(|| bad("its shape depends on a missing integer scalar".into()))?;
+                let got: Vec<i64> = t.shape.iter().map(|d| *d as i64).collect();
+                if want != got {
+                    return Err(bad(format!("expected shape {want:?}, got {got:?}")));
+                }
+                if t.data.len() != t.len() * dtype.size_bytes() as usize {
+                    return Err(bad(format!(
+                        "holds {} bytes, its shape needs {}",
+                        t.data.len(),
+                        t.len() * dtype.size_bytes() as usize
+                    )));
+                }
+            }
+            (ParamKind::Scalar { dtype }, Arg::Int(_)) if !dtype.is_float() => {}
+            (ParamKind::Scalar { dtype }, Arg::Float(_)) if dtype.is_float() => {}
+            (ParamKind::Scalar { dtype }, _) => {
+                return Err(bad(format!("expected a {dtype} scalar")));
+            }
+            (ParamKind::Tensor { .. }, _) => return Err(bad("expected a GM tensor".into())),
+        }
+    }
+    Ok(())
+}
+
+const PAGE: usize = 4096;
+
+struct Page {
+    data: Vec<u8>,
+    dirty: Vec<u64>,
+}
+
+struct AtomicAdd {
+    param: u32,
+    byte_off: usize,
+    dtype: DType,
+    bytes: Vec<u8>,
+}
+
+/// One block's view of GM: reads see the arguments plus this block's own writes.
+#[derive(Default)]
+pub(crate) struct Overlay {
+    pages: HashMap<(u32, usize), Page>,
+    atomics: Vec<AtomicAdd>,
+}
+
+fn tensor(args: &[Arg], p: ParamId) -> Result<&GmTensor, String> {
+    args.get(p.0 as usize)
+        .and_then(Arg::tensor)
+        .ok_or_else(|| format!("argument {} is not a GM tensor", p.0))
+}
+
+impl Overlay {
+    fn check(args: &[Arg], p: ParamId, off: usize, len: usize) -> Result<&GmTensor, String> {
+        let t = tensor(args, p)?;
+        if off.checked_add(len).is_none_or(|end| end > t.data.len()) {
+            return Err(format!(
+                "GM access of {len} B at byte {off} is outside argument {} ({} B)",
+                p.0,
+                t.data.len()
+            ));
+        }
+        Ok(t)
+    }
+
+    /// Reads `out.len()` bytes at `off` of tensor `p`.
+    pub fn read(&self, args: &[Arg], p: ParamId, off: usize, out: &mut [u8]) -> Result<(), String> {
+        let t = Self::check(args, p, off, out.len())?;
+        out.copy_from_slice(&t.data[off..off + out.len()]);
+        if self.pages.is_empty() {
+            return Ok(());
+        }
+        let mut pos = 0;
+        while pos < out.len() {
+            let abs = off + pos;
+            let (page, in_page) = (abs / PAGE, abs % PAGE);
+            let n = (PAGE - in_page).min(out.len() - pos);
+            if let Some(pg) = self.pages.get(&(p.0, page)) {
+                out[pos..pos + n].copy_from_slice(&pg.data[in_page..in_page + n]);
+            }
+            pos += n;
+        }
+        Ok(())
+    }
+
+    /// Writes `bytes` at `off` of tensor `p` (visible to this block at once, to GM at merge).
+    pub fn write(
+        &mut self,
+        args: &[Arg],
+        p: ParamId,
+        off: usize,
+        bytes: &[u8],
+    ) -> Result<(), String> {
+        let t = Self::check(args, p, off, bytes.len())?;
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let abs = off + pos;
+            let (page, in_page) = (abs / PAGE, abs % PAGE);
+            let n = (PAGE - in_page).min(bytes.len() - pos);
+            let pg = self.pages.entry((p.0, page)).or_insert_with(|| {
+                let start = page * PAGE;
+                let end = (start + PAGE).min(t.data.len());
+                let mut data = vec![0u8; PAGE];
+                data[..end - start].copy_from_slice(&t.data[start..end]);
+                Page {
+                    data,
+                    dirty: vec![0; PAGE / 64],
+                }
+            });
+            pg.data[in_page..in_page + n].copy_from_slice(&bytes[pos..pos + n]);
+            for i in in_page..in_page + n {
+                pg.dirty[i / 64] |= 1 << (i % 64);
+            }
+            pos += n;
+        }
+        Ok(())
+    }
+
+    /// Records an atomic add of `bytes` (elements of `dtype`) at `off`, applied at merge.
+    pub fn atomic_add(
+        &mut self,
+        args: &[Arg],
+        p: ParamId,
+        off: usize,
+        dtype: DType,
+        bytes: &[u8],
+    ) -> Result<(), String> {
+        Self::check(args, p, off, bytes.len())?;
+        self.atomics.push(AtomicAdd {
+            param: p.0,
+            byte_off: off,
+            dtype,
+            bytes: bytes.to_vec(),
+        });
+        Ok(())
+    }
+
+    /// Applies this block's writes, then its atomic adds, to the arguments.
+    pub fn merge_into(self, args: &mut [Arg]) {
+        let mut pages: Vec<_> = self.pages.into_iter().collect();
+        pages.sort_by_key(|(k, _)| *k);
+        for ((param, page), pg) in pages {
+            let Some(Arg::Tensor(t)) = args.get_mut(param as usize) else {
+                continue;
+            };
+            let start = page * PAGE;
+            for i in 0..PAGE.min(t.data.len().saturating_sub(start)) {
+                if pg.dirty[i / 64] >> (i % 64) & 1 == 1 {
+                    t.data[start + i] = pg.data[i];
+                }
+            }
+        }
+        for a in self.atomics {
+            let Some(Arg::Tensor(t)) = args.get_mut(a.param as usize) else {
+                continue;
+            };
+            let es = a.dtype.size_bytes() as usize;
+            for (i, add) in a.bytes.chunks_exact(es).enumerate() {
+                let o = a.byte_off + i * es;
+                let cur = &mut t.data[o..o + es];
+                if a.dtype.is_float() {
+                    let v = numeric::decode_one(a.dtype, cur) + numeric::decode_one(a.dtype, add);
+                    numeric::encode_one(a.dtype, v, cur);
+                } else {
+                    let v = numeric::decode_i64(a.dtype, cur)
+                        .wrapping_add(numeric::decode_i64(a.dtype, add));
+                    numeric::encode_i64(a.dtype, v, cur);
+                }
+            }
+        }
+    }
+}

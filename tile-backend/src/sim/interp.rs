@@ -1,0 +1,304 @@
+//! The per-block interpreter: three resumable core programs, interleaved deterministically.
+
+use super::exec::{self, ExecCtx, Flow};
+use super::gm::{Arg, Overlay};
+use super::state::{BlockMem, CoreId, CrossFlags};
+use super::SimError;
+use crate::arch::Arch;
+use crate::ir::{CoreKind, Expr, ExprEnv, Kernel, Op, OpLoc, ParamId, Stmt, TileId, VarId};
+use std::collections::{BTreeMap, HashMap};
+
+/// Op locations keyed by the op's address inside the kernel.
+pub(crate) type OpLocs = HashMap<usize, OpLoc>;
+
+pub(crate) fn op_locations(kernel: &Kernel) -> OpLocs {
+    kernel
+        .ops()
+        .into_iter()
+        .map(|(loc, op)| (op as *const Op as usize, loc))
+        .collect()
+}
+
+/// A core's scalar state: variables, runtime valid shapes and its data cache.
+pub(crate) struct CoreRt<'a> {
+    pub id: CoreId,
+    pub vars: Vec<Option<i64>>,
+    pub valid: HashMap<TileId, (u64, u64)>,
+    /// Scalar writes held per 64-byte line until kernel end: (param, line) -> bytes.
+    pub dcache: BTreeMap<(u32, usize), [u8; 64]>,
+    pub args: &'a [Arg],
+    pub block: usize,
+    pub block_dim: usize,
+}
+
+impl ExprEnv for CoreRt<'_> {
+    fn var(&self, v: VarId) -> Option<i64> {
+        self.vars.get(v.0 as usize).copied().flatten()
+    }
+    fn param(&self, p: ParamId) -> Option<i64> {
+        match self.args.get(p.0 as usize)? {
+            Arg::Int(v) => Some(*v),
+            _ => None,
+        }
+    }
+    fn block_idx(&self) -> Option<i64> {
+        Some(self.block as i64)
+    }
+    fn block_dim(&self) -> Option<i64> {
+        Some(self.block_dim as i64)
+    }
+    fn sub_block_idx(&self) -> Option<i64> {
+        Some(match self.id {
+            CoreId::Aic => 0,
+            CoreId::Aiv(k) => k as i64,
+        })
+    }
+}
+
+impl CoreRt<'_> {
+    pub fn eval(&self, e: &Expr) -> Result<i64, String> {
+        e.eval(self).map_err(|e| e.to_string())
+    }
+    pub fn set_var(&mut self, v: VarId, value: i64) {
+        let i = v.0 as usize;
+        if self.vars.len() <= i {
+            self.vars.resize(i + 1, None);
+        }
+        self.vars[i] = Some(value);
+    }
+}
+
+enum Frame<'k> {
+    Block {
+        stmts: &'k [Stmt],
+        pc: usize,
+    },
+    Loop {
+        var: VarId,
+        cur: i64,
+        end: i64,
+        step: i64,
+        body: &'k [Stmt],
+        pc: usize,
+    },
+}
+
+struct Program<'k> {
+    frames: Vec<Frame<'k>>,
+    waiting: Option<String>,
+}
+
+/// What a block leaves behind.
+pub(crate) struct BlockResult {
+    pub gm: Overlay,
+    pub ops_executed: u64,
+}
+
+pub(crate) fn run_block(
+    kernel: &Kernel,
+    arch: &Arch,
+    args: &[Arg],
+    locs: &OpLocs,
+    block: usize,
+    block_dim: usize,
+) -> Result<BlockResult, SimError> {
+    let mut mem = BlockMem::new(arch);
+    let mut gm = Overlay::default();
+    let mut flags = CrossFlags::default();
+    let mut cores: Vec<CoreRt> = CoreId::ALL
+        .iter()
+        .map(|&id| CoreRt {
+            id,
+            vars: vec![None; kernel.vars.len()],
+            valid: HashMap::new(),
+            dcache: BTreeMap::new(),
+            args,
+            block,
+            block_dim,
+        })
+        .collect();
+    let mut programs: Vec<Program> = CoreId::ALL
+        .iter()
+        .map(|id| {
+            let stmts = kernel.section(match id {
+                CoreId::Aic => CoreKind::Cube,
+                CoreId::Aiv(_) => CoreKind::Vector,
+            });
+            Program {
+                frames: vec![Frame::Block { stmts, pc: 0 }],
+                waiting: None,
+            }
+        })
+        .collect();
+    let mut ops_executed = 0u64;
+    loop {
+        let mut progressed = false;
+        for (core, prog) in cores.iter_mut().zip(programs.iter_mut()) {
+            let mut cx = ExecCtx {
+                kernel,
+                arch,
+                args,
+                mem: &mut mem,
+                gm: &mut gm,
+                flags: &mut flags,
+                core,
+            };
+            let (ran, n) = run_core(&mut cx, prog, locs)?;
+            progressed |= ran;
+            ops_executed += n;
+        }
+        if programs.iter().all(|p| p.frames.is_empty()) {
+            break;
+        }
+        if !progressed {
+            let waits: Vec<String> = CoreId::ALL
+                .iter()
+                .zip(&programs)
+                .filter_map(|(id, p)| p.waiting.as_ref().map(|w| format!("{id} waits for {w}")))
+                .collect();
+            return Err(SimError::Hang {
+                block,
+                waits: waits.join("; "),
+            });
+        }
+    }
+    // Scalar writes reach GM at kernel end as whole lines, core by core.
+    for core in &cores {
+        for (&(param, line), bytes) in &core.dcache {
+            let t = args.get(param as usize).and_then(Arg::tensor);
+            let len = t.map(|t| t.data.len()).unwrap_or(0);
+            let start = line * 64;
+            let end = (start + 64).min(len);
+            if start < end {
+                let _ = gm.write(args, ParamId(param), start, &bytes[..end - start]);
+            }
+        }
+    }
+    Ok(BlockResult { gm, ops_executed })
+}
+
+/// Runs a core until it finishes or waits; returns whether it made progress and ops run.
+fn run_core(
+    cx: &mut ExecCtx<'_, '_>,
+    prog: &mut Program<'_>,
+    locs: &OpLocs,
+) -> Result<(bool, u64), SimError> {
+    let mut progressed = false;
+    let mut n = 0;
+    let fail = |cx: &ExecCtx, op: &Op, why: String| SimError::Op {
+        block: cx.core.block,
+        core: cx.core.id.to_string(),
+        loc: locs
+            .get(&(op as *const Op as usize))
+            .copied()
+            .unwrap_or(OpLoc {
+                section: CoreKind::Cube,
+                index: usize::MAX,
+            }),
+        op: op.name().to_string(),
+        why,
+    };
+    let ctl = |cx: &ExecCtx, what: &str, why: String| SimError::Op {
+        block: cx.core.block,
+        core: cx.core.id.to_string(),
+        loc: OpLoc {
+            section: if cx.core.id == CoreId::Aic {
+                CoreKind::Cube
+            } else {
+                CoreKind::Vector
+            },
+            index: usize::MAX,
+        },
+        op: what.to_string(),
+        why,
+    };
+    while let Some(frame) = prog.frames.last_mut() {
+        let (stmts, pc) = match frame {
+            Frame::Block { stmts, pc } => (*stmts, pc),
+            Frame::Loop { body, pc, .. } => (*body, pc),
+        };
+        if *pc >= stmts.len() {
+            match frame {
+                Frame::Loop {
+                    var,
+                    cur,
+                    end,
+                    step,
+                    pc,
+                    ..
+                } => {
+                    *cur += *step;
+                    if *cur < *end {
+                        *pc = 0;
+                        let (v, c) = (*var, *cur);
+                        cx.core.set_var(v, c);
+                    } else {
+                        prog.frames.pop();
+                    }
+                }
+                Frame::Block { .. } => {
+                    prog.frames.pop();
+                }
+            }
+            continue;
+        }
+        let stmt = &stmts[*pc];
+        match stmt {
+            Stmt::Op(op) => match exec::exec(cx, op).map_err(|why| fail(cx, op, why))? {
+                Flow::Continue => {
+                    *pc += 1;
+                    prog.waiting = None;
+                    n += 1;
+                }
+                Flow::Blocked(what) => {
+                    prog.waiting = Some(what);
+                    return Ok((progressed, n));
+                }
+            },
+            Stmt::Let { var, value } => {
+                let v = cx.core.eval(value).map_err(|e| ctl(cx, "let", e))?;
+                cx.core.set_var(*var, v);
+                *pc += 1;
+            }
+            Stmt::For {
+                var,
+                start,
+                end,
+                step,
+                body,
+            } => {
+                let s = cx.core.eval(start).map_err(|e| ctl(cx, "for", e))?;
+                let e = cx.core.eval(end).map_err(|e| ctl(cx, "for", e))?;
+                if *step <= 0 {
+                    return Err(ctl(cx, "for", format!("loop step {step} is not positive")));
+                }
+                *pc += 1;
+                if s < e {
+                    cx.core.set_var(*var, s);
+                    prog.frames.push(Frame::Loop {
+                        var: *var,
+                        cur: s,
+                        end: e,
+                        step: *step,
+                        body,
+                        pc: 0,
+                    });
+                }
+            }
+            Stmt::If {
+                cond,
+                then_body,
+                else_body,
+            } => {
+                let c = cx.core.eval(cond).map_err(|e| ctl(cx, "if", e))?;
+                *pc += 1;
+                prog.frames.push(Frame::Block {
+                    stmts: if c != 0 { then_body } else { else_body },
+                    pc: 0,
+                });
+            }
+        }
+        progressed = true;
+    }
+    Ok((progressed, n))
+}

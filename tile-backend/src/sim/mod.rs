@@ -1,0 +1,119 @@
+//! The CPU simulator: runs a compiled tile program on real data, byte-exact.
+//!
+//! Execution model (docs/simulator.md):
+//! - One cluster per block: the AIC (cube program) and two AIVs (vector program, sub-block 0/1),
+//!   each with its own buffers (L1/L0A/L0B/L0C/bias/scaling on the AIC, a UB per AIV), stored in
+//!   the tile's declared layout (NZ is stored as NZ).
+//! - Within a core, ops run in program order (a legal serialisation when intra-core syncs are
+//!   right; the race detector checks that). Across cores, cross-core flags block: the three
+//!   programs are interleaved deterministically (AIC, AIV0, AIV1, each until it waits), and a
+//!   state where every unfinished core waits is reported as a hang.
+//! - GM: kernel arguments as host byte buffers. Each block writes through a private overlay
+//!   (reading its own writes); overlays are merged in block order after all blocks ran, so results
+//!   are bit-identical whatever the thread count. Scalar writes sit in each core's 64-byte-line
+//!   data cache and reach GM at kernel end.
+//! - Numerics: integers exact; f16/bf16 element-wise ops compute in f32 and round once (nearest
+//!   even); matmul accumulates in f32 (int32 for int8); exp and the summation order are models.
+
+mod exec;
+mod gm;
+mod interp;
+pub mod io;
+pub mod numeric;
+mod state;
+mod tile;
+
+pub use gm::{Arg, GmTensor};
+
+use crate::arch::Arch;
+use crate::ir::{Kernel, OpLoc};
+use rayon::prelude::*;
+use thiserror::Error;
+
+/// Why a simulation failed.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum SimError {
+    /// The arguments do not match the kernel's parameters.
+    #[error("bad argument `{name}`: {why}")]
+    BadArg {
+        /// Parameter name (or position).
+        name: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A tile has no address: run `passes::compile` (memory planning) first.
+    #[error(
+        "tile `{0}` has no address: compile the kernel (memory planning) before simulating it"
+    )]
+    NotPlanned(String),
+    /// An op failed at run time.
+    #[error("block {block}, {core}, {loc} ({op}): {why}")]
+    Op {
+        /// Block index.
+        block: usize,
+        /// Core name (AIC, AIV0, AIV1).
+        core: String,
+        /// Where the op is.
+        loc: OpLoc,
+        /// Op name.
+        op: String,
+        /// What went wrong.
+        why: String,
+    },
+    /// Every unfinished core of a block waits for a flag nobody will set.
+    #[error("block {block} hangs: {waits}")]
+    Hang {
+        /// Block index.
+        block: usize,
+        /// What each core waits for.
+        waits: String,
+    },
+}
+
+/// Options of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimOptions {
+    /// Number of blocks (clusters) launched.
+    pub block_dim: usize,
+}
+
+/// What a run reports besides the outputs written into the arguments.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Blocks run.
+    pub blocks: usize,
+    /// Ops executed, summed over blocks and cores.
+    pub ops_executed: u64,
+}
+
+/// Runs a compiled kernel (every allocated tile has an address) on `args`, writing its outputs
+/// into the argument tensors.
+pub fn run(
+    kernel: &Kernel,
+    arch: &Arch,
+    args: &mut [Arg],
+    opts: SimOptions,
+) -> Result<RunSummary, SimError> {
+    gm::check_args(kernel, args)?;
+    tile::check_planned(kernel)?;
+    let locs = interp::op_locations(kernel);
+    let shared: &[Arg] = args;
+    let results: Vec<Result<interp::BlockResult, SimError>> = (0..opts.block_dim)
+        .into_par_iter()
+        .map(|block| interp::run_block(kernel, arch, shared, &locs, block, opts.block_dim))
+        .collect();
+    let mut summary = RunSummary {
+        blocks: opts.block_dim,
+        ops_executed: 0,
+    };
+    let mut blocks = Vec::with_capacity(results.len());
+    for r in results {
+        let r = r?;
+        summary.ops_executed += r.ops_executed;
+        blocks.push(r);
+    }
+    for b in blocks {
+        b.gm.merge_into(args);
+    }
+    Ok(summary)
+}

@@ -1,0 +1,168 @@
+//! Element encodings: decoding stored bytes to f32 (or i64) scratch and encoding back with the
+//! machine's rounding (nearest even for float narrowing) and saturation rules.
+
+use crate::ir::DType;
+use half::{bf16, f16};
+
+/// Decodes `n` elements of `dtype` from `bytes` into `out` as f32.
+///
+/// Integers convert exactly where f32 can hold them (int32 beyond 2^24 rounds).
+pub fn decode_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) {
+    let es = dtype.size_bytes() as usize;
+    for (o, b) in out.iter_mut().zip(bytes.chunks_exact(es)) {
+        *o = decode_one(dtype, b);
+    }
+}
+
+/// Decodes one element.
+#[inline]
+pub fn decode_one(dtype: DType, b: &[u8]) -> f32 {
+    match dtype {
+        DType::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+        DType::F16 => f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32(),
+        DType::BF16 => bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32(),
+        DType::I8 => b[0] as i8 as f32,
+        DType::U8 => b[0] as f32,
+        DType::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32,
+        DType::I64 => i64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])) as f32,
+        DType::U64 => u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])) as f32,
+        DType::F8E4M3 => fp8_e4m3_to_f32(b[0]),
+        DType::F8E5M2 => fp8_e5m2_to_f32(b[0]),
+    }
+}
+
+/// Decodes an integer element exactly (floats truncate toward zero).
+#[inline]
+pub fn decode_i64(dtype: DType, b: &[u8]) -> i64 {
+    match dtype {
+        DType::I8 => b[0] as i8 as i64,
+        DType::U8 => b[0] as i64,
+        DType::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64,
+        DType::I64 => i64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])),
+        DType::U64 => u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])) as i64,
+        _ => decode_one(dtype, b) as i64,
+    }
+}
+
+/// Encodes one f32 value as `dtype`: floats round to nearest even (IEEE overflow to inf);
+/// integers round to nearest even and saturate.
+#[inline]
+pub fn encode_one(dtype: DType, v: f32, out: &mut [u8]) {
+    match dtype {
+        DType::F32 => out[..4].copy_from_slice(&v.to_le_bytes()),
+        DType::F16 => out[..2].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes()),
+        DType::BF16 => out[..2].copy_from_slice(&bf16::from_f32(v).to_bits().to_le_bytes()),
+        DType::I8 => out[0] = sat_round(v, -128.0, 127.0) as i8 as u8,
+        DType::U8 => out[0] = sat_round(v, 0.0, 255.0) as u8,
+        DType::I32 => out[..4].copy_from_slice(
+            &(sat_round(v, i32::MIN as f32, i32::MAX as f32) as i32).to_le_bytes(),
+        ),
+        DType::I64 => out[..8].copy_from_slice(&(v.round_ties_even() as i64).to_le_bytes()),
+        DType::U64 => {
+            out[..8].copy_from_slice(&(v.max(0.0).round_ties_even() as u64).to_le_bytes())
+        }
+        DType::F8E4M3 => out[0] = f32_to_fp8_e4m3(v),
+        DType::F8E5M2 => out[0] = f32_to_fp8_e5m2(v),
+    }
+}
+
+/// Encodes an integer value as `dtype` (integers saturate; floats convert).
+#[inline]
+pub fn encode_i64(dtype: DType, v: i64, out: &mut [u8]) {
+    match dtype {
+        DType::I8 => out[0] = v.clamp(-128, 127) as i8 as u8,
+        DType::U8 => out[0] = v.clamp(0, 255) as u8,
+        DType::I32 => out[..4]
+            .copy_from_slice(&(v.clamp(i32::MIN as i64, i32::MAX as i64) as i32).to_le_bytes()),
+        DType::I64 => out[..8].copy_from_slice(&v.to_le_bytes()),
+        DType::U64 => out[..8].copy_from_slice(&(v.max(0) as u64).to_le_bytes()),
+        _ => encode_one(dtype, v as f32, out),
+    }
+}
+
+/// Encodes `src` as `dtype` into `bytes`.
+pub fn encode_f32(dtype: DType, src: &[f32], bytes: &mut [u8]) {
+    let es = dtype.size_bytes() as usize;
+    for (v, b) in src.iter().zip(bytes.chunks_exact_mut(es)) {
+        encode_one(dtype, *v, b);
+    }
+}
+
+/// Round half to even, then clamp to `[lo, hi]`; NaN becomes 0.
+#[inline]
+pub fn sat_round(v: f32, lo: f32, hi: f32) -> f32 {
+    if v.is_nan() {
+        0.0
+    } else {
+        v.round_ties_even().clamp(lo, hi)
+    }
+}
+
+/// Rounds an f32 to f16 precision and back (one rounding, nearest even).
+#[inline]
+pub fn round_to(dtype: DType, v: f32) -> f32 {
+    match dtype {
+        DType::F16 => f16::from_f32(v).to_f32(),
+        DType::BF16 => bf16::from_f32(v).to_f32(),
+        DType::F8E4M3 => fp8_e4m3_to_f32(f32_to_fp8_e4m3(v)),
+        DType::F8E5M2 => fp8_e5m2_to_f32(f32_to_fp8_e5m2(v)),
+        _ => v,
+    }
+}
+
+/// OCP fp8 e4m3 (no infinities; 0x7f/0xff NaN; max 448) to f32.
+pub fn fp8_e4m3_to_f32(b: u8) -> f32 {
+    let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
+    let e = ((b >> 3) & 0xf) as i32;
+    let m = (b & 7) as f32;
+    if e == 0xf && b & 7 == 7 {
+        return f32::NAN;
+    }
+    if e == 0 {
+        sign * m / 8.0 * 2f32.powi(-6)
+    } else {
+        sign * (1.0 + m / 8.0) * 2f32.powi(e - 7)
+    }
+}
+
+/// OCP fp8 e5m2 (IEEE-like, max 57344) to f32.
+pub fn fp8_e5m2_to_f32(b: u8) -> f32 {
+    // e5m2 is the top byte of an f16.
+    f16::from_bits((b as u16) << 8).to_f32()
+}
+
+/// f32 to fp8 e4m3, nearest even, saturating to +-448 (NaN stays NaN).
+pub fn f32_to_fp8_e4m3(v: f32) -> u8 {
+    if v.is_nan() {
+        return 0x7f;
+    }
+    let sign = if v.is_sign_negative() { 0x80u8 } else { 0 };
+    let a = v.abs().min(448.0);
+    // Candidates are enumerated: 127 magnitudes, pick the nearest (ties to even mantissa).
+    let mut best = 0u8;
+    let mut best_err = f32::INFINITY;
+    for code in 0u8..0x7f {
+        let c = fp8_e4m3_to_f32(code);
+        let err = (c - a).abs();
+        if err < best_err || (err == best_err && code & 1 == 0) {
+            best = code;
+            best_err = err;
+        }
+    }
+    sign | best
+}
+
+/// f32 to fp8 e5m2, nearest even (overflow to inf as IEEE).
+pub fn f32_to_fp8_e5m2(v: f32) -> u8 {
+    if v.is_nan() {
+        return 0x7f;
+    }
+    let h = f16::from_f32(v).to_bits();
+    // Round the f16 to its top byte, nearest even.
+    let low = h & 0xff;
+    let mut top = h >> 8;
+    if low > 0x80 || (low == 0x80 && top & 1 == 1) {
+        top += 1;
+    }
+    top as u8
+}

@@ -1,0 +1,121 @@
+//! Per-block machine state: on-chip buffers of the AIC and both AIVs, cross-core flags.
+
+use crate::arch::Arch;
+use crate::ir::MemSpace;
+use std::fmt;
+
+/// Byte every on-chip buffer starts with: an all-ones pattern (NaN for floats, -1 for signed
+/// integers), so that padding a kernel forgot to fill shows up instead of passing as zero.
+pub(crate) const FRESH_BYTE: u8 = 0xff;
+
+/// A core of the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum CoreId {
+    /// The cube core.
+    Aic,
+    /// Vector core 0 or 1.
+    Aiv(u8),
+}
+
+impl CoreId {
+    pub const ALL: [CoreId; 3] = [CoreId::Aic, CoreId::Aiv(0), CoreId::Aiv(1)];
+}
+
+impl fmt::Display for CoreId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CoreId::Aic => f.write_str("AIC"),
+            CoreId::Aiv(k) => write!(f, "AIV{k}"),
+        }
+    }
+}
+
+/// The buffers of one cluster.
+pub(crate) struct BlockMem {
+    cube: [Vec<u8>; 6],
+    ub: [Vec<u8>; 2],
+}
+
+fn cube_slot(space: MemSpace) -> Option<usize> {
+    Some(match space {
+        MemSpace::Mat => 0,
+        MemSpace::Left => 1,
+        MemSpace::Right => 2,
+        MemSpace::Acc => 3,
+        MemSpace::Bias => 4,
+        MemSpace::Scaling => 5,
+        _ => return None,
+    })
+}
+
+impl BlockMem {
+    pub fn new(arch: &Arch) -> Self {
+        let cap = |s: MemSpace| arch.space(s).map(|s| s.capacity as usize).unwrap_or(0);
+        let fresh = |s: MemSpace| vec![FRESH_BYTE; cap(s)];
+        BlockMem {
+            cube: [
+                fresh(MemSpace::Mat),
+                fresh(MemSpace::Left),
+                fresh(MemSpace::Right),
+                fresh(MemSpace::Acc),
+                fresh(MemSpace::Bias),
+                fresh(MemSpace::Scaling),
+            ],
+            ub: [fresh(MemSpace::Vec), fresh(MemSpace::Vec)],
+        }
+    }
+
+    /// The buffer of `space` that `core` owns; a Vec buffer needs the AIV.
+    pub fn buf(&self, space: MemSpace, aiv: u8) -> Result<&[u8], String> {
+        match (space, cube_slot(space)) {
+            (MemSpace::Vec, _) => Ok(&self.ub[aiv as usize & 1]),
+            (_, Some(i)) => Ok(&self.cube[i]),
+            _ => Err(format!("{space} is not an on-chip buffer")),
+        }
+    }
+
+    /// Mutable form of [`BlockMem::buf`].
+    pub fn buf_mut(&mut self, space: MemSpace, aiv: u8) -> Result<&mut [u8], String> {
+        match (space, cube_slot(space)) {
+            (MemSpace::Vec, _) => Ok(&mut self.ub[aiv as usize & 1]),
+            (_, Some(i)) => Ok(&mut self.cube[i]),
+            _ => Err(format!("{space} is not an on-chip buffer")),
+        }
+    }
+}
+
+/// Cross-core flag counters of one cluster: 32 ids on the AIC, 16 per AIV.
+#[derive(Default)]
+pub(crate) struct CrossFlags {
+    pub aic: [u32; 32],
+    pub aiv: [[u32; 16]; 2],
+}
+
+impl CrossFlags {
+    /// `set_intra_block` from `from` with `id`.
+    pub fn set(&mut self, from: CoreId, id: u8) -> Result<(), String> {
+        let slot = match from {
+            CoreId::Aic if id < 16 => &mut self.aiv[0][id as usize],
+            CoreId::Aic if id < 32 => &mut self.aiv[1][id as usize - 16],
+            CoreId::Aiv(k) if id < 16 => &mut self.aic[id as usize + 16 * (k as usize & 1)],
+            _ => return Err(format!("cross-core flag id {id} out of range for {from}")),
+        };
+        *slot += 1;
+        Ok(())
+    }
+
+    /// `wait_intra_block` on `core` with `id`: true (and consumed) when set.
+    pub fn try_wait(&mut self, core: CoreId, id: u8) -> Result<bool, String> {
+        let slot = match core {
+            CoreId::Aic if id < 32 => &mut self.aic[id as usize],
+            CoreId::Aiv(k) if id < 16 => &mut self.aiv[k as usize & 1][id as usize],
+            _ => return Err(format!("cross-core flag id {id} out of range for {core}")),
+        };
+        if *slot > 0 {
+            *slot -= 1;
+            Ok(true)
+        } else {
+            Ok(false)
+        }
+    }
+}
