@@ -3,6 +3,7 @@
 use super::exec::{self, ExecCtx, Flow};
 use super::gm::{Arg, Overlay};
 use super::state::{BlockMem, CoreId, CrossFlags};
+use super::trace::{BlockTrace, Event, OpRecord, SyncInfo};
 use super::SimError;
 use crate::arch::Arch;
 use crate::ir::{CoreKind, Expr, ExprEnv, Kernel, Op, OpLoc, ParamId, Stmt, TileId, VarId};
@@ -89,19 +90,25 @@ struct Program<'k> {
 }
 
 /// What a block leaves behind.
-pub(crate) struct BlockResult {
+pub(crate) struct BlockResult<'k> {
     pub gm: Overlay,
     pub ops_executed: u64,
+    pub trace: Option<BlockTrace<'k>>,
 }
 
-pub(crate) fn run_block(
-    kernel: &Kernel,
+pub(crate) fn run_block<'k>(
+    kernel: &'k Kernel,
     arch: &Arch,
     args: &[Arg],
     locs: &OpLocs,
     block: usize,
     block_dim: usize,
-) -> Result<BlockResult, SimError> {
+    traced: bool,
+) -> Result<BlockResult<'k>, SimError> {
+    let mut trace = traced.then(|| BlockTrace {
+        block,
+        ..Default::default()
+    });
     let mut mem = BlockMem::new(arch);
     let mut gm = Overlay::default();
     let mut flags = CrossFlags::default();
@@ -133,7 +140,7 @@ pub(crate) fn run_block(
     let mut ops_executed = 0u64;
     loop {
         let mut progressed = false;
-        for (core, prog) in cores.iter_mut().zip(programs.iter_mut()) {
+        for (i, (core, prog)) in cores.iter_mut().zip(programs.iter_mut()).enumerate() {
             let mut cx = ExecCtx {
                 kernel,
                 arch,
@@ -142,8 +149,11 @@ pub(crate) fn run_block(
                 gm: &mut gm,
                 flags: &mut flags,
                 core,
+                rec: None,
+                event_index: 0,
             };
-            let (ran, n) = run_core(&mut cx, prog, locs)?;
+            let events = trace.as_mut().map(|t| &mut t.cores[i].events);
+            let (ran, n) = run_core(&mut cx, prog, locs, events)?;
             progressed |= ran;
             ops_executed += n;
         }
@@ -174,14 +184,19 @@ pub(crate) fn run_block(
             }
         }
     }
-    Ok(BlockResult { gm, ops_executed })
+    Ok(BlockResult {
+        gm,
+        ops_executed,
+        trace,
+    })
 }
 
 /// Runs a core until it finishes or waits; returns whether it made progress and ops run.
-fn run_core(
-    cx: &mut ExecCtx<'_, '_>,
-    prog: &mut Program<'_>,
+fn run_core<'k>(
+    cx: &mut ExecCtx<'k, '_, '_>,
+    prog: &mut Program<'k>,
     locs: &OpLocs,
+    mut events: Option<&mut Vec<Event<'k>>>,
 ) -> Result<(bool, u64), SimError> {
     let mut progressed = false;
     let mut n = 0;
@@ -244,17 +259,27 @@ fn run_core(
         }
         let stmt = &stmts[*pc];
         match stmt {
-            Stmt::Op(op) => match exec::exec(cx, op).map_err(|why| fail(cx, op, why))? {
-                Flow::Continue => {
-                    *pc += 1;
-                    prog.waiting = None;
-                    n += 1;
+            Stmt::Op(op) => {
+                if let Some(ev) = &events {
+                    cx.rec = Some(OpRecord::default());
+                    cx.event_index = ev.len();
                 }
-                Flow::Blocked(what) => {
-                    prog.waiting = Some(what);
-                    return Ok((progressed, n));
+                match exec::exec(cx, op).map_err(|why| fail(cx, op, why))? {
+                    Flow::Continue => {
+                        *pc += 1;
+                        prog.waiting = None;
+                        n += 1;
+                        if let (Some(ev), Some(rec)) = (events.as_deref_mut(), cx.rec.take()) {
+                            ev.push(event(cx, op, locs, rec));
+                        }
+                    }
+                    Flow::Blocked(what) => {
+                        cx.rec = None;
+                        prog.waiting = Some(what);
+                        return Ok((progressed, n));
+                    }
                 }
-            },
+            }
             Stmt::Let { var, value } => {
                 let v = cx.core.eval(value).map_err(|e| ctl(cx, "let", e))?;
                 cx.core.set_var(*var, v);
@@ -301,4 +326,23 @@ fn run_core(
         progressed = true;
     }
     Ok((progressed, n))
+}
+
+fn event<'k>(cx: &ExecCtx<'k, '_, '_>, op: &'k Op, locs: &OpLocs, rec: OpRecord) -> Event<'k> {
+    let kernel = cx.kernel;
+    let space_of = |r: &crate::ir::TileRef| kernel.try_tile(r.tile).map(|d| d.ty.space);
+    Event {
+        loc: locs
+            .get(&(op as *const Op as usize))
+            .copied()
+            .unwrap_or(OpLoc {
+                section: CoreKind::Cube,
+                index: usize::MAX,
+            }),
+        op,
+        pipe: cx.arch.pipe_of(op, &space_of).unwrap_or(crate::ir::Pipe::S),
+        accesses: rec.accesses,
+        cube: rec.cube,
+        sync: rec.sync.unwrap_or(SyncInfo::None),
+    }
 }

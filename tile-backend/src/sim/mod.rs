@@ -22,6 +22,7 @@ pub mod io;
 pub mod numeric;
 mod state;
 mod tile;
+pub mod trace;
 
 pub use gm::{Arg, GmTensor};
 
@@ -94,13 +95,34 @@ pub fn run(
     args: &mut [Arg],
     opts: SimOptions,
 ) -> Result<RunSummary, SimError> {
+    run_impl(kernel, arch, args, opts, false).map(|(s, _)| s)
+}
+
+/// [`run`], also recording every executed op with its pipe, bytes and synchronisation, for the
+/// timeline, cost report and hazard checks.
+pub fn run_traced<'k>(
+    kernel: &'k Kernel,
+    arch: &Arch,
+    args: &mut [Arg],
+    opts: SimOptions,
+) -> Result<(RunSummary, trace::Trace<'k>), SimError> {
+    run_impl(kernel, arch, args, opts, true)
+}
+
+fn run_impl<'k>(
+    kernel: &'k Kernel,
+    arch: &Arch,
+    args: &mut [Arg],
+    opts: SimOptions,
+    traced: bool,
+) -> Result<(RunSummary, trace::Trace<'k>), SimError> {
     gm::check_args(kernel, args)?;
     tile::check_planned(kernel)?;
     let locs = interp::op_locations(kernel);
     let shared: &[Arg] = args;
-    let results: Vec<Result<interp::BlockResult, SimError>> = (0..opts.block_dim)
+    let results: Vec<Result<interp::BlockResult<'k>, SimError>> = (0..opts.block_dim)
         .into_par_iter()
-        .map(|block| interp::run_block(kernel, arch, shared, &locs, block, opts.block_dim))
+        .map(|block| interp::run_block(kernel, arch, shared, &locs, block, opts.block_dim, traced))
         .collect();
     let mut summary = RunSummary {
         blocks: opts.block_dim,
@@ -112,8 +134,10 @@ pub fn run(
         summary.ops_executed += r.ops_executed;
         blocks.push(r);
     }
+    let mut trace = trace::Trace::default();
     for b in blocks {
         b.gm.merge_into(args);
+        trace.blocks.extend(b.trace);
     }
-    Ok(summary)
+    Ok((summary, trace))
 }

@@ -2,15 +2,16 @@
 
 use crate::arch::Arch;
 use crate::ir::MemSpace;
+use std::collections::VecDeque;
 use std::fmt;
 
 /// Byte every on-chip buffer starts with: an all-ones pattern (NaN for floats, -1 for signed
 /// integers), so that padding a kernel forgot to fill shows up instead of passing as zero.
 pub(crate) const FRESH_BYTE: u8 = 0xff;
 
-/// A core of the cluster.
+/// A core of the cluster: the cube core or vector core 0/1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum CoreId {
+pub enum CoreId {
     /// The cube core.
     Aic,
     /// Vector core 0 or 1.
@@ -84,38 +85,53 @@ impl BlockMem {
     }
 }
 
-/// Cross-core flag counters of one cluster: 32 ids on the AIC, 16 per AIV.
-#[derive(Default)]
+/// Cross-core flags of one cluster: 32 ids on the AIC, 16 per AIV. Each pending signal remembers
+/// who set it (core and event index), so a wait can name the set that released it.
 pub(crate) struct CrossFlags {
-    pub aic: [u32; 32],
-    pub aiv: [[u32; 16]; 2],
+    slots: Vec<VecDeque<(CoreId, usize)>>,
+}
+
+impl Default for CrossFlags {
+    fn default() -> Self {
+        CrossFlags {
+            slots: vec![VecDeque::new(); 64],
+        }
+    }
+}
+
+/// Index of `core`'s flag `id` in the flat slot list.
+fn slot_index(core: CoreId, id: u8) -> Option<usize> {
+    match core {
+        CoreId::Aic if id < 32 => Some(id as usize),
+        CoreId::Aiv(k) if id < 16 => Some(32 + 16 * (k as usize & 1) + id as usize),
+        _ => None,
+    }
 }
 
 impl CrossFlags {
-    /// `set_intra_block` from `from` with `id`.
-    pub fn set(&mut self, from: CoreId, id: u8) -> Result<(), String> {
-        let slot = match from {
-            CoreId::Aic if id < 16 => &mut self.aiv[0][id as usize],
-            CoreId::Aic if id < 32 => &mut self.aiv[1][id as usize - 16],
-            CoreId::Aiv(k) if id < 16 => &mut self.aic[id as usize + 16 * (k as usize & 1)],
-            _ => return Err(format!("cross-core flag id {id} out of range for {from}")),
-        };
-        *slot += 1;
-        Ok(())
+    /// Where `set_intra_block(id)` from `from` lands: the receiving core and its flag id.
+    pub fn target(from: CoreId, id: u8) -> Option<(CoreId, u8)> {
+        match from {
+            CoreId::Aic if id < 16 => Some((CoreId::Aiv(0), id)),
+            CoreId::Aic if id < 32 => Some((CoreId::Aiv(1), id - 16)),
+            CoreId::Aiv(k) if id < 16 => Some((CoreId::Aic, id + 16 * (k & 1))),
+            _ => None,
+        }
     }
 
-    /// `wait_intra_block` on `core` with `id`: true (and consumed) when set.
-    pub fn try_wait(&mut self, core: CoreId, id: u8) -> Result<bool, String> {
-        let slot = match core {
-            CoreId::Aic if id < 32 => &mut self.aic[id as usize],
-            CoreId::Aiv(k) if id < 16 => &mut self.aiv[k as usize & 1][id as usize],
-            _ => return Err(format!("cross-core flag id {id} out of range for {core}")),
-        };
-        if *slot > 0 {
-            *slot -= 1;
-            Ok(true)
-        } else {
-            Ok(false)
-        }
+    /// `set_intra_block` from `from` with `id`, as `from`'s event `index`.
+    pub fn set(&mut self, from: CoreId, id: u8, index: usize) -> Result<(CoreId, u8), String> {
+        let (to, slot) = Self::target(from, id)
+            .ok_or_else(|| format!("cross-core flag id {id} out of range for {from}"))?;
+        let i = slot_index(to, slot).ok_or_else(|| format!("no flag {slot} on {to}"))?;
+        self.slots[i].push_back((from, index));
+        Ok((to, slot))
+    }
+
+    /// `wait_intra_block` on `core` with `id`: the releasing set, if one is pending (consumed).
+    pub fn try_wait(&mut self, core: CoreId, id: u8) -> Result<Option<(CoreId, usize)>, String> {
+        let i = slot_index(core, id)
+            .ok_or_else(|| format!("cross-core flag id {id} out of range for {core}"))?;
+        Ok(self.slots[i].pop_front())
     }
 }

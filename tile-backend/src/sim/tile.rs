@@ -134,56 +134,55 @@ fn check_region(
     Ok(())
 }
 
-/// Copies the `rows x cols` region at `(r0, c0)` of a tile into row-major bytes `out`.
-pub(crate) fn read_region(
-    buf: &[u8],
+/// Calls `f(buffer byte offset, row-major byte offset, bytes)` for each contiguous run of the
+/// `rows x cols` region at `(r0, c0)` (checked against the tile and a buffer of `buf_len` bytes).
+pub(crate) fn for_each_run(
     loc: &TileLoc,
-    r0: usize,
-    c0: usize,
-    rows: usize,
-    cols: usize,
-    out: &mut Vec<u8>,
+    buf_len: usize,
+    (r0, c0): (usize, usize),
+    (rows, cols): (usize, usize),
+    mut f: impl FnMut(usize, usize, usize),
 ) -> Result<(), String> {
-    check_region(loc, buf.len(), r0, c0, rows, cols)?;
+    check_region(loc, buf_len, r0, c0, rows, cols)?;
     let es = loc.es();
-    out.clear();
-    out.resize(rows * cols * es, 0);
     for r in 0..rows {
         let mut c = 0;
         while c < cols {
             let n = run_len(loc.ty, c0 + c).min(cols - c);
             let off =
                 loc.addr + loc.ty.element_offset((r0 + r) as u64, (c0 + c) as u64) as usize * es;
-            let dst = (r * cols + c) * es;
-            out[dst..dst + n * es].copy_from_slice(&buf[off..off + n * es]);
+            f(off, (r * cols + c) * es, n * es);
             c += n;
         }
     }
     Ok(())
 }
 
+/// Copies the `rows x cols` region at `(r0, c0)` of a tile into row-major bytes `out`.
+pub(crate) fn read_region(
+    buf: &[u8],
+    loc: &TileLoc,
+    at: (usize, usize),
+    size: (usize, usize),
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    out.clear();
+    out.resize(size.0 * size.1 * loc.es(), 0);
+    for_each_run(loc, buf.len(), at, size, |off, dst, n| {
+        out[dst..dst + n].copy_from_slice(&buf[off..off + n])
+    })
+}
+
 /// Copies row-major bytes `data` into the `rows x cols` region at `(r0, c0)` of a tile.
 pub(crate) fn write_region(
     buf: &mut [u8],
     loc: &TileLoc,
-    r0: usize,
-    c0: usize,
-    rows: usize,
-    cols: usize,
+    at: (usize, usize),
+    size: (usize, usize),
     data: &[u8],
 ) -> Result<(), String> {
-    check_region(loc, buf.len(), r0, c0, rows, cols)?;
-    let es = loc.es();
-    for r in 0..rows {
-        let mut c = 0;
-        while c < cols {
-            let n = run_len(loc.ty, c0 + c).min(cols - c);
-            let off =
-                loc.addr + loc.ty.element_offset((r0 + r) as u64, (c0 + c) as u64) as usize * es;
-            let src = (r * cols + c) * es;
-            buf[off..off + n * es].copy_from_slice(&data[src..src + n * es]);
-            c += n;
-        }
-    }
-    Ok(())
+    let len = buf.len();
+    for_each_run(loc, len, at, size, |off, src, n| {
+        buf[off..off + n].copy_from_slice(&data[src..src + n])
+    })
 }

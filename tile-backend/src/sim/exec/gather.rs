@@ -5,7 +5,7 @@ use super::ExecCtx;
 use crate::ir::{Op, ParamKind};
 use crate::sim::numeric;
 
-pub(super) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<(), String> {
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> {
     let Op::GatherInL1 {
         dst,
         src,
@@ -87,12 +87,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<(), String> {
                 ))
             }
         };
-        cx.gm.read(
-            cx.args,
-            *src,
-            (phys * t_cols + col0 as usize) * es,
-            &mut row,
-        )?;
+        cx.gm_read(*src, (phys * t_cols + col0 as usize) * es, &mut row)?;
         cx.write_bytes(&loc, 0, (i, 0), (1, size), &row)?;
     }
     Ok(())

@@ -15,7 +15,7 @@ pub(super) struct View {
 }
 
 impl View {
-    pub fn eval(cx: &ExecCtx<'_, '_>, v: &GmView) -> Result<View, String> {
+    pub fn eval(cx: &ExecCtx<'_, '_, '_>, v: &GmView) -> Result<View, String> {
         let dtype = match cx.kernel.params.get(v.tensor.0 as usize).map(|p| &p.kind) {
             Some(ParamKind::Tensor { dtype, .. }) => *dtype,
             _ => return Err(format!("argument {} is not a GM tensor", v.tensor.0)),
@@ -72,7 +72,12 @@ impl View {
     }
 
     /// Reads the `rows x cols` top-left region as row-major bytes.
-    pub fn read(&self, cx: &ExecCtx<'_, '_>, rows: usize, cols: usize) -> Result<Vec<u8>, String> {
+    pub fn read(
+        &self,
+        cx: &mut ExecCtx<'_, '_, '_>,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Vec<u8>, String> {
         let es = self.dtype.size_bytes() as usize;
         let mut out = vec![0u8; rows * cols * es];
         for r in 0..rows {
@@ -93,7 +98,7 @@ impl View {
     /// Writes row-major bytes into the `rows x cols` top-left region (or adds them atomically).
     pub fn write(
         &self,
-        cx: &mut ExecCtx<'_, '_>,
+        cx: &mut ExecCtx<'_, '_, '_>,
         rows: usize,
         cols: usize,
         data: &[u8],
@@ -109,10 +114,9 @@ impl View {
                 let src = (r * cols + c) * es;
                 let bytes = &data[src..src + n * es];
                 if atomic {
-                    cx.gm
-                        .atomic_add(cx.args, self.param, i * es, self.dtype, bytes)?;
+                    cx.gm_atomic_add(self.param, i * es, self.dtype, bytes)?;
                 } else {
-                    cx.gm.write(cx.args, self.param, i * es, bytes)?;
+                    cx.gm_write(self.param, i * es, bytes)?;
                 }
                 c += n;
             }
@@ -121,7 +125,7 @@ impl View {
     }
 }
 
-pub(super) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<(), String> {
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> {
     match op {
         Op::Load { dst, src } => {
             let loc = cx.tile(dst)?;
@@ -165,7 +169,8 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<(), String> {
                     ));
                 }
                 let mut b = Vec::new();
-                cx.read_bytes(&loc, cx.own_aiv(), (0, 0), (rows, cols), &mut b)?;
+                let aiv = cx.own_aiv();
+                cx.read_bytes(&loc, aiv, (0, 0), (rows, cols), &mut b)?;
                 b
             };
             view.write(cx, rows, cols, &data, *atomic_add)

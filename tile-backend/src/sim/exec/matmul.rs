@@ -8,7 +8,7 @@ fn round_up(v: usize, to: usize) -> usize {
     v.div_ceil(to.max(1)) * to.max(1)
 }
 
-pub(super) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<(), String> {
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> {
     let Op::Matmul {
         dst,
         a,
@@ -38,6 +38,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<(), String> {
             lc.cols()
         ));
     }
+    cx.note_cube(mp, kp, np);
     let mut abytes = Vec::new();
     let mut bbytes = Vec::new();
     cx.read_bytes(&la, 0, (0, 0), (mp, kp), &mut abytes)?;

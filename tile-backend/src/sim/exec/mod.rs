@@ -11,8 +11,9 @@ use super::gm::{Arg, Overlay};
 use super::interp::CoreRt;
 use super::state::{BlockMem, CoreId, CrossFlags};
 use super::tile::{self, TileLoc};
+use super::trace::{Mem, OpRecord, SyncInfo};
 use crate::arch::Arch;
-use crate::ir::{Kernel, Op, ScalarArg, TileRef};
+use crate::ir::{Kernel, Op, ParamId, ScalarArg, TileRef};
 
 /// Whether an op completed or must wait.
 pub(crate) enum Flow {
@@ -23,17 +24,21 @@ pub(crate) enum Flow {
 }
 
 /// Everything an op may touch.
-pub(crate) struct ExecCtx<'k, 'b> {
+pub(crate) struct ExecCtx<'k, 'a, 'b> {
     pub kernel: &'k Kernel,
-    pub arch: &'k Arch,
-    pub args: &'k [Arg],
+    pub arch: &'a Arch,
+    pub args: &'a [Arg],
     pub mem: &'b mut BlockMem,
     pub gm: &'b mut Overlay,
     pub flags: &'b mut CrossFlags,
-    pub core: &'b mut CoreRt<'k>,
+    pub core: &'b mut CoreRt<'a>,
+    /// What the running op touched, when the run is traced.
+    pub rec: Option<OpRecord>,
+    /// Index the running op will have in this core's trace.
+    pub event_index: usize,
 }
 
-pub(crate) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<Flow, String> {
+pub(crate) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<Flow, String> {
     match op {
         Op::Load { .. } | Op::Store { .. } => load_store::exec(cx, op)?,
         Op::Move { .. } => moves::exec(cx, op)?,
@@ -64,7 +69,7 @@ pub(crate) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<Flow, String> {
     Ok(Flow::Continue)
 }
 
-impl<'k> ExecCtx<'k, '_> {
+impl<'k> ExecCtx<'k, '_, '_> {
     /// Resolves a tile reference for this core.
     pub fn tile(&self, r: &TileRef) -> Result<TileLoc<'k>, String> {
         let slot = self.core.eval(&r.slot)?;
@@ -82,9 +87,79 @@ impl<'k> ExecCtx<'k, '_> {
         }
     }
 
+    /// Records a sync op's part (traced runs only).
+    pub fn note_sync(&mut self, s: SyncInfo) {
+        if let Some(r) = &mut self.rec {
+            r.sync = Some(s);
+        }
+    }
+
+    /// Records the m, k, n a matmul computed (traced runs only).
+    pub fn note_cube(&mut self, m: usize, k: usize, n: usize) {
+        if let Some(r) = &mut self.rec {
+            r.cube = Some([m, k, n]);
+        }
+    }
+
+    fn note_region(
+        &mut self,
+        loc: &TileLoc,
+        aiv: u8,
+        at: (usize, usize),
+        size: (usize, usize),
+        write: bool,
+    ) {
+        if let Some(r) = &mut self.rec {
+            let mem = Mem::Chip {
+                space: loc.space(),
+                aiv: if loc.space() == crate::ir::MemSpace::Vec {
+                    aiv
+                } else {
+                    0
+                },
+            };
+            let _ = tile::for_each_run(loc, usize::MAX, at, size, |off, _, n| {
+                r.touch(mem, off, n, write)
+            });
+        }
+    }
+
+    /// Reads GM bytes through this block's overlay.
+    pub fn gm_read(&mut self, p: ParamId, off: usize, out: &mut [u8]) -> Result<(), String> {
+        self.gm.read(self.args, p, off, out)?;
+        if let Some(r) = &mut self.rec {
+            r.touch(Mem::Gm(p.0), off, out.len(), false);
+        }
+        Ok(())
+    }
+
+    /// Writes GM bytes into this block's overlay.
+    pub fn gm_write(&mut self, p: ParamId, off: usize, bytes: &[u8]) -> Result<(), String> {
+        self.gm.write(self.args, p, off, bytes)?;
+        if let Some(r) = &mut self.rec {
+            r.touch(Mem::Gm(p.0), off, bytes.len(), true);
+        }
+        Ok(())
+    }
+
+    /// Records an atomic add into GM.
+    pub fn gm_atomic_add(
+        &mut self,
+        p: ParamId,
+        off: usize,
+        dtype: crate::ir::DType,
+        bytes: &[u8],
+    ) -> Result<(), String> {
+        self.gm.atomic_add(self.args, p, off, dtype, bytes)?;
+        if let Some(r) = &mut self.rec {
+            r.touch(Mem::Gm(p.0), off, bytes.len(), true);
+        }
+        Ok(())
+    }
+
     /// Reads a region as row-major bytes (a Vec tile is read from `aiv`'s UB).
     pub fn read_bytes(
-        &self,
+        &mut self,
         loc: &TileLoc,
         aiv: u8,
         (r0, c0): (usize, usize),
@@ -92,7 +167,9 @@ impl<'k> ExecCtx<'k, '_> {
         out: &mut Vec<u8>,
     ) -> Result<(), String> {
         let buf = self.mem.buf(loc.space(), aiv)?;
-        tile::read_region(buf, loc, r0, c0, rows, cols, out)
+        tile::read_region(buf, loc, (r0, c0), (rows, cols), out)?;
+        self.note_region(loc, aiv, (r0, c0), (rows, cols), false);
+        Ok(())
     }
 
     /// Writes row-major bytes into a region.
@@ -105,7 +182,9 @@ impl<'k> ExecCtx<'k, '_> {
         data: &[u8],
     ) -> Result<(), String> {
         let buf = self.mem.buf_mut(loc.space(), aiv)?;
-        tile::write_region(buf, loc, r0, c0, rows, cols, data)
+        tile::write_region(buf, loc, (r0, c0), (rows, cols), data)?;
+        self.note_region(loc, aiv, (r0, c0), (rows, cols), true);
+        Ok(())
     }
 
     /// The value of a float scalar operand.

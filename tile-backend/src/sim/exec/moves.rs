@@ -14,7 +14,7 @@ enum Words {
 }
 
 fn scale_words(
-    cx: &ExecCtx<'_, '_>,
+    cx: &mut ExecCtx<'_, '_, '_>,
     scale: Option<&Scale>,
     c0: usize,
     cols: usize,
@@ -80,7 +80,7 @@ fn convert(x: f32, word: Option<(f32, QuantWord)>, dst: DType, out: &mut [u8]) {
 /// Reads `size` of an Acc tile at `origin` through the Fixpipe: ReLU, then scale, then conversion
 /// to `dst`. Returns row-major bytes of `dst`.
 pub(super) fn fixpipe(
-    cx: &ExecCtx<'_, '_>,
+    cx: &mut ExecCtx<'_, '_, '_>,
     acc: &TileLoc,
     origin: (usize, usize),
     size: (usize, usize),
@@ -124,7 +124,7 @@ pub(super) fn fixpipe(
     Ok(out)
 }
 
-pub(super) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<(), String> {
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> {
     let Op::Move {
         dst,
         src,
@@ -200,7 +200,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<(), String> {
 /// Copies a region between tiles of this core (Vec tiles in this core's UB), converting dtype
 /// where the path converts (Mat -> Bias).
 fn copy(
-    cx: &mut ExecCtx<'_, '_>,
+    cx: &mut ExecCtx<'_, '_, '_>,
     s: &TileLoc,
     d: &TileLoc,
     src_at: (usize, usize),
@@ -221,7 +221,7 @@ fn copy(
 
 /// Acc -> Vec: SingleModeVec0/1 sends the tile to one AIV; the dual modes split it (§5 tails).
 fn acc_to_vec_move(
-    cx: &mut ExecCtx<'_, '_>,
+    cx: &mut ExecCtx<'_, '_, '_>,
     s: &TileLoc,
     d: &TileLoc,
     off: (usize, usize),

@@ -7,8 +7,9 @@
 use super::{ExecCtx, Flow};
 use crate::ir::{Op, ParamKind};
 use crate::sim::numeric;
+use crate::sim::trace::{Mem, SyncInfo};
 
-pub(super) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<Flow, String> {
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<Flow, String> {
     match op {
         Op::ReadScalar { var, tensor, index } => {
             let idx = cx.core.eval(index)?;
@@ -18,7 +19,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<Flow, String> {
             // The core's own pending writes first (same data cache), else GM.
             match cx.core.dcache.get(&(tensor.0, off / 64)) {
                 Some(line) => b.copy_from_slice(&line[off % 64..off % 64 + es]),
-                None => cx.gm.read(cx.args, *tensor, off, &mut b)?,
+                None => cx.gm_read(*tensor, off, &mut b)?,
             }
             let v = numeric::decode_i64(dtype, &b);
             cx.core.set_var(*var, v);
@@ -49,12 +50,29 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<Flow, String> {
             if let Some(line) = cx.core.dcache.get_mut(&(tensor.0, line_no)) {
                 numeric::encode_i64(dtype, v, &mut line[off % 64..off % 64 + es]);
             }
+            if let Some(r) = &mut cx.rec {
+                r.touch(Mem::Gm(tensor.0), off, es, true);
+            }
         }
-        Op::SetFlag { .. } | Op::WaitFlag { .. } | Op::Barrier { .. } => {}
-        Op::SetCrossFlag { id, .. } => cx.flags.set(cx.core.id, *id)?,
-        Op::WaitCrossFlag { id, .. } if !cx.flags.try_wait(cx.core.id, *id)? => {
-            return Ok(Flow::Blocked(format!("cross-core flag {id}")));
+        Op::SetFlag { src, dst, event } => cx.note_sync(SyncInfo::SetFlag {
+            src: *src,
+            dst: *dst,
+            event: *event,
+        }),
+        Op::WaitFlag { src, dst, event } => cx.note_sync(SyncInfo::WaitFlag {
+            src: *src,
+            dst: *dst,
+            event: *event,
+        }),
+        Op::Barrier { pipe } => cx.note_sync(SyncInfo::Barrier(*pipe)),
+        Op::SetCrossFlag { id, .. } => {
+            let (to, slot) = cx.flags.set(cx.core.id, *id, cx.event_index)?;
+            cx.note_sync(SyncInfo::SetCross { to, slot });
         }
+        Op::WaitCrossFlag { id, .. } => match cx.flags.try_wait(cx.core.id, *id)? {
+            Some((from, index)) => cx.note_sync(SyncInfo::WaitCross { from, index }),
+            None => return Ok(Flow::Blocked(format!("cross-core flag {id}"))),
+        },
         Op::ChannelAcquire { .. }
         | Op::ChannelPush { .. }
         | Op::ChannelPop { .. }
@@ -69,7 +87,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<Flow, String> {
 }
 
 fn element(
-    cx: &ExecCtx<'_, '_>,
+    cx: &ExecCtx<'_, '_, '_>,
     param: u32,
     idx: i64,
 ) -> Result<(crate::ir::DType, usize), String> {

@@ -67,13 +67,14 @@ impl Scratch for f64 {
 }
 
 fn load<F: Scratch>(
-    cx: &ExecCtx<'_, '_>,
+    cx: &mut ExecCtx<'_, '_, '_>,
     loc: &TileLoc,
     rows: usize,
     cols: usize,
 ) -> Result<Vec<F>, String> {
     let mut bytes = Vec::new();
-    cx.read_bytes(loc, cx.own_aiv(), (0, 0), (rows, cols), &mut bytes)?;
+    let aiv = cx.own_aiv();
+    cx.read_bytes(loc, aiv, (0, 0), (rows, cols), &mut bytes)?;
     let es = loc.es();
     Ok(bytes
         .chunks_exact(es)
@@ -82,7 +83,7 @@ fn load<F: Scratch>(
 }
 
 fn store<F: Scratch>(
-    cx: &mut ExecCtx<'_, '_>,
+    cx: &mut ExecCtx<'_, '_, '_>,
     loc: &TileLoc,
     rows: usize,
     cols: usize,
@@ -151,8 +152,8 @@ fn pad_value(dtype: DType, pad: PadValue) -> Option<f64> {
     }
 }
 
-pub(super) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<(), String> {
-    let float = |cx: &ExecCtx<'_, '_>, r: &crate::ir::TileRef| -> Result<bool, String> {
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> {
+    let float = |cx: &ExecCtx<'_, '_, '_>, r: &crate::ir::TileRef| -> Result<bool, String> {
         Ok(cx.tile(r)?.ty.dtype.is_float())
     };
     match op {
@@ -217,7 +218,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<(), String> {
     }
 }
 
-fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_>, op: &Op) -> Result<(), String> {
+fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> {
     let rint = RoundMode::Rint;
     match op {
         Op::Unary { op: u, dst, src } => {
