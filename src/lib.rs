@@ -1,1 +1,28 @@
+//! `tileops`: high-level inference operators for candle, compiled through a tile compiler to
+//! Ascend 950 kernels and run on a faithful CPU simulator.
+//!
+//! The operators (sparse top-k PagedAttention in the DeepSeek-V3.2 style, dense PagedAttention,
+//! flash attention and per-channel int8 quantized matmul) take and return candle tensors. Their
+//! forward passes are written as kernel templates in a tile DSL and lowered by our own tile
+//! compiler; the same compiled tile program either runs on a CPU simulator of the Ascend 950 tile
+//! machine or is emitted as PTO-ISA C++ for the device. Data flows one way:
+//!
+//! ```text
+//! candle tensors -> op validation -> kernel template (tile DSL)
+//!     -> compile (verify, plan memory, insert sync)
+//!     -> { simulate on CPU | emit PTO-ISA C++ } -> candle tensor out
+//! ```
+//!
+//! This facade re-exports the workspace crates:
+//!
+//! - [`tile_backend`]: the machine model, tile IR and builder, and verifier (working today);
+//!   passes, simulator and PTO code generator follow in later issues.
+//! - [`ops`] (`tileops-ops`): the candle custom ops; empty until its issue lands.
+//! - [`models`] (`tileops-models`): paged KV cache, DeepSeek-style model and engine; empty until
+//!   its issue lands.
+//!
+//! The `tileops` binary checks serialized kernels: `tileops check kernel.json`.
 
+pub use tile_backend;
+pub use tileops_models as models;
+pub use tileops_ops as ops;

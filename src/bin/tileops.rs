@@ -1,1 +1,756 @@
-fn main() {}
+//! The `tileops` command line.
+//!
+//! - `tileops`: the main job on the embedded default. For now it builds the worked matmul kernel of
+//!   docs/tile-ir.md, prints it as an IR listing, verifies it, simulates it and prints the cost
+//!   report (the decode demo replaces this once its issue lands).
+//! - `tileops check FILE.json [--json]`: verifies a serialized kernel. Exit status 0 when there is
+//!   no error, 1 when there are errors, 2 when the file cannot be read or parsed.
+//! - `tileops sim FILE.json [--seed N] [--block-dim N] [--sku 950PR|950DT] [--trace out.json]`:
+//!   compiles the kernel, runs it in the simulator on seeded inputs within the kernel's declared
+//!   argument ranges, prints its outputs and the estimated Ascend 950 cost, and can write a
+//!   Chrome/Perfetto trace.
+//! - `tileops example NAME`: prints an embedded kernel as JSON, a starting file for `check`/`sim`.
+
+use anyhow::{anyhow, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use tile_backend::arch::Arch;
+use tile_backend::dsl::KernelBuilder;
+use tile_backend::ir::{
+    Axis, CoreKind, DType, GmView, Kernel, Layout, MemSpace, Op, ParamId, ParamKind, Phase, Pipe,
+    ScalarArg, Scale, Stmt, Storage, TileRef, TileType,
+};
+use tile_backend::verify::{verify, Report};
+
+/// Exit status for a kernel with verifier errors.
+const EXIT_ERRORS: u8 = 1;
+/// Exit status for an unreadable file or bad JSON (and for usage errors, as clap does).
+const EXIT_INPUT: u8 = 2;
+
+#[derive(Parser)]
+#[command(
+    name = "tileops",
+    version,
+    about = "Tile kernels for Ascend 950: check serialized kernels against the machine's rules",
+    long_about = "Tile kernels for Ascend 950.\n\nWithout a subcommand, runs the main job on the \
+                  embedded default: today that builds the worked matmul kernel, lists its IR and \
+                  verifies it."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Verify a serialized kernel (JSON) and print its diagnostics.
+    ///
+    /// Exit status: 0 when there is no error, 1 when the verifier reports errors, 2 when the file
+    /// cannot be read or is not a kernel.
+    Check {
+        /// The kernel file (as written by `tileops example` or `Kernel::to_json`); `-` reads stdin.
+        file: PathBuf,
+        /// Print the report as JSON instead of one diagnostic per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compile a serialized kernel (verify, plan memory, insert syncs), run it in the simulator on
+    /// seeded inputs within its declared argument ranges, and print its outputs and the estimated
+    /// Ascend 950 cost.
+    ///
+    /// Exit status: 0 on success, 1 when the kernel does not compile or the simulation fails, 2
+    /// when the file cannot be read or is not a kernel.
+    Sim {
+        /// The kernel file; `-` reads stdin.
+        file: PathBuf,
+        /// Seed of the generated inputs.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Blocks (clusters) to launch.
+        #[arg(long, default_value_t = 1)]
+        block_dim: usize,
+        /// Chip variant whose rates the cost report uses.
+        #[arg(long, value_enum, default_value_t = SkuArg::Ascend950PR)]
+        sku: SkuArg,
+        /// Write a Chrome/Perfetto trace (one track per pipe per core) to this file.
+        #[arg(long)]
+        trace: Option<PathBuf>,
+    },
+    /// Print an embedded example kernel as JSON (e.g. `tileops example matmul > k.json`).
+    Example {
+        /// Which kernel.
+        #[arg(value_enum)]
+        name: Example,
+    },
+}
+
+/// Chip variants for `--sku`.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum SkuArg {
+    /// Ascend 950PR (1.6 TB/s GM).
+    #[value(name = "950PR", alias = "950pr")]
+    Ascend950PR,
+    /// Ascend 950DT (~4 TB/s GM).
+    #[value(name = "950DT", alias = "950dt")]
+    Ascend950DT,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Example {
+    /// The worked kernel of docs/tile-ir.md: GM -> Mat -> Left/Right -> Acc -> GM, f16 in, f32 out.
+    Matmul,
+    /// The tiled, double-buffered matmul (`tile_backend::kernels::matmul`, 4 blocks).
+    TiledMatmul,
+    /// The one-tile flash-attention core written the 950 way (`kernels::attention_tile`).
+    Attention,
+    /// Paged gather into L1 feeding Q K^T (`kernels::gather_matmul`).
+    GatherMatmul,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_INPUT)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    let code = match cli.command {
+        None => main_job(&mut out)?,
+        Some(Command::Check { file, json }) => check(&mut out, &file, json)?,
+        Some(Command::Sim {
+            file,
+            seed,
+            block_dim,
+            sku,
+            trace,
+        }) => {
+            let kernel = read_kernel(&file)?;
+            sim(&mut out, &kernel, seed, block_dim, sku, trace.as_deref())?
+        }
+        Some(Command::Example { name }) => {
+            let kernel = match name {
+                Example::Matmul => matmul_kernel(),
+                Example::TiledMatmul => tile_backend::kernels::matmul(&Default::default()),
+                Example::Attention => tile_backend::kernels::attention_tile(&Default::default()),
+                Example::GatherMatmul => tile_backend::kernels::gather_matmul(&Default::default()),
+            };
+            writeln!(out, "{}", kernel.to_json()).context("cannot write to stdout")?;
+            ExitCode::SUCCESS
+        }
+    };
+    out.flush().context("cannot write to stdout")?;
+    Ok(code)
+}
+
+/// The main job on the embedded default: build, list, verify and simulate the worked matmul
+/// kernel, with its estimated Ascend 950 cost.
+fn main_job(out: &mut impl Write) -> Result<ExitCode> {
+    let kernel = matmul_kernel();
+    let report = verify(&kernel);
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "tileops {}: main job on the embedded default (the worked matmul kernel of docs/tile-ir.md;\n\
+         the DeepSeek-style decode demo replaces it once its issue lands)\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    text.push_str(&listing(&kernel));
+    let _ = writeln!(text, "\nverify ({}):", kernel.target);
+    text.push_str(&report_text(&report));
+    out.write_all(text.as_bytes())
+        .context("cannot write to stdout")?;
+    if !report.is_ok() {
+        return Ok(exit_for(&report));
+    }
+    writeln!(out, "\nsimulate (inputs seeded with 42):").context("cannot write to stdout")?;
+    sim(out, &kernel, 42, 1, SkuArg::Ascend950PR, None)
+}
+
+/// `tileops check FILE`.
+fn check(out: &mut impl Write, file: &Path, json: bool) -> Result<ExitCode> {
+    let kernel = read_kernel(file)?;
+    let report = verify(&kernel);
+    let text = if json {
+        let mut s = serde_json::to_string_pretty(&report).context("cannot serialize the report")?;
+        s.push('\n');
+        s
+    } else {
+        report_text(&report)
+    };
+    out.write_all(text.as_bytes())
+        .context("cannot write to stdout")?;
+    Ok(exit_for(&report))
+}
+
+/// `tileops sim FILE`: compile, simulate on seeded inputs, print outputs and the cost report.
+fn sim(
+    out: &mut impl Write,
+    kernel: &Kernel,
+    seed: u64,
+    block_dim: usize,
+    sku: SkuArg,
+    trace_file: Option<&Path>,
+) -> Result<ExitCode> {
+    use tile_backend::arch::Sku;
+    use tile_backend::sim::{self, cost, io, perfetto, timeline, SimOptions};
+    let sku = match sku {
+        SkuArg::Ascend950PR => Sku::Ascend950PR,
+        SkuArg::Ascend950DT => Sku::Ascend950DT,
+    };
+    let arch = Arch::ascend950_sku(sku);
+    let mut text = String::new();
+    let compiled = match tile_backend::passes::compile(kernel, &arch) {
+        Ok(k) => k,
+        Err(e) => {
+            let _ = writeln!(text, "kernel `{}` does not compile: {e}", kernel.name);
+            out.write_all(text.as_bytes())
+                .context("cannot write to stdout")?;
+            return Ok(ExitCode::from(EXIT_ERRORS));
+        }
+    };
+    let mut args = io::generate(&compiled, seed).context("cannot generate inputs")?;
+    let (summary, trace) = match sim::run_traced(
+        &compiled,
+        &arch,
+        &mut args,
+        SimOptions {
+            block_dim: block_dim.max(1),
+        },
+    ) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = writeln!(text, "simulation of `{}` failed: {e}", kernel.name);
+            out.write_all(text.as_bytes())
+                .context("cannot write to stdout")?;
+            return Ok(ExitCode::from(EXIT_ERRORS));
+        }
+    };
+    let _ = writeln!(
+        text,
+        "simulated `{}`: {} block(s), {} ops, inputs seeded with {seed}",
+        kernel.name, summary.blocks, summary.ops_executed
+    );
+    let _ = writeln!(text, "outputs:");
+    for o in io::output_stats(&compiled, &args) {
+        let _ = writeln!(
+            text,
+            "  {} {} {:?}: min {:.6} max {:.6} mean {:.6}, {} non-finite, checksum {:016x}",
+            o.name, o.dtype, o.shape, o.min, o.max, o.mean, o.non_finite, o.checksum
+        );
+    }
+    let tls = timeline::timelines(&compiled, &arch, &trace, summary.blocks);
+    let report = cost::report_from(&compiled, &arch, sku, &trace, &tls, summary.blocks);
+    let _ = writeln!(text, "\n{report}");
+    if let Some(path) = trace_file {
+        let json = perfetto::chrome_trace(&trace, &tls, arch.rates.clock_ghz.value);
+        let body = serde_json::to_string(&json).context("cannot serialize the trace")?;
+        std::fs::write(path, body)
+            .with_context(|| format!("cannot write the trace to {}", path.display()))?;
+        let _ = writeln!(
+            text,
+            "trace written to {} (open it at ui.perfetto.dev)",
+            path.display()
+        );
+    }
+    out.write_all(text.as_bytes())
+        .context("cannot write to stdout")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn read_kernel(file: &Path) -> Result<Kernel> {
+    let text = if file == Path::new("-") {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("cannot read the kernel from stdin")?;
+        s
+    } else {
+        std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read kernel file {}", file.display()))?
+    };
+    Kernel::from_json(&text).map_err(|e| {
+        anyhow!(
+            "{} is not a valid tileops kernel (JSON error at line {}, column {}): {e}",
+            file.display(),
+            e.line(),
+            e.column()
+        )
+    })
+}
+
+/// Every diagnostic on its own line, then the summary line.
+fn report_text(report: &Report) -> String {
+    let mut s = String::new();
+    for d in &report.diagnostics {
+        let _ = writeln!(s, "{d}");
+    }
+    let (errors, warnings) = (report.errors().count(), report.warnings().count());
+    let _ = writeln!(
+        s,
+        "{errors} error{}, {warnings} warning{}",
+        plural(errors),
+        plural(warnings)
+    );
+    s
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+fn exit_for(report: &Report) -> ExitCode {
+    if report.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_ERRORS)
+    }
+}
+
+/// The worked kernel of docs/tile-ir.md: `c[64, 96] (f32) = a[64, 128] (f16) * b[128, 96] (f16)`.
+///
+/// GM -> Mat (ND -> NZ loads, MTE2) -> Left / Right (MTE1) -> Acc (matmul, phase Final) -> GM
+/// (Fixpipe store), with the MTE2 -> MTE1 and MTE1 -> M flag pairs between the stages.
+fn matmul_kernel() -> Kernel {
+    let (m, k, n) = (64u64, 128u64, 96u64);
+    let mut kb = KernelBuilder::new("matmul_f16");
+    let a = kb.input("a", DType::F16, [m, k]);
+    let b = kb.input("b", DType::F16, [k, n]);
+    let c = kb.output("c", DType::F32, [m, n]);
+    let a_l1 = kb.tile(
+        "a_l1",
+        TileType::new(MemSpace::Mat, DType::F16, m, k, Layout::NZ),
+    );
+    let b_l1 = kb.tile(
+        "b_l1",
+        TileType::new(MemSpace::Mat, DType::F16, k, n, Layout::NZ),
+    );
+    let a_l0 = kb.tile(
+        "a_l0",
+        TileType::new(MemSpace::Left, DType::F16, m, k, Layout::NZ),
+    );
+    let b_l0 = kb.tile(
+        "b_l0",
+        TileType::new(MemSpace::Right, DType::F16, k, n, Layout::ZN),
+    );
+    let acc = kb.tile(
+        "acc",
+        TileType::new(MemSpace::Acc, DType::F32, m, n, Layout::NZ),
+    );
+    kb.cube(|cube| {
+        cube.load(a_l1, GmView::nd(a, 0, m, k, k));
+        cube.load(b_l1, GmView::nd(b, 0, k, n, n));
+        cube.set_flag(Pipe::Mte2, Pipe::Mte1, 0);
+        cube.wait_flag(Pipe::Mte2, Pipe::Mte1, 0);
+        cube.mov(a_l0, a_l1);
+        cube.mov(b_l0, b_l1);
+        cube.set_flag(Pipe::Mte1, Pipe::M, 0);
+        cube.wait_flag(Pipe::Mte1, Pipe::M, 0);
+        cube.matmul(acc, a_l0, b_l0).phase(Phase::Final);
+        cube.store(GmView::nd(c, 0, m, n, n), acc);
+    });
+    kb.build()
+}
+
+// ---------------------------------------------------------------------------------------------
+// IR listing
+
+/// A short listing of a kernel: arguments, tiles with their types, and each section's ops numbered
+/// as the verifier numbers them (`cube op #3`), with the pipe each runs on.
+fn listing(kernel: &Kernel) -> String {
+    let lister = Lister {
+        kernel,
+        arch: Arch::for_target(kernel.target),
+    };
+    let mut s = String::new();
+    let _ = writeln!(s, "kernel {} ({})", kernel.name, kernel.target);
+    let _ = writeln!(s, "params:");
+    for (i, p) in kernel.params.iter().enumerate() {
+        let kind = match &p.kind {
+            ParamKind::Tensor {
+                dtype,
+                shape,
+                output,
+            } => {
+                let dims: Vec<String> = shape.iter().map(|e| e.to_string()).collect();
+                let dir = if *output { "out" } else { "in" };
+                format!("{dir} {dtype} [{}]", dims.join(", "))
+            }
+            ParamKind::Scalar { dtype } => format!("scalar {dtype}"),
+        };
+        let range = match &p.range {
+            Some(r) => format!(" in [{}, {}]", r.min, r.max),
+            None => String::new(),
+        };
+        let _ = writeln!(s, "  arg{i} {}: {kind}{range}", p.name);
+    }
+    let _ = writeln!(s, "tiles:");
+    let width = kernel.tiles.iter().map(|t| t.name.len()).max().unwrap_or(0);
+    for t in &kernel.tiles {
+        let mut extra = String::new();
+        if t.buffers > 1 {
+            let _ = write!(extra, " x{} buffers", t.buffers);
+        }
+        if let Storage::Alias { of } = t.storage {
+            let _ = write!(extra, " = reinterpret({})", lister.tile_name(of.0));
+        }
+        if let Some(addr) = t.addr {
+            let _ = write!(extra, " @{addr:#x}");
+        }
+        let _ = writeln!(s, "  {:width$}  {}{extra}", t.name, t.ty);
+    }
+    for (i, ch) in kernel.channels.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "channel {i} {}: {} produces, depth {}",
+            ch.name, ch.producer, ch.depth
+        );
+    }
+    for core in [CoreKind::Cube, CoreKind::Vector] {
+        let stmts = kernel.section(core);
+        if stmts.is_empty() {
+            let _ = writeln!(s, "{core}: (empty)");
+            continue;
+        }
+        let _ = writeln!(s, "{core}:");
+        let mut index = 0;
+        lister.stmts(&mut s, stmts, 1, &mut index);
+    }
+    s
+}
+
+struct Lister<'a> {
+    kernel: &'a Kernel,
+    arch: Arch,
+}
+
+impl Lister<'_> {
+    fn stmts(&self, s: &mut String, stmts: &[Stmt], depth: usize, index: &mut usize) {
+        let pad = "  ".repeat(depth);
+        for st in stmts {
+            match st {
+                Stmt::Op(op) => {
+                    let pipe = self
+                        .arch
+                        .pipe_of(op, &|r| self.kernel.try_tile(r.tile).map(|d| d.ty.space))
+                        .map_or_else(|| "?".to_string(), |p| p.to_string());
+                    let _ = writeln!(s, "{pad}#{index:<3} {pipe:<4} {}", self.op(op));
+                    *index += 1;
+                }
+                Stmt::Let { var, value } => {
+                    let _ = writeln!(s, "{pad}let {} = {value}", self.var(var.0));
+                }
+                Stmt::For {
+                    var,
+                    start,
+                    end,
+                    step,
+                    body,
+                } => {
+                    let step = if *step == 1 {
+                        String::new()
+                    } else {
+                        format!(" step {step}")
+                    };
+                    let _ = writeln!(s, "{pad}for {} in {start}..{end}{step}:", self.var(var.0));
+                    self.stmts(s, body, depth + 1, index);
+                }
+                Stmt::If {
+                    cond,
+                    then_body,
+                    else_body,
+                } => {
+                    let _ = writeln!(s, "{pad}if {cond}:");
+                    self.stmts(s, then_body, depth + 1, index);
+                    if !else_body.is_empty() {
+                        let _ = writeln!(s, "{pad}else:");
+                        self.stmts(s, else_body, depth + 1, index);
+                    }
+                }
+            }
+        }
+    }
+
+    fn tile_name(&self, id: u32) -> String {
+        match self.kernel.tiles.get(id as usize) {
+            Some(t) => t.name.clone(),
+            None => format!("<tile {id}?>"),
+        }
+    }
+
+    fn tile(&self, r: &TileRef) -> String {
+        let name = self.tile_name(r.tile.0);
+        let grouped = self.kernel.try_tile(r.tile).is_some_and(|d| d.buffers > 1);
+        if grouped || r.slot.as_const() != Some(0) {
+            format!("{name}[{}]", r.slot)
+        } else {
+            name
+        }
+    }
+
+    fn param(&self, p: ParamId) -> String {
+        match self.kernel.try_param(p) {
+            Some(param) => param.name.clone(),
+            None => format!("<arg {}?>", p.0),
+        }
+    }
+
+    fn var(&self, v: u32) -> String {
+        match self.kernel.vars.get(v as usize) {
+            Some(d) => format!("{}(v{v})", d.name),
+            None => format!("v{v}"),
+        }
+    }
+
+    fn view(&self, v: &GmView) -> String {
+        format!(
+            "{}[{} {}x{} at {}, stride {}]",
+            self.param(v.tensor),
+            v.layout,
+            v.rows,
+            v.cols,
+            v.offset,
+            v.stride
+        )
+    }
+
+    fn scalar(&self, a: &ScalarArg) -> String {
+        match a {
+            ScalarArg::Const(v) => v.to_string(),
+            ScalarArg::Param(p) => self.param(*p),
+        }
+    }
+
+    fn scale(&self, sc: &Scale) -> String {
+        match sc {
+            Scale::Const(w) => format!("scale {} ({:#x})", w.scale(), w.0),
+            Scale::Scalar(p) => format!("scale {}", self.param(*p)),
+            Scale::Tile(t) => format!("scale tile {}", self.tile(t)),
+        }
+    }
+
+    fn op(&self, op: &Op) -> String {
+        let lower = |x: &dyn std::fmt::Debug| format!("{x:?}").to_lowercase();
+        let axis = |a: &Axis| match a {
+            Axis::Row => "row",
+            Axis::Col => "col",
+        };
+        match op {
+            Op::Load { dst, src } => format!("load {} <- {}", self.tile(dst), self.view(src)),
+            Op::Store {
+                dst,
+                src,
+                relu,
+                scale,
+                atomic_add,
+            } => {
+                let mut s = format!("store {} <- {}", self.view(dst), self.tile(src));
+                if *relu {
+                    s.push_str(" relu");
+                }
+                if let Some(sc) = scale {
+                    let _ = write!(s, " {}", self.scale(sc));
+                }
+                if *atomic_add {
+                    s.push_str(" atomic_add");
+                }
+                s
+            }
+            Op::Move {
+                dst,
+                src,
+                offset,
+                acc_to_vec,
+                relu,
+                scale,
+                phase,
+            } => {
+                let (sp, dp) = (self.space(src), self.space(dst));
+                let mut s = format!(
+                    "move {} <- {} ({sp} -> {dp})",
+                    self.tile(dst),
+                    self.tile(src)
+                );
+                if let Some([r, c]) = offset {
+                    let _ = write!(s, " offset [{r}, {c}]");
+                }
+                if let Some(m) = acc_to_vec {
+                    let _ = write!(s, " {m:?}");
+                }
+                if *relu {
+                    s.push_str(" relu");
+                }
+                if let Some(sc) = scale {
+                    let _ = write!(s, " {}", self.scale(sc));
+                }
+                if let Some(p) = phase {
+                    let _ = write!(s, " phase {p:?}");
+                }
+                s
+            }
+            Op::Matmul {
+                dst,
+                a,
+                b,
+                bias,
+                accumulate,
+                phase,
+            } => {
+                let eq = if *accumulate { "+=" } else { "=" };
+                let mut s = format!(
+                    "matmul {} {eq} {} * {}",
+                    self.tile(dst),
+                    self.tile(a),
+                    self.tile(b)
+                );
+                if let Some(bias) = bias {
+                    let _ = write!(s, " + bias {}", self.tile(bias));
+                }
+                if let Some(p) = phase {
+                    let _ = write!(s, " phase {p:?}");
+                }
+                s
+            }
+            Op::GatherInL1 {
+                dst,
+                src,
+                indices,
+                block_table,
+                block_size,
+                size,
+                col_offset,
+                is_b_matrix,
+                is_trans,
+            } => {
+                let mut s = format!(
+                    "gather_in_l1 {} <- {} rows by {} through {}, block_size {block_size}, \
+                     size {size}, col_offset {col_offset}",
+                    self.tile(dst),
+                    self.param(*src),
+                    self.view(indices),
+                    self.view(block_table)
+                );
+                if *is_b_matrix {
+                    s.push_str(" b_matrix");
+                }
+                if *is_trans {
+                    s.push_str(" trans");
+                }
+                s
+            }
+            Op::Unary { op, dst, src } => {
+                format!("{} {} <- {}", lower(op), self.tile(dst), self.tile(src))
+            }
+            Op::Binary { op, dst, lhs, rhs } => format!(
+                "{} {} <- {}, {}",
+                lower(op),
+                self.tile(dst),
+                self.tile(lhs),
+                self.tile(rhs)
+            ),
+            Op::BinaryScalar {
+                op,
+                dst,
+                src,
+                scalar,
+            } => format!(
+                "{}s {} <- {}, {}",
+                lower(op),
+                self.tile(dst),
+                self.tile(src),
+                self.scalar(scalar)
+            ),
+            Op::Reduce {
+                op,
+                axis: ax,
+                dst,
+                src,
+            } => format!(
+                "{}_{} {} <- {}",
+                axis(ax),
+                lower(op),
+                self.tile(dst),
+                self.tile(src)
+            ),
+            Op::Broadcast {
+                op,
+                axis: ax,
+                dst,
+                src,
+                operand,
+            } => format!(
+                "{}_expand_{} {} <- {}, {}",
+                axis(ax),
+                lower(op),
+                self.tile(dst),
+                self.tile(src),
+                self.tile(operand)
+            ),
+            Op::Expand { axis: ax, dst, src } => format!(
+                "{}_expand {} <- {}",
+                axis(ax),
+                self.tile(dst),
+                self.tile(src)
+            ),
+            Op::Cast { dst, src, round } => format!(
+                "cast {} <- {} round {}",
+                self.tile(dst),
+                self.tile(src),
+                lower(round)
+            ),
+            Op::Fill { dst, value } => {
+                format!("fill {} = {}", self.tile(dst), self.scalar(value))
+            }
+            Op::SetValidShape { tile, rows, cols } => {
+                format!("set_validshape {} = [{rows}, {cols}]", self.tile(tile))
+            }
+            Op::FillPad { tile } => format!("fillpad {}", self.tile(tile)),
+            Op::ReadScalar { var, tensor, index } => format!(
+                "read_scalar {} = {}[{index}]",
+                self.var(var.0),
+                self.param(*tensor)
+            ),
+            Op::WriteScalar {
+                tensor,
+                index,
+                value,
+            } => format!("write_scalar {}[{index}] = {value}", self.param(*tensor)),
+            Op::SetFlag { src, dst, event } => format!("set_flag {src} -> {dst} event {event}"),
+            Op::WaitFlag { src, dst, event } => {
+                format!("wait_flag {src} -> {dst} event {event}")
+            }
+            Op::Barrier { pipe } => format!("pipe_barrier {pipe}"),
+            Op::SetCrossFlag { pipe, id } => format!("set_cross_flag {pipe} id {id}"),
+            Op::WaitCrossFlag { pipe, id } => format!("wait_cross_flag {pipe} id {id}"),
+            Op::ChannelAcquire { channel }
+            | Op::ChannelPush { channel }
+            | Op::ChannelPop { channel }
+            | Op::ChannelRelease { channel } => {
+                let name = match self.kernel.try_channel(*channel) {
+                    Some(c) => c.name.clone(),
+                    None => format!("<channel {}?>", channel.0),
+                };
+                format!("{} {name}", op.name())
+            }
+        }
+    }
+
+    fn space(&self, r: &TileRef) -> String {
+        match self.kernel.try_tile(r.tile) {
+            Some(d) => d.ty.space.to_string(),
+            None => "?".into(),
+        }
+    }
+}

@@ -3,7 +3,7 @@
 use super::exec::{self, ExecCtx, Flow};
 use super::gm::{Arg, Overlay};
 use super::state::{BlockMem, CoreId, CrossFlags};
-use super::trace::{BlockTrace, Event, OpRecord, SyncInfo};
+use super::trace::{Access, BlockTrace, Event, OpRecord, SyncInfo};
 use super::SimError;
 use crate::arch::Arch;
 use crate::ir::{CoreKind, Expr, ExprEnv, Kernel, Op, OpLoc, ParamId, Stmt, TileId, VarId};
@@ -341,8 +341,23 @@ fn event<'k>(cx: &ExecCtx<'k, '_, '_>, op: &'k Op, locs: &OpLocs, rec: OpRecord)
             }),
         op,
         pipe: cx.arch.pipe_of(op, &space_of).unwrap_or(crate::ir::Pipe::S),
-        accesses: rec.accesses,
+        accesses: coalesce(rec.accesses),
         cube: rec.cube,
         sync: rec.sync.unwrap_or(SyncInfo::None),
     }
+}
+
+/// Sorts an op's byte runs and merges the touching ones (a whole NZ tile becomes one range).
+fn coalesce(mut v: Vec<Access>) -> Vec<Access> {
+    v.sort_unstable_by_key(|a| (a.mem, a.write, a.start, a.end));
+    let mut out: Vec<Access> = Vec::with_capacity(v.len());
+    for a in v {
+        match out.last_mut() {
+            Some(l) if l.mem == a.mem && l.write == a.write && a.start <= l.end => {
+                l.end = l.end.max(a.end)
+            }
+            _ => out.push(a),
+        }
+    }
+    out
 }

@@ -15,13 +15,17 @@
 //! - Numerics: integers exact; f16/bf16 element-wise ops compute in f32 and round once (nearest
 //!   even); matmul accumulates in f32 (int32 for int8); exp and the summation order are models.
 
+pub mod cost;
 mod exec;
 mod gm;
+
 mod interp;
 pub mod io;
 pub mod numeric;
+pub mod perfetto;
 mod state;
 mod tile;
+pub mod timeline;
 pub mod trace;
 
 pub use gm::{Arg, GmTensor};

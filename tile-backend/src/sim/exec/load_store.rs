@@ -87,8 +87,7 @@ impl View {
                 let i = self.index(r, c)?;
                 self.index(r, c + n - 1)?;
                 let dst = (r * cols + c) * es;
-                cx.gm
-                    .read(cx.args, self.param, i * es, &mut out[dst..dst + n * es])?;
+                cx.gm_read(self.param, i * es, &mut out[dst..dst + n * es])?;
                 c += n;
             }
         }

@@ -1,0 +1,377 @@
+//! The per-pipe timeline: each traced op placed on its pipe, starting when the pipe is free and
+//! the flags, unit flags and cross-core signals it waits for allow, lasting what the machine
+//! model's rates say (docs/simulator.md, "Timing model").
+
+use super::trace::{core_index, Access, CoreId, Event, Mem, SyncInfo, Trace};
+use crate::arch::{Arch, Rates};
+use crate::ir::{c0, DType, Kernel, MemSpace, Op, Phase, Pipe, UnaryOp};
+use std::collections::HashMap;
+
+/// The pipes of the timeline, in track order.
+pub const PIPES: [Pipe; 7] = [
+    Pipe::S,
+    Pipe::Mte2,
+    Pipe::Mte1,
+    Pipe::M,
+    Pipe::Fix,
+    Pipe::V,
+    Pipe::Mte3,
+];
+
+fn pipe_slot(p: Pipe) -> usize {
+    PIPES.iter().position(|q| *q == p).unwrap_or(0)
+}
+
+/// One op placed on the timeline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Span {
+    /// Index of the event in its core's trace.
+    pub event: usize,
+    /// The pipe.
+    pub pipe: Pipe,
+    /// Start cycle (within the block).
+    pub start: f64,
+    /// Cycle the pipe is free again.
+    pub busy_until: f64,
+    /// Cycle the op's effect is complete (DMA latency included).
+    pub end: f64,
+}
+
+/// A flag edge drawn as an arrow: from the setting span to the waiting span.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FlowEdge {
+    /// Setting core and event.
+    pub from: (CoreId, usize),
+    /// Waiting core and event.
+    pub to: (CoreId, usize),
+    /// Cycle of the signal.
+    pub at: f64,
+}
+
+/// One block's timeline.
+#[derive(Debug, Clone, Default)]
+pub struct BlockTimeline {
+    /// Block index.
+    pub block: usize,
+    /// Spans per core (AIC, AIV0, AIV1), one per traced event.
+    pub cores: [Vec<Span>; 3],
+    /// Flag edges.
+    pub flows: Vec<FlowEdge>,
+    /// Cycle the block's last op completes.
+    pub end: f64,
+}
+
+/// Rates in effect for one launch: per-core DMA bandwidth shares the chip's GM bandwidth
+/// between the clusters running at once.
+#[derive(Debug, Clone, Copy)]
+pub struct LaunchRates {
+    /// GM -> AIC bytes per cycle.
+    pub mte2_cube: f64,
+    /// GM -> AIV bytes per cycle.
+    pub mte2_vector: f64,
+    /// UB -> GM bytes per cycle.
+    pub mte3: f64,
+}
+
+impl LaunchRates {
+    /// Rates when `active` clusters run at once.
+    pub fn new(r: &Rates, active: usize) -> Self {
+        let chip = r.chip_gm_bytes_per_s.value / (r.clock_ghz.value * 1e9);
+        let share = chip / active.max(1) as f64;
+        LaunchRates {
+            mte2_cube: r.mte2_cube.value.min(share),
+            mte2_vector: r.mte2_vector.value.min(share / 2.0),
+            mte3: r.mte3.value.min(share / 2.0),
+        }
+    }
+}
+
+fn bytes(acc: &[Access], pred: impl Fn(&Access) -> bool) -> f64 {
+    acc.iter()
+        .filter(|a| pred(a))
+        .map(|a| (a.end - a.start) as f64)
+        .sum()
+}
+
+fn is_gm(a: &Access) -> bool {
+    matches!(a.mem, Mem::Gm(_))
+}
+
+/// Cycles an op occupies its pipe, and extra cycles until its effect is complete (DMA latency).
+pub fn op_cost(
+    kernel: &Kernel,
+    e: &Event,
+    r: &Rates,
+    lr: &LaunchRates,
+    core: CoreId,
+) -> (f64, f64) {
+    let lat = r.dma_latency_cycles.value;
+    let overlap = r.dma_latency_overlaps.value > 0.5;
+    let dma = |b: f64, rate: f64, n: f64| {
+        let transfer = b / rate.max(1e-9);
+        if overlap {
+            (transfer + n, lat)
+        } else {
+            (transfer + n * lat, 0.0)
+        }
+    };
+    match e.op {
+        Op::Load { .. } => {
+            let rate = if core == CoreId::Aic {
+                lr.mte2_cube
+            } else {
+                lr.mte2_vector
+            };
+            dma(bytes(&e.accesses, |a| is_gm(a) && !a.write), rate, 1.0)
+        }
+        Op::GatherInL1 { .. } => {
+            // One DMA per gathered row (plus the index and block-table reads).
+            let n = e.accesses.iter().filter(|a| is_gm(a) && !a.write).count() as f64;
+            dma(
+                bytes(&e.accesses, |a| is_gm(a) && !a.write),
+                lr.mte2_cube,
+                n,
+            )
+        }
+        Op::Store { .. } => {
+            let b = bytes(&e.accesses, |a| is_gm(a) && a.write);
+            if e.pipe == Pipe::Fix {
+                (b.max(bytes(&e.accesses, |a| !a.write)) / r.fix.value, lat)
+            } else {
+                dma(b, lr.mte3, 1.0)
+            }
+        }
+        Op::Move { .. } => {
+            let b = bytes(&e.accesses, |a| a.write);
+            let rate = match e.pipe {
+                Pipe::Mte1 => r.mte1.value,
+                Pipe::Fix => r.fix.value,
+                Pipe::Mte3 => r.ub_to_l1.value,
+                _ => r.vector_bytes_per_cycle.value,
+            };
+            let issue = if e.pipe == Pipe::V {
+                r.vector_issue_cycles.value
+            } else {
+                0.0
+            };
+            (issue + b / rate, 0.0)
+        }
+        Op::Matmul { a, .. } => {
+            let [m, k, n] = e.cube.unwrap_or([0, 0, 0]);
+            let dt = kernel
+                .try_tile(a.tile)
+                .map(|d| d.ty.dtype)
+                .unwrap_or(DType::F16);
+            let kc = c0(dt) as usize;
+            let steps = (m.div_ceil(16) * k.div_ceil(kc) * n.div_ceil(16)) as f64;
+            let f = if dt == DType::F32 { 2.0 } else { 1.0 };
+            (r.matmul_fixed_cycles.value + steps * f, 0.0)
+        }
+        Op::Unary { .. }
+        | Op::Binary { .. }
+        | Op::BinaryScalar { .. }
+        | Op::Reduce { .. }
+        | Op::Broadcast { .. }
+        | Op::Expand { .. }
+        | Op::Cast { .. }
+        | Op::Fill { .. }
+        | Op::FillPad { .. } => {
+            let b = bytes(&e.accesses, |a| a.write).max(bytes(&e.accesses, |a| !a.write));
+            let repeats = (b / r.vector_bytes_per_cycle.value).ceil();
+            let per = match e.op {
+                Op::Unary {
+                    op: UnaryOp::Exp | UnaryOp::Ln | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip,
+                    ..
+                } => r.vector_exp_cycles_per_repeat.value,
+                _ => 1.0,
+            };
+            if e.pipe == Pipe::Mte2 {
+                // fillpad on Mat runs on MTE2.
+                (b / r.mte2_cube.value, 0.0)
+            } else {
+                (r.vector_issue_cycles.value + repeats * per, 0.0)
+            }
+        }
+        Op::ReadScalar { .. } => (r.scalar_gm_read_cycles.value, 0.0),
+        _ => (1.0, 0.0),
+    }
+}
+
+/// The pipe an event occupies: sync ops run on the pipe they order.
+pub fn event_pipe(e: &Event) -> Pipe {
+    match (e.sync, e.op) {
+        (SyncInfo::SetFlag { src, .. }, _) => src,
+        (SyncInfo::WaitFlag { dst, .. }, _) => dst,
+        (SyncInfo::Barrier(p), _) => p,
+        (_, Op::SetCrossFlag { pipe, .. } | Op::WaitCrossFlag { pipe, .. }) => *pipe,
+        _ => e.pipe,
+    }
+}
+
+#[derive(Default, Clone)]
+struct CoreClock {
+    free: [f64; 7],
+    done: [f64; 7],
+    issue: f64,
+    next: usize,
+    /// Completion of the last matmul with phase Final, per Acc start address.
+    acc_final: HashMap<usize, f64>,
+}
+
+/// Builds one block's timeline from its trace.
+pub fn block_timeline(
+    kernel: &Kernel,
+    arch: &Arch,
+    lr: &LaunchRates,
+    trace: &super::trace::BlockTrace,
+) -> BlockTimeline {
+    let r = &arch.rates;
+    let mut out = BlockTimeline {
+        block: trace.block,
+        ..Default::default()
+    };
+    let mut clocks = vec![CoreClock::default(); 3];
+    let mut flags: HashMap<(usize, Pipe, Pipe, u8), (f64, usize)> = HashMap::new();
+    let cores = CoreId::ALL;
+    loop {
+        let mut progressed = false;
+        for (ci, core) in cores.iter().enumerate() {
+            let events = &trace.cores[ci].events;
+            while clocks[ci].next < events.len() {
+                let idx = clocks[ci].next;
+                let e = &events[idx];
+                // A cross-core wait needs its setter placed first.
+                let setter = match e.sync {
+                    SyncInfo::WaitCross { from, index } => {
+                        let fi = core_index(from);
+                        match out.cores[fi].get(index) {
+                            Some(s) => Some((from, index, s.end)),
+                            None => break,
+                        }
+                    }
+                    _ => None,
+                };
+                let c = &mut clocks[ci];
+                let pipe = event_pipe(e);
+                let p = pipe_slot(pipe);
+                let mut start = c.free[p].max(c.issue);
+                let (busy, extra) = match e.sync {
+                    SyncInfo::SetFlag { src, dst, event } => {
+                        start = start.max(c.done[p]);
+                        flags.insert((ci, src, dst, event), (start, idx));
+                        (0.0, 0.0)
+                    }
+                    SyncInfo::WaitFlag { src, dst, event } => {
+                        if let Some((t, from)) = flags.remove(&(ci, src, dst, event)) {
+                            start = start.max(t);
+                            out.flows.push(FlowEdge {
+                                from: (*core, from),
+                                to: (*core, idx),
+                                at: t,
+                            });
+                        }
+                        (0.0, 0.0)
+                    }
+                    SyncInfo::Barrier(Pipe::All) => {
+                        let t = c.done.iter().cloned().fold(start, f64::max);
+                        c.free.iter_mut().for_each(|f| *f = t);
+                        start = t;
+                        (0.0, 0.0)
+                    }
+                    SyncInfo::Barrier(_) => {
+                        start = start.max(c.done[p]);
+                        (0.0, 0.0)
+                    }
+                    SyncInfo::SetCross { .. } => {
+                        start = start.max(c.done[p]);
+                        (0.0, 0.0)
+                    }
+                    SyncInfo::WaitCross { .. } => {
+                        if let Some((from, index, t)) = setter {
+                            start = start.max(t);
+                            out.flows.push(FlowEdge {
+                                from: (from, index),
+                                to: (*core, idx),
+                                at: t,
+                            });
+                        }
+                        (0.0, 0.0)
+                    }
+                    SyncInfo::None => {
+                        // The unit flag: a Final Fixpipe read waits for the Final matmul.
+                        if let Op::Move {
+                            phase: Some(Phase::Final),
+                            ..
+                        } = e.op
+                        {
+                            if let Some(a) = e.accesses.iter().find(|a| {
+                                !a.write
+                                    && a.mem
+                                        == (Mem::Chip {
+                                            space: MemSpace::Acc,
+                                            aiv: 0,
+                                        })
+                            }) {
+                                if let Some(t) = c.acc_final.get(&a.start) {
+                                    start = start.max(*t);
+                                }
+                            }
+                        }
+                        op_cost(kernel, e, r, lr, *core)
+                    }
+                };
+                let span = Span {
+                    event: idx,
+                    pipe,
+                    start,
+                    busy_until: start + busy,
+                    end: start + busy + extra,
+                };
+                if let Op::Matmul {
+                    phase: Some(Phase::Final),
+                    ..
+                } = e.op
+                {
+                    if let Some(a) = e.accesses.iter().find(|a| a.write) {
+                        c.acc_final.insert(a.start, span.end);
+                    }
+                }
+                c.free[p] = span.busy_until;
+                c.done[p] = c.done[p].max(span.end);
+                c.issue += 1.0;
+                if let Op::ReadScalar { .. } = e.op {
+                    c.issue = c.issue.max(span.end);
+                }
+                out.end = out.end.max(span.end);
+                out.cores[ci].push(span);
+                c.next += 1;
+                progressed = true;
+            }
+        }
+        if clocks
+            .iter()
+            .zip(&trace.cores)
+            .all(|(c, t)| c.next >= t.events.len())
+            || !progressed
+        {
+            break;
+        }
+    }
+    out
+}
+
+/// Timelines of every block of a traced run, with the rates for `block_dim` blocks.
+pub fn timelines(
+    kernel: &Kernel,
+    arch: &Arch,
+    trace: &Trace,
+    block_dim: usize,
+) -> Vec<BlockTimeline> {
+    let clusters = arch.rates.clusters.value.max(1.0) as usize;
+    let lr = LaunchRates::new(&arch.rates, block_dim.min(clusters));
+    trace
+        .blocks
+        .iter()
+        .map(|b| block_timeline(kernel, arch, &lr, b))
+        .collect()
+}

@@ -1,0 +1,208 @@
+//! The timeline and cost report against the formulas of ASCEND950.md §10, overlap of pipelined
+//! kernels, waves, and the Perfetto trace.
+
+use tile_backend::arch::{Arch, Sku};
+use tile_backend::dsl::KernelBuilder;
+use tile_backend::ir::*;
+use tile_backend::kernels::*;
+use tile_backend::passes;
+use tile_backend::sim::{self, cost, io, perfetto, timeline, SimOptions};
+
+/// Compiles and runs `kernel` traced; returns the op name of each span of block 0's AIC, the
+/// timelines and the report.
+fn traced(
+    kernel: &Kernel,
+    block_dim: usize,
+) -> (
+    Vec<&'static str>,
+    Vec<timeline::BlockTimeline>,
+    cost::CostReport,
+) {
+    let arch = Arch::ascend950();
+    let k = passes::compile(kernel, &arch).unwrap();
+    let mut args = io::generate(&k, 1).unwrap();
+    let (_, trace) = sim::run_traced(&k, &arch, &mut args, SimOptions { block_dim }).unwrap();
+    let tls = timeline::timelines(&k, &arch, &trace, block_dim);
+    let rep = cost::report_from(&k, &arch, Sku::Ascend950PR, &trace, &tls, block_dim);
+    let names = trace.blocks[0].cores[0]
+        .events
+        .iter()
+        .map(|e| e.op.name())
+        .collect();
+    (names, tls, rep)
+}
+
+fn one_matmul(m: u64, k: u64, n: u64, dt: DType) -> Kernel {
+    let acc = if dt == DType::I8 {
+        DType::I32
+    } else {
+        DType::F32
+    };
+    let mut kb = KernelBuilder::new("one_matmul");
+    let a = kb.input("a", dt, [m, k]);
+    let b = kb.input("b", dt, [k, n]);
+    let c = kb.output("c", acc, [m, n]);
+    let a1 = kb.tile("a1", TileType::new(MemSpace::Mat, dt, m, k, Layout::NZ));
+    let b1 = kb.tile("b1", TileType::new(MemSpace::Mat, dt, k, n, Layout::NZ));
+    let a0 = kb.tile("a0", TileType::new(MemSpace::Left, dt, m, k, Layout::NZ));
+    let b0 = kb.tile("b0", TileType::new(MemSpace::Right, dt, k, n, Layout::ZN));
+    let t = kb.tile("acc", TileType::new(MemSpace::Acc, acc, m, n, Layout::NZ));
+    kb.cube(|q| {
+        q.load(a1, GmView::nd(a, 0, m, k, k));
+        q.load(b1, GmView::nd(b, 0, k, n, n));
+        // One flag after both loads, so the second DMA is queued behind the first (a set_flag
+        // right after the first load would hold the MTE2 queue until its data landed).
+        q.set_flag(Pipe::Mte2, Pipe::Mte1, 0);
+        q.wait_flag(Pipe::Mte2, Pipe::Mte1, 0);
+        q.mov(a0, a1);
+        q.mov(b0, b1);
+        q.matmul(t, a0, b0);
+        q.store(GmView::nd(c, 0, m, n, n), t);
+    });
+    kb.build()
+}
+
+/// Spans of block 0's AIC whose op is `name`.
+fn span_of<'a>(
+    names: &[&str],
+    tl: &'a timeline::BlockTimeline,
+    name: &str,
+) -> Vec<&'a timeline::Span> {
+    tl.cores[0]
+        .iter()
+        .filter(|s| names[s.event] == name)
+        .collect()
+}
+
+#[test]
+fn single_matmul_costs_the_fractal_formula() {
+    let rates = Arch::ascend950().rates;
+    for (m, k, n, dt) in [
+        (64u64, 128u64, 96u64, DType::F16),
+        (32, 64, 32, DType::F32),
+        (48, 128, 64, DType::I8),
+        (16, 16, 16, DType::BF16),
+    ] {
+        let (kern, tls, _) = traced(&one_matmul(m, k, n, dt), 1);
+        let mm = span_of(&kern, &tls[0], "matmul");
+        assert_eq!(mm.len(), 1);
+        let c0 = 32 / dt.size_bytes();
+        let steps = m.div_ceil(16) * k.div_ceil(c0) * n.div_ceil(16);
+        let f = if dt == DType::F32 { 2 } else { 1 };
+        let want = rates.matmul_fixed_cycles.value + (steps * f) as f64;
+        let got = mm[0].busy_until - mm[0].start;
+        assert!(
+            (got - want).abs() < 1e-9,
+            "{m}x{k}x{n} {dt}: {got} vs {want}"
+        );
+    }
+}
+
+#[test]
+fn single_dma_costs_latency_plus_bytes_over_rate() {
+    let rates = Arch::ascend950().rates;
+    let (kern, tls, _) = traced(&one_matmul(64, 128, 96, DType::F16), 1);
+    let loads = span_of(&kern, &tls[0], "load");
+    assert_eq!(loads.len(), 2);
+    let bytes = (64 * 128 * 2) as f64;
+    let busy = loads[0].busy_until - loads[0].start;
+    // Queued DMAs overlap their latency: the pipe is busy bytes/rate (+1 issue cycle); the data
+    // lands `latency` later.
+    assert!(
+        (busy - (bytes / rates.mte2_cube.value + 1.0)).abs() < 1e-9,
+        "{busy}"
+    );
+    assert_eq!(
+        loads[0].end - loads[0].busy_until,
+        rates.dma_latency_cycles.value
+    );
+    // The second load starts when the pipe is free, before the first one's data has landed.
+    assert!(loads[1].start < loads[0].end);
+    // MTE1 waits for the data (the inserted MTE2 -> MTE1 flag).
+    let moves = span_of(&kern, &tls[0], "move");
+    assert!(moves.iter().all(|s| s.start >= loads[0].end));
+}
+
+#[test]
+fn pipelined_matmul_overlaps_its_pipes() {
+    let p = MatmulParams {
+        m: 64,
+        k: 512,
+        n: 64,
+        ..Default::default()
+    };
+    let (_, tls, rep) = traced(&matmul(&p), p.block_dim() as usize);
+    let tl = &tls[0];
+    // Run one after another, the ops would take the sum of their durations (DMA latency
+    // included); the ping-pong schedule overlaps DMAs with each other and with MTE1 and M.
+    let serial: f64 = tl.cores[0].iter().map(|s| s.end - s.start).sum();
+    assert!(
+        tl.end < 0.8 * serial,
+        "block time {} must be well below the serial time {}",
+        tl.end,
+        serial
+    );
+    assert!(rep.seconds > 0.0 && rep.roofline_seconds > 0.0);
+    assert!(rep.roofline_fraction() <= 1.0 + 1e-9, "{rep}");
+}
+
+#[test]
+fn blocks_beyond_the_clusters_run_in_waves() {
+    // Every block does the same work.
+    let k = one_matmul(32, 64, 32, DType::F16);
+    let (_, _, one) = traced(&k, 32);
+    let (_, _, two) = traced(&k, 64);
+    assert_eq!(one.waves, 1);
+    assert_eq!(two.waves, 2);
+    assert!(
+        (two.cycles - 2.0 * one.cycles).abs() < 1e-6 * one.cycles.max(1.0),
+        "{} vs 2 x {}",
+        two.cycles,
+        one.cycles
+    );
+}
+
+#[test]
+fn report_counts_distinct_gm_bytes_and_flops() {
+    let (m, k, n) = (64u64, 128u64, 96u64);
+    let (_, _, rep) = traced(&one_matmul(m, k, n, DType::F16), 1);
+    assert_eq!(rep.bytes.gm_read_distinct, ((m * k + k * n) * 2) as f64);
+    assert_eq!(rep.bytes.gm_written_distinct, (m * n * 4) as f64);
+    assert_eq!(rep.flops, (2 * m * k * n) as f64);
+    let text = rep.to_string();
+    assert!(
+        text.contains("roofline bound") && text.contains("MTE2"),
+        "{text}"
+    );
+}
+
+#[test]
+fn attention_trace_has_a_track_per_pipe_and_flow_arrows() {
+    let arch = Arch::ascend950();
+    let p = AttentionParams::default();
+    let k = passes::compile(&attention_tile(&p), &arch).unwrap();
+    let mut args = io::generate(&k, 2).unwrap();
+    let (_, trace) = sim::run_traced(&k, &arch, &mut args, SimOptions { block_dim: 1 }).unwrap();
+    let tls = timeline::timelines(&k, &arch, &trace, 1);
+    let json = perfetto::chrome_trace(&trace, &tls, arch.rates.clock_ghz.value);
+    let text = serde_json::to_string(&json).unwrap();
+    let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let events = back["traceEvents"].as_array().unwrap();
+    let names: Vec<&str> = events
+        .iter()
+        .filter(|e| e["name"] == "thread_name")
+        .filter_map(|e| e["args"]["name"].as_str())
+        .collect();
+    for core in ["AIC", "AIV0", "AIV1"] {
+        for pipe in ["S", "MTE2", "MTE1", "M", "FIX", "V", "MTE3"] {
+            assert!(
+                names.contains(&format!("{core} {pipe}").as_str()),
+                "missing track {core} {pipe}"
+            );
+        }
+    }
+    assert!(events.iter().any(|e| e["ph"] == "s") && events.iter().any(|e| e["ph"] == "f"));
+    assert!(events
+        .iter()
+        .any(|e| e["ph"] == "X" && e["name"] == "matmul"));
+}
