@@ -181,7 +181,10 @@ fn default_run_lists_and_verifies_the_embedded_kernel() {
     assert!(text.contains("set_flag MTE2 -> MTE1 event 0"), "{text}");
     assert!(text.contains("\n0 errors, 0 warnings\n"), "{text}");
     // Then it simulates the kernel and prints its estimated Ascend 950 cost.
-    assert!(text.contains("c f32 [64, 96]") && text.contains("0 non-finite"), "{text}");
+    assert!(
+        text.contains("c f32 [64, 96]") && text.contains("0 non-finite"),
+        "{text}"
+    );
     assert!(text.contains("estimated time"), "{text}");
 }
 
@@ -208,6 +211,7 @@ fn sim_runs_an_example_and_writes_a_perfetto_trace() {
     );
     let text = stdout(&out);
     for needle in [
+        "hazards: none",
         "outputs:",
         "o f32 [1, 32, 64]",
         "0 non-finite",

@@ -18,10 +18,9 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tile_backend::arch::Arch;
-use tile_backend::dsl::KernelBuilder;
 use tile_backend::ir::{
-    Axis, CoreKind, DType, GmView, Kernel, Layout, MemSpace, Op, ParamId, ParamKind, Phase, Pipe,
-    ScalarArg, Scale, Stmt, Storage, TileRef, TileType,
+    Axis, CoreKind, GmView, Kernel, Op, ParamId, ParamKind, ScalarArg, Scale, Stmt, Storage,
+    TileRef,
 };
 use tile_backend::verify::{verify, Report};
 
@@ -61,8 +60,9 @@ enum Command {
     /// seeded inputs within its declared argument ranges, and print its outputs and the estimated
     /// Ascend 950 cost.
     ///
-    /// Exit status: 0 on success, 1 when the kernel does not compile or the simulation fails, 2
-    /// when the file cannot be read or is not a kernel.
+    /// Exit status: 0 on success, 1 when the kernel does not compile, the simulation fails or the
+    /// run shows hazards (races, lost signals, hangs), 2 when the file cannot be read or is not a
+    /// kernel.
     Sim {
         /// The kernel file; `-` reads stdin.
         file: PathBuf,
@@ -247,6 +247,18 @@ fn sim(
             o.name, o.dtype, o.shape, o.min, o.max, o.mean, o.non_finite, o.checksum
         );
     }
+    let hazards = sim::hazards::check(&compiled, &trace);
+    if hazards.is_empty() {
+        let _ = writeln!(
+            text,
+            "hazards: none (races, lost signals, unmatched waits, phases, shared lines)"
+        );
+    } else {
+        let _ = writeln!(text, "hazards: {}", hazards.len());
+        for h in &hazards {
+            let _ = writeln!(text, "  {h}");
+        }
+    }
     let tls = timeline::timelines(&compiled, &arch, &trace, summary.blocks);
     let report = cost::report_from(&compiled, &arch, sku, &trace, &tls, summary.blocks);
     let _ = writeln!(text, "\n{report}");
@@ -263,7 +275,11 @@ fn sim(
     }
     out.write_all(text.as_bytes())
         .context("cannot write to stdout")?;
-    Ok(ExitCode::SUCCESS)
+    Ok(if hazards.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_ERRORS)
+    })
 }
 
 fn read_kernel(file: &Path) -> Result<Kernel> {
@@ -319,49 +335,9 @@ fn exit_for(report: &Report) -> ExitCode {
     }
 }
 
-/// The worked kernel of docs/tile-ir.md: `c[64, 96] (f32) = a[64, 128] (f16) * b[128, 96] (f16)`.
-///
-/// GM -> Mat (ND -> NZ loads, MTE2) -> Left / Right (MTE1) -> Acc (matmul, phase Final) -> GM
-/// (Fixpipe store), with the MTE2 -> MTE1 and MTE1 -> M flag pairs between the stages.
+/// The worked kernel of docs/tile-ir.md (`tile_backend::kernels::worked_matmul`).
 fn matmul_kernel() -> Kernel {
-    let (m, k, n) = (64u64, 128u64, 96u64);
-    let mut kb = KernelBuilder::new("matmul_f16");
-    let a = kb.input("a", DType::F16, [m, k]);
-    let b = kb.input("b", DType::F16, [k, n]);
-    let c = kb.output("c", DType::F32, [m, n]);
-    let a_l1 = kb.tile(
-        "a_l1",
-        TileType::new(MemSpace::Mat, DType::F16, m, k, Layout::NZ),
-    );
-    let b_l1 = kb.tile(
-        "b_l1",
-        TileType::new(MemSpace::Mat, DType::F16, k, n, Layout::NZ),
-    );
-    let a_l0 = kb.tile(
-        "a_l0",
-        TileType::new(MemSpace::Left, DType::F16, m, k, Layout::NZ),
-    );
-    let b_l0 = kb.tile(
-        "b_l0",
-        TileType::new(MemSpace::Right, DType::F16, k, n, Layout::ZN),
-    );
-    let acc = kb.tile(
-        "acc",
-        TileType::new(MemSpace::Acc, DType::F32, m, n, Layout::NZ),
-    );
-    kb.cube(|cube| {
-        cube.load(a_l1, GmView::nd(a, 0, m, k, k));
-        cube.load(b_l1, GmView::nd(b, 0, k, n, n));
-        cube.set_flag(Pipe::Mte2, Pipe::Mte1, 0);
-        cube.wait_flag(Pipe::Mte2, Pipe::Mte1, 0);
-        cube.mov(a_l0, a_l1);
-        cube.mov(b_l0, b_l1);
-        cube.set_flag(Pipe::Mte1, Pipe::M, 0);
-        cube.wait_flag(Pipe::Mte1, Pipe::M, 0);
-        cube.matmul(acc, a_l0, b_l0).phase(Phase::Final);
-        cube.store(GmView::nd(c, 0, m, n, n), acc);
-    });
-    kb.build()
+    tile_backend::kernels::worked_matmul()
 }
 
 // ---------------------------------------------------------------------------------------------

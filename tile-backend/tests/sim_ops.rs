@@ -6,17 +6,9 @@ use tile_backend::dsl::{KernelBuilder, Reinterpret};
 use tile_backend::ir::*;
 use tile_backend::sim::{self, numeric, Arg, GmTensor, SimOptions};
 
-fn plan(mut k: Kernel) -> Kernel {
-    let arch = Arch::ascend950();
-    let mut next = std::collections::HashMap::new();
-    for d in k.tiles.iter_mut() {
-        if d.storage == Storage::Alloc && d.addr.is_none() {
-            let at = next.entry(d.ty.space).or_insert(0u64);
-            d.addr = Some(*at);
-            *at += arch.buffer_stride(&d.ty) * d.buffers as u64;
-        }
-    }
-    k
+/// Memory planning (the real pass; these kernels carry their own syncs).
+fn plan(k: Kernel) -> Kernel {
+    tile_backend::passes::memory::plan(&k, &Arch::ascend950()).expect("kernel fits")
 }
 
 fn values(n: usize, seed: u64) -> Vec<f32> {

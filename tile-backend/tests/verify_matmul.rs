@@ -4,33 +4,14 @@
 use tile_backend::arch::Target;
 use tile_backend::dsl::KernelBuilder;
 use tile_backend::ir::*;
-use tile_backend::verify::{verify, Diagnostic, Report, Rule};
-
-fn expect_err(r: &Report, rule: Rule, frags: &[&str]) -> Diagnostic {
-    let found: std::vec::Vec<&Diagnostic> = r.errors().filter(|d| d.rule == rule).collect();
-    assert!(!found.is_empty(), "expected a {rule:?} error, got:\n{r}");
-    found
-        .iter()
-        .find(|d| frags.iter().all(|f| d.message.contains(f)))
-        .map(|d| (*d).clone())
-        .unwrap_or_else(|| panic!("no {rule:?} error contains {frags:?}; got:\n{r}"))
-}
-
-fn expect_no(r: &Report, rule: Rule) {
-    assert!(!r.has(rule), "unexpected {rule:?} diagnostic:\n{r}");
-}
-
-fn expect_clean(r: &Report) {
-    assert!(r.diagnostics.is_empty(), "expected a clean report:\n{r}");
-}
-
-fn t(space: MemSpace, dtype: DType, rows: u64, cols: u64, layout: Layout) -> TileType {
-    TileType::new(space, dtype, rows, cols, layout)
-}
+use tile_backend::verify::{verify, Report, Rule};
 
 use DType::*;
 use Layout::*;
 use MemSpace::*;
+
+mod support;
+use support::*;
 
 /// `c = a * b (+ bias)` on the cube of a kernel for `target`.
 fn mm_for(target: Target, a: TileType, b: TileType, c: TileType, bias: Option<TileType>) -> Report {

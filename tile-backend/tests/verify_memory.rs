@@ -3,46 +3,9 @@
 use tile_backend::arch::Target;
 use tile_backend::dsl::{KernelBuilder, Reinterpret};
 use tile_backend::ir::*;
-use tile_backend::verify::{verify, Diagnostic, Report, Rule, Severity};
+use tile_backend::verify::{verify, Report, Rule};
 
 // ---------------------------------------------------------------- helpers
-
-fn find(r: &Report, rule: Rule, severity: Severity, frags: &[&str]) -> Diagnostic {
-    let found: std::vec::Vec<&Diagnostic> = r
-        .diagnostics
-        .iter()
-        .filter(|d| d.rule == rule && d.severity == severity)
-        .collect();
-    assert!(
-        !found.is_empty(),
-        "expected a {severity:?} {rule:?}, got:\n{r}"
-    );
-    found
-        .iter()
-        .find(|d| frags.iter().all(|f| d.message.contains(f)))
-        .map(|d| (*d).clone())
-        .unwrap_or_else(|| panic!("no {rule:?} contains {frags:?}; got:\n{r}"))
-}
-
-fn expect_err(r: &Report, rule: Rule, frags: &[&str]) -> Diagnostic {
-    find(r, rule, Severity::Error, frags)
-}
-
-fn expect_warn(r: &Report, rule: Rule, frags: &[&str]) -> Diagnostic {
-    find(r, rule, Severity::Warning, frags)
-}
-
-fn expect_no(r: &Report, rule: Rule) {
-    assert!(!r.has(rule), "unexpected {rule:?} diagnostic:\n{r}");
-}
-
-fn expect_clean(r: &Report) {
-    assert!(r.diagnostics.is_empty(), "expected a clean report:\n{r}");
-}
-
-fn t(space: MemSpace, dtype: DType, rows: u64, cols: u64, layout: Layout) -> TileType {
-    TileType::new(space, dtype, rows, cols, layout)
-}
 
 /// A kernel that only declares tiles.
 fn decls(tiles: &[(&str, TileType)]) -> Report {
@@ -59,6 +22,9 @@ fn decls_for(target: Target, tiles: &[(&str, TileType)]) -> Report {
 
 use DType::*;
 use Layout::*;
+
+mod support;
+use support::*;
 use MemSpace::*;
 
 const KIB: u64 = 1024;

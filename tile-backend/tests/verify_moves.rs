@@ -3,36 +3,12 @@
 
 use tile_backend::dsl::{KernelBuilder, MoveOp};
 use tile_backend::ir::*;
-use tile_backend::verify::{verify, Diagnostic, Report, Rule, Severity};
+use tile_backend::verify::{verify, Report, Rule, Severity};
+
+mod support;
+use support::*;
 
 // ---------------------------------------------------------------- helpers
-
-fn errors_of(r: &Report, rule: Rule) -> std::vec::Vec<&Diagnostic> {
-    r.errors().filter(|d| d.rule == rule).collect()
-}
-
-/// Asserts an error of `rule` whose message contains every fragment; returns it.
-fn expect_err(r: &Report, rule: Rule, frags: &[&str]) -> Diagnostic {
-    let found = errors_of(r, rule);
-    assert!(!found.is_empty(), "expected a {rule:?} error, got:\n{r}");
-    found
-        .iter()
-        .find(|d| frags.iter().all(|f| d.message.contains(f)))
-        .map(|d| (*d).clone())
-        .unwrap_or_else(|| panic!("no {rule:?} error contains {frags:?}; got:\n{r}"))
-}
-
-fn expect_no(r: &Report, rule: Rule) {
-    assert!(!r.has(rule), "unexpected {rule:?} diagnostic:\n{r}");
-}
-
-fn expect_clean(r: &Report) {
-    assert!(r.diagnostics.is_empty(), "expected a clean report:\n{r}");
-}
-
-fn t(space: MemSpace, dtype: DType, rows: u64, cols: u64, layout: Layout) -> TileType {
-    TileType::new(space, dtype, rows, cols, layout)
-}
 
 /// A kernel with tiles `src` and `dst` and one move between them in `section`.
 fn mv(section: CoreKind, src: TileType, dst: TileType, opts: impl FnOnce(MoveOp<'_>)) -> Report {

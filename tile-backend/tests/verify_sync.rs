@@ -2,21 +2,7 @@
 
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::*;
-use tile_backend::verify::{verify, Diagnostic, Report, Rule};
-
-fn expect_err(r: &Report, rule: Rule, frags: &[&str]) -> Diagnostic {
-    let found: std::vec::Vec<&Diagnostic> = r.errors().filter(|d| d.rule == rule).collect();
-    assert!(!found.is_empty(), "expected a {rule:?} error, got:\n{r}");
-    found
-        .iter()
-        .find(|d| frags.iter().all(|f| d.message.contains(f)))
-        .map(|d| (*d).clone())
-        .unwrap_or_else(|| panic!("no {rule:?} error contains {frags:?}; got:\n{r}"))
-}
-
-fn expect_clean(r: &Report) {
-    assert!(r.diagnostics.is_empty(), "expected a clean report:\n{r}");
-}
+use tile_backend::verify::{verify, Report, Rule};
 
 fn cube(f: impl FnOnce(&mut Body<'_>)) -> Report {
     let mut kb = KernelBuilder::new("s");
@@ -31,6 +17,9 @@ fn vector(f: impl FnOnce(&mut Body<'_>)) -> Report {
 }
 
 use Pipe::*;
+
+mod support;
+use support::*;
 
 /// One side of a channel's protocol.
 type Side = fn(&mut Body<'_>, ChannelId);

@@ -3,40 +3,14 @@
 
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::*;
-use tile_backend::verify::{verify, Diagnostic, Report, Rule, Severity};
-
-fn find(r: &Report, rule: Rule, severity: Severity, frags: &[&str]) -> Diagnostic {
-    let found: std::vec::Vec<&Diagnostic> = r
-        .diagnostics
-        .iter()
-        .filter(|d| d.rule == rule && d.severity == severity)
-        .collect();
-    assert!(
-        !found.is_empty(),
-        "expected a {severity:?} {rule:?}, got:\n{r}"
-    );
-    found
-        .iter()
-        .find(|d| frags.iter().all(|f| d.message.contains(f)))
-        .map(|d| (*d).clone())
-        .unwrap_or_else(|| panic!("no {rule:?} contains {frags:?}; got:\n{r}"))
-}
-
-fn expect_err(r: &Report, rule: Rule, frags: &[&str]) -> Diagnostic {
-    find(r, rule, Severity::Error, frags)
-}
-
-fn expect_no(r: &Report, rule: Rule) {
-    assert!(!r.has(rule), "unexpected {rule:?} diagnostic:\n{r}");
-}
-
-fn expect_clean(r: &Report) {
-    assert!(r.diagnostics.is_empty(), "expected a clean report:\n{r}");
-}
+use tile_backend::verify::{verify, Report, Rule, Severity};
 
 use DType::*;
 use Layout::*;
 use MemSpace::*;
+
+mod support;
+use support::*;
 
 fn vt(dtype: DType, rows: u64, cols: u64) -> TileType {
     TileType::new(Vec, dtype, rows, cols, ND)

@@ -4,6 +4,7 @@
 //! Each kernel is a `pub fn` taking a small parameter struct (with a sensible `Default`) and
 //! returning an [`ir::Kernel`](crate::ir::Kernel) that verifies without errors or warnings:
 //!
+//! - [`worked_matmul`]: the single-tile matmul of docs/tile-ir.md, stage by stage.
 //! - [`matmul`]: a tiled, double-buffered `C = A · B` with K-loop accumulation (Partial/Final
 //!   phases), one output tile per block.
 //! - [`attention_tile`]: the one-tile flash-attention core written the Ascend 950 way ("DN mode":
@@ -18,10 +19,12 @@
 mod attention;
 mod gather;
 mod matmul;
+mod worked;
 
 pub use attention::{attention_tile, AttentionParams, Handoff};
 pub use gather::{gather_matmul, GatherMatmulParams};
 pub use matmul::{matmul, MatmulParams};
+pub use worked::worked_matmul;
 
 use crate::dsl::Body;
 use crate::ir::{DType, Expr, Kernel};

@@ -18,7 +18,7 @@
 pub mod cost;
 mod exec;
 mod gm;
-
+pub mod hazards;
 mod interp;
 pub mod io;
 pub mod numeric;
