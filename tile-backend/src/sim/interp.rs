@@ -2,7 +2,7 @@
 
 use super::exec::{self, ExecCtx, Flow};
 use super::gm::{Arg, Overlay};
-use super::state::{BlockMem, CoreId, CrossFlags};
+use super::state::{BlockMem, CoreId, CrossFlags, ScratchPool};
 use super::trace::{Access, BlockTrace, Event, OpRecord, SyncInfo};
 use super::SimError;
 use crate::arch::Arch;
@@ -30,6 +30,8 @@ pub(crate) struct CoreRt<'a> {
     pub args: &'a [Arg],
     pub block: usize,
     pub block_dim: usize,
+    /// Scratch buffers reused across this core's ops.
+    pub pool: ScratchPool,
 }
 
 impl ExprEnv for CoreRt<'_> {
@@ -122,6 +124,7 @@ pub(crate) fn run_block<'k>(
             args,
             block,
             block_dim,
+            pool: ScratchPool::default(),
         })
         .collect();
     let mut programs: Vec<Program> = CoreId::ALL

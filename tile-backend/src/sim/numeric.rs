@@ -6,11 +6,46 @@ use half::{bf16, f16};
 
 /// Decodes `n` elements of `dtype` from `bytes` into `out` as f32.
 ///
-/// Integers convert exactly where f32 can hold them (int32 beyond 2^24 rounds).
+/// Integers convert exactly where f32 can hold them (int32 beyond 2^24 rounds). The dtype is
+/// matched once; each arm is a plain loop the compiler vectorises.
 pub fn decode_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) {
-    let es = dtype.size_bytes() as usize;
-    for (o, b) in out.iter_mut().zip(bytes.chunks_exact(es)) {
-        *o = decode_one(dtype, b);
+    match dtype {
+        DType::F32 => {
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+        DType::F16 => {
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
+            }
+        }
+        DType::BF16 => {
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
+            }
+        }
+        DType::I8 => {
+            for (o, b) in out.iter_mut().zip(bytes) {
+                *o = *b as i8 as f32;
+            }
+        }
+        DType::U8 => {
+            for (o, b) in out.iter_mut().zip(bytes) {
+                *o = *b as f32;
+            }
+        }
+        DType::I32 => {
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *o = i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32;
+            }
+        }
+        _ => {
+            let es = dtype.size_bytes() as usize;
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(es)) {
+                *o = decode_one(dtype, b);
+            }
+        }
     }
 }
 
@@ -80,11 +115,30 @@ pub fn encode_i64(dtype: DType, v: i64, out: &mut [u8]) {
     }
 }
 
-/// Encodes `src` as `dtype` into `bytes`.
+/// Encodes `src` as `dtype` into `bytes` (the dtype is matched once per call).
 pub fn encode_f32(dtype: DType, src: &[f32], bytes: &mut [u8]) {
-    let es = dtype.size_bytes() as usize;
-    for (v, b) in src.iter().zip(bytes.chunks_exact_mut(es)) {
-        encode_one(dtype, *v, b);
+    match dtype {
+        DType::F32 => {
+            for (v, b) in src.iter().zip(bytes.chunks_exact_mut(4)) {
+                b.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        DType::F16 => {
+            for (v, b) in src.iter().zip(bytes.chunks_exact_mut(2)) {
+                b.copy_from_slice(&f16::from_f32(*v).to_bits().to_le_bytes());
+            }
+        }
+        DType::BF16 => {
+            for (v, b) in src.iter().zip(bytes.chunks_exact_mut(2)) {
+                b.copy_from_slice(&bf16::from_f32(*v).to_bits().to_le_bytes());
+            }
+        }
+        _ => {
+            let es = dtype.size_bytes() as usize;
+            for (v, b) in src.iter().zip(bytes.chunks_exact_mut(es)) {
+                encode_one(dtype, *v, b);
+            }
+        }
     }
 }
 

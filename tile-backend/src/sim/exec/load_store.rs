@@ -79,7 +79,8 @@ impl View {
         cols: usize,
     ) -> Result<Vec<u8>, String> {
         let es = self.dtype.size_bytes() as usize;
-        let mut out = vec![0u8; rows * cols * es];
+        let mut out = cx.core.pool.bytes();
+        out.resize(rows * cols * es, 0);
         for r in 0..rows {
             let mut c = 0;
             while c < cols {
@@ -138,7 +139,9 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             let (rows, cols) = loc.valid()?;
             let data = view.read(cx, rows, cols)?;
             let aiv = cx.own_aiv();
-            cx.write_bytes(&loc, aiv, (0, 0), (rows, cols), &data)
+            let r = cx.write_bytes(&loc, aiv, (0, 0), (rows, cols), &data);
+            cx.core.pool.put_bytes(data);
+            r
         }
         Op::Store {
             dst,
@@ -167,12 +170,14 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
                         loc.ty.dtype, view.dtype
                     ));
                 }
-                let mut b = Vec::new();
+                let mut b = cx.core.pool.bytes();
                 let aiv = cx.own_aiv();
                 cx.read_bytes(&loc, aiv, (0, 0), (rows, cols), &mut b)?;
                 b
             };
-            view.write(cx, rows, cols, &data, *atomic_add)
+            let r = view.write(cx, rows, cols, &data, *atomic_add);
+            cx.core.pool.put_bytes(data);
+            r
         }
         _ => Ok(()),
     }

@@ -39,8 +39,9 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
         ));
     }
     cx.note_cube(mp, kp, np);
-    let mut abytes = Vec::new();
-    let mut bbytes = Vec::new();
+    let mut abytes = cx.core.pool.bytes();
+    let mut bbytes = cx.core.pool.bytes();
+    let mut out = cx.core.pool.bytes();
     cx.read_bytes(&la, 0, (0, 0), (mp, kp), &mut abytes)?;
     cx.read_bytes(&lb, 0, (0, 0), (kp, np), &mut bbytes)?;
     let bias_bytes = match bias {
@@ -53,17 +54,15 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
         None => None,
     };
     let acc_dtype = lc.ty.dtype;
-    let mut out = Vec::new();
     if acc_dtype == DType::I32 {
-        let ai: Vec<i32> = abytes
-            .iter()
-            .map(|&x| decode_int8(la.ty.dtype, x))
-            .collect();
-        let bi: Vec<i32> = bbytes
-            .iter()
-            .map(|&x| decode_int8(lb.ty.dtype, x))
-            .collect();
-        let mut c = vec![0i32; mp * np];
+        let pool = &mut cx.core.pool;
+        let (mut ai, mut bi, mut c) = (pool.i32s(mp * kp), pool.i32s(kp * np), pool.i32s(mp * np));
+        for (d, &x) in ai.iter_mut().zip(abytes.iter()) {
+            *d = decode_int8(la.ty.dtype, x);
+        }
+        for (d, &x) in bi.iter_mut().zip(bbytes.iter()) {
+            *d = decode_int8(lb.ty.dtype, x);
+        }
         if *accumulate {
             cx.read_bytes(&lc, 0, (0, 0), (mp, np), &mut out)?;
             for (ci, b) in c.iter_mut().zip(out.chunks_exact(4)) {
@@ -89,13 +88,17 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
                 }
             }
         }
-        out = c.iter().flat_map(|v| v.to_le_bytes()).collect();
+        out.clear();
+        out.extend(c.iter().flat_map(|v| v.to_le_bytes()));
+        let pool = &mut cx.core.pool;
+        pool.put_i32s(ai);
+        pool.put_i32s(bi);
+        pool.put_i32s(c);
     } else {
-        let mut af = vec![0f32; mp * kp];
-        let mut bf = vec![0f32; kp * np];
+        let pool = &mut cx.core.pool;
+        let (mut af, mut bf, mut c) = (pool.f32s(mp * kp), pool.f32s(kp * np), pool.f32s(mp * np));
         numeric::decode_f32(la.ty.dtype, &abytes, &mut af);
         numeric::decode_f32(lb.ty.dtype, &bbytes, &mut bf);
-        let mut c = vec![0f32; mp * np];
         if *accumulate {
             cx.read_bytes(&lc, 0, (0, 0), (mp, np), &mut out)?;
             numeric::decode_f32(acc_dtype, &out, &mut c);
@@ -110,10 +113,20 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
                 }
             }
         }
-        out = vec![0u8; mp * np * 4];
+        out.clear();
+        out.resize(mp * np * 4, 0);
         numeric::encode_f32(acc_dtype, &c, &mut out);
+        let pool = &mut cx.core.pool;
+        pool.put_f32s(af);
+        pool.put_f32s(bf);
+        pool.put_f32s(c);
     }
-    cx.write_bytes(&lc, 0, (0, 0), (mp, np), &out)
+    let r = cx.write_bytes(&lc, 0, (0, 0), (mp, np), &out);
+    let pool = &mut cx.core.pool;
+    pool.put_bytes(abytes);
+    pool.put_bytes(bbytes);
+    pool.put_bytes(out);
+    r
 }
 
 fn decode_int8(dtype: DType, b: u8) -> i32 {

@@ -89,12 +89,25 @@ pub(super) fn fixpipe(
     scale: Option<&Scale>,
 ) -> Result<Vec<u8>, String> {
     let (rows, cols) = size;
-    let mut raw = Vec::new();
+    let mut raw = cx.core.pool.bytes();
     cx.read_bytes(acc, 0, origin, (rows, cols), &mut raw)?;
     let words = scale_words(cx, scale, origin.1, cols)?;
     let src = acc.ty.dtype;
     let es = dst.size_bytes() as usize;
-    let mut out = vec![0u8; rows * cols * es];
+    let mut out = cx.core.pool.bytes();
+    out.resize(rows * cols * es, 0);
+    if matches!(words, Words::None) && src == DType::F32 {
+        // The common path (no quantisation): whole-buffer conversion, the dtype matched once.
+        let mut vals = cx.core.pool.f32s(rows * cols);
+        numeric::decode_f32(src, &raw, &mut vals);
+        if relu {
+            vals.iter_mut().for_each(|v| *v = v.max(0.0));
+        }
+        numeric::encode_f32(dst, &vals, &mut out);
+        cx.core.pool.put_f32s(vals);
+        cx.core.pool.put_bytes(raw);
+        return Ok(out);
+    }
     let ses = src.size_bytes() as usize;
     for r in 0..rows {
         for c in 0..cols {
@@ -121,7 +134,22 @@ pub(super) fn fixpipe(
             convert(x, word, dst, o);
         }
     }
+    cx.core.pool.put_bytes(raw);
     Ok(out)
+}
+
+/// Writes Fixpipe output into a tile and gives its buffer back to the pool.
+fn write_out(
+    cx: &mut ExecCtx<'_, '_, '_>,
+    d: &TileLoc,
+    aiv: u8,
+    at: (usize, usize),
+    size: (usize, usize),
+    data: Vec<u8>,
+) -> Result<(), String> {
+    let r = cx.write_bytes(d, aiv, at, size, &data);
+    cx.core.pool.put_bytes(data);
+    r
 }
 
 pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> {
@@ -169,7 +197,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
                 *relu,
                 scale.as_ref(),
             )?;
-            cx.write_bytes(&d, 0, off, s.valid()?, &data)
+            write_out(cx, &d, 0, off, s.valid()?, data)
         }
         (MemSpace::Mat, MemSpace::Left | MemSpace::Right) => {
             // MTE1 moves whole fractals: round the region up to the destination's boxes.
@@ -208,15 +236,17 @@ fn copy(
     size: (usize, usize),
 ) -> Result<(), String> {
     let aiv = cx.own_aiv();
-    let mut bytes = Vec::new();
+    let mut bytes = cx.core.pool.bytes();
     cx.read_bytes(s, aiv, src_at, size, &mut bytes)?;
     if s.ty.dtype != d.ty.dtype {
-        let mut vals = vec![0f32; size.0 * size.1];
+        let mut vals = cx.core.pool.f32s(size.0 * size.1);
         numeric::decode_f32(s.ty.dtype, &bytes, &mut vals);
-        bytes = vec![0u8; vals.len() * d.es()];
+        bytes.clear();
+        bytes.resize(vals.len() * d.es(), 0);
         numeric::encode_f32(d.ty.dtype, &vals, &mut bytes);
+        cx.core.pool.put_f32s(vals);
     }
-    cx.write_bytes(d, aiv, dst_at, size, &bytes)
+    write_out(cx, d, aiv, dst_at, size, bytes)
 }
 
 /// Acc -> Vec: SingleModeVec0/1 sends the tile to one AIV; the dual modes split it (§5 tails).
@@ -247,16 +277,16 @@ fn acc_to_vec_move(
                 ((0, 0), off, (vm, vn))
             };
             let data = fixpipe(cx, s, src_at, size, dt, relu, scale)?;
-            cx.write_bytes(d, aiv, dst_at, size, &data)
+            write_out(cx, d, aiv, dst_at, size, data)
         }
         AccToVecMode::DualModeSplitM => {
             let half = vm.div_ceil(2) * 2 / 2;
             let data0 = fixpipe(cx, s, (0, 0), (half.min(s.rows()), vn), dt, relu, scale)?;
-            cx.write_bytes(d, 0, (0, 0), (half.min(s.rows()), vn), &data0)?;
+            write_out(cx, d, 0, (0, 0), (half.min(s.rows()), vn), data0)?;
             let rest = vm.saturating_sub(half);
             if rest > 0 {
                 let data1 = fixpipe(cx, s, (half, 0), (rest, vn), dt, relu, scale)?;
-                cx.write_bytes(d, 1, (0, 0), (rest, vn), &data1)?;
+                write_out(cx, d, 1, (0, 0), (rest, vn), data1)?;
             }
             Ok(())
         }
@@ -271,9 +301,9 @@ fn acc_to_vec_move(
             }
             // Both halves are written in full (aligned N / 2 columns each), padding included.
             let data0 = fixpipe(cx, s, (0, 0), (vm, half), dt, relu, scale)?;
-            cx.write_bytes(d, 0, (0, 0), (vm, half), &data0)?;
+            write_out(cx, d, 0, (0, 0), (vm, half), data0)?;
             let data1 = fixpipe(cx, s, (0, half), (vm, half), dt, relu, scale)?;
-            cx.write_bytes(d, 1, (0, 0), (vm, half), &data1)
+            write_out(cx, d, 1, (0, 0), (vm, half), data1)
         }
     }
 }

@@ -4,6 +4,7 @@
 use super::ExecCtx;
 use crate::ir::{Axis, BinaryOp, DType, Op, PadValue, ReduceOp, RoundMode, UnaryOp};
 use crate::sim::numeric;
+use crate::sim::state::ScratchPool;
 use crate::sim::tile::TileLoc;
 use num_traits::Float;
 
@@ -12,6 +13,24 @@ trait Scratch: Float + Send + Sync + 'static {
     fn from_bytes(dtype: DType, b: &[u8]) -> Self;
     fn to_bytes(self, dtype: DType, round: RoundMode, out: &mut [u8]);
     fn from_f64(v: f64) -> Self;
+    /// `n` zeroed values from the core's pool.
+    fn take(pool: &mut ScratchPool, n: usize) -> Vec<Self>;
+    /// Gives a buffer back to the pool.
+    fn give(pool: &mut ScratchPool, v: Vec<Self>);
+    /// Decodes a whole buffer (f32: the dtype is matched once).
+    fn decode(dtype: DType, bytes: &[u8], out: &mut [Self]) {
+        let es = dtype.size_bytes() as usize;
+        for (o, b) in out.iter_mut().zip(bytes.chunks_exact(es)) {
+            *o = Self::from_bytes(dtype, b);
+        }
+    }
+    /// Encodes a whole buffer.
+    fn encode(dtype: DType, round: RoundMode, vals: &[Self], bytes: &mut [u8]) {
+        let es = dtype.size_bytes() as usize;
+        for (v, b) in vals.iter().zip(bytes.chunks_exact_mut(es)) {
+            v.to_bytes(dtype, round, b);
+        }
+    }
 }
 
 fn round_with(v: f64, mode: RoundMode) -> f64 {
@@ -48,6 +67,25 @@ impl Scratch for f32 {
     fn from_f64(v: f64) -> Self {
         v as f32
     }
+    fn take(pool: &mut ScratchPool, n: usize) -> Vec<Self> {
+        pool.f32s(n)
+    }
+    fn give(pool: &mut ScratchPool, v: Vec<Self>) {
+        pool.put_f32s(v)
+    }
+    fn decode(dtype: DType, bytes: &[u8], out: &mut [Self]) {
+        numeric::decode_f32(dtype, bytes, out)
+    }
+    fn encode(dtype: DType, round: RoundMode, vals: &[Self], bytes: &mut [u8]) {
+        if dtype.is_float() {
+            numeric::encode_f32(dtype, vals, bytes)
+        } else {
+            let es = dtype.size_bytes() as usize;
+            for (v, b) in vals.iter().zip(bytes.chunks_exact_mut(es)) {
+                v.to_bytes(dtype, round, b);
+            }
+        }
+    }
 }
 
 impl Scratch for f64 {
@@ -64,6 +102,12 @@ impl Scratch for f64 {
     fn from_f64(v: f64) -> Self {
         v
     }
+    fn take(pool: &mut ScratchPool, n: usize) -> Vec<Self> {
+        pool.f64s(n)
+    }
+    fn give(pool: &mut ScratchPool, v: Vec<Self>) {
+        pool.put_f64s(v)
+    }
 }
 
 fn load<F: Scratch>(
@@ -72,31 +116,33 @@ fn load<F: Scratch>(
     rows: usize,
     cols: usize,
 ) -> Result<Vec<F>, String> {
-    let mut bytes = Vec::new();
+    let mut bytes = cx.core.pool.bytes();
     let aiv = cx.own_aiv();
     cx.read_bytes(loc, aiv, (0, 0), (rows, cols), &mut bytes)?;
-    let es = loc.es();
-    Ok(bytes
-        .chunks_exact(es)
-        .map(|b| F::from_bytes(loc.ty.dtype, b))
-        .collect())
+    let mut out = F::take(&mut cx.core.pool, rows * cols);
+    F::decode(loc.ty.dtype, &bytes, &mut out);
+    cx.core.pool.put_bytes(bytes);
+    Ok(out)
 }
 
+/// Encodes `vals` into the tile's `rows x cols` region and gives the buffer back to the pool.
 fn store<F: Scratch>(
     cx: &mut ExecCtx<'_, '_, '_>,
     loc: &TileLoc,
     rows: usize,
     cols: usize,
-    vals: &[F],
+    vals: Vec<F>,
     round: RoundMode,
 ) -> Result<(), String> {
     let es = loc.es();
-    let mut bytes = vec![0u8; rows * cols * es];
-    for (v, b) in vals.iter().zip(bytes.chunks_exact_mut(es)) {
-        v.to_bytes(loc.ty.dtype, round, b);
-    }
+    let mut bytes = cx.core.pool.bytes();
+    bytes.resize(rows * cols * es, 0);
+    F::encode(loc.ty.dtype, round, &vals, &mut bytes);
     let aiv = cx.own_aiv();
-    cx.write_bytes(loc, aiv, (0, 0), (rows, cols), &bytes)
+    let r = cx.write_bytes(loc, aiv, (0, 0), (rows, cols), &bytes);
+    cx.core.pool.put_bytes(bytes);
+    F::give(&mut cx.core.pool, vals);
+    r
 }
 
 fn same(a: (usize, usize), b: (usize, usize), what: &str) -> Result<(), String> {
@@ -227,7 +273,7 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             same(s.valid()?, d.valid()?, "unary")?;
             let mut v = load::<F>(cx, &s, r, c)?;
             v.iter_mut().for_each(|x| *x = unary(*u, *x));
-            store(cx, &d, r, c, &v, rint)
+            store(cx, &d, r, c, v, rint)
         }
         Op::Binary {
             op: b,
@@ -244,7 +290,8 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             x.iter_mut()
                 .zip(&y)
                 .for_each(|(p, q)| *p = binary(*b, *p, *q));
-            store(cx, &d, r, c, &x, rint)
+            F::give(&mut cx.core.pool, y);
+            store(cx, &d, r, c, x, rint)
         }
         Op::BinaryScalar {
             op: b,
@@ -258,7 +305,7 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             let (r, c) = s.valid()?;
             let mut x = load::<F>(cx, &s, r, c)?;
             x.iter_mut().for_each(|p| *p = binary(*b, *p, k));
-            store(cx, &d, r, c, &x, rint)
+            store(cx, &d, r, c, x, rint)
         }
         Op::Reduce {
             op: red,
@@ -276,20 +323,24 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             };
             match axis {
                 Axis::Row => {
-                    let out: Vec<F> = x
-                        .chunks(c.max(1))
-                        .take(r)
-                        .map(|row| row.iter().fold(init, |a, b| f(a, *b)))
-                        .collect();
-                    let out = if c == 0 { vec![init; r] } else { out };
-                    store(cx, &d, r, 1, &out, rint)
+                    let mut out = F::take(&mut cx.core.pool, r);
+                    out.fill(init);
+                    if c > 0 {
+                        for (o, row) in out.iter_mut().zip(x.chunks(c)) {
+                            *o = row.iter().fold(init, |a, b| f(a, *b));
+                        }
+                    }
+                    F::give(&mut cx.core.pool, x);
+                    store(cx, &d, r, 1, out, rint)
                 }
                 Axis::Col => {
-                    let mut out = vec![init; c];
+                    let mut out = F::take(&mut cx.core.pool, c);
+                    out.fill(init);
                     for row in x.chunks(c.max(1)).take(r) {
                         out.iter_mut().zip(row).for_each(|(a, b)| *a = f(*a, *b));
                     }
-                    store(cx, &d, 1, c, &out, rint)
+                    F::give(&mut cx.core.pool, x);
+                    store(cx, &d, 1, c, out, rint)
                 }
             }
         }
@@ -310,6 +361,7 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
                     for (row, k) in x.chunks_mut(c.max(1)).zip(&v) {
                         row.iter_mut().for_each(|p| *p = binary(*b, *p, *k));
                     }
+                    F::give(&mut cx.core.pool, v);
                 }
                 Axis::Col => {
                     let v = load::<F>(cx, &o, 1, c)?;
@@ -318,42 +370,47 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
                             .zip(&v)
                             .for_each(|(p, k)| *p = binary(*b, *p, *k));
                     }
+                    F::give(&mut cx.core.pool, v);
                 }
             }
-            store(cx, &d, r, c, &x, rint)
+            store(cx, &d, r, c, x, rint)
         }
         Op::Expand { axis, dst, src } => {
             let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
             let (r, c) = d.valid()?;
-            let mut x = vec![F::zero(); r * c];
+            let mut x = F::take(&mut cx.core.pool, r * c);
             match axis {
                 Axis::Row => {
                     let v = load::<F>(cx, &s, r, 1)?;
                     for (row, k) in x.chunks_mut(c.max(1)).zip(&v) {
                         row.fill(*k);
                     }
+                    F::give(&mut cx.core.pool, v);
                 }
                 Axis::Col => {
                     let v = load::<F>(cx, &s, 1, c)?;
                     for row in x.chunks_mut(c.max(1)) {
                         row.copy_from_slice(&v);
                     }
+                    F::give(&mut cx.core.pool, v);
                 }
             }
-            store(cx, &d, r, c, &x, rint)
+            store(cx, &d, r, c, x, rint)
         }
         Op::Cast { dst, src, round } => {
             let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
             same(s.valid()?, d.valid()?, "cast")?;
             let (r, c) = s.valid()?;
             let x = load::<F>(cx, &s, r, c)?;
-            store(cx, &d, r, c, &x, *round)
+            store(cx, &d, r, c, x, *round)
         }
         Op::Fill { dst, value } => {
             let d = cx.tile(dst)?;
             let (r, c) = d.valid()?;
             let k = F::from_f64(cx.scalar(value)?);
-            store(cx, &d, r, c, &vec![k; r * c], rint)
+            let mut v = F::take(&mut cx.core.pool, r * c);
+            v.fill(k);
+            store(cx, &d, r, c, v, rint)
         }
         _ => Ok(()),
     }
