@@ -757,3 +757,209 @@ fn bad_arguments_are_errors() {
     .unwrap_err();
     assert!(err.to_string().contains("`y`"), "{err}");
 }
+
+#[test]
+fn vec_moves_extract_and_insert_at_offsets() {
+    // Extract the 8x16 window at [4, 16] of a 16x32 tile, then insert it at [8, 0] of a zeroed
+    // 16x32 tile (Vec -> Vec), store both.
+    let dt = DType::F32;
+    let mut kb = KernelBuilder::new("vec_moves");
+    let x = kb.input("x", dt, [16, 32]);
+    let small = kb.output("small", dt, [8, 16]);
+    let big = kb.output("big", dt, [16, 32]);
+    let tx = kb.tile("tx", vec_tile(dt, 16, 32));
+    let ts = kb.tile("ts", vec_tile(dt, 8, 16));
+    let tb = kb.tile("tb", vec_tile(dt, 16, 32));
+    kb.vector(|v| {
+        v.if_(Expr::SubBlockIdx.eq_(0), |v| {
+            v.load(tx, GmView::nd(x, 0, 16, 32, 32));
+            v.mov(ts, tx).offset(4, 16);
+            v.fill(tb, 0.0f64);
+            v.mov(tb, ts).offset(8, 0);
+            v.store(GmView::nd(small, 0, 8, 16, 16), ts);
+            v.store(GmView::nd(big, 0, 16, 32, 32), tb);
+        });
+    });
+    let k = plan(kb.build());
+    let xv = values(512, 21);
+    let mut args = vec![
+        Arg::Tensor(GmTensor::from_f32(dt, &[16, 32], &xv)),
+        Arg::Tensor(GmTensor::zeros(dt, &[8, 16])),
+        Arg::Tensor(GmTensor::zeros(dt, &[16, 32])),
+    ];
+    run(&k, &mut args);
+    let (s, b) = (out(&args, 1), out(&args, 2));
+    for i in 0..8 {
+        for j in 0..16 {
+            assert_eq!(s[i * 16 + j], xv[(4 + i) * 32 + 16 + j]);
+        }
+    }
+    for i in 0..16 {
+        for j in 0..32 {
+            let want = if (8..16).contains(&i) && j < 16 {
+                xv[(i - 4) * 32 + 16 + j]
+            } else {
+                0.0
+            };
+            assert_eq!(b[i * 32 + j], want, "({i},{j})");
+        }
+    }
+}
+
+#[test]
+fn expand_rows_and_columns() {
+    let dt = DType::F32;
+    let mut kb = KernelBuilder::new("expand");
+    let x = kb.input("x", dt, [8, 16]);
+    let rows = kb.output("rows", dt, [8, 16]);
+    let cols = kb.output("cols", dt, [8, 16]);
+    let tx = kb.tile("tx", vec_tile(dt, 8, 16));
+    let r = kb.tile("r", TileType::new(MemSpace::Vec, dt, 8, 1, Layout::DN));
+    let c = kb.tile("c", vec_tile(dt, 1, 16));
+    let t = kb.tile("t", vec_tile(dt, 8, 16));
+    kb.vector(|v| {
+        v.if_(Expr::SubBlockIdx.eq_(0), |v| {
+            v.load(tx, GmView::nd(x, 0, 8, 16, 16));
+            v.row_sum(r, tx);
+            v.col_max(c, tx);
+            v.expand(Axis::Row, t, r);
+            v.store(GmView::nd(rows, 0, 8, 16, 16), t);
+            v.expand(Axis::Col, t, c);
+            v.store(GmView::nd(cols, 0, 8, 16, 16), t);
+        });
+    });
+    let k = plan(kb.build());
+    let xv = values(128, 22);
+    let mut args = vec![
+        Arg::Tensor(GmTensor::from_f32(dt, &[8, 16], &xv)),
+        Arg::Tensor(GmTensor::zeros(dt, &[8, 16])),
+        Arg::Tensor(GmTensor::zeros(dt, &[8, 16])),
+    ];
+    run(&k, &mut args);
+    let (gr, gc) = (out(&args, 1), out(&args, 2));
+    for i in 0..8 {
+        let sum: f32 = xv[i * 16..(i + 1) * 16].iter().sum();
+        for j in 0..16 {
+            assert!((gr[i * 16 + j] - sum).abs() < 1e-5);
+            let mx = (0..8)
+                .map(|r| xv[r * 16 + j])
+                .fold(f32::NEG_INFINITY, f32::max);
+            assert_eq!(gc[i * 16 + j], mx);
+        }
+    }
+}
+
+#[test]
+fn atomic_add_stores_sum_over_blocks() {
+    let dt = DType::F32;
+    let mut kb = KernelBuilder::new("atomic");
+    let x = kb.input("x", dt, [4, 8, 16]);
+    let o = kb.output("o", dt, [8, 16]);
+    let t = kb.tile("t", vec_tile(dt, 8, 16));
+    kb.vector(|v| {
+        v.if_(Expr::SubBlockIdx.eq_(0), |v| {
+            v.load(t, GmView::nd(x, Expr::BlockIdx * 128, 8, 16, 16));
+            v.store(GmView::nd(o, 0, 8, 16, 16), t).atomic_add();
+        });
+    });
+    let k = plan(kb.build());
+    let xv = values(512, 23);
+    let mut args = vec![
+        Arg::Tensor(GmTensor::from_f32(dt, &[4, 8, 16], &xv)),
+        Arg::Tensor(GmTensor::from_f32(dt, &[8, 16], &[1.0; 128])),
+    ];
+    assert!(tile_backend::verify::verify(&k).is_ok());
+    sim::run(
+        &k,
+        &Arch::ascend950(),
+        &mut args,
+        SimOptions { block_dim: 4 },
+    )
+    .unwrap();
+    let got = out(&args, 1);
+    for e in 0..128 {
+        // Applied in block order: ((((1 + b0) + b1) + b2) + b3) in f32.
+        let want = (0..4).fold(1.0f32, |acc, b| acc + xv[b * 128 + e]);
+        assert_eq!(got[e], want);
+    }
+}
+
+#[test]
+fn matmul_with_bias_accumulate_and_acc_to_mat() {
+    // C = A B + bias; then C += A B (accumulate); then C goes Acc -> Mat (f32 -> f16) -> Left
+    // and is multiplied by the identity, stored: 2 A B + bias, rounded to f16 on the way.
+    let dt = DType::F16;
+    let (m, k, n) = (16u64, 32u64, 16u64);
+    let mut kb = KernelBuilder::new("bias_acc");
+    let a = kb.input("a", dt, [m, k]);
+    let b = kb.input("b", dt, [k, n]);
+    let bias = kb.input("bias", dt, [1, n]);
+    let id = kb.input("id", dt, [n, n]);
+    let o = kb.output("o", DType::F32, [m, n]);
+    let a1 = kb.tile("a1", TileType::new(MemSpace::Mat, dt, m, k, Layout::NZ));
+    let b1 = kb.tile("b1", TileType::new(MemSpace::Mat, dt, k, n, Layout::NZ));
+    let bias1 = kb.tile("bias1", TileType::new(MemSpace::Mat, dt, 1, n, Layout::ND));
+    let id1 = kb.tile("id1", TileType::new(MemSpace::Mat, dt, n, n, Layout::NZ));
+    let c1 = kb.tile("c1", TileType::new(MemSpace::Mat, dt, m, n, Layout::NZ));
+    let a0 = kb.tile("a0", TileType::new(MemSpace::Left, dt, m, k, Layout::NZ));
+    let b0 = kb.tile("b0", TileType::new(MemSpace::Right, dt, k, n, Layout::ZN));
+    let c0 = kb.tile("c0", TileType::new(MemSpace::Left, dt, m, n, Layout::NZ));
+    let id0 = kb.tile("id0", TileType::new(MemSpace::Right, dt, n, n, Layout::ZN));
+    let bt = kb.tile(
+        "bt",
+        TileType::new(MemSpace::Bias, DType::F32, 1, n, Layout::ND),
+    );
+    let acc = kb.tile(
+        "acc",
+        TileType::new(MemSpace::Acc, DType::F32, m, n, Layout::NZ),
+    );
+    let acc2 = kb.tile(
+        "acc2",
+        TileType::new(MemSpace::Acc, DType::F32, m, n, Layout::NZ),
+    );
+    kb.cube(|q| {
+        q.load(a1, GmView::nd(a, 0, m, k, k));
+        q.load(b1, GmView::nd(b, 0, k, n, n));
+        q.load(bias1, GmView::nd(bias, 0, 1, n, n));
+        q.load(id1, GmView::nd(id, 0, n, n, n));
+        q.mov(a0, a1);
+        q.mov(b0, b1);
+        q.mov(bt, bias1);
+        q.mov(id0, id1);
+        q.matmul(acc, a0, b0).bias(bt);
+        q.matmul_acc(acc, a0, b0);
+        q.mov(c1, acc);
+        q.mov(c0, c1);
+        q.matmul(acc2, c0, id0);
+        q.store(GmView::nd(o, 0, m, n, n), acc2);
+    });
+    let kern = plan(kb.build());
+    let at = GmTensor::from_f32(dt, &[m as usize, k as usize], &values((m * k) as usize, 31));
+    let btn = GmTensor::from_f32(dt, &[k as usize, n as usize], &values((k * n) as usize, 32));
+    let biast = GmTensor::from_f32(dt, &[1, n as usize], &values(n as usize, 33));
+    let idv: Vec<f32> = (0..n * n)
+        .map(|i| if i / n == i % n { 1.0 } else { 0.0 })
+        .collect();
+    let (av, bv, biasv) = (at.to_f32(), btn.to_f32(), biast.to_f32());
+    let mut args = vec![
+        Arg::Tensor(at),
+        Arg::Tensor(btn),
+        Arg::Tensor(biast),
+        Arg::Tensor(GmTensor::from_f32(dt, &[n as usize, n as usize], &idv)),
+        Arg::Tensor(GmTensor::zeros(DType::F32, &[m as usize, n as usize])),
+    ];
+    run(&kern, &mut args);
+    let got = out(&args, 4);
+    let (m, k, n) = (m as usize, k as usize, n as usize);
+    for i in 0..m {
+        for j in 0..n {
+            let ab: f32 = (0..k).map(|p| av[i * k + p] * bv[p * n + j]).sum();
+            let want = numeric::round_to(DType::F16, 2.0 * ab + biasv[j]);
+            assert!(
+                (got[i * n + j] - want).abs() <= 1e-3 * want.abs().max(1.0),
+                "({i},{j}) {} vs {want}",
+                got[i * n + j]
+            );
+        }
+    }
+}
