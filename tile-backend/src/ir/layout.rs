@@ -83,7 +83,7 @@ impl Layout {
             Layout::DN => col * rows + row,
             Layout::NZ | Layout::ZN | Layout::ZZ => {
                 let f = fractal.unwrap_or(Fractal { rows: 1, cols: 1 });
-                let (ir, ic) = (f.rows, f.cols);
+                let (ir, ic) = (f.rows.max(1), f.cols.max(1));
                 let (br, bc) = (row / ir, col / ic);
                 let (r, c) = (row % ir, col % ic);
                 let (nbr, nbc) = (rows / ir, cols / ic);

@@ -93,6 +93,10 @@ pub struct RunSummary {
 
 /// Runs a compiled kernel (every allocated tile has an address) on `args`, writing its outputs
 /// into the argument tensors.
+///
+/// The kernel should come from [`crate::passes::compile`]: the simulator checks what it touches
+/// (bounds, declared ids, valid shapes) and returns errors rather than panicking, but the
+/// machine's rules are the verifier's job, not re-checked here.
 pub fn run(
     kernel: &Kernel,
     arch: &Arch,

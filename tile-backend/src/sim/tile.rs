@@ -62,7 +62,13 @@ pub(crate) fn resolve<'k>(
     let decl = kernel
         .try_tile(r.tile)
         .ok_or_else(|| format!("tile id {} is not declared", r.tile.0))?;
-    let root = kernel.tile(kernel.root_tile(r.tile));
+    let root_id = kernel.root_tile(r.tile);
+    let root = kernel.try_tile(root_id).ok_or_else(|| {
+        format!(
+            "tile `{}` aliases undeclared tile id {}",
+            decl.name, root_id.0
+        )
+    })?;
     let base = root
         .addr
         .ok_or_else(|| format!("tile `{}` has no address", root.name))?;
@@ -92,16 +98,27 @@ pub(crate) fn resolve<'k>(
     })
 }
 
-/// Elements stored contiguously from `(r, c)` along the row.
+/// Elements stored contiguously from column `c` along a row (row-major layouts and boxes).
 #[inline]
-fn run_len(ty: &TileType, c: usize) -> usize {
+fn row_run(ty: &TileType, c: usize) -> usize {
     match ty.layout {
         Layout::ND => ty.cols as usize - c,
-        Layout::NZ | Layout::ZZ => {
-            let ic = ty.fractal.map(|f| f.cols as usize).unwrap_or(1);
+        _ => {
+            let ic = ty.fractal.map(|f| f.cols.max(1) as usize).unwrap_or(1);
             ic - c % ic
         }
-        Layout::DN | Layout::ZN => 1,
+    }
+}
+
+/// Elements stored contiguously from row `r` down a column (column-major layouts and boxes).
+#[inline]
+fn col_run(ty: &TileType, r: usize) -> usize {
+    match ty.layout {
+        Layout::DN => ty.rows as usize - r,
+        _ => {
+            let ir = ty.fractal.map(|f| f.rows.max(1) as usize).unwrap_or(1);
+            ir - r % ir
+        }
     }
 }
 
@@ -134,25 +151,64 @@ fn check_region(
     Ok(())
 }
 
-/// Calls `f(buffer byte offset, row-major byte offset, bytes)` for each contiguous run of the
-/// `rows x cols` region at `(r0, c0)` (checked against the tile and a buffer of `buf_len` bytes).
+/// One contiguous run of a region in the tile's buffer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Run {
+    /// Byte offset in the buffer.
+    pub buf: usize,
+    /// Index (in elements) of the run's first element in the row-major region.
+    pub elem: usize,
+    /// Elements in the run.
+    pub len: usize,
+    /// Distance (in elements) between the run's consecutive elements in the row-major region:
+    /// 1 for row-major layouts, the region's column count for column-major ones.
+    pub stride: usize,
+}
+
+/// Calls `f` for each contiguous run of the `rows x cols` region at `(r0, c0)`, in storage order
+/// (checked against the tile and a buffer of `buf_len` bytes). Row-major layouts (ND, NZ, ZZ) run
+/// along rows, column-major ones (DN, ZN) down columns, so runs are as long as the layout allows.
 pub(crate) fn for_each_run(
     loc: &TileLoc,
     buf_len: usize,
     (r0, c0): (usize, usize),
     (rows, cols): (usize, usize),
-    mut f: impl FnMut(usize, usize, usize),
+    mut f: impl FnMut(Run),
 ) -> Result<(), String> {
     check_region(loc, buf_len, r0, c0, rows, cols)?;
     let es = loc.es();
-    for r in 0..rows {
-        let mut c = 0;
-        while c < cols {
-            let n = run_len(loc.ty, c0 + c).min(cols - c);
-            let off =
-                loc.addr + loc.ty.element_offset((r0 + r) as u64, (c0 + c) as u64) as usize * es;
-            f(off, (r * cols + c) * es, n * es);
-            c += n;
+    let at =
+        |r: usize, c: usize| loc.addr + loc.ty.element_offset(r as u64, c as u64) as usize * es;
+    match loc.ty.layout {
+        Layout::ND | Layout::NZ | Layout::ZZ => {
+            for r in 0..rows {
+                let mut c = 0;
+                while c < cols {
+                    let len = row_run(loc.ty, c0 + c).min(cols - c);
+                    f(Run {
+                        buf: at(r0 + r, c0 + c),
+                        elem: r * cols + c,
+                        len,
+                        stride: 1,
+                    });
+                    c += len;
+                }
+            }
+        }
+        Layout::DN | Layout::ZN => {
+            for c in 0..cols {
+                let mut r = 0;
+                while r < rows {
+                    let len = col_run(loc.ty, r0 + r).min(rows - r);
+                    f(Run {
+                        buf: at(r0 + r, c0 + c),
+                        elem: r * cols + c,
+                        len,
+                        stride: cols,
+                    });
+                    r += len;
+                }
+            }
         }
     }
     Ok(())
@@ -166,10 +222,19 @@ pub(crate) fn read_region(
     size: (usize, usize),
     out: &mut Vec<u8>,
 ) -> Result<(), String> {
+    let es = loc.es();
     out.clear();
-    out.resize(size.0 * size.1 * loc.es(), 0);
-    for_each_run(loc, buf.len(), at, size, |off, dst, n| {
-        out[dst..dst + n].copy_from_slice(&buf[off..off + n])
+    out.resize(size.0 * size.1 * es, 0);
+    for_each_run(loc, buf.len(), at, size, |run| {
+        let src = &buf[run.buf..run.buf + run.len * es];
+        if run.stride == 1 {
+            out[run.elem * es..(run.elem + run.len) * es].copy_from_slice(src);
+        } else {
+            for (i, e) in src.chunks_exact(es).enumerate() {
+                let d = (run.elem + i * run.stride) * es;
+                out[d..d + es].copy_from_slice(e);
+            }
+        }
     })
 }
 
@@ -181,8 +246,17 @@ pub(crate) fn write_region(
     size: (usize, usize),
     data: &[u8],
 ) -> Result<(), String> {
+    let es = loc.es();
     let len = buf.len();
-    for_each_run(loc, len, at, size, |off, src, n| {
-        buf[off..off + n].copy_from_slice(&data[src..src + n])
+    for_each_run(loc, len, at, size, |run| {
+        let dst = &mut buf[run.buf..run.buf + run.len * es];
+        if run.stride == 1 {
+            dst.copy_from_slice(&data[run.elem * es..(run.elem + run.len) * es]);
+        } else {
+            for (i, e) in dst.chunks_exact_mut(es).enumerate() {
+                let s = (run.elem + i * run.stride) * es;
+                e.copy_from_slice(&data[s..s + es]);
+            }
+        }
     })
 }

@@ -118,8 +118,9 @@ impl<'k> ExecCtx<'k, '_, '_> {
                     0
                 },
             };
-            let _ = tile::for_each_run(loc, usize::MAX, at, size, |off, _, n| {
-                r.touch(mem, off, n, write)
+            let es = loc.es();
+            let _ = tile::for_each_run(loc, usize::MAX, at, size, |run| {
+                r.touch(mem, run.buf, run.len * es, write)
             });
         }
     }
