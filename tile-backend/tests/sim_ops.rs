@@ -321,6 +321,7 @@ fn split_kernel(
     acc_cols: u64,
     mode: AccToVecMode,
     dst: (u64, u64),
+    whole: bool,
 ) -> Kernel {
     let k = 16u64;
     let dt = DType::F16;
@@ -350,8 +351,25 @@ fn split_kernel(
     );
     let ub = kb.tile(
         "ub",
-        TileType::new(MemSpace::Vec, DType::F32, dst.0, dst.1, Layout::ND),
+        TileType::new(MemSpace::Vec, DType::F32, dst.0, dst.1, Layout::ND).dynamic(),
     );
+    // What each AIV receives (ASCEND950.md §5 tails): v0 for AIV0, v1 for AIV1.
+    let (real_rows, real_cols) = match mode {
+        AccToVecMode::DualModeSplitM => {
+            let v0 = m.div_ceil(2) * 2 / 2;
+            (
+                Expr::select(Expr::SubBlockIdx.eq_(0), v0, m - v0),
+                Expr::from(n),
+            )
+        }
+        _ => {
+            let v0 = n.div_ceil(32) * 32 / 2;
+            (
+                Expr::from(m),
+                Expr::select(Expr::SubBlockIdx.eq_(0), v0.min(n), n.saturating_sub(v0)),
+            )
+        }
+    };
     kb.cube(|q| {
         q.load(a1, GmView::nd(a, 0, m, k, k));
         q.load(b1, GmView::nd(b, 0, k, n, n));
@@ -364,9 +382,16 @@ fn split_kernel(
     });
     kb.vector(|v| {
         v.wait_cross_flag(Pipe::Mte3, 0);
-        // Store the whole UB tile: rows the Fixpipe did not write still hold fresh bytes (NaN).
+        // Store what this AIV received, or (`whole`) the whole UB tile, whose bytes the Fixpipe
+        // never wrote are poison.
+        let (rows, cols) = if whole {
+            (Expr::from(dst.0), Expr::from(dst.1))
+        } else {
+            (real_rows.clone(), real_cols.clone())
+        };
+        v.set_validshape(ub, rows.clone(), cols.clone());
         v.store(
-            GmView::nd(o, Expr::SubBlockIdx * (dst.0 * dst.1), dst.0, dst.1, dst.1),
+            GmView::nd(o, Expr::SubBlockIdx * (dst.0 * dst.1), rows, cols, dst.1),
             ub,
         );
     });
@@ -399,7 +424,15 @@ fn dual_split_n_tails() {
         let aligned = n.div_ceil(32) * 32;
         let half = aligned / 2;
         let acc_cols = aligned.max(16);
-        let k = split_kernel(m, n, 16, acc_cols, AccToVecMode::DualModeSplitN, (m, half));
+        let k = split_kernel(
+            m,
+            n,
+            16,
+            acc_cols,
+            AccToVecMode::DualModeSplitN,
+            (m, half),
+            false,
+        );
         let mut args = ones_args(m, n, (m, half));
         run(&k, &mut args);
         let got = out(&args, 2);
@@ -422,7 +455,15 @@ fn dual_split_m_tails() {
     for m in [1u64, 7, 8, 15] {
         let n = 32u64;
         let half = m.div_ceil(2) * 2 / 2;
-        let k = split_kernel(m, n, 16, n, AccToVecMode::DualModeSplitM, (half.max(1), n));
+        let k = split_kernel(
+            m,
+            n,
+            16,
+            n,
+            AccToVecMode::DualModeSplitM,
+            (half.max(1), n),
+            false,
+        );
         let mut args = ones_args(m, n, (half.max(1), n));
         run(&k, &mut args);
         let got = out(&args, 2);
@@ -442,10 +483,8 @@ fn dual_split_m_tails() {
                 if i < rows1 {
                     assert_eq!(g, ((half + i + 1) * (j + 1)) as f32, "m={m} aiv1 ({i},{j})");
                 } else {
-                    assert!(
-                        g.is_nan(),
-                        "m={m}: AIV1 row {i} must not be written, holds {g}"
-                    );
+                    // Not received, so not stored (storing it would be poison, tested below).
+                    assert_eq!(g, 0.0, "m={m}: AIV1 row {i} must not be stored");
                 }
             }
         }
@@ -960,6 +999,101 @@ fn matmul_with_bias_accumulate_and_acc_to_mat() {
                 "({i},{j}) {} vs {want}",
                 got[i * n + j]
             );
+        }
+    }
+}
+
+#[test]
+fn poison_reaching_gm_or_a_value_is_an_error() {
+    // SplitM of 7 rows: AIV1 receives 3 rows of its 4-row tile; storing the whole tile sends a
+    // never-written row to GM.
+    let k = split_kernel(7, 32, 16, 32, AccToVecMode::DualModeSplitM, (4, 32), true);
+    let mut args = ones_args(7, 32, (4, 32));
+    let err = sim::run(
+        &k,
+        &Arch::ascend950(),
+        &mut args,
+        SimOptions { block_dim: 1 },
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("AIV1") && text.contains("poison") && text.contains("[3, 0]"),
+        "{text}"
+    );
+
+    // A matmul whose K tail was never filled: the cube multiplies the padding, so the valid
+    // outputs are poisoned; declaring a zero pad and filling it fixes the kernel.
+    for fill in [false, true] {
+        let (m, kk, n) = (16u64, 10u64, 16u64);
+        let dt = DType::F16;
+        let pad = if fill { PadValue::Zero } else { PadValue::Null };
+        let mut kb = KernelBuilder::new("k_tail");
+        let a = kb.input("a", dt, [m, kk]);
+        let b = kb.input("b", dt, [kk, n]);
+        let c = kb.output("c", DType::F32, [m, n]);
+        let a1 = kb.tile(
+            "a1",
+            TileType::new(MemSpace::Mat, dt, m, 16, Layout::NZ)
+                .valid(m, kk)
+                .pad(pad),
+        );
+        let b1 = kb.tile(
+            "b1",
+            TileType::new(MemSpace::Mat, dt, 16, n, Layout::NZ)
+                .valid(kk, n)
+                .pad(pad),
+        );
+        let a0 = kb.tile(
+            "a0",
+            TileType::new(MemSpace::Left, dt, m, 16, Layout::NZ).valid(m, kk),
+        );
+        let b0 = kb.tile(
+            "b0",
+            TileType::new(MemSpace::Right, dt, 16, n, Layout::ZN).valid(kk, n),
+        );
+        let acc = kb.tile(
+            "acc",
+            TileType::new(MemSpace::Acc, DType::F32, m, n, Layout::NZ),
+        );
+        kb.cube(|q| {
+            q.load(a1, GmView::nd(a, 0, m, kk, kk));
+            q.load(b1, GmView::nd(b, 0, kk, n, n));
+            if fill {
+                q.fillpad(a1);
+                q.fillpad(b1);
+            }
+            q.mov(a0, a1);
+            q.mov(b0, b1);
+            q.matmul(acc, a0, b0);
+            q.store(GmView::nd(c, 0, m, n, n), acc);
+        });
+        let k = plan(kb.build());
+        let mut args = vec![
+            Arg::Tensor(GmTensor::from_f32(
+                dt,
+                &[m as usize, kk as usize],
+                &values((m * kk) as usize, 41),
+            )),
+            Arg::Tensor(GmTensor::from_f32(
+                dt,
+                &[kk as usize, n as usize],
+                &values((kk * n) as usize, 42),
+            )),
+            Arg::Tensor(GmTensor::zeros(DType::F32, &[m as usize, n as usize])),
+        ];
+        let r = sim::run(
+            &k,
+            &Arch::ascend950(),
+            &mut args,
+            SimOptions { block_dim: 1 },
+        );
+        if fill {
+            r.unwrap();
+            assert!(out(&args, 2).iter().all(|v| v.is_finite()));
+        } else {
+            let text = r.unwrap_err().to_string();
+            assert!(text.contains("poison: matmul"), "{text}");
         }
     }
 }

@@ -19,6 +19,7 @@ pub enum CoreId {
 }
 
 impl CoreId {
+    /// The three cores of a cluster, in trace order.
     pub const ALL: [CoreId; 3] = [CoreId::Aic, CoreId::Aiv(0), CoreId::Aiv(1)];
 }
 
@@ -31,10 +32,13 @@ impl fmt::Display for CoreId {
     }
 }
 
-/// The buffers of one cluster.
+/// The buffers of one cluster, each with a shadow bit per byte: set once the byte was written
+/// with a defined value (never-written bytes are poison).
 pub(crate) struct BlockMem {
     cube: [Vec<u8>; 6],
     ub: [Vec<u8>; 2],
+    /// Written bits, indexed like [`BlockMem::slot`]: six cube spaces, then the two UBs.
+    init: [Vec<u64>; 8],
 }
 
 fn cube_slot(space: MemSpace) -> Option<usize> {
@@ -63,7 +67,77 @@ impl BlockMem {
                 fresh(MemSpace::Scaling),
             ],
             ub: [fresh(MemSpace::Vec), fresh(MemSpace::Vec)],
+            init: [
+                MemSpace::Mat,
+                MemSpace::Left,
+                MemSpace::Right,
+                MemSpace::Acc,
+                MemSpace::Bias,
+                MemSpace::Scaling,
+                MemSpace::Vec,
+                MemSpace::Vec,
+            ]
+            .map(|s| vec![0u64; cap(s).div_ceil(64)]),
         }
+    }
+
+    fn slot(space: MemSpace, aiv: u8) -> Option<usize> {
+        match space {
+            MemSpace::Vec => Some(6 + (aiv as usize & 1)),
+            s => cube_slot(s),
+        }
+    }
+
+    /// Marks `len` bytes at `start` of a buffer as written (`defined`) or poison.
+    pub fn mark(&mut self, space: MemSpace, aiv: u8, start: usize, len: usize, defined: bool) {
+        let Some(i) = Self::slot(space, aiv) else {
+            return;
+        };
+        let bits = &mut self.init[i];
+        let end = (start + len).min(bits.len() * 64);
+        let mut b = start;
+        while b < end {
+            let (w, o) = (b / 64, b % 64);
+            let n = (64 - o).min(end - b);
+            let mask = if n == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << n) - 1) << o
+            };
+            if defined {
+                bits[w] |= mask;
+            } else {
+                bits[w] &= !mask;
+            }
+            b += n;
+        }
+    }
+
+    /// True when every one of `len` bytes at `start` was written.
+    pub fn defined(&self, space: MemSpace, aiv: u8, start: usize, len: usize) -> bool {
+        let Some(i) = Self::slot(space, aiv) else {
+            return true;
+        };
+        let bits = &self.init[i];
+        let end = start + len;
+        if end > bits.len() * 64 {
+            return false;
+        }
+        let mut b = start;
+        while b < end {
+            let (w, o) = (b / 64, b % 64);
+            let n = (64 - o).min(end - b);
+            let mask = if n == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << n) - 1) << o
+            };
+            if bits[w] & mask != mask {
+                return false;
+            }
+            b += n;
+        }
+        true
     }
 
     /// The buffer of `space` that `core` owns; a Vec buffer needs the AIV.

@@ -28,6 +28,11 @@ pub(crate) struct TileLoc<'k> {
 }
 
 impl TileLoc<'_> {
+    /// The tile's name.
+    pub fn name(&self) -> &str {
+        self.name
+    }
+
     /// Valid rows and columns; an error when a dynamic valid shape was never set on this core.
     pub fn valid(&self) -> Result<(usize, usize), String> {
         self.valid.ok_or_else(|| {

@@ -153,6 +153,8 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             let loc = cx.tile(src)?;
             let view = View::eval(cx, dst)?;
             let (rows, cols) = loc.valid()?;
+            let aiv = cx.own_aiv();
+            cx.require_defined(&loc, aiv, (0, 0), (rows, cols), "a store to GM")?;
             let data = if loc.space() == MemSpace::Acc {
                 moves::fixpipe(
                     cx,

@@ -39,6 +39,50 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
         ));
     }
     cx.note_cube(mp, kp, np);
+    // Poison: output (i, j) is defined when row i of A and column j of B are over the whole
+    // (padded) k, and so are the old accumulator and the bias where they contribute.
+    let defined = {
+        let am = cx.defined_mask(&la, 0, (0, 0), (mp, kp))?;
+        let bm = cx.defined_mask(&lb, 0, (0, 0), (kp, np))?;
+        let rows: Vec<bool> = (0..mp)
+            .map(|i| am[i * kp..(i + 1) * kp].iter().all(|d| *d))
+            .collect();
+        let cols: Vec<bool> = (0..np).map(|j| (0..kp).all(|p| bm[p * np + j])).collect();
+        let old = if *accumulate {
+            Some(cx.defined_mask(&lc, 0, (0, 0), (mp, np))?)
+        } else {
+            None
+        };
+        let bias_ok = match bias {
+            Some(t) => {
+                let lt = cx.tile(t)?;
+                let w = np.min(lt.cols());
+                let mut v = cx.defined_mask(&lt, 0, (0, 0), (1, w))?;
+                v.resize(np, false);
+                v
+            }
+            None => vec![true; np],
+        };
+        let mut out = vec![false; mp * np];
+        for i in 0..mp {
+            for j in 0..np {
+                out[i * np + j] =
+                    rows[i] && cols[j] && bias_ok[j] && old.as_ref().is_none_or(|o| o[i * np + j]);
+            }
+        }
+        out
+    };
+    if let Some(i) = (0..m * n)
+        .map(|e| (e / n.max(1)) * np + e % n.max(1))
+        .find(|&e| !defined[e])
+    {
+        return Err(format!(
+            "poison: matmul output [{}, {}] of `{}` uses never-written bytes (of A's row, B's column over the padded k = {kp}, the bias or the accumulator)",
+            i / np,
+            i % np,
+            lc.name()
+        ));
+    }
     let mut abytes = cx.core.pool.bytes();
     let mut bbytes = cx.core.pool.bytes();
     let mut out = cx.core.pool.bytes();
@@ -121,7 +165,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
         pool.put_f32s(bf);
         pool.put_f32s(c);
     }
-    let r = cx.write_bytes(&lc, 0, (0, 0), (mp, np), &out);
+    let r = cx.write_bytes_masked(&lc, 0, (0, 0), (mp, np), &out, &defined);
     let pool = &mut cx.core.pool;
     pool.put_bytes(abytes);
     pool.put_bytes(bbytes);

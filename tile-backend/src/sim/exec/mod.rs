@@ -184,8 +184,83 @@ impl<'k> ExecCtx<'k, '_, '_> {
     ) -> Result<(), String> {
         let buf = self.mem.buf_mut(loc.space(), aiv)?;
         tile::write_region(buf, loc, (r0, c0), (rows, cols), data)?;
+        let (space, es, mem) = (loc.space(), loc.es(), &mut *self.mem);
+        tile::for_each_run(loc, usize::MAX, (r0, c0), (rows, cols), |run| {
+            mem.mark(space, aiv, run.buf, run.len * es, true)
+        })?;
         self.note_region(loc, aiv, (r0, c0), (rows, cols), true);
         Ok(())
+    }
+
+    /// [`ExecCtx::write_bytes`] for a copy: element `i` (row-major) of the region becomes
+    /// defined only where `defined[i]` (poison travels with copied padding).
+    pub fn write_bytes_masked(
+        &mut self,
+        loc: &TileLoc,
+        aiv: u8,
+        at: (usize, usize),
+        size: (usize, usize),
+        data: &[u8],
+        defined: &[bool],
+    ) -> Result<(), String> {
+        self.write_bytes(loc, aiv, at, size, data)?;
+        let (space, es, mem) = (loc.space(), loc.es(), &mut *self.mem);
+        tile::for_each_run(loc, usize::MAX, at, size, |run| {
+            for i in 0..run.len {
+                let ok = defined
+                    .get(run.elem + i * run.stride)
+                    .copied()
+                    .unwrap_or(true);
+                if !ok {
+                    mem.mark(space, aiv, run.buf + i * es, es, false);
+                }
+            }
+        })
+    }
+
+    /// Whether each element (row-major) of a region was ever written.
+    pub fn defined_mask(
+        &self,
+        loc: &TileLoc,
+        aiv: u8,
+        at: (usize, usize),
+        size: (usize, usize),
+    ) -> Result<Vec<bool>, String> {
+        let mut out = vec![true; size.0 * size.1];
+        let (space, es, mem) = (loc.space(), loc.es(), &*self.mem);
+        tile::for_each_run(loc, usize::MAX, at, size, |run| {
+            if !mem.defined(space, aiv, run.buf, run.len * es) {
+                for i in 0..run.len {
+                    out[run.elem + i * run.stride] = mem.defined(space, aiv, run.buf + i * es, es);
+                }
+            }
+        })?;
+        Ok(out)
+    }
+
+    /// An error when some byte of the region was never written: poison reaching a value.
+    pub fn require_defined(
+        &self,
+        loc: &TileLoc,
+        aiv: u8,
+        at: (usize, usize),
+        size: (usize, usize),
+        what: &str,
+    ) -> Result<(), String> {
+        let mask = self.defined_mask(loc, aiv, at, size)?;
+        match mask.iter().position(|d| !d) {
+            None => Ok(()),
+            Some(i) => Err(format!(
+                "poison: {what} uses never-written bytes of tile `{}` (element [{}, {}] of the {}x{} region at [{}, {}])",
+                loc.name(),
+                at.0 + i / size.1.max(1),
+                at.1 + i % size.1.max(1),
+                size.0,
+                size.1,
+                at.0,
+                at.1
+            )),
+        }
     }
 
     /// The value of a float scalar operand.

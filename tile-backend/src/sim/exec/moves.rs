@@ -138,7 +138,11 @@ pub(super) fn fixpipe(
     Ok(out)
 }
 
-/// Writes Fixpipe output into a tile and gives its buffer back to the pool.
+/// Where copied data came from: its tile, the AIV whose UB holds it, and the region's origin.
+type Source<'a, 'k> = (&'a TileLoc<'k>, u8, (usize, usize));
+
+/// Writes copied data into a tile (poison in the source region stays poison in the destination)
+/// and gives its buffer back to the pool.
 fn write_out(
     cx: &mut ExecCtx<'_, '_, '_>,
     d: &TileLoc,
@@ -146,8 +150,10 @@ fn write_out(
     at: (usize, usize),
     size: (usize, usize),
     data: Vec<u8>,
+    src: Source<'_, '_>,
 ) -> Result<(), String> {
-    let r = cx.write_bytes(d, aiv, at, size, &data);
+    let mask = cx.defined_mask(src.0, src.1, src.2, size)?;
+    let r = cx.write_bytes_masked(d, aiv, at, size, &data, &mask);
     cx.core.pool.put_bytes(data);
     r
 }
@@ -188,6 +194,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             scale.as_ref(),
         ),
         (MemSpace::Acc, MemSpace::Mat) => {
+            cx.require_defined(&s, 0, (0, 0), s.valid()?, "a Fixpipe move")?;
             let data = fixpipe(
                 cx,
                 &s,
@@ -197,7 +204,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
                 *relu,
                 scale.as_ref(),
             )?;
-            write_out(cx, &d, 0, off, s.valid()?, data)
+            write_out(cx, &d, 0, off, s.valid()?, data, (&s, 0, (0, 0)))
         }
         (MemSpace::Mat, MemSpace::Left | MemSpace::Right) => {
             // MTE1 moves whole fractals: round the region up to the destination's boxes.
@@ -246,7 +253,7 @@ fn copy(
         numeric::encode_f32(d.ty.dtype, &vals, &mut bytes);
         cx.core.pool.put_f32s(vals);
     }
-    write_out(cx, d, aiv, dst_at, size, bytes)
+    write_out(cx, d, aiv, dst_at, size, bytes, (s, aiv, src_at))
 }
 
 /// Acc -> Vec: SingleModeVec0/1 sends the tile to one AIV; the dual modes split it (§5 tails).
@@ -260,6 +267,7 @@ fn acc_to_vec_move(
     scale: Option<&Scale>,
 ) -> Result<(), String> {
     let (vm, vn) = s.valid()?;
+    cx.require_defined(s, 0, (0, 0), (vm, vn), "a Fixpipe move")?;
     let dt = d.ty.dtype;
     match mode {
         AccToVecMode::SingleModeVec0 | AccToVecMode::SingleModeVec1 => {
@@ -277,16 +285,24 @@ fn acc_to_vec_move(
                 ((0, 0), off, (vm, vn))
             };
             let data = fixpipe(cx, s, src_at, size, dt, relu, scale)?;
-            write_out(cx, d, aiv, dst_at, size, data)
+            write_out(cx, d, aiv, dst_at, size, data, (s, 0, src_at))
         }
         AccToVecMode::DualModeSplitM => {
             let half = vm.div_ceil(2) * 2 / 2;
             let data0 = fixpipe(cx, s, (0, 0), (half.min(s.rows()), vn), dt, relu, scale)?;
-            write_out(cx, d, 0, (0, 0), (half.min(s.rows()), vn), data0)?;
+            write_out(
+                cx,
+                d,
+                0,
+                (0, 0),
+                (half.min(s.rows()), vn),
+                data0,
+                (s, 0, (0, 0)),
+            )?;
             let rest = vm.saturating_sub(half);
             if rest > 0 {
                 let data1 = fixpipe(cx, s, (half, 0), (rest, vn), dt, relu, scale)?;
-                write_out(cx, d, 1, (0, 0), (rest, vn), data1)?;
+                write_out(cx, d, 1, (0, 0), (rest, vn), data1, (s, 0, (half, 0)))?;
             }
             Ok(())
         }
@@ -301,9 +317,9 @@ fn acc_to_vec_move(
             }
             // Both halves are written in full (aligned N / 2 columns each), padding included.
             let data0 = fixpipe(cx, s, (0, 0), (vm, half), dt, relu, scale)?;
-            write_out(cx, d, 0, (0, 0), (vm, half), data0)?;
+            write_out(cx, d, 0, (0, 0), (vm, half), data0, (s, 0, (0, 0)))?;
             let data1 = fixpipe(cx, s, (0, half), (vm, half), dt, relu, scale)?;
-            write_out(cx, d, 1, (0, 0), (vm, half), data1)
+            write_out(cx, d, 1, (0, 0), (vm, half), data1, (s, 0, (0, half)))
         }
     }
 }

@@ -118,6 +118,7 @@ fn load<F: Scratch>(
 ) -> Result<Vec<F>, String> {
     let mut bytes = cx.core.pool.bytes();
     let aiv = cx.own_aiv();
+    cx.require_defined(loc, aiv, (0, 0), (rows, cols), "a vector op")?;
     cx.read_bytes(loc, aiv, (0, 0), (rows, cols), &mut bytes)?;
     let mut out = F::take(&mut cx.core.pool, rows * cols);
     F::decode(loc.ty.dtype, &bytes, &mut out);
