@@ -1097,3 +1097,31 @@ fn poison_reaching_gm_or_a_value_is_an_error() {
         }
     }
 }
+
+#[test]
+fn out_of_range_gm_access_is_an_error_not_a_read() {
+    // The window asks for 16 rows of a 8-row tensor: the simulator refuses instead of reading
+    // past the argument.
+    let dt = DType::F32;
+    let mut kb = KernelBuilder::new("oob");
+    let x = kb.input("x", dt, [8, 16]);
+    let o = kb.output("o", dt, [16, 16]);
+    let t = kb.tile("t", vec_tile(dt, 16, 16));
+    kb.vector(|v| {
+        v.load(t, GmView::nd(x, 0, 16, 16, 16));
+        v.store(GmView::nd(o, 0, 16, 16, 16), t);
+    });
+    let k = plan(kb.build());
+    let mut args = vec![
+        Arg::Tensor(GmTensor::zeros(dt, &[8, 16])),
+        Arg::Tensor(GmTensor::zeros(dt, &[16, 16])),
+    ];
+    let err = sim::run(
+        &k,
+        &Arch::ascend950(),
+        &mut args,
+        SimOptions { block_dim: 1 },
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("outside argument"), "{err}");
+}
