@@ -254,8 +254,16 @@ impl Overlay {
                 }
             });
             pg.data[in_page..in_page + n].copy_from_slice(&bytes[pos..pos + n]);
-            for i in in_page..in_page + n {
-                pg.dirty[i / 64] |= 1 << (i % 64);
+            let mut i = in_page;
+            while i < in_page + n {
+                let (w, o) = (i / 64, i % 64);
+                let k = (64 - o).min(in_page + n - i);
+                pg.dirty[w] |= if k == 64 {
+                    u64::MAX
+                } else {
+                    ((1u64 << k) - 1) << o
+                };
+                i += k;
             }
             pos += n;
         }
@@ -290,9 +298,21 @@ impl Overlay {
                 continue;
             };
             let start = page * PAGE;
-            for i in 0..PAGE.min(t.data.len().saturating_sub(start)) {
-                if pg.dirty[i / 64] >> (i % 64) & 1 == 1 {
-                    t.data[start + i] = pg.data[i];
+            let len = PAGE.min(t.data.len().saturating_sub(start));
+            for (w, bits) in pg.dirty.iter().enumerate() {
+                let lo = w * 64;
+                if *bits == 0 || lo >= len {
+                    continue;
+                }
+                let hi = (lo + 64).min(len);
+                if *bits == u64::MAX {
+                    t.data[start + lo..start + hi].copy_from_slice(&pg.data[lo..hi]);
+                } else {
+                    for i in lo..hi {
+                        if bits >> (i - lo) & 1 == 1 {
+                            t.data[start + i] = pg.data[i];
+                        }
+                    }
                 }
             }
         }

@@ -44,10 +44,22 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
     let defined = {
         let am = cx.defined_mask(&la, 0, (0, 0), (mp, kp))?;
         let bm = cx.defined_mask(&lb, 0, (0, 0), (kp, np))?;
-        let rows: Vec<bool> = (0..mp)
-            .map(|i| am[i * kp..(i + 1) * kp].iter().all(|d| *d))
-            .collect();
-        let cols: Vec<bool> = (0..np).map(|j| (0..kp).all(|p| bm[p * np + j])).collect();
+        let all = am.iter().all(|d| *d) && bm.iter().all(|d| *d);
+        let rows: Vec<bool> = if all {
+            vec![true; mp]
+        } else {
+            (0..mp)
+                .map(|i| am[i * kp..(i + 1) * kp].iter().all(|d| *d))
+                .collect()
+        };
+        let mut cols = vec![true; np];
+        if !all {
+            for p in 0..kp {
+                for (c, d) in cols.iter_mut().zip(&bm[p * np..(p + 1) * np]) {
+                    *c &= *d;
+                }
+            }
+        }
         let old = if *accumulate {
             Some(cx.defined_mask(&lc, 0, (0, 0), (mp, np))?)
         } else {
