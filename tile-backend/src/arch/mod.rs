@@ -7,7 +7,7 @@ mod rates;
 
 pub use rates::{Basis, Figure, Rates};
 
-use crate::ir::{DType, Layout, MemSpace, Op, Pipe, Scale, TileRef};
+use crate::ir::{DType, Layout, MemSpace, Op, OpFamily, Pipe, TileRef};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -297,39 +297,21 @@ impl Arch {
                 dst, src, scale, ..
             } => {
                 let (s, d) = (space_of(src)?, space_of(dst)?);
-                let scaled = matches!(
-                    scale,
-                    Some(Scale::Const(_) | Scale::Scalar(_) | Scale::Tile(_))
-                );
+                let scaled = scale.is_some();
                 self.move_rules(s, d)
                     .find(|r| r.scale != ScaleRule::With || scaled)
                     .map(|r| r.pipe)?
             }
             Op::Matmul { .. } => Pipe::M,
-            Op::Unary { .. }
-            | Op::Binary { .. }
-            | Op::BinaryScalar { .. }
-            | Op::Reduce { .. }
-            | Op::Broadcast { .. }
-            | Op::Expand { .. }
-            | Op::Cast { .. }
-            | Op::Fill { .. } => Pipe::V,
             Op::FillPad { tile } => match space_of(tile)? {
                 MemSpace::Mat => Pipe::Mte2,
                 _ => Pipe::V,
             },
-            Op::SetValidShape { .. }
-            | Op::ReadScalar { .. }
-            | Op::WriteScalar { .. }
-            | Op::SetFlag { .. }
-            | Op::WaitFlag { .. }
-            | Op::Barrier { .. }
-            | Op::SetCrossFlag { .. }
-            | Op::WaitCrossFlag { .. }
-            | Op::ChannelAcquire { .. }
-            | Op::ChannelPush { .. }
-            | Op::ChannelPop { .. }
-            | Op::ChannelRelease { .. } => Pipe::S,
+            Op::SetValidShape { .. } => Pipe::S,
+            _ => match op.family() {
+                OpFamily::Vector => Pipe::V,
+                _ => Pipe::S,
+            },
         })
     }
 }

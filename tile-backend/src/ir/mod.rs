@@ -14,8 +14,8 @@ pub use expr::{BinOp, EvalError, Expr, ExprEnv, NoEnv, ParamId, VarId};
 pub use kernel::{walk_ops, Channel, Kernel, OpLoc, Param, ParamKind, Stmt, ValueRange, VarDecl};
 pub use layout::{c0, Fractal, Layout, C0_BYTES};
 pub use op::{
-    AccToVecMode, Axis, BinaryOp, ChannelId, Op, Phase, Pipe, QuantWord, ReduceOp, RoundMode,
-    ScalarArg, Scale, UnaryOp,
+    AccToVecMode, Axis, BinaryOp, ChannelId, Op, OpFamily, Phase, Pipe, QuantWord, ReduceOp,
+    RoundMode, ScalarArg, Scale, UnaryOp,
 };
 pub use space::{CoreKind, MemSpace};
 pub use tile::{GmView, PadValue, Storage, TileDecl, TileId, TileRef, TileType, ValidDim};

@@ -496,7 +496,57 @@ pub enum Op {
     },
 }
 
+/// The op families. Each has a file of the same name in `verify/` and `sim/exec/`; adding an op
+/// means adding it to its family there (docs/tile-ir.md, "Adding an IR op").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpFamily {
+    /// GM <-> tile: load, store.
+    LoadStore,
+    /// Tile <-> tile moves, including the Fixpipe.
+    Move,
+    /// Cube matmul.
+    Matmul,
+    /// Paged gather into L1.
+    Gather,
+    /// Vector-unit ops, fillpad and set_validshape.
+    Vector,
+    /// Scalar GM reads and writes.
+    Scalar,
+    /// Flags, barriers, cross-core flags and channel ops.
+    Sync,
+}
+
 impl Op {
+    /// The family this op belongs to.
+    pub fn family(&self) -> OpFamily {
+        match self {
+            Op::Load { .. } | Op::Store { .. } => OpFamily::LoadStore,
+            Op::Move { .. } => OpFamily::Move,
+            Op::Matmul { .. } => OpFamily::Matmul,
+            Op::GatherInL1 { .. } => OpFamily::Gather,
+            Op::Unary { .. }
+            | Op::Binary { .. }
+            | Op::BinaryScalar { .. }
+            | Op::Reduce { .. }
+            | Op::Broadcast { .. }
+            | Op::Expand { .. }
+            | Op::Cast { .. }
+            | Op::Fill { .. }
+            | Op::FillPad { .. }
+            | Op::SetValidShape { .. } => OpFamily::Vector,
+            Op::ReadScalar { .. } | Op::WriteScalar { .. } => OpFamily::Scalar,
+            Op::SetFlag { .. }
+            | Op::WaitFlag { .. }
+            | Op::Barrier { .. }
+            | Op::SetCrossFlag { .. }
+            | Op::WaitCrossFlag { .. }
+            | Op::ChannelAcquire { .. }
+            | Op::ChannelPush { .. }
+            | Op::ChannelPop { .. }
+            | Op::ChannelRelease { .. } => OpFamily::Sync,
+        }
+    }
+
     /// Short name for diagnostics (`move`, `matmul`, ...).
     pub fn name(&self) -> &'static str {
         match self {

@@ -16,7 +16,7 @@ mod sync;
 mod vector;
 
 use crate::arch::Arch;
-use crate::ir::{CoreKind, Kernel, Op, OpLoc, Stmt, TileDecl, TileRef, ValidDim, VarId};
+use crate::ir::{CoreKind, Kernel, Op, OpFamily, OpLoc, Stmt, TileDecl, TileRef, ValidDim, VarId};
 use serde::Serialize;
 use std::collections::HashSet;
 use std::fmt;
@@ -379,37 +379,21 @@ impl Walker {
     fn op(&mut self, cx: &mut Ctx<'_>, op: &Op) {
         self.at(cx, op.name());
         structure::check_op(cx, op, self.section, &self.scope);
-        match op {
-            Op::Load { .. } | Op::Store { .. } => memory::check_op(cx, op),
-            Op::Move { .. } => {
+        match op.family() {
+            OpFamily::LoadStore => memory::check_op(cx, op),
+            OpFamily::Move => {
                 moves::check(cx, op);
                 quant::check(cx, op);
             }
-            Op::Matmul { .. } => matmul::check(cx, op),
-            Op::GatherInL1 { .. } => gather::check(cx, op),
-            Op::Unary { .. }
-            | Op::Binary { .. }
-            | Op::BinaryScalar { .. }
-            | Op::Reduce { .. }
-            | Op::Broadcast { .. }
-            | Op::Expand { .. }
-            | Op::Cast { .. }
-            | Op::Fill { .. }
-            | Op::FillPad { .. }
-            | Op::SetValidShape { .. } => vector::check(cx, op),
-            Op::SetFlag { .. }
-            | Op::WaitFlag { .. }
-            | Op::Barrier { .. }
-            | Op::SetCrossFlag { .. }
-            | Op::WaitCrossFlag { .. }
-            | Op::ChannelAcquire { .. }
-            | Op::ChannelPush { .. }
-            | Op::ChannelPop { .. }
-            | Op::ChannelRelease { .. } => sync::check(cx, op, self.section),
-            Op::ReadScalar { var, .. } => {
-                self.scope.insert(*var);
+            OpFamily::Matmul => matmul::check(cx, op),
+            OpFamily::Gather => gather::check(cx, op),
+            OpFamily::Vector => vector::check(cx, op),
+            OpFamily::Sync => sync::check(cx, op, self.section),
+            OpFamily::Scalar => {
+                if let Op::ReadScalar { var, .. } = op {
+                    self.scope.insert(*var);
+                }
             }
-            Op::WriteScalar { .. } => {}
         }
         if let Op::Store { .. } = op {
             quant::check(cx, op);

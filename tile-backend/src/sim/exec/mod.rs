@@ -13,7 +13,7 @@ use super::state::{BlockMem, CoreId, CrossFlags};
 use super::tile::{self, TileLoc};
 use super::trace::{Mem, OpRecord, SyncInfo};
 use crate::arch::Arch;
-use crate::ir::{Kernel, Op, ParamId, ScalarArg, TileRef};
+use crate::ir::{Kernel, Op, OpFamily, ParamId, ScalarArg, TileRef};
 
 /// Whether an op completed or must wait.
 pub(crate) enum Flow {
@@ -39,32 +39,13 @@ pub(crate) struct ExecCtx<'k, 'a, 'b> {
 }
 
 pub(crate) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<Flow, String> {
-    match op {
-        Op::Load { .. } | Op::Store { .. } => load_store::exec(cx, op)?,
-        Op::Move { .. } => moves::exec(cx, op)?,
-        Op::Matmul { .. } => matmul::exec(cx, op)?,
-        Op::GatherInL1 { .. } => gather::exec(cx, op)?,
-        Op::Unary { .. }
-        | Op::Binary { .. }
-        | Op::BinaryScalar { .. }
-        | Op::Reduce { .. }
-        | Op::Broadcast { .. }
-        | Op::Expand { .. }
-        | Op::Cast { .. }
-        | Op::Fill { .. }
-        | Op::FillPad { .. }
-        | Op::SetValidShape { .. } => vector::exec(cx, op)?,
-        Op::ReadScalar { .. }
-        | Op::WriteScalar { .. }
-        | Op::SetFlag { .. }
-        | Op::WaitFlag { .. }
-        | Op::Barrier { .. }
-        | Op::SetCrossFlag { .. }
-        | Op::WaitCrossFlag { .. }
-        | Op::ChannelAcquire { .. }
-        | Op::ChannelPush { .. }
-        | Op::ChannelPop { .. }
-        | Op::ChannelRelease { .. } => return scalar::exec(cx, op),
+    match op.family() {
+        OpFamily::LoadStore => load_store::exec(cx, op)?,
+        OpFamily::Move => moves::exec(cx, op)?,
+        OpFamily::Matmul => matmul::exec(cx, op)?,
+        OpFamily::Gather => gather::exec(cx, op)?,
+        OpFamily::Vector => vector::exec(cx, op)?,
+        OpFamily::Scalar | OpFamily::Sync => return scalar::exec(cx, op),
     }
     Ok(Flow::Continue)
 }
