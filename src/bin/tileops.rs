@@ -531,8 +531,12 @@ impl Lister<'_> {
                 relu,
                 scale,
                 atomic_add,
+                phase,
             } => {
                 let mut s = format!("store {} <- {}", self.view(dst), self.tile(src));
+                if let Some(p) = phase {
+                    let _ = write!(s, " phase {p:?}");
+                }
                 if *relu {
                     s.push_str(" relu");
                 }

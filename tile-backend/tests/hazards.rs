@@ -83,6 +83,8 @@ fn hb_graph(bt: &tile_backend::sim::trace::BlockTrace) -> (Vec<usize>, Vec<Vec<u
         let mut last: BTreeMap<Pipe, usize> = BTreeMap::new();
         let mut pending: BTreeMap<(Pipe, Pipe, u8), usize> = BTreeMap::new();
         let mut matmuls: Vec<MatmulRec> = Vec::new();
+        // Final reads and the Acc bytes of the result they released.
+        let mut released: Vec<(usize, Vec<(usize, usize)>)> = Vec::new();
         for (i, e) in evs.iter().enumerate() {
             let id = base[c] + i;
             // Program order per pipe; `All` joins every pipe.
@@ -115,15 +117,32 @@ fn hb_graph(bt: &tile_backend::sim::trace::BlockTrace) -> (Vec<usize>, Vec<Vec<u
                 _ => {}
             }
             match e.op {
-                Op::Matmul { phase, .. } => matmuls.push((id, acc_bytes(e, true), *phase)),
+                Op::Matmul { phase, .. } => {
+                    let bytes = acc_bytes(e, true);
+                    if phase.is_some() {
+                        // The Final read that released an overlapping Final result comes first.
+                        for (r, mm_bytes) in &released {
+                            if touch(mm_bytes, &bytes) {
+                                adj[*r].push(id);
+                            }
+                        }
+                    }
+                    released.retain(|(_, mm_bytes)| !touch(mm_bytes, &bytes));
+                    matmuls.push((id, bytes, *phase));
+                }
                 Op::Move {
+                    phase: Some(Phase::Final),
+                    ..
+                }
+                | Op::Store {
                     phase: Some(Phase::Final),
                     ..
                 } => {
                     let reads = acc_bytes(e, false);
                     let last_mm = matmuls.iter().rev().find(|m| touch(&m.1, &reads));
-                    if let Some((m, _, Some(Phase::Final))) = last_mm {
+                    if let Some((m, mm_bytes, Some(Phase::Final))) = last_mm {
                         adj[*m].push(id);
+                        released.push((id, mm_bytes.clone()));
                     }
                 }
                 _ => {}
@@ -865,4 +884,53 @@ fn larger_trace_checks_quickly() {
     eprintln!("{events} events checked in {dt:?}");
     assert!(hz.is_empty(), "{hz:#?}");
     assert!(events > 500);
+}
+
+/// A Final matmul read by Final Fixpipe stores inside a loop of `iters` iterations; with
+/// `matmul_in_loop` each iteration recomputes (a new Final matmul per Final store).
+fn final_store_loop_kernel(iters: i64, matmul_in_loop: bool) -> Kernel {
+    let mut kb = KernelBuilder::new("final_store_loop");
+    let a = kb.input("a", DType::F16, [16u64, 16]);
+    let b = kb.input("b", DType::F16, [16u64, 16]);
+    let c = kb.output("c", DType::F32, [iters as u64 * 16, 16]);
+    let t = |space, layout| TileType::new(space, DType::F16, 16, 16, layout);
+    let a1 = kb.tile("a1", t(MemSpace::Mat, Layout::NZ));
+    let b1 = kb.tile("b1", t(MemSpace::Mat, Layout::NZ));
+    let a0 = kb.tile("a0", t(MemSpace::Left, Layout::NZ));
+    let b0 = kb.tile("b0", t(MemSpace::Right, Layout::ZN));
+    let acc = kb.tile(
+        "acc",
+        TileType::new(MemSpace::Acc, DType::F32, 16, 16, Layout::NZ),
+    );
+    kb.cube(|q| {
+        q.load(a1, GmView::nd(a, 0, 16u64, 16u64, 16u64));
+        q.load(b1, GmView::nd(b, 0, 16u64, 16u64, 16u64));
+        q.set_flag(Pipe::Mte2, Pipe::Mte1, 0);
+        q.wait_flag(Pipe::Mte2, Pipe::Mte1, 0);
+        q.mov(a0, a1);
+        q.mov(b0, b1);
+        q.set_flag(Pipe::Mte1, Pipe::M, 0);
+        q.wait_flag(Pipe::Mte1, Pipe::M, 0);
+        if !matmul_in_loop {
+            q.matmul(acc, a0, b0).phase(Phase::Final);
+        }
+        q.for_range("i", 0, iters, 1, |q, i| {
+            if matmul_in_loop {
+                q.matmul(acc, a0, b0).phase(Phase::Final);
+            }
+            q.store(GmView::nd(c, i * 256, 16u64, 16u64, 16u64), acc)
+                .phase(Phase::Final);
+        });
+    });
+    planned(kb)
+}
+
+#[test]
+fn final_store_in_a_loop_without_a_new_final_matmul_hangs() {
+    let (hz, _) = run(&final_store_loop_kernel(2, false), 1);
+    assert_eq!(kinds(&hz), [HazardKind::PhaseHang], "{hz:#?}");
+    assert!(hz[0].message.contains("already taken"), "{}", hz[0].message);
+    // One iteration, or a Final matmul per Final store: clean.
+    assert_clean(&final_store_loop_kernel(1, false), 1);
+    assert_clean(&final_store_loop_kernel(3, true), 1);
 }

@@ -1536,3 +1536,28 @@ fn unrolled_step_two_loop_resolves_slots_and_keeps_ping_pong_overlap() {
         "{names:?}"
     );
 }
+
+#[test]
+fn a_final_store_after_a_final_matmul_needs_no_m_to_fix_flag() {
+    let m_to_fix = |k: &Kernel| {
+        flat(&k.cube).iter().any(|o| {
+            matches!(
+                o,
+                Op::SetFlag {
+                    src: Pipe::M,
+                    dst: Pipe::Fix,
+                    ..
+                }
+            )
+        })
+    };
+    let plain = tile_backend::kernels::worked_matmul();
+    assert!(m_to_fix(&compile(&plain, &arch()).expect("compiles")));
+    let mut phased = plain.clone();
+    for s in phased.cube.iter_mut() {
+        if let Stmt::Op(Op::Store { phase, .. }) = s {
+            *phase = Some(Phase::Final);
+        }
+    }
+    assert!(!m_to_fix(&compile(&phased, &arch()).expect("compiles")));
+}

@@ -540,3 +540,17 @@ fn store_dtypes() {
         s.scale(word())
     }));
 }
+
+#[test]
+fn a_store_from_vec_has_no_phase() {
+    let mut kb = KernelBuilder::new("vec_store_phase");
+    let o = kb.output("o", DType::F32, [16u64, 16]);
+    let v = kb.tile("v", t(MemSpace::Vec, DType::F32, 16, 16, Layout::ND));
+    kb.vector(|b| {
+        b.fill(v, 0.0f64);
+        b.store(GmView::nd(o, 0, 16u64, 16u64, 16u64), v)
+            .phase(Phase::Final);
+    });
+    let r = verify(&kb.build());
+    expect_err(&r, Rule::StoreSource, &["phase"]);
+}

@@ -363,6 +363,13 @@ impl StoreOp<'_> {
         }
         self
     }
+    /// Unit-flag phase (Acc sources).
+    pub fn phase(self, p: Phase) -> Self {
+        if let Op::Store { phase, .. } = self.0 {
+            *phase = Some(p);
+        }
+        self
+    }
     /// Atomic add into GM.
     pub fn atomic_add(self) -> Self {
         if let Op::Store { atomic_add, .. } = self.0 {
@@ -493,6 +500,7 @@ impl<'k> Body<'k> {
             relu: false,
             scale: None,
             atomic_add: false,
+            phase: None,
         }))
     }
 

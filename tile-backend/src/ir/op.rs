@@ -269,6 +269,10 @@ pub enum Op {
         scale: Option<Scale>,
         /// Atomic add into GM instead of overwrite.
         atomic_add: bool,
+        /// Unit-flag handshake with the matmul that wrote the Acc tile (Acc sources only; a
+        /// `Final` store waits for the `Final` matmul and releases the tile).
+        #[serde(default)]
+        phase: Option<Phase>,
     },
     /// A tile-to-tile move (TMOV / TEXTRACT / TINSERT); the pipe follows from the spaces.
     Move {

@@ -15,8 +15,10 @@
 //! 3. `pipe_barrier(PIPE_ALL)` (and any sync on `PIPE_ALL`): every earlier event of the core on
 //!    any pipe before it, it before every later event of the core; `pipe_barrier(P)` orders
 //!    only `P` (nothing beyond program order);
-//! 4. the unit flag: a matmul with phase Final -> the next Fixpipe move with phase Final that reads
-//!    the same Acc bytes (the latest matmul in program order that wrote any of them);
+//! 4. the unit flag: a matmul with phase Final -> the Fixpipe move or store with phase Final that
+//!    reads the same Acc bytes (the latest matmul in program order that wrote any of them; one
+//!    Final read per Final matmul), and that Final read -> the next phased matmul into those bytes
+//!    (the read releases the tile);
 //! 5. a cross-core set -> the cross-core wait it released (recorded in the trace).
 //!
 //! Vector clocks are computed per block over a topological order of these edges, so the verdicts
@@ -393,6 +395,13 @@ impl<'a, 'k> BlockScan<'a, 'k> {
                     for k in over {
                         let (idx, phase, read) = (mms[k].idx, mms[k].phase, mms[k].read);
                         self.partial_end(c, idx, phase, read, Some(i));
+                        // The unit flag's release: a Final read frees the Acc tile, and the next
+                        // phased matmul into it waits for that.
+                        if let (Op::Matmul { phase: Some(_), .. }, Some(r)) =
+                            (e.op, mms[k].released_by)
+                        {
+                            self.incoming[c][i].push((c, r));
+                        }
                     }
                     live = keep;
                     live.push(mms.len());
@@ -401,6 +410,7 @@ impl<'a, 'k> BlockScan<'a, 'k> {
                         ranges,
                         phase: *phase,
                         read: false,
+                        released_by: None,
                     });
                 }
                 Op::Move { .. } | Op::Store { .. } => {
@@ -409,19 +419,37 @@ impl<'a, 'k> BlockScan<'a, 'k> {
                         continue;
                     }
                     let phase = match e.op {
-                        Op::Move { phase, .. } => *phase,
+                        Op::Move { phase, .. } | Op::Store { phase, .. } => *phase,
                         _ => None,
                     };
-                    // The latest matmul (program order) that wrote any of the bytes read.
+                    // The latest matmul (program order) that wrote any of the bytes read. A Final
+                    // matmul's unit flag is taken by one Final read: a second Final read of the
+                    // same result (e.g. a Final store inside a loop) waits forever.
+                    let mut released = None;
                     let found = mms
                         .iter_mut()
                         .rev()
                         .find(|m| any_overlap(&m.ranges, &reads))
                         .map(|m| {
                             m.read = true;
+                            if phase == Some(Phase::Final) && m.phase == Some(Phase::Final) {
+                                released = m.released_by.replace(i);
+                            }
                             (m.idx, m.phase)
                         });
-                    self.fixpipe_read(c, i, phase, found);
+                    match (found, released) {
+                        (Some((m, _)), Some(first)) => {
+                            let ops = vec![self.op((c, i)), self.op((c, m)), self.op((c, first))];
+                            let msg = format!(
+                                "the Fixpipe read with phase Final at {} waits for a Final matmul, but \
+                                 the unit flag of the Final matmul at {} was already taken by the Final \
+                                 read at {} and no new Final matmul follows: hang",
+                                ops[0], ops[1], ops[2]
+                            );
+                            self.push(HazardKind::PhaseHang, ops, msg);
+                        }
+                        _ => self.fixpipe_read(c, i, phase, found),
+                    }
                 }
                 _ => {}
             }
@@ -679,6 +707,8 @@ struct Mm {
     ranges: Vec<(usize, usize)>,
     phase: Option<Phase>,
     read: bool,
+    /// The Final read that took this Final matmul's unit flag, if one did.
+    released_by: Option<usize>,
 }
 
 fn join(v: &mut [u32], w: &[u32]) {

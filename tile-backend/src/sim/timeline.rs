@@ -216,6 +216,8 @@ struct CoreClock {
     next: usize,
     /// Completion of the last matmul with phase Final, per Acc start address.
     acc_final: HashMap<usize, f64>,
+    /// When a Final Fixpipe read released the Acc tile at a start address.
+    acc_released: HashMap<usize, f64>,
 }
 
 /// Builds one block's timeline from its trace.
@@ -302,6 +304,10 @@ pub fn block_timeline(
                         if let Op::Move {
                             phase: Some(Phase::Final),
                             ..
+                        }
+                        | Op::Store {
+                            phase: Some(Phase::Final),
+                            ..
                         } = e.op
                         {
                             if let Some(a) = e.accesses.iter().find(|a| {
@@ -314,6 +320,14 @@ pub fn block_timeline(
                             }) {
                                 if let Some(t) = c.acc_final.get(&a.start) {
                                     start = start.max(*t);
+                                }
+                            }
+                        }
+                        // ...and the next phased matmul waits for that read to release the tile.
+                        if let Op::Matmul { phase: Some(_), .. } = e.op {
+                            if let Some(a) = e.accesses.iter().find(|a| a.write) {
+                                if let Some(t) = c.acc_released.remove(&a.start) {
+                                    start = start.max(t);
                                 }
                             }
                         }
@@ -334,6 +348,23 @@ pub fn block_timeline(
                 {
                     if let Some(a) = e.accesses.iter().find(|a| a.write) {
                         c.acc_final.insert(a.start, span.end);
+                    }
+                }
+                if let Op::Move {
+                    phase: Some(Phase::Final),
+                    ..
+                }
+                | Op::Store {
+                    phase: Some(Phase::Final),
+                    ..
+                } = e.op
+                {
+                    let acc = Mem::Chip {
+                        space: MemSpace::Acc,
+                        aiv: 0,
+                    };
+                    if let Some(a) = e.accesses.iter().find(|a| !a.write && a.mem == acc) {
+                        c.acc_released.insert(a.start, span.end);
                     }
                 }
                 c.free[p] = span.busy_until;

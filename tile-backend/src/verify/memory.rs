@@ -260,6 +260,7 @@ pub(super) fn check_op(cx: &mut Ctx<'_>, op: &Op) {
             src,
             relu,
             scale,
+            phase,
             ..
         } => {
             let Some(s) = cx.tile(src) else { return };
@@ -271,6 +272,12 @@ pub(super) fn check_op(cx: &mut Ctx<'_>, op: &Op) {
                         cx.error(
                             Rule::StoreSource,
                             "ReLU and quantisation are Fixpipe features: only a store from Acc can apply them",
+                        );
+                    }
+                    if phase.is_some() {
+                        cx.error(
+                            Rule::StoreSource,
+                            "a phase (unit flag) belongs to the Fixpipe read of an Acc tile: a store from Vec has none",
                         );
                     }
                     if !matches!(

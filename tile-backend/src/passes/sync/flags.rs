@@ -113,7 +113,7 @@ type AccBuf = (TileId, String);
 enum Unit {
     /// A matmul with `phase: Final` into this Acc buffer.
     Set(AccBuf),
-    /// A Fixpipe move with `phase: Final` out of this Acc buffer.
+    /// A Fixpipe move or store with `phase: Final` out of this Acc buffer.
     Wait(AccBuf),
 }
 
@@ -544,6 +544,11 @@ impl Build<'_> {
                         ..
                     } => Some(Unit::Set((k.root_tile(dst.tile), dst.slot.to_string()))),
                     Op::Move {
+                        src,
+                        phase: Some(Phase::Final),
+                        ..
+                    }
+                    | Op::Store {
                         src,
                         phase: Some(Phase::Final),
                         ..

@@ -149,6 +149,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             relu,
             scale,
             atomic_add,
+            ..
         } => {
             let loc = cx.tile(src)?;
             let view = View::eval(cx, dst)?;
