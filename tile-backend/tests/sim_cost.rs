@@ -206,3 +206,24 @@ fn attention_trace_has_a_track_per_pipe_and_flow_arrows() {
         .iter()
         .any(|e| e["ph"] == "X" && e["name"] == "matmul"));
 }
+
+#[test]
+fn an_ops_launches_sum_into_one_report() {
+    let (_, _, a) = traced(&one_matmul(64, 128, 96, DType::F16), 1);
+    let (_, _, b) = traced(&one_matmul(32, 64, 32, DType::F32), 1);
+    let s = cost::CostReport::sum(&[a.clone(), b.clone()]).expect("two reports");
+    assert_eq!(s.cycles, a.cycles + b.cycles);
+    assert_eq!(s.flops, a.flops + b.flops);
+    assert_eq!(s.roofline_seconds, a.roofline_seconds + b.roofline_seconds);
+    assert_eq!(
+        s.bytes.gm_read_distinct,
+        a.bytes.gm_read_distinct + b.bytes.gm_read_distinct
+    );
+    assert!(s.kernel.contains(" + "));
+    // Busy fractions are the time-weighted mean of the launches'.
+    for ((x, y), z) in a.busy.iter().zip(&b.busy).zip(&s.busy) {
+        let want = (x.fraction * a.cycles + y.fraction * b.cycles) / (a.cycles + b.cycles);
+        assert!((z.fraction - want).abs() < 1e-12);
+    }
+    assert!(cost::CostReport::sum(&[]).is_none());
+}
