@@ -47,20 +47,7 @@ fn exec_pipe(e: &Event) -> Pipe {
 }
 
 fn acc_bytes(e: &Event, write: bool) -> Vec<(usize, usize)> {
-    e.accesses
-        .iter()
-        .filter(|a| {
-            a.write == write
-                && matches!(
-                    a.mem,
-                    Mem::Chip {
-                        space: MemSpace::Acc,
-                        ..
-                    }
-                )
-        })
-        .map(|a| (a.start, a.end))
-        .collect()
+    e.ranges_in(MemSpace::Acc, write)
 }
 
 fn touch(a: &[(usize, usize)], b: &[(usize, usize)]) -> bool {

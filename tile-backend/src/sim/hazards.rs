@@ -229,20 +229,7 @@ fn overlaps(a: (usize, usize), b: (usize, usize)) -> bool {
 }
 
 fn acc_ranges(e: &Event, write: bool) -> Vec<(usize, usize)> {
-    e.accesses
-        .iter()
-        .filter(|a| {
-            a.write == write
-                && matches!(
-                    a.mem,
-                    Mem::Chip {
-                        space: MemSpace::Acc,
-                        ..
-                    }
-                )
-        })
-        .map(|a| (a.start, a.end))
-        .collect()
+    e.ranges_in(MemSpace::Acc, write)
 }
 
 fn any_overlap(a: &[(usize, usize)], b: &[(usize, usize)]) -> bool {

@@ -90,6 +90,19 @@ pub struct Event<'k> {
     pub sync: SyncInfo,
 }
 
+impl Event<'_> {
+    /// The `(start, end)` byte ranges this op read (`write` false) or wrote in on-chip `space`.
+    pub fn ranges_in(&self, space: MemSpace, write: bool) -> Vec<(usize, usize)> {
+        self.accesses
+            .iter()
+            .filter(|a| {
+                a.write == write && matches!(a.mem, Mem::Chip { space: s, .. } if s == space)
+            })
+            .map(|a| (a.start, a.end))
+            .collect()
+    }
+}
+
 /// The ops one core executed, in program order.
 #[derive(Debug, Clone, Default)]
 pub struct CoreTrace<'k> {
