@@ -214,72 +214,78 @@ impl CrossFlags {
 /// buffer, uses it, and gives it back (an op that fails early just drops it).
 #[derive(Default)]
 pub(crate) struct ScratchPool {
-    bytes: Vec<Vec<u8>>,
-    f32s: Vec<Vec<f32>>,
-    f64s: Vec<Vec<f64>>,
-    i32s: Vec<Vec<i32>>,
+    bytes: Free<u8>,
+    f32s: Free<f32>,
+    f64s: Free<f64>,
+    i32s: Free<i32>,
 }
 
 /// Buffers kept per kind; enough for the most an op holds at once.
 const POOL_DEPTH: usize = 8;
 
-impl ScratchPool {
-    /// An empty byte buffer (with the capacity of an earlier one).
-    pub fn bytes(&mut self) -> Vec<u8> {
-        let mut v = self.bytes.pop().unwrap_or_default();
+/// Free buffers of one element type.
+struct Free<T>(Vec<Vec<T>>);
+
+impl<T> Default for Free<T> {
+    fn default() -> Self {
+        Free(Vec::new())
+    }
+}
+
+impl<T: Clone + Default> Free<T> {
+    /// `n` default values, in the capacity of an earlier buffer when one is free.
+    fn take(&mut self, n: usize) -> Vec<T> {
+        let mut v = self.0.pop().unwrap_or_default();
         v.clear();
+        v.resize(n, T::default());
         v
+    }
+
+    fn put(&mut self, v: Vec<T>) {
+        if self.0.len() < POOL_DEPTH {
+            self.0.push(v);
+        }
+    }
+}
+
+impl ScratchPool {
+    /// An empty byte buffer.
+    pub fn bytes(&mut self) -> Vec<u8> {
+        self.bytes.take(0)
     }
 
     /// Returns a byte buffer.
     pub fn put_bytes(&mut self, v: Vec<u8>) {
-        if self.bytes.len() < POOL_DEPTH {
-            self.bytes.push(v);
-        }
+        self.bytes.put(v)
     }
 
     /// `n` zeroed f32s.
     pub fn f32s(&mut self, n: usize) -> Vec<f32> {
-        let mut v = self.f32s.pop().unwrap_or_default();
-        v.clear();
-        v.resize(n, 0.0);
-        v
+        self.f32s.take(n)
     }
 
     /// Returns an f32 buffer.
     pub fn put_f32s(&mut self, v: Vec<f32>) {
-        if self.f32s.len() < POOL_DEPTH {
-            self.f32s.push(v);
-        }
+        self.f32s.put(v)
     }
 
     /// `n` zeroed f64s.
     pub fn f64s(&mut self, n: usize) -> Vec<f64> {
-        let mut v = self.f64s.pop().unwrap_or_default();
-        v.clear();
-        v.resize(n, 0.0);
-        v
-    }
-
-    /// `n` zeroed i32s.
-    pub fn i32s(&mut self, n: usize) -> Vec<i32> {
-        let mut v = self.i32s.pop().unwrap_or_default();
-        v.clear();
-        v.resize(n, 0);
-        v
-    }
-
-    /// Returns an i32 buffer.
-    pub fn put_i32s(&mut self, v: Vec<i32>) {
-        if self.i32s.len() < POOL_DEPTH {
-            self.i32s.push(v);
-        }
+        self.f64s.take(n)
     }
 
     /// Returns an f64 buffer.
     pub fn put_f64s(&mut self, v: Vec<f64>) {
-        if self.f64s.len() < POOL_DEPTH {
-            self.f64s.push(v);
-        }
+        self.f64s.put(v)
+    }
+
+    /// `n` zeroed i32s.
+    pub fn i32s(&mut self, n: usize) -> Vec<i32> {
+        self.i32s.take(n)
+    }
+
+    /// Returns an i32 buffer.
+    pub fn put_i32s(&mut self, v: Vec<i32>) {
+        self.i32s.put(v)
     }
 }
