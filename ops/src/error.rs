@@ -1,0 +1,88 @@
+//! The error type of every op.
+
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// Why an op call failed. Bad input is reported before anything runs, naming the argument and
+/// the rule it breaks.
+#[derive(Debug, Error)]
+pub enum OpError {
+    /// An argument breaks the op's contract.
+    #[error("{op}: argument `{arg}`: {rule}")]
+    Invalid {
+        /// The op.
+        op: &'static str,
+        /// The argument.
+        arg: &'static str,
+        /// The rule it breaks, with the numbers involved.
+        rule: String,
+    },
+    /// `TILEOPS_BACKEND` (or a parsed backend name) is not one of the choices.
+    #[error("unknown backend `{value}`: choose one of reference, sim, ascend950")]
+    BadBackend {
+        /// The rejected value.
+        value: String,
+    },
+    /// The Ascend 950 kernel package was written, but there is no CANN runtime and device to
+    /// launch it on.
+    #[error("{op}: the Ascend 950 kernel package was written to {}, but it cannot run here: {missing}", package.display())]
+    DeviceUnavailable {
+        /// The op.
+        op: &'static str,
+        /// Where the package (kernel source, launcher, manifest per launch) was written.
+        package: PathBuf,
+        /// What is missing (the CANN runtime, a device).
+        missing: String,
+    },
+    /// A kernel failed to compile (a defect of the op's kernel template for these shapes).
+    #[error("{op}: kernel `{kernel}` does not compile: {source}")]
+    Compile {
+        /// The op.
+        op: &'static str,
+        /// The kernel.
+        kernel: String,
+        /// The compiler's error.
+        source: tile_backend::passes::CompileError,
+    },
+    /// The simulator stopped (out-of-range access, poison, hang).
+    #[error("{op}: simulating kernel `{kernel}` failed: {source}")]
+    Sim {
+        /// The op.
+        op: &'static str,
+        /// The kernel.
+        kernel: String,
+        /// The simulator's error.
+        source: tile_backend::sim::SimError,
+    },
+    /// Writing the kernel package failed.
+    #[error("{op}: writing the kernel package failed: {why}")]
+    Package {
+        /// The op.
+        op: &'static str,
+        /// What failed.
+        why: String,
+    },
+    /// A candle operation failed.
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+}
+
+impl OpError {
+    /// An [`OpError::Invalid`].
+    pub fn invalid(op: &'static str, arg: &'static str, rule: impl Into<String>) -> Self {
+        OpError::Invalid {
+            op,
+            arg,
+            rule: rule.into(),
+        }
+    }
+}
+
+impl From<OpError> for candle_core::Error {
+    fn from(e: OpError) -> Self {
+        match e {
+            OpError::Candle(c) => c,
+            other => candle_core::Error::wrap(other),
+        }
+    }
+}

