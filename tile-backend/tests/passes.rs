@@ -1561,3 +1561,84 @@ fn a_final_store_after_a_final_matmul_needs_no_m_to_fix_flag() {
     }
     assert!(!m_to_fix(&compile(&phased, &arch()).expect("compiles")));
 }
+
+/// Two independent MTE1 -> M dependencies in a row (two Left buffers, two matmuls): program text
+/// puts the first pair's wait before the second pair's set, but nothing on the pipes orders them
+/// (MTE1 may run ahead of M), so the sync pass must not give both pairs one event id: the
+/// hazard checker would see MTE1 set the flag twice before M waits (a lost signal).
+#[test]
+fn sync_pass_does_not_share_an_event_id_the_pipes_do_not_order() {
+    use tile_backend::sim::{self, Arg, GmTensor, SimOptions};
+    let mut kb = KernelBuilder::new("two_matmuls");
+    let a = kb.input("a", DType::F16, [16u64, 32]);
+    let b = kb.input("b", DType::F16, [32u64, 16]);
+    let c0 = kb.output("c0", DType::F32, [16u64, 16]);
+    let c1 = kb.output("c1", DType::F32, [16u64, 16]);
+    let a_l1 = kb.tile(
+        "a_l1",
+        TileType::new(MemSpace::Mat, DType::F16, 16, 32, Layout::NZ),
+    );
+    let b_l1 = kb.tile(
+        "b_l1",
+        TileType::new(MemSpace::Mat, DType::F16, 32, 16, Layout::ZN),
+    );
+    let a0 = kb.tile(
+        "a0",
+        TileType::new(MemSpace::Left, DType::F16, 16, 32, Layout::NZ),
+    );
+    let a1 = kb.tile(
+        "a1",
+        TileType::new(MemSpace::Left, DType::F16, 16, 32, Layout::NZ),
+    );
+    let bl = kb.tile(
+        "bl",
+        TileType::new(MemSpace::Right, DType::F16, 32, 16, Layout::ZN),
+    );
+    let acc0 = kb.tile(
+        "acc0",
+        TileType::new(MemSpace::Acc, DType::F32, 16, 16, Layout::NZ),
+    );
+    let acc1 = kb.tile(
+        "acc1",
+        TileType::new(MemSpace::Acc, DType::F32, 16, 16, Layout::NZ),
+    );
+    kb.cube(|c| {
+        c.load(a_l1, GmView::nd(a, 0, 16, 32, 32));
+        c.load(b_l1, GmView::dn(b, 0, 32, 16, 32));
+        c.mov(bl, b_l1);
+        c.mov(a0, a_l1);
+        c.matmul(acc0, a0, bl);
+        c.mov(a1, a_l1);
+        c.matmul(acc1, a1, bl);
+        c.store(GmView::nd(c0, 0, 16, 16, 16), acc0);
+        c.store(GmView::nd(c1, 0, 16, 16, 16), acc1);
+    });
+    let k = compile(&kb.build(), &arch()).expect("compiles");
+    let ops = flat(&k.cube);
+    let events: Vec<u8> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::SetFlag {
+                src: Pipe::Mte1,
+                dst: Pipe::M,
+                event,
+            } => Some(*event),
+            _ => None,
+        })
+        .collect();
+    assert!(events.len() >= 2, "{:?}", show(&ops));
+    let mut distinct = events.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), events.len(), "{:?}", show(&ops));
+    let mut args = vec![
+        Arg::Tensor(GmTensor::from_f32(DType::F16, &[16, 32], &[0.5; 512])),
+        Arg::Tensor(GmTensor::from_f32(DType::F16, &[32, 16], &[0.25; 512])),
+        Arg::Tensor(GmTensor::zeros(DType::F32, &[16, 16])),
+        Arg::Tensor(GmTensor::zeros(DType::F32, &[16, 16])),
+    ];
+    let (_, trace) =
+        sim::run_traced(&k, &arch(), &mut args, SimOptions { block_dim: 1 }).expect("runs");
+    let hazards = sim::hazards::check(&k, &trace);
+    assert!(hazards.is_empty(), "{hazards:?}");
+}

@@ -678,17 +678,34 @@ pub(super) fn insert_section(
     Ok(to_stmts(nodes, &pairs, &events))
 }
 
-/// Pre-order positions of every inserted pair's ops.
-fn spans(nodes: &[Node], pos: &mut usize, out: &mut [Option<(usize, usize)>]) {
+/// Pre-order positions of every inserted pair's ops: the whole span, and the first set and last
+/// wait.
+#[derive(Debug, Clone, Copy, Default)]
+struct Span {
+    /// First and last position of any of the pair's ops.
+    all: Option<(usize, usize)>,
+    /// Position of the pair's first set.
+    first_set: Option<usize>,
+    /// Position of the pair's last wait.
+    last_wait: Option<usize>,
+}
+
+fn spans(nodes: &[Node], pos: &mut usize, out: &mut [Span]) {
     for n in nodes {
         *pos += 1;
         match n {
-            Node::Ins { pair, .. } => {
+            Node::Ins { pair, set } => {
                 if let Some(s) = out.get_mut(*pair) {
-                    *s = Some(match *s {
-                        Some((a, b)) => (a.min(*pos), b.max(*pos)),
-                        None => (*pos, *pos),
+                    let p = *pos;
+                    s.all = Some(match s.all {
+                        Some((a, b)) => (a.min(p), b.max(p)),
+                        None => (p, p),
                     });
+                    if *set {
+                        s.first_set = Some(s.first_set.map_or(p, |f| f.min(p)));
+                    } else {
+                        s.last_wait = Some(s.last_wait.map_or(p, |w| w.max(p)));
+                    }
                 }
             }
             Node::For { body, .. } => spans(body, pos, out),
@@ -705,8 +722,26 @@ fn spans(nodes: &[Node], pos: &mut usize, out: &mut [Option<(usize, usize)>]) {
     }
 }
 
+/// True when pair `b`'s set is ordered after pair `a`'s last wait on the pipes themselves, not
+/// just in program text: some pair `c` in the reverse direction is set (on `a`'s waiting pipe)
+/// after `a`'s last wait and waited (on `b`'s setting pipe) before `b`'s first set. Without
+/// that edge the setting pipe may run ahead and set the shared id again before `a`'s wait has
+/// consumed it (a lost signal).
+fn ordered_after(pairs: &[Pair], span: &[Span], a: usize, b: usize) -> bool {
+    let (Some(a_wait), Some(b_set)) = (span[a].last_wait, span[b].first_set) else {
+        return false;
+    };
+    (0..pairs.len()).any(|c| {
+        pairs[c].src == pairs[a].dst
+            && pairs[c].dst == pairs[a].src
+            && matches!((span[c].first_set, span[c].last_wait),
+                (Some(cs), Some(cw)) if cs > a_wait && cw < b_set && cs < cw)
+    })
+}
+
 /// Event ids for the inserted pairs: per pipe pair, ids the author never uses, shared by pairs
-/// whose live spans (from first set to last wait, contiguous in one block) are disjoint.
+/// whose live spans (from first set to last wait, contiguous in one block) are disjoint and whose
+/// order the pipes themselves keep ([`ordered_after`]).
 fn color(
     nodes: &[Node],
     pairs: &[Pair],
@@ -720,20 +755,23 @@ fn color(
             author.entry((*src, *dst)).or_default().insert(*event);
         }
     });
-    let mut span = vec![None; pairs.len()];
+    let mut span = vec![Span::default(); pairs.len()];
     spans(nodes, &mut 0, &mut span);
     let mut order: Vec<usize> = (0..pairs.len()).collect();
-    order.sort_by_key(|&i| (span[i].map_or(0, |s| s.0), i));
+    order.sort_by_key(|&i| (span[i].all.map_or(0, |s| s.0), i));
     let mut events = vec![0u8; pairs.len()];
-    // Per pipe pair: (event, end of the last span that uses it).
+    // Per pipe pair: (event, the last pair that uses it).
     let mut in_use: BTreeMap<(Pipe, Pipe), Vec<(u8, usize)>> = BTreeMap::new();
     for i in order {
         let key = (pairs[i].src, pairs[i].dst);
-        let (start, end) = span[i].unwrap_or((0, 0));
+        let (start, _) = span[i].all.unwrap_or((0, 0));
         let taken = author.get(&key).cloned().unwrap_or_default();
         let slots = in_use.entry(key).or_default();
-        if let Some(slot) = slots.iter_mut().find(|(_, e)| *e < start) {
-            slot.1 = end;
+        if let Some(slot) = slots.iter_mut().find(|(_, last)| {
+            span[*last].all.is_some_and(|(_, end)| end < start)
+                && ordered_after(pairs, &span, *last, i)
+        }) {
+            slot.1 = i;
             events[i] = slot.0;
             continue;
         }
@@ -747,7 +785,7 @@ fn color(
                 needed: slots.len() + 1,
             });
         };
-        slots.push((ev, end));
+        slots.push((ev, i));
         events[i] = ev;
     }
     Ok(events)
