@@ -242,3 +242,233 @@ fn sim_of_a_kernel_that_does_not_verify_exits_1() {
         stdout(&out)
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// tileops emit
+
+/// A fresh empty directory under the temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(stem: &str) -> TempDir {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!(
+            "tileops-cli-emit-{}-{n}-{stem}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        TempDir(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("utf-8 temp path")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn emit_file_writes_kernel_launcher_and_manifest() {
+    let example = tileops(&["example", "tiled-matmul"]);
+    assert_eq!(
+        example.status.code(),
+        Some(0),
+        "stderr:\n{}",
+        stderr(&example)
+    );
+    let file = TempFile::new("emit-tiled", &stdout(&example));
+    let dir = TempDir::new("file");
+    let out = tileops(&[
+        "emit",
+        file.0.to_str().expect("utf-8 temp path"),
+        "-o",
+        dir.path(),
+        "--block-dim",
+        "4",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let kernel = std::fs::read_to_string(dir.0.join("matmul_f16.cpp")).expect("kernel written");
+    assert!(kernel.contains("extern \"C\" __global__ AICORE void matmul_f16("));
+    assert!(kernel.contains("TMATMUL_ACC<AccPhase::Final>"), "{kernel}");
+    let launcher =
+        std::fs::read_to_string(dir.0.join("matmul_f16_launcher.cpp")).expect("launcher written");
+    assert!(
+        launcher.contains("constexpr uint32_t block_dim = 4;"),
+        "{launcher}"
+    );
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.0.join("matmul_f16.json")).expect("manifest written"),
+    )
+    .expect("manifest is JSON");
+    assert_eq!(manifest["block_dim"], 4);
+    assert_eq!(manifest["kernel"], "matmul_f16");
+    assert!(stdout(&out).contains("matmul_f16.cpp"), "{}", stdout(&out));
+}
+
+#[test]
+fn emit_file_that_does_not_compile_exits_1() {
+    let file = TempFile::new("emit-broken", &vec_to_left_json());
+    let dir = TempDir::new("broken");
+    let out = tileops(&[
+        "emit",
+        file.0.to_str().expect("utf-8 temp path"),
+        "-o",
+        dir.path(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "stderr:\n{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("does not compile"), "{text}");
+    assert!(text.contains("Left is reached only from Mat"), "{text}");
+    assert!(!dir.0.join("vec_to_left.cpp").exists());
+}
+
+#[test]
+fn emit_op_with_shape_flags() {
+    let dir = TempDir::new("op");
+    let out = tileops(&[
+        "emit",
+        "--op",
+        "matmul",
+        "--m",
+        "100",
+        "--n=72",
+        "--dtype",
+        "bf16",
+        "-o",
+        dir.path(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let kernel = std::fs::read_to_string(dir.0.join("matmul_bf16.cpp")).expect("kernel written");
+    assert!(kernel.contains("TileLeft<bfloat16_t, 64, 64>"), "{kernel}");
+    assert!(
+        kernel.contains("DYNAMIC"),
+        "tails need runtime valid shapes:\n{kernel}"
+    );
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.0.join("matmul_bf16.json")).expect("manifest written"),
+    )
+    .expect("manifest is JSON");
+    // ceil(100 / 64) * ceil(72 / 64) output tiles.
+    assert_eq!(manifest["block_dim"], 4);
+    assert_eq!(manifest["args"][0]["shape"], serde_json::json!([100, 256]));
+}
+
+#[test]
+fn emit_every_registered_op_with_defaults() {
+    for op in ["matmul", "attention", "gather-matmul", "worked-matmul"] {
+        let dir = TempDir::new(op);
+        let out = tileops(&["emit", "--op", op, "-o", dir.path()]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{op}: stdout:\n{}\nstderr:\n{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        let n = std::fs::read_dir(&dir.0).expect("output dir").count();
+        assert_eq!(n, 3, "{op}: kernel, launcher and manifest");
+    }
+    let dir = TempDir::new("attention-cross");
+    let out = tileops(&[
+        "emit",
+        "--op",
+        "attention",
+        "--dtype",
+        "bf16",
+        "--handoff",
+        "cross-flags",
+        "-o",
+        dir.path(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "stderr:\n{}", stderr(&out));
+    assert!(dir.0.join("attention_tile_bf16.cpp").exists());
+}
+
+#[test]
+fn emit_op_list_names_ops_and_flags() {
+    let out = tileops(&["emit", "--op", "list", "-o", "unused"]);
+    assert_eq!(out.status.code(), Some(0), "stderr:\n{}", stderr(&out));
+    let text = stdout(&out);
+    for needle in [
+        "matmul:",
+        "attention:",
+        "gather-matmul:",
+        "--block-size",
+        "--tkv",
+    ] {
+        assert!(text.contains(needle), "missing {needle}:\n{text}");
+    }
+}
+
+#[test]
+fn emit_bad_input_exits_2() {
+    let dir = TempDir::new("bad");
+    for args in [
+        vec!["emit", "--op", "nope", "-o", dir.path()],
+        vec!["emit", "--op", "matmul", "--q", "3", "-o", dir.path()],
+        vec!["emit", "--op", "matmul", "--m", "many", "-o", dir.path()],
+        vec!["emit", "--op", "matmul", "--dtype", "f7", "-o", dir.path()],
+        vec!["emit", "/nonexistent/kernel.json", "-o", dir.path()],
+    ] {
+        let out = tileops(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: stderr:\n{}",
+            stderr(&out)
+        );
+        assert!(!stderr(&out).is_empty(), "{args:?} explains itself");
+    }
+    let out = tileops(&["emit", "--op", "matmul", "--q", "3", "-o", dir.path()]);
+    assert!(
+        stderr(&out).contains("--tile-m"),
+        "lists the op's flags:\n{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn emit_op_that_does_not_compile_exits_1() {
+    // 1000 x 1000 tiles do not fit L0A: memory planning fails, so compilation does.
+    let dir = TempDir::new("too-big");
+    let out = tileops(&[
+        "emit",
+        "--op",
+        "matmul",
+        "--tile-m",
+        "1024",
+        "--tile-k",
+        "1024",
+        "-o",
+        dir.path(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stdout:\n{}\nstderr:\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).contains("does not compile"),
+        "{}",
+        stdout(&out)
+    );
+}

@@ -10,6 +10,11 @@
 //!   argument ranges, prints its outputs and the estimated Ascend 950 cost, and can write a
 //!   Chrome/Perfetto trace.
 //! - `tileops example NAME`: prints an embedded kernel as JSON, a starting file for `check`/`sim`.
+//! - `tileops emit FILE.json -o DIR [--block-dim N]`: compiles a serialized kernel and writes its
+//!   PTO-ISA package (kernel source, launcher, manifest) for Ascend 950 (dav-c310).
+//! - `tileops emit --op NAME [--FLAG VALUE ...] -o DIR`: the same for a registered op kernel
+//!   built from shape flags (`tileops emit --op list` lists the ops and their flags); an op that
+//!   launches several kernels gets one subdirectory per kernel.
 
 use anyhow::{anyhow, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -18,10 +23,12 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tile_backend::arch::Arch;
+use tile_backend::codegen::pto::{emit, LaunchSpec};
 use tile_backend::ir::{
-    Axis, CoreKind, GmView, Kernel, Op, ParamId, ParamKind, ScalarArg, Scale, Stmt, Storage,
+    Axis, CoreKind, DType, GmView, Kernel, Op, ParamId, ParamKind, ScalarArg, Scale, Stmt, Storage,
     TileRef,
 };
+use tile_backend::kernels::{AttentionParams, GatherMatmulParams, Handoff, MatmulParams};
 use tile_backend::verify::{verify, Report};
 
 /// Exit status for a kernel with verifier errors.
@@ -79,6 +86,29 @@ enum Command {
         #[arg(long)]
         trace: Option<PathBuf>,
     },
+    /// Write the PTO-ISA package (kernel .cpp, launcher .cpp, manifest .json) of a kernel for
+    /// Ascend 950 (dav-c310): a serialized kernel (`tileops emit k.json -o out`), or a registered
+    /// op kernel built from shape flags (`tileops emit --op matmul --m 128 --dtype bf16 -o out`;
+    /// `tileops emit --op list` lists the ops and their flags).
+    ///
+    /// Exit status: 0 on success, 1 when the kernel does not compile or has no PTO form, 2 for
+    /// bad input (unreadable file, unknown op or flag, bad value).
+    #[command(allow_hyphen_values = true)]
+    Emit {
+        /// Output directory (created if missing); required except for `--op list`.
+        #[arg(short = 'o', long = "out")]
+        out: Option<PathBuf>,
+        /// A registered op kernel instead of a file (`list` prints the registry).
+        #[arg(long)]
+        op: Option<String>,
+        /// Blocks to launch a kernel read from a file with (ops know their own).
+        #[arg(long)]
+        block_dim: Option<u64>,
+        /// The kernel file (`-` reads stdin), or, with --op, the op's shape flags
+        /// (`--m 128 --dtype f16`, also `--m=128`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Print an embedded example kernel as JSON (e.g. `tileops example matmul > k.json`).
     Example {
         /// Which kernel.
@@ -135,6 +165,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }) => {
             let kernel = read_kernel(&file)?;
             sim(&mut out, &kernel, seed, block_dim, sku, trace.as_deref())?
+        }
+        Some(Command::Emit {
+            out: dir,
+            op,
+            block_dim,
+            args,
+        }) => {
+            // Options after the file or the first shape flag land in `args`: take them out.
+            let (dir, block_dim, rest) = split_emit_options(dir, block_dim, args)?;
+            emit_cmd(&mut out, dir.as_deref(), op.as_deref(), block_dim, &rest)?
         }
         Some(Command::Example { name }) => {
             let kernel = match name {
@@ -332,6 +372,355 @@ fn exit_for(report: &Report) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(EXIT_ERRORS)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// emit
+
+/// Takes `-o DIR` / `--out DIR` / `--out=DIR` and `--block-dim N` out of the trailing arguments
+/// of `emit` (clap hands everything after the first positional or unknown flag to `args`).
+fn split_emit_options(
+    mut dir: Option<PathBuf>,
+    mut block_dim: Option<u64>,
+    args: Vec<String>,
+) -> Result<(Option<PathBuf>, Option<u64>, Vec<String>)> {
+    let mut rest = Vec::new();
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        let (key, inline) = match a.split_once('=') {
+            Some((k, v)) if k.starts_with("--") => (k.to_string(), Some(v.to_string())),
+            _ => (a.clone(), None),
+        };
+        match key.as_str() {
+            "-o" | "--out" | "--block-dim" => {
+                let value = match inline {
+                    Some(v) => v,
+                    None => it.next().ok_or_else(|| anyhow!("{key} needs a value"))?,
+                };
+                if key == "--block-dim" {
+                    let n = value
+                        .parse()
+                        .map_err(|_| anyhow!("--block-dim {value}: expected a positive integer"))?;
+                    if block_dim.replace(n).is_some() {
+                        return Err(anyhow!("--block-dim is given twice"));
+                    }
+                } else if dir.replace(PathBuf::from(value)).is_some() {
+                    return Err(anyhow!("-o/--out is given twice"));
+                }
+            }
+            _ => rest.push(a),
+        }
+    }
+    Ok((dir, block_dim, rest))
+}
+
+/// `tileops emit`: compile and write PTO-ISA packages.
+fn emit_cmd(
+    out: &mut impl Write,
+    dir: Option<&Path>,
+    op: Option<&str>,
+    block_dim: Option<u64>,
+    args: &[String],
+) -> Result<ExitCode> {
+    let arch = Arch::ascend950();
+    if op == Some("list") {
+        out.write_all(op_list().as_bytes())
+            .context("cannot write to stdout")?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let dir = dir.ok_or_else(|| anyhow!("emit needs an output directory: -o DIR"))?;
+    let (launches, many) = match op {
+        Some(name) => {
+            if block_dim.is_some() {
+                return Err(anyhow!(
+                    "--block-dim applies to kernel files; op `{name}` knows its launches"
+                ));
+            }
+            let entry = OPS.iter().find(|e| e.name == name).ok_or_else(|| {
+                anyhow!(
+                    "unknown op `{name}`; registered ops: {}",
+                    OPS.iter().map(|e| e.name).collect::<Vec<_>>().join(", ")
+                )
+            })?;
+            let flags = OpFlags::parse(entry, args)?;
+            let launches = (entry.build)(&flags)?;
+            flags.check_all_used()?;
+            let many = launches.len() > 1;
+            (launches, many)
+        }
+        None => {
+            let [file] = args else {
+                return Err(anyhow!(
+                    "emit takes one kernel file (or --op NAME with shape flags), got {} argument(s)",
+                    args.len()
+                ));
+            };
+            let kernel = read_kernel(Path::new(file))?;
+            (vec![(kernel, block_dim.unwrap_or(1))], false)
+        }
+    };
+    let mut text = String::new();
+    for (kernel, blocks) in &launches {
+        let compiled = match tile_backend::passes::compile(kernel, &arch) {
+            Ok(k) => k,
+            Err(e) => {
+                let _ = writeln!(text, "kernel `{}` does not compile: {e}", kernel.name);
+                out.write_all(text.as_bytes())
+                    .context("cannot write to stdout")?;
+                return Ok(ExitCode::from(EXIT_ERRORS));
+            }
+        };
+        let package = match emit(&compiled, &arch, &LaunchSpec::new(*blocks)) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = writeln!(text, "kernel `{}` cannot be emitted: {e}", kernel.name);
+                out.write_all(text.as_bytes())
+                    .context("cannot write to stdout")?;
+                return Ok(ExitCode::from(EXIT_ERRORS));
+            }
+        };
+        let target = if many {
+            dir.join(&package.name)
+        } else {
+            dir.to_path_buf()
+        };
+        let files = package
+            .write_to(&target)
+            .with_context(|| format!("cannot write the package of `{}`", package.name))?;
+        let _ = writeln!(
+            text,
+            "emitted `{}` for {} (block_dim {blocks}):",
+            package.name, arch.compiler_target
+        );
+        for f in files {
+            let _ = writeln!(text, "  {}", f.display());
+        }
+    }
+    out.write_all(text.as_bytes())
+        .context("cannot write to stdout")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Kernels an op launches, in order, each with its block_dim.
+type Launches = Vec<(Kernel, u64)>;
+
+/// One registered op: its name, what it is, its shape flags (name, meaning, default) and the
+/// function that builds its kernels from them. Adding an op kernel to `tileops emit --op` is
+/// one entry of [`OPS`].
+struct OpEntry {
+    name: &'static str,
+    about: &'static str,
+    flags: &'static [(&'static str, &'static str)],
+    build: fn(&OpFlags) -> Result<Launches>,
+}
+
+/// The `--op` registry.
+const OPS: &[OpEntry] = &[
+    OpEntry {
+        name: "matmul",
+        about: "tiled double-buffered C = A B (tile_backend::kernels::matmul), one output tile per block",
+        flags: &[
+            ("m", "rows of A and C"),
+            ("k", "columns of A, rows of B"),
+            ("n", "columns of B and C"),
+            ("tile-m", "rows of an output tile"),
+            ("tile-n", "columns of an output tile"),
+            ("tile-k", "depth of a K slice"),
+            ("dtype", "operand dtype: f16, bf16, f32, i8"),
+        ],
+        build: |f| {
+            let d = MatmulParams::default();
+            let p = MatmulParams {
+                m: f.u64("m", d.m)?,
+                k: f.u64("k", d.k)?,
+                n: f.u64("n", d.n)?,
+                tile_m: f.u64("tile-m", d.tile_m)?,
+                tile_n: f.u64("tile-n", d.tile_n)?,
+                tile_k: f.u64("tile-k", d.tile_k)?,
+                dtype: f.dtype("dtype", d.dtype)?,
+            };
+            Ok(vec![(tile_backend::kernels::matmul(&p), p.block_dim())])
+        },
+    },
+    OpEntry {
+        name: "attention",
+        about: "one-tile flash-attention core, Q K^T -> softmax -> P V the 950 way (kernels::attention_tile)",
+        flags: &[
+            ("ts", "queries per tile (multiple of 32)"),
+            ("tkv", "keys per tile (multiple of 16)"),
+            ("d", "head dimension (multiple of 16)"),
+            ("dtype", "f16 or bf16"),
+            ("batch", "independent tiles, one per block"),
+            ("handoff", "channels or cross-flags"),
+        ],
+        build: |f| {
+            let d = AttentionParams::default();
+            let handoff = match f.str("handoff") {
+                None | Some("channels") => Handoff::Channels,
+                Some("cross-flags") => Handoff::CrossFlags,
+                Some(other) => {
+                    return Err(anyhow!(
+                        "--handoff {other}: expected `channels` or `cross-flags`"
+                    ))
+                }
+            };
+            let p = AttentionParams {
+                ts: f.u64("ts", d.ts)?,
+                tkv: f.u64("tkv", d.tkv)?,
+                d: f.u64("d", d.d)?,
+                dtype: f.dtype("dtype", d.dtype)?,
+                batch: f.u64("batch", d.batch)?,
+                handoff,
+            };
+            Ok(vec![(tile_backend::kernels::attention_tile(&p), p.block_dim())])
+        },
+    },
+    OpEntry {
+        name: "gather-matmul",
+        about: "S = Q K^T with K rows gathered from a paged cache into L1 (kernels::gather_matmul)",
+        flags: &[
+            ("preset", "start from default, int8, upstream-small or upstream-int8"),
+            ("m", "query rows"),
+            ("size", "columns gathered per row (the contraction)"),
+            ("cols", "columns of a cache row"),
+            ("tokens", "rows of the paged cache"),
+            ("block-size", "tokens per cache block"),
+            ("table-len", "entries of the block table"),
+            ("n", "rows gathered (top-k)"),
+            ("tile-n", "rows gathered per tile"),
+            ("dtype", "f16, bf16, f32 or i8"),
+        ],
+        build: |f| {
+            let d = match f.str("preset") {
+                None | Some("default") => GatherMatmulParams::default(),
+                Some("int8") => GatherMatmulParams::int8(),
+                Some("upstream-small") => GatherMatmulParams::upstream_small(),
+                Some("upstream-int8") => GatherMatmulParams::upstream_int8(),
+                Some(other) => {
+                    return Err(anyhow!(
+                        "--preset {other}: expected default, int8, upstream-small or upstream-int8"
+                    ))
+                }
+            };
+            let p = GatherMatmulParams {
+                m: f.u64("m", d.m)?,
+                size: f.u64("size", d.size)?,
+                cols: f.u64("cols", d.cols)?,
+                tokens: f.u64("tokens", d.tokens)?,
+                block_size: f.u64("block-size", d.block_size)?,
+                table_len: f.u64("table-len", d.table_len)?,
+                n: f.u64("n", d.n)?,
+                tile_n: f.u64("tile-n", d.tile_n)?,
+                dtype: f.dtype("dtype", d.dtype)?,
+            };
+            Ok(vec![(tile_backend::kernels::gather_matmul(&p), p.block_dim())])
+        },
+    },
+    OpEntry {
+        name: "worked-matmul",
+        about: "the single-tile matmul of docs/tile-ir.md (kernels::worked_matmul)",
+        flags: &[],
+        build: |_| Ok(vec![(tile_backend::kernels::worked_matmul(), 1)]),
+    },
+];
+
+/// `tileops emit --op list`.
+fn op_list() -> String {
+    let mut s = String::from("ops for `tileops emit --op NAME [--FLAG VALUE ...] -o DIR`:\n");
+    for e in OPS {
+        let _ = writeln!(s, "\n{}: {}", e.name, e.about);
+        for (flag, what) in e.flags {
+            let _ = writeln!(s, "  --{flag:<12} {what}");
+        }
+    }
+    s
+}
+
+/// The shape flags given to an op, checked against its registry entry.
+struct OpFlags {
+    op: &'static str,
+    values: std::collections::BTreeMap<String, String>,
+    used: std::cell::RefCell<std::collections::BTreeSet<String>>,
+}
+
+impl OpFlags {
+    fn parse(entry: &OpEntry, args: &[String]) -> Result<OpFlags> {
+        let mut values = std::collections::BTreeMap::new();
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let Some(flag) = a.strip_prefix("--") else {
+                return Err(anyhow!(
+                    "op `{}` takes --FLAG VALUE pairs, got `{a}`",
+                    entry.name
+                ));
+            };
+            let (key, value) = match flag.split_once('=') {
+                Some((k, v)) => (k.to_string(), v.to_string()),
+                None => {
+                    let v = it.next().ok_or_else(|| anyhow!("--{flag} needs a value"))?;
+                    (flag.to_string(), v.clone())
+                }
+            };
+            if !entry.flags.iter().any(|(f, _)| *f == key) {
+                let known: Vec<String> =
+                    entry.flags.iter().map(|(f, _)| format!("--{f}")).collect();
+                return Err(anyhow!(
+                    "op `{}` has no flag --{key}; its flags: {}",
+                    entry.name,
+                    if known.is_empty() {
+                        "(none)".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ));
+            }
+            if values.insert(key.clone(), value).is_some() {
+                return Err(anyhow!("--{key} is given twice"));
+            }
+        }
+        Ok(OpFlags {
+            op: entry.name,
+            values,
+            used: Default::default(),
+        })
+    }
+
+    fn str(&self, key: &str) -> Option<&str> {
+        self.used.borrow_mut().insert(key.to_string());
+        self.values.get(key).map(String::as_str)
+    }
+
+    fn u64(&self, key: &str, default: u64) -> Result<u64> {
+        match self.str(key) {
+            None => Ok(default),
+            Some(v) => v.parse().map_err(|_| {
+                anyhow!(
+                    "--{key} {v}: expected a non-negative integer (op `{}`)",
+                    self.op
+                )
+            }),
+        }
+    }
+
+    fn dtype(&self, key: &str, default: DType) -> Result<DType> {
+        match self.str(key) {
+            None => Ok(default),
+            Some(v) => DType::ALL
+                .into_iter()
+                .find(|d| d.name() == v.to_ascii_lowercase())
+                .ok_or_else(|| anyhow!("--{key} {v}: not a dtype (f32, f16, bf16, i8, ...)")),
+        }
+    }
+
+    /// Every given flag was read by the op's builder (a registry entry that lists a flag it
+    /// ignores is a bug worth reporting).
+    fn check_all_used(&self) -> Result<()> {
+        let used = self.used.borrow();
+        match self.values.keys().find(|k| !used.contains(*k)) {
+            Some(k) => Err(anyhow!("op `{}` ignored --{k}", self.op)),
+            None => Ok(()),
+        }
     }
 }
 

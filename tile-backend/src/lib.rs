@@ -7,10 +7,12 @@
 //! - [`kernels`]: tile-level reference kernels (matmul, attention tile, gather matmul).
 //! - [`passes`]: memory planning and sync insertion; [`passes::compile`] runs verify, plan, sync.
 //! - [`sim`]: the CPU simulator, byte-exact execution of compiled tile programs.
+//! - [`codegen`]: PTO-ISA C++ for Ascend 950 (kernel, launcher, manifest) from compiled kernels.
 //!
 //! This crate knows nothing of candle.
 
 pub mod arch;
+pub mod codegen;
 pub mod dsl;
 pub mod ir;
 pub mod kernels;

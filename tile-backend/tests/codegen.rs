@@ -1,0 +1,1111 @@
+//! PTO-ISA code generation (`codegen::pto`):
+//!
+//! - golden snapshots (kernel, launcher, manifest) of the matmul, the one-tile attention core and
+//!   the gather matmul (`TILEOPS_BLESS=1` rewrites them);
+//! - every emitted file passes `g++ -std=c++17 -fsyntax-only` against the declaration header
+//!   `tile-backend/codegen/include/pto/pto-inst.hpp` (cube and vector sections separately, the
+//!   launcher with `-DTILEOPS_SYNTAX_CHECK`); the test fails loudly when g++ is missing;
+//! - kernels that break a documented constraint (built without the verifier) emit code that
+//!   fails that check with the header's static_assert message;
+//! - every IR op kind has an emission path, checked per kind.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tile_backend::arch::Arch;
+use tile_backend::codegen::pto::{emit, instruction, CodegenError, LaunchSpec, Package};
+use tile_backend::dsl::KernelBuilder;
+use tile_backend::ir::*;
+use tile_backend::kernels::{self, AttentionParams, GatherMatmulParams, Handoff, MatmulParams};
+use tile_backend::passes::{compile, memory, sync};
+
+fn arch() -> Arch {
+    Arch::ascend950()
+}
+
+fn package(kernel: &Kernel, block_dim: u64) -> Package {
+    let arch = arch();
+    let compiled =
+        compile(kernel, &arch).unwrap_or_else(|e| panic!("{} compiles: {e}", kernel.name));
+    emit(&compiled, &arch, &LaunchSpec::new(block_dim))
+        .unwrap_or_else(|e| panic!("{} emits: {e}", kernel.name))
+}
+
+/// Plans memory and inserts syncs without the verifier (for kernels that break a rule on
+/// purpose), then emits.
+fn package_unverified(kernel: &Kernel) -> Package {
+    let arch = arch();
+    let planned = memory::plan(kernel, &arch).expect("plan");
+    let synced = sync::insert(&planned, &arch).expect("sync");
+    emit(&synced, &arch, &LaunchSpec::new(1)).expect("emit")
+}
+
+fn include_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("codegen/include")
+}
+
+fn scratch_dir(stem: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "tileops-codegen-{}-{}-{stem}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// Runs `g++ -std=c++17 -fsyntax-only` on one file with extra defines; Err(stderr) on failure.
+fn gxx(file: &Path, defines: &[&str]) -> Result<(), String> {
+    let mut cmd = Command::new("g++");
+    cmd.args(["-std=c++17", "-fsyntax-only", "-I"])
+        .arg(include_dir())
+        .args(defines.iter().map(|d| format!("-D{d}")))
+        .arg(file);
+    let out = cmd.output().unwrap_or_else(|e| {
+        panic!("g++ is required for the PTO syntax check and could not be run: {e}")
+    });
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// The syntax check of a package: the kernel as cube and as vector code, and the launcher.
+fn syntax_check(p: &Package) -> Result<(), String> {
+    let dir = scratch_dir(&p.name);
+    let files = p.write_to(&dir).map_err(|e| e.to_string())?;
+    let result = (|| {
+        gxx(&files[0], &["__DAV_CUBE__"]).map_err(|e| format!("cube section:\n{e}"))?;
+        gxx(&files[0], &["__DAV_VEC__"]).map_err(|e| format!("vector section:\n{e}"))?;
+        gxx(&files[1], &["TILEOPS_SYNTAX_CHECK"]).map_err(|e| format!("launcher:\n{e}"))
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn assert_syntax_ok(p: &Package) {
+    if let Err(e) = syntax_check(p) {
+        panic!(
+            "emitted code of `{}` fails the syntax check:\n{e}\n--- kernel ---\n{}",
+            p.name, p.kernel_cpp
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Golden files
+
+fn golden(kernel: &Kernel, block_dim: u64) {
+    let p = package(kernel, block_dim);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(&p.name);
+    if std::env::var_os("TILEOPS_BLESS").is_some() {
+        p.write_to(&dir).expect("write golden files");
+        return;
+    }
+    let manifest = serde_json::to_string_pretty(&p.manifest).expect("manifest json") + "\n";
+    for (file, text) in [
+        (p.kernel_file(), &p.kernel_cpp),
+        (p.launcher_file(), &p.launcher_cpp),
+        (p.manifest_file(), &manifest),
+    ] {
+        let path = dir.join(&file);
+        let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "cannot read golden file {} ({e}); run with TILEOPS_BLESS=1 to create it",
+                path.display()
+            )
+        });
+        if &want != text {
+            let first = want
+                .lines()
+                .zip(text.lines())
+                .position(|(a, b)| a != b)
+                .unwrap_or(want.lines().count().min(text.lines().count()));
+            panic!(
+                "{} differs from the emitted code at line {} (TILEOPS_BLESS=1 rewrites it):\n\
+                 golden:  {:?}\nemitted: {:?}",
+                path.display(),
+                first + 1,
+                want.lines().nth(first),
+                text.lines().nth(first)
+            );
+        }
+    }
+}
+
+#[test]
+fn golden_matmul() {
+    let p = MatmulParams::default();
+    golden(&kernels::matmul(&p), p.block_dim());
+}
+
+#[test]
+fn golden_attention_tile() {
+    let p = AttentionParams::default();
+    golden(&kernels::attention_tile(&p), p.block_dim());
+}
+
+#[test]
+fn golden_gather_matmul() {
+    let p = GatherMatmulParams::default();
+    golden(&kernels::gather_matmul(&p), p.block_dim());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Content checks on the reference kernels
+
+#[test]
+fn matmul_reads_like_pto() {
+    let p = package(&kernels::matmul(&MatmulParams::default()), 4);
+    let k = &p.kernel_cpp;
+    for needle in [
+        "#include <pto/pto-inst.hpp>",
+        "extern \"C\" __global__ AICORE void matmul_f16(__gm__ half *a, __gm__ half *b, __gm__ float *c)",
+        "#if defined(__DAV_CUBE__)",
+        "using AL0 = TileLeft<half, 64, 64>;",
+        "using BL0 = TileRight<half, 64, 64>;",
+        "using Acc = TileAcc<float, 64, 64>;",
+        "using AL1 = Tile<TileType::Mat, half, 64, 64, BLayout::ColMajor, 64, 64, SLayout::RowMajor, 512, PadValue::Null>;",
+        "const int64_t block_idx = get_block_idx();",
+        "TASSIGN(a_l1[1], 0x2000);",
+        "for (int64_t kp = 0; kp < 4; kp += 2) {",
+        "TMATMUL<AccPhase::Partial>(acc, a_l0[kp % 2], b_l0[kp % 2]);",
+        "TMATMUL_ACC<AccPhase::Final>(acc, a_l0[kp % 2], b_l0[kp % 2]);",
+        "set_flag(PIPE_MTE2, PIPE_MTE1, EVENT_ID0);",
+        "TSTORE(c_gm, acc);",
+    ] {
+        assert!(k.contains(needle), "missing `{needle}` in:\n{k}");
+    }
+    // No vector section: the matmul runs on the cube only.
+    assert!(!k.contains("#if defined(__DAV_VEC__)"), "{k}");
+    assert!(p
+        .launcher_cpp
+        .contains("matmul_f16<<<block_dim, nullptr, stream>>>("));
+    assert_eq!(p.manifest["block_dim"], 4);
+    assert_eq!(p.manifest["args"][2]["direction"], "out");
+    assert_eq!(p.manifest["soc"], "dav-c310");
+}
+
+#[test]
+fn matmul_tails_use_dynamic_valid_shapes() {
+    let params = MatmulParams {
+        m: 100,
+        k: 200,
+        n: 72,
+        ..Default::default()
+    };
+    let p = package(&kernels::matmul(&params), params.block_dim());
+    let k = &p.kernel_cpp;
+    assert!(
+        k.contains("using AL1 = Tile<TileType::Mat, half, 64, 64, BLayout::ColMajor, DYNAMIC, DYNAMIC, SLayout::RowMajor, 512, PadValue::Zero>;"),
+        "{k}"
+    );
+    assert!(
+        k.contains("using Acc = TileAcc<float, 64, 64, DYNAMIC, DYNAMIC>;"),
+        "{k}"
+    );
+    assert!(k.contains(".SetValidShape(mv, "), "{k}");
+    assert!(k.contains("TFILLPAD(a_l1[kp % 2], a_l1[kp % 2]);"), "{k}");
+    assert!(k.contains("pto::Shape<1, 1, 1, DYNAMIC, DYNAMIC>"), "{k}");
+    assert_syntax_ok(&p);
+}
+
+#[test]
+fn attention_reads_like_pto() {
+    let p = package(&kernels::attention_tile(&AttentionParams::default()), 1);
+    let k = &p.kernel_cpp;
+    for needle in [
+        "TMOV<STPhase::Final, SUb, SAcc, AccToVecMode::DualModeSplitN, ReluPreMode::NoRelu>(s_ub, s_acc);",
+        "TMOV<STPhase::Final, OUb, OAcc, AccToVecMode::DualModeSplitM, ReluPreMode::NoRelu>(o_ub, o_acc);",
+        "TRESHAPE(pt_l1, p_l1);",
+        "TRESHAPE(sum_col, sum);",
+        "const int64_t sub_block_idx = get_subblockid();",
+        "TINSERT(p_l1, p_nz, 0, sub_block_idx * 16);",
+        "TCOLMAX(mx, s_ub);",
+        "TCOLEXPANDSUB(s_ub, s_ub, mx);",
+        "TEXP(s_ub, s_ub);",
+        "TCVT(p_ub, s_ub, RoundMode::CAST_RINT);",
+        "TROWEXPANDDIV(o_ub, o_ub, sum_col);",
+        "TMULS(s_ub, s_ub, scale);",
+        "using GmQ = GlobalTensor<half, pto::Shape<1, 1, 1, 64, 32>, pto::Stride<1, 1, 1, 1, 64>, Layout::DN>;",
+        "#if defined(__DAV_VEC__)",
+    ] {
+        assert!(k.contains(needle), "missing `{needle}` in:\n{k}");
+    }
+    // Channels became cross-core flags: the cube signals both AIVs (id, id + 16).
+    assert!(k.contains("set_intra_block(PIPE_FIX, 0);  // AIV0"), "{k}");
+    assert!(k.contains("set_intra_block(PIPE_FIX, 16);  // AIV1"), "{k}");
+    assert!(k.contains("wait_intra_block(PIPE_V, 0);"), "{k}");
+}
+
+#[test]
+fn gather_reads_like_pto() {
+    let p = package(&kernels::gather_matmul(&GatherMatmulParams::default()), 2);
+    let k = &p.kernel_cpp;
+    for needle in [
+        "const int64_t token = static_cast<int64_t>(indices[tile * 32 + gi]);",
+        "const int64_t row = static_cast<int64_t>(block_table[token / 16]) * 16 + token % 16;",
+        "TASSIGN(k_l1_row, 0x1000 + (tp % 2) * 0x2000 + gi * 32);",
+        "TLOAD(k_l1_row, cache_row);",
+        "using KL1Row = Tile<TileType::Mat, half, 32, 128, BLayout::ColMajor, 1, 128, SLayout::RowMajor, 512>;",
+        "TRESHAPE(kt_l1[1], k_l1[1]);",
+        "for (int64_t tp = 0; tp < (2 + block_num - 1) / block_num; tp += 2) {",
+    ] {
+        assert!(k.contains(needle), "missing `{needle}` in:\n{k}");
+    }
+    assert_eq!(p.manifest["args"][2]["range"]["min"], 0.0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Syntax check of every kernel and variants
+
+#[test]
+fn every_reference_kernel_passes_the_syntax_check() {
+    let mut kernels_and_dims: Vec<(Kernel, u64)> =
+        kernels::all().into_iter().map(|k| (k, 1)).collect();
+    kernels_and_dims.push((kernels::worked_matmul(), 1));
+    for (k, b) in kernels_and_dims {
+        assert_syntax_ok(&package(&k, b));
+    }
+}
+
+#[test]
+fn variants_pass_the_syntax_check() {
+    let variants: Vec<(Kernel, u64)> = vec![
+        (
+            kernels::gather_matmul(&GatherMatmulParams::int8()),
+            GatherMatmulParams::int8().block_dim(),
+        ),
+        (
+            kernels::gather_matmul(&GatherMatmulParams::upstream_small()),
+            GatherMatmulParams::upstream_small().block_dim(),
+        ),
+        (
+            kernels::attention_tile(&AttentionParams {
+                dtype: DType::BF16,
+                handoff: Handoff::CrossFlags,
+                batch: 2,
+                ..Default::default()
+            }),
+            2,
+        ),
+        (
+            kernels::matmul(&MatmulParams {
+                m: 100,
+                k: 200,
+                n: 72,
+                ..Default::default()
+            }),
+            4,
+        ),
+        (
+            kernels::matmul(&MatmulParams {
+                dtype: DType::I8,
+                tile_n: 64,
+                tile_k: 64,
+                ..Default::default()
+            }),
+            4,
+        ),
+        (
+            kernels::matmul(&MatmulParams {
+                dtype: DType::BF16,
+                m: 64,
+                k: 64,
+                n: 64,
+                ..Default::default()
+            }),
+            1,
+        ),
+    ];
+    for (k, b) in variants {
+        let p = package(&k, b);
+        assert_syntax_ok(&p);
+    }
+}
+
+#[test]
+fn bf16_attention_with_cross_flags_uses_hand_written_ids() {
+    let k = kernels::attention_tile(&AttentionParams {
+        dtype: DType::BF16,
+        handoff: Handoff::CrossFlags,
+        ..Default::default()
+    });
+    let p = package(&k, 1);
+    assert!(
+        p.kernel_cpp
+            .contains("using KL0 = TileLeft<bfloat16_t, 128, 64>;"),
+        "{}",
+        p.kernel_cpp
+    );
+    assert!(
+        p.kernel_cpp
+            .contains("wait_intra_block(PIPE_MTE1, 17);  // AIV1"),
+        "{}",
+        p.kernel_cpp
+    );
+    assert!(
+        p.kernel_cpp.contains("set_intra_block(PIPE_MTE3, 1);"),
+        "{}",
+        p.kernel_cpp
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Documented constraints fail the syntax check
+
+fn expect_static_assert(p: &Package, message: &str) {
+    match syntax_check(p) {
+        Ok(()) => panic!(
+            "`{}` breaks a documented constraint but passed the syntax check:\n{}",
+            p.name, p.kernel_cpp
+        ),
+        Err(e) => assert!(
+            e.contains(message),
+            "expected the static_assert `{message}`, got:\n{e}"
+        ),
+    }
+}
+
+/// A one-tile matmul whose operand tiles are declared with `left` and `right` layouts.
+fn matmul_with_layouts(left: Layout, right: Layout) -> Kernel {
+    let (m, k, n) = (32u64, 32u64, 32u64);
+    let mut kb = KernelBuilder::new("bad_matmul");
+    let a = kb.input("a", DType::F16, [m, k]);
+    let b = kb.input("b", DType::F16, [k, n]);
+    let c = kb.output("c", DType::F32, [m, n]);
+    let a_l1 = kb.tile(
+        "a_l1",
+        TileType::new(MemSpace::Mat, DType::F16, m, k, Layout::NZ),
+    );
+    let b_l1 = kb.tile(
+        "b_l1",
+        TileType::new(MemSpace::Mat, DType::F16, k, n, Layout::NZ),
+    );
+    let a_l0 = kb.tile(
+        "a_l0",
+        TileType::new(MemSpace::Left, DType::F16, m, k, left),
+    );
+    let b_l0 = kb.tile(
+        "b_l0",
+        TileType::new(MemSpace::Right, DType::F16, k, n, right),
+    );
+    let acc = kb.tile(
+        "acc",
+        TileType::new(MemSpace::Acc, DType::F32, m, n, Layout::NZ),
+    );
+    kb.cube(|cb| {
+        cb.load(a_l1, GmView::nd(a, 0, m, k, k));
+        cb.load(b_l1, GmView::nd(b, 0, k, n, n));
+        cb.mov(a_l0, a_l1);
+        cb.mov(b_l0, b_l1);
+        cb.matmul(acc, a_l0, b_l0).phase(Phase::Final);
+        cb.store(GmView::nd(c, 0, m, n, n), acc);
+    });
+    kb.build()
+}
+
+#[test]
+fn the_well_formed_control_kernel_passes() {
+    // The control for the violation tests below: the same kernel with the documented layouts.
+    let k = matmul_with_layouts(Layout::NZ, Layout::ZN);
+    assert!(tile_backend::verify::verify(&k).is_ok());
+    assert_syntax_ok(&package_unverified(&k));
+}
+
+#[test]
+fn left_tile_in_zn_fails_the_syntax_check() {
+    let k = matmul_with_layouts(Layout::ZN, Layout::ZN);
+    assert!(
+        !tile_backend::verify::verify(&k).is_ok(),
+        "the verifier rejects it too"
+    );
+    let p = package_unverified(&k);
+    assert!(p
+        .kernel_cpp
+        .contains("using AL0 = Tile<TileType::Left, half, 32, 32, BLayout::RowMajor"));
+    expect_static_assert(&p, "PTO: TMATMUL requires A to be a TileLeft");
+}
+
+#[test]
+fn right_tile_in_nz_fails_the_syntax_check() {
+    let p = package_unverified(&matmul_with_layouts(Layout::NZ, Layout::NZ));
+    expect_static_assert(&p, "PTO: TMATMUL requires B to be a TileRight");
+}
+
+/// Acc -> Vec move with a mode and a scale, and a per-channel Scaling tile of `scale_n` columns.
+fn fixpipe_kernel(mode: AccToVecMode, scale: Option<Scale>, scale_n: u64) -> Kernel {
+    let (m, n) = (32u64, 32u64);
+    let mut kb = KernelBuilder::new("fixpipe");
+    let acc = kb.tile(
+        "acc",
+        TileType::new(MemSpace::Acc, DType::F32, m, n, Layout::NZ),
+    );
+    let rows = if mode.is_dual() { m / 2 } else { m };
+    let out = kb.tile(
+        "out",
+        TileType::new(MemSpace::Vec, DType::F16, rows, n, Layout::ND),
+    );
+    let sc_l1 = kb.tile(
+        "sc_l1",
+        TileType::new(MemSpace::Mat, DType::U64, 1, scale_n, Layout::ND),
+    );
+    let sc = kb.tile(
+        "sc",
+        TileType::new(MemSpace::Scaling, DType::U64, 1, scale_n, Layout::ND),
+    );
+    let words = kb.input("words", DType::U64, [1, scale_n]);
+    let scale = scale.map(|s| match s {
+        Scale::Tile(_) => Scale::Tile(sc.into()),
+        other => other,
+    });
+    kb.cube(|cb| {
+        cb.load(sc_l1, GmView::nd(words, 0, 1, scale_n, scale_n));
+        cb.mov(sc, sc_l1);
+        let mv = cb.mov(out, acc).mode(mode);
+        if let Some(s) = scale {
+            mv.scale(s);
+        }
+    });
+    kb.build()
+}
+
+#[test]
+fn dual_mode_move_with_a_scale_fails_the_syntax_check() {
+    let word = Scale::Const(QuantWord::new(0.5, false));
+    // Control: the same quantising move in a single mode is well-formed.
+    let ok = package_unverified(&fixpipe_kernel(
+        AccToVecMode::SingleModeVec0,
+        Some(word.clone()),
+        16,
+    ));
+    assert_syntax_ok(&ok);
+    let p = package_unverified(&fixpipe_kernel(
+        AccToVecMode::DualModeSplitM,
+        Some(word),
+        16,
+    ));
+    assert!(
+        p.kernel_cpp.contains("AccToVecMode::DualModeSplitM"),
+        "{}",
+        p.kernel_cpp
+    );
+    expect_static_assert(&p, "cannot be combined with quantisation");
+    let p = package_unverified(&fixpipe_kernel(
+        AccToVecMode::DualModeSplitN,
+        Some(Scale::Tile(TileId(0).into())),
+        16,
+    ));
+    expect_static_assert(&p, "cannot be combined with quantisation");
+}
+
+#[test]
+fn scaling_tile_with_n_not_a_multiple_of_16_fails_the_syntax_check() {
+    let tile_scale = Some(Scale::Tile(TileId(0).into()));
+    assert_syntax_ok(&package_unverified(&fixpipe_kernel(
+        AccToVecMode::SingleModeVec0,
+        tile_scale.clone(),
+        32,
+    )));
+    let p = package_unverified(&fixpipe_kernel(AccToVecMode::SingleModeVec0, tile_scale, 8));
+    expect_static_assert(&p, "PTO: Scaling Tile N must be a multiple of 16");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every IR op kind has an emission path
+
+/// The kind of an op, by an exhaustive match: a new `Op` variant does not compile here until
+/// this test covers it.
+fn kind(op: &Op) -> &'static str {
+    match op {
+        Op::Load { .. } => "Load",
+        Op::Store { .. } => "Store",
+        Op::Move { .. } => "Move",
+        Op::Matmul { .. } => "Matmul",
+        Op::GatherInL1 { .. } => "GatherInL1",
+        Op::Unary { .. } => "Unary",
+        Op::Binary { .. } => "Binary",
+        Op::BinaryScalar { .. } => "BinaryScalar",
+        Op::Reduce { .. } => "Reduce",
+        Op::Broadcast { .. } => "Broadcast",
+        Op::Expand { .. } => "Expand",
+        Op::Cast { .. } => "Cast",
+        Op::Fill { .. } => "Fill",
+        Op::SetValidShape { .. } => "SetValidShape",
+        Op::FillPad { .. } => "FillPad",
+        Op::ReadScalar { .. } => "ReadScalar",
+        Op::WriteScalar { .. } => "WriteScalar",
+        Op::SetFlag { .. } => "SetFlag",
+        Op::WaitFlag { .. } => "WaitFlag",
+        Op::Barrier { .. } => "Barrier",
+        Op::SetCrossFlag { .. } => "SetCrossFlag",
+        Op::WaitCrossFlag { .. } => "WaitCrossFlag",
+        Op::ChannelAcquire { .. } => "ChannelAcquire",
+        Op::ChannelPush { .. } => "ChannelPush",
+        Op::ChannelPop { .. } => "ChannelPop",
+        Op::ChannelRelease { .. } => "ChannelRelease",
+    }
+}
+
+/// Number of `Op` variants (the arms of `kind`).
+const OP_KINDS: usize = 26;
+
+/// Emits `ops` in one section of `base` (planned): each op alone, checking its instruction
+/// appears, then all together through the syntax check; returns the kinds seen.
+fn emit_ops(base: Kernel, section: CoreKind, ops: Vec<Op>) -> BTreeSet<&'static str> {
+    let arch = arch();
+    let with_ops = |ops: &[Op]| {
+        let mut k = base.clone();
+        let stmts: Vec<Stmt> = ops.iter().cloned().map(Stmt::Op).collect();
+        match section {
+            CoreKind::Cube => k.cube = stmts,
+            CoreKind::Vector => k.vector = stmts,
+        }
+        memory::plan(&k, &arch).expect("plan")
+    };
+    let mut seen = BTreeSet::new();
+    for op in &ops {
+        let planned = with_ops(std::slice::from_ref(op));
+        let p = emit(&planned, &arch, &LaunchSpec::new(1))
+            .unwrap_or_else(|e| panic!("{} has no emission path: {e}", kind(op)));
+        let name = instruction(&planned, op);
+        assert!(
+            p.kernel_cpp.contains(name),
+            "{} should emit {name}:\n{}",
+            kind(op),
+            p.kernel_cpp
+        );
+        seen.insert(kind(op));
+    }
+    let p = emit(&with_ops(&ops), &arch, &LaunchSpec::new(1)).expect("emit");
+    assert_syntax_ok(&p);
+    seen
+}
+
+fn t(space: MemSpace, dt: DType, r: u64, c: u64, l: Layout) -> TileType {
+    TileType::new(space, dt, r, c, l)
+}
+
+#[test]
+fn every_op_kind_has_an_emission_path() {
+    use MemSpace::*;
+    let mut seen = BTreeSet::new();
+
+    // Cube: loads, moves of every path and Fixpipe option, matmuls, gather, stores.
+    let mut kb = KernelBuilder::new("cube_ops");
+    let a = kb.input("a", DType::F16, [64, 32]);
+    let idx = kb.input("idx", DType::I32, [1, 32]);
+    let bt = kb.input("bt", DType::I32, [1, 4]);
+    let out = kb.output("out", DType::F32, [32, 32]);
+    let out16 = kb.output("out16", DType::F16, [32, 32]);
+    let f32s = kb.scalar("qscale", DType::F32);
+    let words = kb.input("words", DType::U64, [1, 32]);
+    let bias_gm = kb.input("bias", DType::F32, [1, 32]);
+    let a_big = kb.tile("a_big", t(Mat, DType::F16, 64, 32, Layout::NZ));
+    let a_l1 = kb.tile(
+        "a_l1",
+        t(Mat, DType::F16, 32, 32, Layout::NZ)
+            .dynamic()
+            .pad(PadValue::Zero),
+    );
+    let b_l1 = kb.tile("b_l1", t(Mat, DType::F16, 32, 32, Layout::NZ));
+    let bias_l1 = kb.tile("bias_l1", t(Mat, DType::F32, 1, 32, Layout::ND));
+    let sc_l1 = kb.tile("sc_l1", t(Mat, DType::U64, 1, 32, Layout::ND));
+    let acc_l1 = kb.tile("acc_l1", t(Mat, DType::F32, 32, 32, Layout::NZ));
+    let a_l0 = kb.tile("a_l0", t(Left, DType::F16, 32, 32, Layout::NZ));
+    let b_l0 = kb.tile("b_l0", t(Right, DType::F16, 32, 32, Layout::ZN));
+    let bias = kb.tile("bias_bt", t(Bias, DType::F32, 1, 32, Layout::ND));
+    let sc = kb.tile("sc", t(Scaling, DType::U64, 1, 32, Layout::ND));
+    let acc = kb.tile("acc", t(Acc, DType::F32, 32, 32, Layout::NZ));
+    let v_full = kb.tile("v_full", t(Vec, DType::F32, 32, 32, Layout::ND));
+    let v_half = kb.tile("v_half", t(Vec, DType::F32, 16, 32, Layout::ND));
+    let v_f16 = kb.tile("v_f16", t(Vec, DType::F16, 32, 32, Layout::ND));
+    let v_part = kb.tile("v_part", t(Vec, DType::F32, 16, 16, Layout::ND));
+    let view = |p, r: u64, c: u64| GmView::nd(p, 0, r, c, c);
+    let mv = |dst: TileId, src: TileId| Op::Move {
+        dst: dst.into(),
+        src: src.into(),
+        offset: None,
+        acc_to_vec: None,
+        relu: false,
+        scale: None,
+        phase: None,
+    };
+    let with = |op: Op, f: &dyn Fn(&mut Op)| {
+        let mut op = op;
+        f(&mut op);
+        op
+    };
+    let store = |src: TileId, dst: GmView| Op::Store {
+        dst,
+        src: src.into(),
+        relu: false,
+        scale: None,
+        atomic_add: false,
+        phase: None,
+    };
+    let word = Scale::Const(QuantWord::new(0.25, false));
+    let cube_ops = vec![
+        Op::Load {
+            dst: b_l1.into(),
+            src: view(a, 32, 32),
+        },
+        Op::Load {
+            dst: a_big.into(),
+            src: view(a, 64, 32),
+        },
+        Op::Load {
+            dst: bias_l1.into(),
+            src: view(bias_gm, 1, 32),
+        },
+        Op::Load {
+            dst: sc_l1.into(),
+            src: view(words, 1, 32),
+        },
+        Op::SetValidShape {
+            tile: a_l1.into(),
+            rows: 32.into(),
+            cols: 30.into(),
+        },
+        Op::GatherInL1 {
+            dst: a_l1.into(),
+            src: a,
+            indices: view(idx, 1, 32),
+            block_table: view(bt, 1, 4),
+            block_size: 16.into(),
+            size: 30,
+            col_offset: 2.into(),
+            is_b_matrix: false,
+            is_trans: false,
+        },
+        Op::FillPad { tile: a_l1.into() },
+        mv(a_l0, b_l1),
+        with(mv(a_l0, a_big), &|o| {
+            if let Op::Move { offset, .. } = o {
+                *offset = Some([32.into(), 0.into()])
+            }
+        }),
+        mv(b_l0, b_l1),
+        mv(bias, bias_l1),
+        mv(sc, sc_l1),
+        Op::Matmul {
+            dst: acc.into(),
+            a: a_l0.into(),
+            b: b_l0.into(),
+            bias: None,
+            accumulate: false,
+            phase: Some(Phase::Partial),
+        },
+        Op::Matmul {
+            dst: acc.into(),
+            a: a_l0.into(),
+            b: b_l0.into(),
+            bias: None,
+            accumulate: true,
+            phase: Some(Phase::Final),
+        },
+        Op::Matmul {
+            dst: acc.into(),
+            a: a_l0.into(),
+            b: b_l0.into(),
+            bias: Some(bias.into()),
+            accumulate: false,
+            phase: None,
+        },
+        Op::Matmul {
+            dst: acc.into(),
+            a: a_l0.into(),
+            b: b_l0.into(),
+            bias: None,
+            accumulate: true,
+            phase: None,
+        },
+        with(mv(v_full, acc), &|o| {
+            if let Op::Move {
+                acc_to_vec, phase, ..
+            } = o
+            {
+                *acc_to_vec = Some(AccToVecMode::SingleModeVec1);
+                *phase = Some(Phase::Final)
+            }
+        }),
+        with(mv(v_half, acc), &|o| {
+            if let Op::Move {
+                acc_to_vec, relu, ..
+            } = o
+            {
+                *acc_to_vec = Some(AccToVecMode::DualModeSplitM);
+                *relu = true
+            }
+        }),
+        with(mv(v_f16, acc), &|o| {
+            if let Op::Move { scale, .. } = o {
+                *scale = Some(word.clone())
+            }
+        }),
+        with(mv(v_f16, acc), &|o| {
+            if let Op::Move {
+                scale, acc_to_vec, ..
+            } = o
+            {
+                *scale = Some(Scale::Scalar(f32s));
+                *acc_to_vec = Some(AccToVecMode::SingleModeVec0)
+            }
+        }),
+        with(mv(v_f16, acc), &|o| {
+            if let Op::Move { scale, .. } = o {
+                *scale = Some(Scale::Tile(sc.into()))
+            }
+        }),
+        with(mv(v_f16, acc), &|o| {
+            if let Op::Move {
+                scale,
+                acc_to_vec,
+                relu,
+                ..
+            } = o
+            {
+                *scale = Some(Scale::Tile(sc.into()));
+                *acc_to_vec = Some(AccToVecMode::SingleModeVec0);
+                *relu = true
+            }
+        }),
+        with(mv(v_part, acc), &|o| {
+            if let Op::Move { offset, .. } = o {
+                *offset = Some([16.into(), 16.into()])
+            }
+        }),
+        with(mv(v_part, acc), &|o| {
+            if let Op::Move {
+                offset,
+                acc_to_vec,
+                relu,
+                ..
+            } = o
+            {
+                *offset = Some([0.into(), 16.into()]);
+                *acc_to_vec = Some(AccToVecMode::SingleModeVec0);
+                *relu = true
+            }
+        }),
+        mv(acc_l1, acc),
+        store(acc, view(out, 32, 32)),
+        with(store(acc, view(out, 32, 32)), &|o| {
+            if let Op::Store { phase, relu, .. } = o {
+                *phase = Some(Phase::Final);
+                *relu = true
+            }
+        }),
+        with(store(acc, view(out, 32, 32)), &|o| {
+            if let Op::Store { atomic_add, .. } = o {
+                *atomic_add = true
+            }
+        }),
+        with(store(acc, view(out16, 32, 32)), &|o| {
+            if let Op::Store { scale, .. } = o {
+                *scale = Some(word.clone())
+            }
+        }),
+        with(store(acc, view(out16, 32, 32)), &|o| {
+            if let Op::Store { scale, relu, .. } = o {
+                *scale = Some(Scale::Tile(sc.into()));
+                *relu = true
+            }
+        }),
+        Op::SetFlag {
+            src: Pipe::Mte2,
+            dst: Pipe::Mte1,
+            event: 7,
+        },
+        Op::WaitFlag {
+            src: Pipe::Mte2,
+            dst: Pipe::Mte1,
+            event: 7,
+        },
+        Op::Barrier { pipe: Pipe::All },
+        Op::SetCrossFlag {
+            pipe: Pipe::Fix,
+            id: 17,
+        },
+        Op::WaitCrossFlag {
+            pipe: Pipe::Mte1,
+            id: 2,
+        },
+        Op::ReadScalar {
+            var: VarId(0),
+            tensor: bt,
+            index: 3.into(),
+        },
+    ];
+    let mut base = kb.build();
+    base.vars.push(VarDecl {
+        name: "entry".into(),
+    });
+    seen.extend(emit_ops(base, CoreKind::Cube, cube_ops));
+
+    // Vector: element-wise, scalar forms, reductions, broadcasts, casts, fills, moves, stores.
+    let mut kb = KernelBuilder::new("vector_ops");
+    let x = kb.input("x", DType::F32, [16, 32]);
+    let y = kb.output("y", DType::F32, [16, 32]);
+    let cnt = kb.output("cnt", DType::I32, [1, 16]);
+    let alpha = kb.scalar("alpha", DType::F32);
+    let s0 = kb.tile(
+        "s0",
+        t(Vec, DType::F32, 16, 32, Layout::ND).pad(PadValue::Min),
+    );
+    let s1 = kb.tile("s1", t(Vec, DType::F32, 16, 32, Layout::ND));
+    let s2 = kb.tile(
+        "s2",
+        t(Vec, DType::F32, 16, 32, Layout::ND)
+            .dynamic()
+            .pad(PadValue::Zero),
+    );
+    let rowv = kb.tile("rowv", t(Vec, DType::F32, 16, 1, Layout::DN));
+    let colv = kb.tile("colv", t(Vec, DType::F32, 1, 32, Layout::ND));
+    let h = kb.tile("h", t(Vec, DType::F16, 16, 32, Layout::ND));
+    let hz = kb.tile("hz", t(Vec, DType::F16, 16, 32, Layout::NZ));
+    let hsmall = kb.tile("hsmall", t(Vec, DType::F16, 16, 16, Layout::ND));
+    let p_l1 = kb.tile("p_l1", t(Mat, DType::F16, 32, 32, Layout::NZ));
+    let un = |op, dst: TileId, src: TileId| Op::Unary {
+        op,
+        dst: dst.into(),
+        src: src.into(),
+    };
+    let bin = |op, dst: TileId| Op::Binary {
+        op,
+        dst: dst.into(),
+        lhs: s0.into(),
+        rhs: s1.into(),
+    };
+    let bs = |op, sc: ScalarArg| Op::BinaryScalar {
+        op,
+        dst: s1.into(),
+        src: s0.into(),
+        scalar: sc,
+    };
+    let red = |op, axis, dst: TileId| Op::Reduce {
+        op,
+        axis,
+        dst: dst.into(),
+        src: s0.into(),
+    };
+    let bc = |op, axis, operand: TileId| Op::Broadcast {
+        op,
+        axis,
+        dst: s1.into(),
+        src: s0.into(),
+        operand: operand.into(),
+    };
+    let mut vops = vec![
+        Op::Load {
+            dst: s0.into(),
+            src: view(x, 16, 32),
+        },
+        Op::SetValidShape {
+            tile: s2.into(),
+            rows: Expr::SubBlockIdx * 8 + 8,
+            cols: 32.into(),
+        },
+        Op::FillPad { tile: s2.into() },
+        Op::Fill {
+            dst: s1.into(),
+            value: ScalarArg::Const(f64::NEG_INFINITY),
+        },
+        Op::Fill {
+            dst: h.into(),
+            value: ScalarArg::Const(0.5),
+        },
+    ];
+    for u in [
+        UnaryOp::Exp,
+        UnaryOp::Ln,
+        UnaryOp::Abs,
+        UnaryOp::Neg,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Recip,
+        UnaryOp::Relu,
+    ] {
+        vops.push(un(u, s1, s0));
+    }
+    for b in [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Max,
+        BinaryOp::Min,
+    ] {
+        vops.push(bin(b, s1));
+        vops.push(bs(b, ScalarArg::Const(2.0)));
+        vops.push(bc(b, Axis::Row, rowv));
+        vops.push(bc(b, Axis::Col, colv));
+    }
+    vops.push(bs(BinaryOp::Mul, ScalarArg::Param(alpha)));
+    for r in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+        vops.push(red(r, Axis::Row, rowv));
+        vops.push(red(r, Axis::Col, colv));
+    }
+    vops.extend([
+        Op::Expand {
+            axis: Axis::Row,
+            dst: s1.into(),
+            src: rowv.into(),
+        },
+        Op::Expand {
+            axis: Axis::Col,
+            dst: s1.into(),
+            src: colv.into(),
+        },
+        Op::Cast {
+            dst: h.into(),
+            src: s1.into(),
+            round: RoundMode::Round,
+        },
+        Op::Cast {
+            dst: s1.into(),
+            src: h.into(),
+            round: RoundMode::Trunc,
+        },
+        mv(hz, h),
+        with(mv(hsmall, h), &|o| {
+            if let Op::Move { offset, .. } = o {
+                *offset = Some([0.into(), 16.into()])
+            }
+        }),
+        with(mv(p_l1, hz), &|o| {
+            if let Op::Move { offset, .. } = o {
+                *offset = Some([Expr::SubBlockIdx * 16, 0.into()])
+            }
+        }),
+        store(s1, GmView::nd(y, Expr::SubBlockIdx * 256, 8, 32, 32)),
+        with(store(s1, view(y, 16, 32)), &|o| {
+            if let Op::Store { atomic_add, .. } = o {
+                *atomic_add = true
+            }
+        }),
+        Op::SetCrossFlag {
+            pipe: Pipe::Mte3,
+            id: 4,
+        },
+        Op::WaitCrossFlag {
+            pipe: Pipe::V,
+            id: 15,
+        },
+        Op::SetFlag {
+            src: Pipe::V,
+            dst: Pipe::Mte3,
+            event: 0,
+        },
+        Op::WaitFlag {
+            src: Pipe::V,
+            dst: Pipe::Mte3,
+            event: 0,
+        },
+        Op::Barrier { pipe: Pipe::V },
+        Op::WriteScalar {
+            tensor: cnt,
+            index: Expr::SubBlockIdx * 16,
+            value: Expr::BlockIdx + 1,
+        },
+    ]);
+    seen.extend(emit_ops(kb.build(), CoreKind::Vector, vops));
+
+    // Channel ops: the sync pass lowers them to cross-core flags; emitting one that was not
+    // lowered is an error naming the pass.
+    let k = kernels::attention_tile(&AttentionParams::default());
+    let planned = memory::plan(&k, &arch()).expect("plan");
+    match emit(&planned, &arch(), &LaunchSpec::new(1)) {
+        Err(CodegenError::NotCompiled { reason, .. }) => {
+            assert!(reason.contains("channel op"), "{reason}")
+        }
+        other => panic!("an unlowered channel op must be refused, got {other:?}"),
+    }
+    let p = package(&k, 1);
+    let mut channel_kinds = BTreeSet::new();
+    walk_ops(&k.cube, &mut |op| {
+        channel_kinds.insert(kind(op));
+    });
+    walk_ops(&k.vector, &mut |op| {
+        channel_kinds.insert(kind(op));
+    });
+    for ch in [
+        "ChannelAcquire",
+        "ChannelPush",
+        "ChannelPop",
+        "ChannelRelease",
+    ] {
+        assert!(channel_kinds.contains(ch), "attention_tile uses {ch}");
+        seen.insert(ch);
+    }
+    assert!(
+        p.kernel_cpp.contains("set_intra_block(") && p.kernel_cpp.contains("wait_intra_block(")
+    );
+
+    assert_eq!(
+        seen.len(),
+        OP_KINDS,
+        "kinds without an emission test: have {seen:?}"
+    );
+}
+
+#[test]
+fn not_compiled_kernels_are_refused() {
+    let k = kernels::worked_matmul();
+    match emit(&k, &arch(), &LaunchSpec::new(1)) {
+        Err(CodegenError::NotCompiled { reason, .. }) => {
+            assert!(reason.contains("no planned address"), "{reason}")
+        }
+        other => panic!("expected NotCompiled, got {other:?}"),
+    }
+    let compiled = compile(&k, &arch()).expect("compile");
+    assert!(matches!(
+        emit(&compiled, &arch(), &LaunchSpec::new(0)),
+        Err(CodegenError::Launch { .. })
+    ));
+    assert!(matches!(
+        emit(&compiled, &Arch::a2a3(), &LaunchSpec::new(1)),
+        Err(CodegenError::UnsupportedTarget { .. })
+    ));
+}
+
+#[test]
+fn package_writes_three_files() {
+    let p = package(&kernels::worked_matmul(), 1);
+    let dir = scratch_dir("write");
+    let files = p.write_to(&dir).expect("write");
+    let names: Vec<String> = files
+        .iter()
+        .map(|f| {
+            f.file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "matmul_f16.cpp",
+            "matmul_f16_launcher.cpp",
+            "matmul_f16.json"
+        ]
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&files[2]).expect("read")).expect("json");
+    assert_eq!(manifest, p.manifest);
+    assert!(manifest["build"]["cube"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("--cce-aicore-arch=dav-c310-cube"));
+    assert!(manifest["build"]["vec"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("--cce-aicore-arch=dav-c310-vec"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
