@@ -183,10 +183,40 @@ struct AtomicAdd {
     bytes: Vec<u8>,
 }
 
+/// Pages given back by merged overlays, for the next blocks (their data is stale: only dirty
+/// bytes are ever read, and a page's dirty bits are cleared when it is reused).
+static PAGE_POOL: std::sync::Mutex<Vec<Page>> = std::sync::Mutex::new(Vec::new());
+
+/// Most pages kept in [`PAGE_POOL`] (16 MiB).
+const POOL_PAGES: usize = 4096;
+
+/// A page with no dirty byte: from `spare`, else a batch from the pool, else a new one.
+fn take_page(spare: &mut Vec<Page>) -> Page {
+    if spare.is_empty() {
+        if let Ok(mut pool) = PAGE_POOL.lock() {
+            let n = pool.len().min(64);
+            let at = pool.len() - n;
+            spare.extend(pool.drain(at..));
+        }
+    }
+    match spare.pop() {
+        Some(mut pg) => {
+            pg.dirty.fill(0);
+            pg
+        }
+        None => Page {
+            data: vec![0u8; PAGE],
+            dirty: vec![0; PAGE / 64],
+        },
+    }
+}
+
 /// One block's view of GM: reads see the arguments plus this block's own writes.
 #[derive(Default)]
 pub(crate) struct Overlay {
     pages: HashMap<(u32, usize), Page>,
+    /// Recycled pages not in use yet (see [`take_page`]).
+    spare: Vec<Page>,
     atomics: Vec<AtomicAdd>,
 }
 
@@ -222,7 +252,25 @@ impl Overlay {
             let (page, in_page) = (abs / PAGE, abs % PAGE);
             let n = (PAGE - in_page).min(out.len() - pos);
             if let Some(pg) = self.pages.get(&(p.0, page)) {
-                out[pos..pos + n].copy_from_slice(&pg.data[in_page..in_page + n]);
+                // Only the bytes this block wrote differ from the argument.
+                let mut i = in_page;
+                while i < in_page + n {
+                    let (w, o) = (i / 64, i % 64);
+                    let k = (64 - o).min(in_page + n - i);
+                    let bits = pg.dirty[w] >> o;
+                    let all = if k == 64 { u64::MAX } else { (1u64 << k) - 1 };
+                    let dst = pos + (i - in_page);
+                    if bits & all == all {
+                        out[dst..dst + k].copy_from_slice(&pg.data[i..i + k]);
+                    } else if bits & all != 0 {
+                        for j in 0..k {
+                            if bits >> j & 1 == 1 {
+                                out[dst + j] = pg.data[i + j];
+                            }
+                        }
+                    }
+                    i += k;
+                }
             }
             pos += n;
         }
@@ -237,22 +285,18 @@ impl Overlay {
         off: usize,
         bytes: &[u8],
     ) -> Result<(), String> {
-        let t = Self::check(args, p, off, bytes.len())?;
+        Self::check(args, p, off, bytes.len())?;
         let mut pos = 0;
         while pos < bytes.len() {
             let abs = off + pos;
             let (page, in_page) = (abs / PAGE, abs % PAGE);
             let n = (PAGE - in_page).min(bytes.len() - pos);
-            let pg = self.pages.entry((p.0, page)).or_insert_with(|| {
-                let start = page * PAGE;
-                let end = (start + PAGE).min(t.data.len());
-                let mut data = vec![0u8; PAGE];
-                data[..end - start].copy_from_slice(&t.data[start..end]);
-                Page {
-                    data,
-                    dirty: vec![0; PAGE / 64],
-                }
-            });
+            // A page holds only this block's writes (its dirty bytes); the rest is unused.
+            let spare = &mut self.spare;
+            let pg = self
+                .pages
+                .entry((p.0, page))
+                .or_insert_with(|| take_page(spare));
             pg.data[in_page..in_page + n].copy_from_slice(&bytes[pos..pos + n]);
             let mut i = in_page;
             while i < in_page + n {
@@ -293,7 +337,8 @@ impl Overlay {
     pub fn merge_into(self, args: &mut [Arg]) {
         let mut pages: Vec<_> = self.pages.into_iter().collect();
         pages.sort_by_key(|(k, _)| *k);
-        for ((param, page), pg) in pages {
+        for ((param, page), pg) in &pages {
+            let (param, page) = (*param, *page);
             let Some(Arg::Tensor(t)) = args.get_mut(param as usize) else {
                 continue;
             };
@@ -315,6 +360,12 @@ impl Overlay {
                     }
                 }
             }
+        }
+        if let Ok(mut pool) = PAGE_POOL.lock() {
+            let room = POOL_PAGES.saturating_sub(pool.len());
+            pool.extend(pages.into_iter().map(|(_, pg)| pg).take(room));
+            let room = POOL_PAGES.saturating_sub(pool.len());
+            pool.extend(self.spare.into_iter().take(room));
         }
         for a in self.atomics {
             let Some(Arg::Tensor(t)) = args.get_mut(a.param as usize) else {

@@ -111,7 +111,7 @@ pub(crate) fn run_block<'k>(
         block,
         ..Default::default()
     });
-    let mut mem = BlockMem::new(arch);
+    let mut mem = BlockMem::take(arch);
     let mut gm = Overlay::default();
     let mut flags = CrossFlags::default();
     let mut cores: Vec<CoreRt> = CoreId::ALL
@@ -124,7 +124,7 @@ pub(crate) fn run_block<'k>(
             args,
             block,
             block_dim,
-            pool: ScratchPool::default(),
+            pool: ScratchPool::take(),
         })
         .collect();
     let mut programs: Vec<Program> = CoreId::ALL
@@ -186,6 +186,10 @@ pub(crate) fn run_block<'k>(
                 let _ = gm.write(args, ParamId(param), start, &bytes[..end - start]);
             }
         }
+    }
+    mem.give_back();
+    for core in cores {
+        core.pool.give_back();
     }
     Ok(BlockResult {
         gm,

@@ -7,7 +7,9 @@ use half::{bf16, f16};
 /// Decodes `n` elements of `dtype` from `bytes` into `out` as f32.
 ///
 /// Integers convert exactly where f32 can hold them (int32 beyond 2^24 rounds). The dtype is
-/// matched once; each arm is a plain loop the compiler vectorises.
+/// matched once; each arm is a plain loop the compiler vectorises. The float arms are inlined
+/// into the caller (ops decode many short runs); the others are out of line.
+#[inline(always)]
 pub fn decode_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) {
     match dtype {
         DType::F32 => {
@@ -17,7 +19,7 @@ pub fn decode_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) {
         }
         DType::F16 => {
             for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                *o = f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
+                *o = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
             }
         }
         DType::BF16 => {
@@ -25,6 +27,14 @@ pub fn decode_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) {
                 *o = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
             }
         }
+        _ => decode_f32_other(dtype, bytes, out),
+    }
+}
+
+/// [`decode_f32`] for the integer and fp8 dtypes.
+#[inline(never)]
+fn decode_f32_other(dtype: DType, bytes: &[u8], out: &mut [f32]) {
+    match dtype {
         DType::I8 => {
             for (o, b) in out.iter_mut().zip(bytes) {
                 *o = *b as i8 as f32;
@@ -47,6 +57,66 @@ pub fn decode_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) {
             }
         }
     }
+}
+
+/// f16 bits to f32, exactly as `half::f16::to_f32` (a NaN keeps its payload and becomes
+/// quiet), written branch-free so that whole-slice loops vectorise.
+#[inline(always)]
+pub fn f16_to_f32(h: u16) -> f32 {
+    let h = h as u32;
+    let sign = (h & 0x8000) << 16;
+    let em = h & 0x7fff;
+    // Exponent and mantissa moved into place, exponent rebiased (15 -> 127).
+    let o = (em << 13) + ((127 - 15) << 23);
+    let exp = em & 0x7c00;
+    // Inf / NaN: all exponent bits; a NaN also gets the quiet bit.
+    let inf_nan = (o + ((128 - 16) << 23)) | if em > 0x7c00 { 0x0040_0000 } else { 0 };
+    // Zero / subnormal: let an f32 subtraction normalise (exact).
+    let sub = (f32::from_bits(o + (1 << 23)) - f32::from_bits(113 << 23)).to_bits();
+    let r = if exp == 0x7c00 {
+        inf_nan
+    } else if exp == 0 {
+        sub
+    } else {
+        o
+    };
+    f32::from_bits(r | sign)
+}
+
+/// f32 to f16 bits, round to nearest even, exactly as `half::f16::from_f32` (overflow to
+/// infinity; a NaN keeps the top of its payload and becomes quiet), written branch-free so that
+/// whole-slice loops vectorise.
+#[inline(always)]
+pub fn f32_to_f16(v: f32) -> u16 {
+    let x = v.to_bits();
+    let sign = ((x >> 16) & 0x8000) as u16;
+    let a = x & 0x7fff_ffff;
+    // Inf or NaN (from 2^16 up: the f16 exponent would overflow).
+    let big = if a > 0x7f80_0000 {
+        0x7e00 | ((a >> 13) & 0x3ff) as u16
+    } else {
+        0x7c00
+    };
+    // Subnormal or zero: adding 0.5 aligns the 10 mantissa bits at the bottom, rounding to
+    // nearest even in the f32 addition.
+    let sub = (f32::from_bits(a) + 0.5)
+        .to_bits()
+        .wrapping_sub(0x3f00_0000) as u16;
+    // Normal: rebias (127 -> 15) and round to nearest even on the 13 dropped bits (a carry
+    // into the exponent rounds up to the next binade or to infinity).
+    let odd = (a >> 13) & 1;
+    let norm = (a
+        .wrapping_add(((15u32.wrapping_sub(127)) << 23).wrapping_add(0xfff))
+        .wrapping_add(odd)
+        >> 13) as u16;
+    let r = if a >= 0x4780_0000 {
+        big
+    } else if a < 0x3880_0000 {
+        sub
+    } else {
+        norm
+    };
+    r | sign
 }
 
 /// Decodes one element.
@@ -115,7 +185,9 @@ pub fn encode_i64(dtype: DType, v: i64, out: &mut [u8]) {
     }
 }
 
-/// Encodes `src` as `dtype` into `bytes` (the dtype is matched once per call).
+/// Encodes `src` as `dtype` into `bytes` (the dtype is matched once per call; the float arms
+/// are inlined into the caller).
+#[inline(always)]
 pub fn encode_f32(dtype: DType, src: &[f32], bytes: &mut [u8]) {
     match dtype {
         DType::F32 => {
@@ -125,7 +197,7 @@ pub fn encode_f32(dtype: DType, src: &[f32], bytes: &mut [u8]) {
         }
         DType::F16 => {
             for (v, b) in src.iter().zip(bytes.chunks_exact_mut(2)) {
-                b.copy_from_slice(&f16::from_f32(*v).to_bits().to_le_bytes());
+                b.copy_from_slice(&f32_to_f16(*v).to_le_bytes());
             }
         }
         DType::BF16 => {
@@ -133,12 +205,16 @@ pub fn encode_f32(dtype: DType, src: &[f32], bytes: &mut [u8]) {
                 b.copy_from_slice(&bf16::from_f32(*v).to_bits().to_le_bytes());
             }
         }
-        _ => {
-            let es = dtype.size_bytes() as usize;
-            for (v, b) in src.iter().zip(bytes.chunks_exact_mut(es)) {
-                encode_one(dtype, *v, b);
-            }
-        }
+        _ => encode_f32_other(dtype, src, bytes),
+    }
+}
+
+/// [`encode_f32`] for the integer and fp8 dtypes.
+#[inline(never)]
+fn encode_f32_other(dtype: DType, src: &[f32], bytes: &mut [u8]) {
+    let es = dtype.size_bytes() as usize;
+    for (v, b) in src.iter().zip(bytes.chunks_exact_mut(es)) {
+        encode_one(dtype, *v, b);
     }
 }
 
@@ -219,4 +295,53 @@ pub fn f32_to_fp8_e5m2(v: f32) -> u8 {
         top += 1;
     }
     top as u8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_conversions_match_half() {
+        // Every f16 bit pattern, at an aligned and an unaligned start.
+        let mut bytes = vec![0u8; 2 * 65536 + 1];
+        for h in 0..=u16::MAX {
+            let i = 2 * h as usize;
+            bytes[i..i + 2].copy_from_slice(&h.to_le_bytes());
+        }
+        for start in [0, 1] {
+            let mut b = bytes[..2 * 65536].to_vec();
+            if start == 1 {
+                b.insert(0, 0);
+            }
+            let mut out = vec![0f32; 65536];
+            decode_f32(DType::F16, &b[start..], &mut out);
+            for (h, v) in out.iter().enumerate() {
+                let want = f16::from_bits(h as u16).to_f32();
+                assert_eq!(v.to_bits(), want.to_bits(), "f16 {h:#06x}");
+            }
+        }
+        // f32 patterns: a stride through all of them plus the rounding edges around f16 values.
+        let mut vals: Vec<f32> = (0..=u32::MAX / 9973)
+            .map(|i| f32::from_bits(i * 9973))
+            .collect();
+        for h in 0..=u16::MAX {
+            let x = f16::from_bits(h).to_f32().to_bits();
+            for d in [0x1000u32, 0xfff, 0x1001, 0x2000] {
+                vals.push(f32::from_bits(x.wrapping_add(d)));
+                vals.push(f32::from_bits(x.wrapping_sub(d)));
+            }
+        }
+        let mut out = vec![0u8; vals.len() * 2];
+        encode_f32(DType::F16, &vals, &mut out);
+        for (v, b) in vals.iter().zip(out.chunks_exact(2)) {
+            let want = f16::from_f32(*v).to_bits();
+            assert_eq!(
+                u16::from_le_bytes([b[0], b[1]]),
+                want,
+                "f32 {:#010x}",
+                v.to_bits()
+            );
+        }
+    }
 }

@@ -34,82 +34,118 @@ impl fmt::Display for CoreId {
 
 /// The buffers of one cluster, each with a shadow bit per byte: set once the byte was written
 /// with a defined value (never-written bytes are poison).
+///
+/// A block's buffers are recycled for the next block run on the same thread ([`BlockMem::take`] /
+/// [`BlockMem::give_back`]): only the byte extent a block wrote is restored to [`FRESH_BYTE`]
+/// and poison, so each block still starts from fresh buffers without paying for 1.4 MB of fill.
 pub(crate) struct BlockMem {
-    cube: [Vec<u8>; 6],
-    ub: [Vec<u8>; 2],
-    /// Written bits, indexed like [`BlockMem::slot`]: six cube spaces, then the two UBs.
+    /// Buffers indexed like [`BlockMem::slot`]: six cube spaces, then the two UBs.
+    bufs: [Vec<u8>; 8],
+    /// Written bits, indexed like `bufs`.
     init: [Vec<u64>; 8],
+    /// Byte extent `[lo, hi)` of each buffer written since it was fresh (`lo >= hi`: none).
+    dirty: [(usize, usize); 8],
 }
 
-fn cube_slot(space: MemSpace) -> Option<usize> {
-    Some(match space {
-        MemSpace::Mat => 0,
-        MemSpace::Left => 1,
-        MemSpace::Right => 2,
-        MemSpace::Acc => 3,
-        MemSpace::Bias => 4,
-        MemSpace::Scaling => 5,
-        _ => return None,
-    })
+/// Spaces of the buffers, in slot order.
+const SLOT_SPACES: [MemSpace; 8] = [
+    MemSpace::Mat,
+    MemSpace::Left,
+    MemSpace::Right,
+    MemSpace::Acc,
+    MemSpace::Bias,
+    MemSpace::Scaling,
+    MemSpace::Vec,
+    MemSpace::Vec,
+];
+
+thread_local! {
+    /// Fresh block buffers kept by this thread between blocks (and runs).
+    static SPARE: std::cell::RefCell<Vec<BlockMem>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn capacities(arch: &Arch) -> [usize; 8] {
+    SLOT_SPACES.map(|s| arch.space(s).map(|s| s.capacity as usize).unwrap_or(0))
 }
 
 impl BlockMem {
     pub fn new(arch: &Arch) -> Self {
-        let cap = |s: MemSpace| arch.space(s).map(|s| s.capacity as usize).unwrap_or(0);
-        let fresh = |s: MemSpace| vec![FRESH_BYTE; cap(s)];
+        let cap = capacities(arch);
         BlockMem {
-            cube: [
-                fresh(MemSpace::Mat),
-                fresh(MemSpace::Left),
-                fresh(MemSpace::Right),
-                fresh(MemSpace::Acc),
-                fresh(MemSpace::Bias),
-                fresh(MemSpace::Scaling),
-            ],
-            ub: [fresh(MemSpace::Vec), fresh(MemSpace::Vec)],
-            init: [
-                MemSpace::Mat,
-                MemSpace::Left,
-                MemSpace::Right,
-                MemSpace::Acc,
-                MemSpace::Bias,
-                MemSpace::Scaling,
-                MemSpace::Vec,
-                MemSpace::Vec,
-            ]
-            .map(|s| vec![0u64; cap(s).div_ceil(64)]),
+            bufs: cap.map(|n| vec![FRESH_BYTE; n]),
+            init: cap.map(|n| vec![0u64; n.div_ceil(64)]),
+            dirty: [(usize::MAX, 0); 8],
         }
     }
 
+    /// Fresh buffers for `arch`: a spare set this thread gave back, or new ones.
+    pub fn take(arch: &Arch) -> Self {
+        let cap = capacities(arch);
+        let fits = |m: &BlockMem| m.bufs.iter().zip(&cap).all(|(b, n)| b.len() == *n);
+        let spare = SPARE.with(|s| {
+            let mut s = s.borrow_mut();
+            let i = s.iter().position(fits)?;
+            Some(s.swap_remove(i))
+        });
+        spare.unwrap_or_else(|| BlockMem::new(arch))
+    }
+
+    /// Restores the written extents to fresh bytes and poison and keeps the buffers for the
+    /// next block this thread runs.
+    pub fn give_back(mut self) {
+        for i in 0..8 {
+            let (lo, hi) = self.dirty[i];
+            if lo >= hi {
+                continue;
+            }
+            let buf = &mut self.bufs[i];
+            let hi = hi.min(buf.len());
+            let lo = lo.min(hi);
+            buf[lo..hi].fill(FRESH_BYTE);
+            let bits = &mut self.init[i];
+            let whi = hi.div_ceil(64).min(bits.len());
+            bits[(lo / 64).min(whi)..whi].fill(0);
+            self.dirty[i] = (usize::MAX, 0);
+        }
+        SPARE.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < 2 {
+                s.push(self);
+            }
+        });
+    }
+
     fn slot(space: MemSpace, aiv: u8) -> Option<usize> {
-        match space {
-            MemSpace::Vec => Some(6 + (aiv as usize & 1)),
-            s => cube_slot(s),
+        Some(match space {
+            MemSpace::Mat => 0,
+            MemSpace::Left => 1,
+            MemSpace::Right => 2,
+            MemSpace::Acc => 3,
+            MemSpace::Bias => 4,
+            MemSpace::Scaling => 5,
+            MemSpace::Vec => 6 + (aiv as usize & 1),
+            _ => return None,
+        })
+    }
+
+    fn slot_of(space: MemSpace, aiv: u8) -> Result<usize, String> {
+        Self::slot(space, aiv).ok_or_else(|| format!("{space} is not an on-chip buffer"))
+    }
+
+    /// Notes that bytes `[lo, hi)` of a buffer may change (data or written bits); call before
+    /// writing them.
+    pub fn touch(&mut self, space: MemSpace, aiv: u8, lo: usize, hi: usize) {
+        if let Some(i) = Self::slot(space, aiv) {
+            let d = &mut self.dirty[i];
+            d.0 = d.0.min(lo);
+            d.1 = d.1.max(hi);
         }
     }
 
     /// Marks `len` bytes at `start` of a buffer as written (`defined`) or poison.
     pub fn mark(&mut self, space: MemSpace, aiv: u8, start: usize, len: usize, defined: bool) {
-        let Some(i) = Self::slot(space, aiv) else {
-            return;
-        };
-        let bits = &mut self.init[i];
-        let end = (start + len).min(bits.len() * 64);
-        let mut b = start;
-        while b < end {
-            let (w, o) = (b / 64, b % 64);
-            let n = (64 - o).min(end - b);
-            let mask = if n == 64 {
-                u64::MAX
-            } else {
-                ((1u64 << n) - 1) << o
-            };
-            if defined {
-                bits[w] |= mask;
-            } else {
-                bits[w] &= !mask;
-            }
-            b += n;
+        if let Some(i) = Self::slot(space, aiv) {
+            mark_bits(&mut self.init[i], start, len, defined);
         }
     }
 
@@ -142,20 +178,64 @@ impl BlockMem {
 
     /// The buffer of `space` that `core` owns; a Vec buffer needs the AIV.
     pub fn buf(&self, space: MemSpace, aiv: u8) -> Result<&[u8], String> {
-        match (space, cube_slot(space)) {
-            (MemSpace::Vec, _) => Ok(&self.ub[aiv as usize & 1]),
-            (_, Some(i)) => Ok(&self.cube[i]),
-            _ => Err(format!("{space} is not an on-chip buffer")),
-        }
+        Ok(&self.bufs[Self::slot_of(space, aiv)?])
     }
 
-    /// Mutable form of [`BlockMem::buf`].
-    pub fn buf_mut(&mut self, space: MemSpace, aiv: u8) -> Result<&mut [u8], String> {
-        match (space, cube_slot(space)) {
-            (MemSpace::Vec, _) => Ok(&mut self.ub[aiv as usize & 1]),
-            (_, Some(i)) => Ok(&mut self.cube[i]),
-            _ => Err(format!("{space} is not an on-chip buffer")),
+    /// A buffer and its written bits, mutable together.
+    pub fn buf_bits_mut(
+        &mut self,
+        space: MemSpace,
+        aiv: u8,
+    ) -> Result<(&mut [u8], &mut [u64]), String> {
+        let i = Self::slot_of(space, aiv)?;
+        Ok((&mut self.bufs[i], &mut self.init[i]))
+    }
+
+    /// Two different buffers at once: `src` to read, `dst` and its written bits to write.
+    /// `None` when both name the same buffer.
+    #[allow(clippy::type_complexity)]
+    pub fn src_dst(
+        &mut self,
+        src: (MemSpace, u8),
+        dst: (MemSpace, u8),
+    ) -> Result<Option<(&[u8], &mut [u8], &mut [u64])>, String> {
+        let (si, di) = (Self::slot_of(src.0, src.1)?, Self::slot_of(dst.0, dst.1)?);
+        if si == di {
+            return Ok(None);
         }
+        let (s_buf, d_buf) = if si < di {
+            let (a, b) = self.bufs.split_at_mut(di);
+            (&a[si], &mut b[0])
+        } else {
+            let (a, b) = self.bufs.split_at_mut(si);
+            (&b[0], &mut a[di])
+        };
+        Ok(Some((
+            s_buf.as_slice(),
+            d_buf.as_mut_slice(),
+            &mut self.init[di],
+        )))
+    }
+}
+
+/// Marks `len` bytes at `start` in written bits `bits` as written (`defined`) or poison.
+pub(crate) fn mark_bits(bits: &mut [u64], start: usize, len: usize, defined: bool) {
+    let end = (start + len).min(bits.len() * 64);
+    let mut b = start;
+    while b < end {
+        let (w, o) = (b / 64, b % 64);
+        let n = (64 - o).min(end - b);
+        if n == 64 {
+            bits[w] = if defined { u64::MAX } else { 0 };
+        } else {
+            let mask = ((1u64 << n) - 1) << o;
+            if defined {
+                bits[w] |= mask;
+            } else {
+                bits[w] &= !mask;
+            }
+        }
+        b += n;
     }
 }
 
@@ -241,6 +321,13 @@ impl<T: Clone + Default> Free<T> {
         v
     }
 
+    /// `n` values, those already in a free buffer left as they are (no fill).
+    fn take_dirty(&mut self, n: usize) -> Vec<T> {
+        let mut v = self.0.pop().unwrap_or_default();
+        v.resize(n, T::default());
+        v
+    }
+
     fn put(&mut self, v: Vec<T>) {
         if self.0.len() < POOL_DEPTH {
             self.0.push(v);
@@ -248,7 +335,29 @@ impl<T: Clone + Default> Free<T> {
     }
 }
 
+thread_local! {
+    /// Scratch pools kept by this thread between blocks.
+    static SPARE_POOLS: std::cell::RefCell<Vec<ScratchPool>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl ScratchPool {
+    /// A pool this thread gave back, or a new one.
+    pub fn take() -> Self {
+        SPARE_POOLS
+            .with(|s| s.borrow_mut().pop())
+            .unwrap_or_default()
+    }
+
+    /// Keeps the pool for the next block this thread runs.
+    pub fn give_back(self) {
+        SPARE_POOLS.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < 3 {
+                s.push(self);
+            }
+        });
+    }
+
     /// An empty byte buffer.
     pub fn bytes(&mut self) -> Vec<u8> {
         self.bytes.take(0)
@@ -262,6 +371,12 @@ impl ScratchPool {
     /// `n` zeroed f32s.
     pub fn f32s(&mut self, n: usize) -> Vec<f32> {
         self.f32s.take(n)
+    }
+
+    /// `n` f32s of unspecified value (left from earlier ops), for a caller that overwrites
+    /// every one before reading it.
+    pub fn f32s_to_overwrite(&mut self, n: usize) -> Vec<f32> {
+        self.f32s.take_dirty(n)
     }
 
     /// Returns an f32 buffer.

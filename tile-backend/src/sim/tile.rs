@@ -103,26 +103,87 @@ pub(crate) fn resolve<'k>(
     })
 }
 
-/// Elements stored contiguously from column `c` along a row (row-major layouts and boxes).
-#[inline]
-fn row_run(ty: &TileType, c: usize) -> usize {
-    match ty.layout {
-        Layout::ND => ty.cols as usize - c,
-        _ => {
-            let ic = ty.fractal.map(|f| f.cols.max(1) as usize).unwrap_or(1);
-            ic - c % ic
-        }
-    }
+/// A tile's layout as two additive parts: element `(r, c)` is stored at `f(r) + g(c)` (every
+/// layout of the IR separates this way), with the fractal box sizes needed to step through it
+/// without dividing per element.
+#[derive(Debug, Clone, Copy)]
+struct Geom {
+    layout: Layout,
+    rows: usize,
+    cols: usize,
+    /// Box rows and columns (1 x 1 for ND/DN).
+    ir: usize,
+    ic: usize,
+    /// Boxes per column and per row of boxes.
+    nbr: usize,
+    nbc: usize,
 }
 
-/// Elements stored contiguously from row `r` down a column (column-major layouts and boxes).
-#[inline]
-fn col_run(ty: &TileType, r: usize) -> usize {
-    match ty.layout {
-        Layout::DN => ty.rows as usize - r,
-        _ => {
-            let ir = ty.fractal.map(|f| f.rows.max(1) as usize).unwrap_or(1);
-            ir - r % ir
+impl Geom {
+    fn new(ty: &TileType) -> Self {
+        let (ir, ic) = ty
+            .fractal
+            .map(|f| (f.rows.max(1) as usize, f.cols.max(1) as usize))
+            .unwrap_or((1, 1));
+        let (rows, cols) = (ty.rows as usize, ty.cols as usize);
+        Geom {
+            layout: ty.layout,
+            rows,
+            cols,
+            ir,
+            ic,
+            nbr: rows / ir,
+            nbc: cols / ic,
+        }
+    }
+
+    /// Row part of the element offset (see `Layout::element_offset`).
+    #[inline]
+    fn f(&self, r: usize) -> usize {
+        let bx = self.ir * self.ic;
+        match self.layout {
+            Layout::ND => r * self.cols,
+            Layout::DN => r,
+            Layout::NZ => r * self.ic,
+            Layout::ZN => (r / self.ir) * self.nbc * bx + r % self.ir,
+            Layout::ZZ => (r / self.ir) * self.nbc * bx + (r % self.ir) * self.ic,
+        }
+    }
+
+    /// Column part of the element offset.
+    #[inline]
+    fn g(&self, c: usize) -> usize {
+        let bx = self.ir * self.ic;
+        match self.layout {
+            Layout::ND => c,
+            Layout::DN => c * self.rows,
+            Layout::NZ => (c / self.ic) * self.nbr * bx + c % self.ic,
+            Layout::ZN => (c / self.ic) * bx + (c % self.ic) * self.ir,
+            Layout::ZZ => (c / self.ic) * bx + c % self.ic,
+        }
+    }
+
+    /// Whether runs go along rows (ND, NZ, ZZ) rather than down columns (DN, ZN).
+    fn row_major(&self) -> bool {
+        matches!(self.layout, Layout::ND | Layout::NZ | Layout::ZZ)
+    }
+
+    /// Contiguous elements from column `c` along a row, and the offset step between the starts
+    /// of consecutive full segments (row-major layouts).
+    fn col_segment(&self, c: usize) -> (usize, usize) {
+        match self.layout {
+            Layout::ND => (self.cols - c, 0),
+            Layout::NZ => (self.ic - c % self.ic, self.nbr * self.ir * self.ic),
+            _ => (self.ic - c % self.ic, self.ir * self.ic),
+        }
+    }
+
+    /// Contiguous elements from row `r` down a column, and the offset step between the starts
+    /// of consecutive full segments (column-major layouts).
+    fn row_segment(&self, r: usize) -> (usize, usize) {
+        match self.layout {
+            Layout::DN => (self.rows - r, 0),
+            _ => (self.ir - r % self.ir, self.nbc * self.ir * self.ic),
         }
     }
 }
@@ -172,7 +233,9 @@ pub(crate) struct Run {
 
 /// Calls `f` for each contiguous run of the `rows x cols` region at `(r0, c0)`, in storage order
 /// (checked against the tile and a buffer of `buf_len` bytes). Row-major layouts (ND, NZ, ZZ) run
-/// along rows, column-major ones (DN, ZN) down columns, so runs are as long as the layout allows.
+/// along rows, column-major ones (DN, ZN) down columns, so runs are as long as the layout allows;
+/// rows of a row-major layout that follow each other in both the buffer and the region merge
+/// into one run (a whole ND tile, a one-box-wide NZ strip).
 pub(crate) fn for_each_run(
     loc: &TileLoc,
     buf_len: usize,
@@ -181,42 +244,134 @@ pub(crate) fn for_each_run(
     mut f: impl FnMut(Run),
 ) -> Result<(), String> {
     check_region(loc, buf_len, r0, c0, rows, cols)?;
+    if rows == 0 || cols == 0 {
+        return Ok(());
+    }
     let es = loc.es();
-    let at =
-        |r: usize, c: usize| loc.addr + loc.ty.element_offset(r as u64, c as u64) as usize * es;
-    match loc.ty.layout {
-        Layout::ND | Layout::NZ | Layout::ZZ => {
-            for r in 0..rows {
-                let mut c = 0;
-                while c < cols {
-                    let len = row_run(loc.ty, c0 + c).min(cols - c);
-                    f(Run {
-                        buf: at(r0 + r, c0 + c),
-                        elem: r * cols + c,
-                        len,
-                        stride: 1,
-                    });
-                    c += len;
+    let geo = Geom::new(loc.ty);
+    if geo.row_major() {
+        // The column segments are the same for every row: the first one up to a box edge,
+        // then whole boxes `step` elements apart.
+        let (first, step) = geo.col_segment(c0);
+        let first = first.min(cols);
+        let g0 = geo.g(c0);
+        let g1 = if first < cols { geo.g(c0 + first) } else { 0 };
+        let mut pending: Option<Run> = None;
+        for r in 0..rows {
+            let fr = geo.f(r0 + r);
+            let run = Run {
+                buf: loc.addr + (fr + g0) * es,
+                elem: r * cols,
+                len: first,
+                stride: 1,
+            };
+            if first == cols {
+                // One segment per row: merge rows that continue each other.
+                match &mut pending {
+                    Some(p) if p.buf + p.len * es == run.buf => p.len += first,
+                    Some(p) => {
+                        f(*p);
+                        *p = run;
+                    }
+                    None => pending = Some(run),
                 }
+                continue;
+            }
+            f(run);
+            let (mut c, mut g) = (first, g1);
+            while c < cols {
+                let len = geo.ic.min(cols - c);
+                f(Run {
+                    buf: loc.addr + (fr + g) * es,
+                    elem: r * cols + c,
+                    len,
+                    stride: 1,
+                });
+                c += len;
+                g += step;
             }
         }
-        Layout::DN | Layout::ZN => {
-            for c in 0..cols {
-                let mut r = 0;
-                while r < rows {
-                    let len = col_run(loc.ty, r0 + r).min(rows - r);
-                    f(Run {
-                        buf: at(r0 + r, c0 + c),
-                        elem: r * cols + c,
-                        len,
-                        stride: cols,
-                    });
-                    r += len;
-                }
+        if let Some(p) = pending {
+            f(p);
+        }
+    } else {
+        let (first, step) = geo.row_segment(r0);
+        let first = first.min(rows);
+        let f0 = geo.f(r0);
+        let f1 = if first < rows { geo.f(r0 + first) } else { 0 };
+        for c in 0..cols {
+            let gc = geo.g(c0 + c);
+            f(Run {
+                buf: loc.addr + (f0 + gc) * es,
+                elem: c,
+                len: first,
+                stride: cols,
+            });
+            let (mut r, mut fr) = (first, f1);
+            while r < rows {
+                let len = geo.ir.min(rows - r);
+                f(Run {
+                    buf: loc.addr + (fr + gc) * es,
+                    elem: r * cols + c,
+                    len,
+                    stride: cols,
+                });
+                r += len;
+                fr += step;
             }
         }
     }
     Ok(())
+}
+
+/// Copies `n` elements of `N` bytes from `src` (contiguous) to `dst` at element stride `stride`.
+#[inline]
+fn scatter<const N: usize>(src: &[u8], dst: &mut [u8], stride: usize) {
+    for (i, e) in src.chunks_exact(N).enumerate() {
+        let d = i * stride * N;
+        dst[d..d + N].copy_from_slice(e);
+    }
+}
+
+/// Copies elements of `N` bytes at element stride `stride` in `src` into contiguous `dst`.
+#[inline]
+fn gather<const N: usize>(src: &[u8], dst: &mut [u8], stride: usize) {
+    for (i, e) in dst.chunks_exact_mut(N).enumerate() {
+        let s = i * stride * N;
+        e.copy_from_slice(&src[s..s + N]);
+    }
+}
+
+/// `scatter` for an element size known at run time.
+pub(crate) fn scatter_es(es: usize, src: &[u8], dst: &mut [u8], stride: usize) {
+    match es {
+        1 => scatter::<1>(src, dst, stride),
+        2 => scatter::<2>(src, dst, stride),
+        4 => scatter::<4>(src, dst, stride),
+        8 => scatter::<8>(src, dst, stride),
+        _ => {
+            for (i, e) in src.chunks_exact(es).enumerate() {
+                let d = i * stride * es;
+                dst[d..d + es].copy_from_slice(e);
+            }
+        }
+    }
+}
+
+/// `gather` for an element size known at run time.
+pub(crate) fn gather_es(es: usize, src: &[u8], dst: &mut [u8], stride: usize) {
+    match es {
+        1 => gather::<1>(src, dst, stride),
+        2 => gather::<2>(src, dst, stride),
+        4 => gather::<4>(src, dst, stride),
+        8 => gather::<8>(src, dst, stride),
+        _ => {
+            for (i, e) in dst.chunks_exact_mut(es).enumerate() {
+                let s = i * stride * es;
+                e.copy_from_slice(&src[s..s + es]);
+            }
+        }
+    }
 }
 
 /// Copies the `rows x cols` region at `(r0, c0)` of a tile into row-major bytes `out`.
@@ -235,33 +390,129 @@ pub(crate) fn read_region(
         if run.stride == 1 {
             out[run.elem * es..(run.elem + run.len) * es].copy_from_slice(src);
         } else {
-            for (i, e) in src.chunks_exact(es).enumerate() {
-                let d = (run.elem + i * run.stride) * es;
-                out[d..d + es].copy_from_slice(e);
-            }
+            let end = (run.elem + (run.len - 1) * run.stride + 1) * es;
+            scatter_es(es, src, &mut out[run.elem * es..end], run.stride);
         }
     })
 }
 
-/// Copies row-major bytes `data` into the `rows x cols` region at `(r0, c0)` of a tile.
-pub(crate) fn write_region(
-    buf: &mut [u8],
-    loc: &TileLoc,
-    at: (usize, usize),
-    size: (usize, usize),
-    data: &[u8],
+/// Copies the `rows x cols` region at `s_at` of tile `s` (in `src`) to the same-size region at
+/// `d_at` of tile `d` (in `dst`), both of one element size, layout to layout without scratch.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn copy_between(
+    src: &[u8],
+    s: &TileLoc,
+    (sr0, sc0): (usize, usize),
+    dst: &mut [u8],
+    d: &TileLoc,
+    (dr0, dc0): (usize, usize),
+    (rows, cols): (usize, usize),
 ) -> Result<(), String> {
-    let es = loc.es();
-    let len = buf.len();
-    for_each_run(loc, len, at, size, |run| {
-        let dst = &mut buf[run.buf..run.buf + run.len * es];
-        if run.stride == 1 {
-            dst.copy_from_slice(&data[run.elem * es..(run.elem + run.len) * es]);
-        } else {
-            for (i, e) in dst.chunks_exact_mut(es).enumerate() {
-                let s = (run.elem + i * run.stride) * es;
-                e.copy_from_slice(&data[s..s + es]);
+    check_region(s, src.len(), sr0, sc0, rows, cols)?;
+    check_region(d, dst.len(), dr0, dc0, rows, cols)?;
+    let es = s.es();
+    if d.es() != es {
+        return Err(format!(
+            "copy between {}-byte and {}-byte elements",
+            es,
+            d.es()
+        ));
+    }
+    if rows == 0 || cols == 0 {
+        return Ok(());
+    }
+    let (gs, gd) = (Geom::new(s.ty), Geom::new(d.ty));
+    let mut copy = |so: usize, dof: usize, n: usize| {
+        let (so, dof) = (s.addr + so * es, d.addr + dof * es);
+        dst[dof..dof + n * es].copy_from_slice(&src[so..so + n * es]);
+    };
+    if gs.row_major() && gd.row_major() {
+        // Column segments contiguous in both; rows that continue each other in both merge.
+        let mut c = 0;
+        while c < cols {
+            let len = gs
+                .col_segment(sc0 + c)
+                .0
+                .min(gd.col_segment(dc0 + c).0)
+                .min(cols - c);
+            let (g_s, g_d) = (gs.g(sc0 + c), gd.g(dc0 + c));
+            let mut r = 0;
+            while r < rows {
+                let (so, dof) = (gs.f(sr0 + r) + g_s, gd.f(dr0 + r) + g_d);
+                let (mut n, mut rr) = (len, r + 1);
+                while rr < rows && gs.f(sr0 + rr) + g_s == so + n && gd.f(dr0 + rr) + g_d == dof + n
+                {
+                    n += len;
+                    rr += 1;
+                }
+                copy(so, dof, n);
+                r = rr;
+            }
+            c += len;
+        }
+    } else if !gs.row_major() && !gd.row_major() {
+        // Row segments contiguous in both; columns that continue each other in both merge.
+        let mut r = 0;
+        while r < rows {
+            let len = gs
+                .row_segment(sr0 + r)
+                .0
+                .min(gd.row_segment(dr0 + r).0)
+                .min(rows - r);
+            let (f_s, f_d) = (gs.f(sr0 + r), gd.f(dr0 + r));
+            let mut c = 0;
+            while c < cols {
+                let (so, dof) = (gs.g(sc0 + c) + f_s, gd.g(dc0 + c) + f_d);
+                let (mut n, mut cc) = (len, c + 1);
+                while cc < cols && gs.g(sc0 + cc) + f_s == so + n && gd.g(dc0 + cc) + f_d == dof + n
+                {
+                    n += len;
+                    cc += 1;
+                }
+                copy(so, dof, n);
+                c = cc;
+            }
+            r += len;
+        }
+    } else {
+        // Row-major to column-major (or back): element by element, the row parts tabled.
+        let fs: Vec<usize> = (0..rows).map(|r| gs.f(sr0 + r)).collect();
+        let fd: Vec<usize> = (0..rows).map(|r| gd.f(dr0 + r)).collect();
+        let (sa, da) = (s.addr, d.addr);
+        for c in 0..cols {
+            let (g_s, g_d) = (gs.g(sc0 + c), gd.g(dc0 + c));
+            match es {
+                1 => transfer::<1>(src, dst, sa, da, &fs, &fd, g_s, g_d),
+                2 => transfer::<2>(src, dst, sa, da, &fs, &fd, g_s, g_d),
+                4 => transfer::<4>(src, dst, sa, da, &fs, &fd, g_s, g_d),
+                8 => transfer::<8>(src, dst, sa, da, &fs, &fd, g_s, g_d),
+                _ => {
+                    for (a, b) in fs.iter().zip(&fd) {
+                        let (so, dof) = (sa + (a + g_s) * es, da + (b + g_d) * es);
+                        dst[dof..dof + es].copy_from_slice(&src[so..so + es]);
+                    }
+                }
             }
         }
-    })
+    }
+    Ok(())
+}
+
+/// One column of an element-wise copy: element `i` from `fs[i] + gs` to `fd[i] + gd`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn transfer<const N: usize>(
+    src: &[u8],
+    dst: &mut [u8],
+    sa: usize,
+    da: usize,
+    fs: &[usize],
+    fd: &[usize],
+    gs: usize,
+    gd: usize,
+) {
+    for (a, b) in fs.iter().zip(fd) {
+        let (so, dof) = (sa + (a + gs) * N, da + (b + gd) * N);
+        dst[dof..dof + N].copy_from_slice(&src[so..so + N]);
+    }
 }

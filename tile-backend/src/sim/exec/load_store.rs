@@ -71,6 +71,33 @@ impl View {
         }
     }
 
+    /// For a DN window whose `rows x cols` top-left region is inside the window, at
+    /// non-negative indices, inside tensor `len` elements: the first element index of each
+    /// column (a column is contiguous in GM). `None` when the element-wise path must run (it
+    /// names the first bad element).
+    fn dn_columns(&self, rows: usize, cols: usize, len: usize) -> Option<(i64, i64)> {
+        if self.layout != Layout::DN || rows == 0 || cols == 0 {
+            return None;
+        }
+        let (r, c) = (rows as i64, cols as i64);
+        if r > self.rows || c > self.cols {
+            return None;
+        }
+        let last_col = self.offset.checked_add((c - 1).checked_mul(self.stride)?)?;
+        let lo = self.offset.min(last_col);
+        let hi = self.offset.max(last_col).checked_add(r)?;
+        (lo >= 0 && hi as u64 <= len as u64).then_some((self.offset, self.stride))
+    }
+
+    /// Elements of the window's tensor.
+    fn tensor_len(&self, cx: &ExecCtx<'_, '_, '_>) -> usize {
+        cx.args
+            .get(self.param.0 as usize)
+            .and_then(|a| a.tensor())
+            .map(|t| t.len())
+            .unwrap_or(0)
+    }
+
     /// Reads the `rows x cols` top-left region as row-major bytes.
     pub fn read(
         &self,
@@ -81,6 +108,21 @@ impl View {
         let es = self.dtype.size_bytes() as usize;
         let mut out = cx.core.pool.bytes();
         out.resize(rows * cols * es, 0);
+        if let Some((offset, stride)) = self.dn_columns(rows, cols, self.tensor_len(cx)) {
+            // DN: each column is one contiguous GM run, scattered down the row-major region.
+            let mut col = cx.core.pool.bytes();
+            col.resize(rows * es, 0);
+            for c in 0..cols {
+                let i = (offset + c as i64 * stride) as usize;
+                cx.gm_read(self.param, i * es, &mut col)?;
+                for (r, e) in col.chunks_exact(es).enumerate() {
+                    let d = (r * cols + c) * es;
+                    out[d..d + es].copy_from_slice(e);
+                }
+            }
+            cx.core.pool.put_bytes(col);
+            return Ok(out);
+        }
         for r in 0..rows {
             let mut c = 0;
             while c < cols {
@@ -105,6 +147,33 @@ impl View {
         atomic: bool,
     ) -> Result<(), String> {
         let es = self.dtype.size_bytes() as usize;
+        let columns = self
+            .dn_columns(rows, cols, self.tensor_len(cx))
+            // Columns that overlap would make the write order visible: element-wise then.
+            .filter(|&(_, stride)| cols == 1 || stride >= rows as i64);
+        if let Some((offset, stride)) = columns {
+            // DN: each column is one contiguous GM run.
+            let mut col = cx.core.pool.bytes();
+            col.resize(rows * es, 0);
+            let mut res = Ok(());
+            for c in 0..cols {
+                for (r, e) in col.chunks_exact_mut(es).enumerate() {
+                    let s = (r * cols + c) * es;
+                    e.copy_from_slice(&data[s..s + es]);
+                }
+                let i = (offset + c as i64 * stride) as usize;
+                res = if atomic {
+                    cx.gm_atomic_add(self.param, i * es, self.dtype, &col)
+                } else {
+                    cx.gm_write(self.param, i * es, &col)
+                };
+                if res.is_err() {
+                    break;
+                }
+            }
+            cx.core.pool.put_bytes(col);
+            return res;
+        }
         for r in 0..rows {
             let mut c = 0;
             while c < cols {

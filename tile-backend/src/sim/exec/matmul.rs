@@ -3,6 +3,7 @@
 use super::ExecCtx;
 use crate::ir::{c0, DType, Op};
 use crate::sim::numeric;
+use crate::sim::tile::TileLoc;
 
 fn round_up(v: usize, to: usize) -> usize {
     v.div_ceil(to.max(1)) * to.max(1)
@@ -41,7 +42,19 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
     cx.note_cube(mp, kp, np);
     // Poison: output (i, j) is defined when row i of A and column j of B are over the whole
     // (padded) k, and so are the old accumulator and the bias where they contribute.
-    let defined = {
+    let all_defined = cx.region_defined(&la, 0, (0, 0), (mp, kp))?
+        && cx.region_defined(&lb, 0, (0, 0), (kp, np))?
+        && (!*accumulate || cx.region_defined(&lc, 0, (0, 0), (mp, np))?)
+        && match bias {
+            Some(t) => {
+                let lt = cx.tile(t)?;
+                lt.cols() >= np && cx.region_defined(&lt, 0, (0, 0), (1, np))?
+            }
+            None => true,
+        };
+    let defined = if all_defined {
+        Vec::new()
+    } else {
         let am = cx.defined_mask(&la, 0, (0, 0), (mp, kp))?;
         let bm = cx.defined_mask(&lb, 0, (0, 0), (kp, np))?;
         let all = am.iter().all(|d| *d) && bm.iter().all(|d| *d);
@@ -84,7 +97,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
         }
         out
     };
-    if let Some(i) = (0..m * n)
+    if let Some(i) = (0..if all_defined { 0 } else { m * n })
         .map(|e| (e / n.max(1)) * np + e % n.max(1))
         .find(|&e| !defined[e])
     {
@@ -94,6 +107,10 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             i % np,
             lc.name()
         ));
+    }
+    let acc_dtype = lc.ty.dtype;
+    if acc_dtype != DType::I32 {
+        return matmul_f32(cx, op, (&la, &lb, &lc), (mp, kp, np), all_defined, &defined);
     }
     let mut abytes = cx.core.pool.bytes();
     let mut bbytes = cx.core.pool.bytes();
@@ -109,79 +126,124 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
         }
         None => None,
     };
-    let acc_dtype = lc.ty.dtype;
-    if acc_dtype == DType::I32 {
-        let pool = &mut cx.core.pool;
-        let (mut ai, mut bi, mut c) = (pool.i32s(mp * kp), pool.i32s(kp * np), pool.i32s(mp * np));
-        for (d, &x) in ai.iter_mut().zip(abytes.iter()) {
-            *d = decode_int8(la.ty.dtype, x);
-        }
-        for (d, &x) in bi.iter_mut().zip(bbytes.iter()) {
-            *d = decode_int8(lb.ty.dtype, x);
-        }
-        if *accumulate {
-            cx.read_bytes(&lc, 0, (0, 0), (mp, np), &mut out)?;
-            for (ci, b) in c.iter_mut().zip(out.chunks_exact(4)) {
-                *ci = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            }
-        }
-        for i in 0..mp {
-            let crow = &mut c[i * np..(i + 1) * np];
-            for p in 0..kp {
-                let av = ai[i * kp + p];
-                let brow = &bi[p * np..(p + 1) * np];
-                for (cv, bv) in crow.iter_mut().zip(brow) {
-                    *cv = cv.wrapping_add(av.wrapping_mul(*bv));
-                }
-            }
-        }
-        if let Some((bd, bb)) = &bias_bytes {
-            let es = bd.size_bytes() as usize;
-            for j in 0..np.min(bb.len() / es) {
-                let bv = numeric::decode_i64(*bd, &bb[j * es..(j + 1) * es]) as i32;
-                for i in 0..mp {
-                    c[i * np + j] = c[i * np + j].wrapping_add(bv);
-                }
-            }
-        }
-        out.clear();
-        out.extend(c.iter().flat_map(|v| v.to_le_bytes()));
-        let pool = &mut cx.core.pool;
-        pool.put_i32s(ai);
-        pool.put_i32s(bi);
-        pool.put_i32s(c);
-    } else {
-        let pool = &mut cx.core.pool;
-        let (mut af, mut bf, mut c) = (pool.f32s(mp * kp), pool.f32s(kp * np), pool.f32s(mp * np));
-        numeric::decode_f32(la.ty.dtype, &abytes, &mut af);
-        numeric::decode_f32(lb.ty.dtype, &bbytes, &mut bf);
-        if *accumulate {
-            cx.read_bytes(&lc, 0, (0, 0), (mp, np), &mut out)?;
-            numeric::decode_f32(acc_dtype, &out, &mut c);
-        }
-        gemm_f32(mp, kp, np, &af, &bf, &mut c, *accumulate);
-        if let Some((bd, bb)) = &bias_bytes {
-            let es = bd.size_bytes() as usize;
-            for j in 0..np.min(bb.len() / es) {
-                let bv = numeric::decode_one(*bd, &bb[j * es..(j + 1) * es]);
-                for i in 0..mp {
-                    c[i * np + j] += bv;
-                }
-            }
-        }
-        out.clear();
-        out.resize(mp * np * 4, 0);
-        numeric::encode_f32(acc_dtype, &c, &mut out);
-        let pool = &mut cx.core.pool;
-        pool.put_f32s(af);
-        pool.put_f32s(bf);
-        pool.put_f32s(c);
+    let pool = &mut cx.core.pool;
+    let (mut ai, mut bi, mut c) = (pool.i32s(mp * kp), pool.i32s(kp * np), pool.i32s(mp * np));
+    for (d, &x) in ai.iter_mut().zip(abytes.iter()) {
+        *d = decode_int8(la.ty.dtype, x);
     }
-    let r = cx.write_bytes_masked(&lc, 0, (0, 0), (mp, np), &out, &defined);
+    for (d, &x) in bi.iter_mut().zip(bbytes.iter()) {
+        *d = decode_int8(lb.ty.dtype, x);
+    }
+    if *accumulate {
+        cx.read_bytes(&lc, 0, (0, 0), (mp, np), &mut out)?;
+        for (ci, b) in c.iter_mut().zip(out.chunks_exact(4)) {
+            *ci = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+    }
+    for i in 0..mp {
+        let crow = &mut c[i * np..(i + 1) * np];
+        for p in 0..kp {
+            let av = ai[i * kp + p];
+            let brow = &bi[p * np..(p + 1) * np];
+            for (cv, bv) in crow.iter_mut().zip(brow) {
+                *cv = cv.wrapping_add(av.wrapping_mul(*bv));
+            }
+        }
+    }
+    if let Some((bd, bb)) = &bias_bytes {
+        let es = bd.size_bytes() as usize;
+        for j in 0..np.min(bb.len() / es) {
+            let bv = numeric::decode_i64(*bd, &bb[j * es..(j + 1) * es]) as i32;
+            for i in 0..mp {
+                c[i * np + j] = c[i * np + j].wrapping_add(bv);
+            }
+        }
+    }
+    out.clear();
+    out.extend(c.iter().flat_map(|v| v.to_le_bytes()));
+    let pool = &mut cx.core.pool;
+    pool.put_i32s(ai);
+    pool.put_i32s(bi);
+    pool.put_i32s(c);
+    let r = if all_defined {
+        cx.write_bytes(&lc, 0, (0, 0), (mp, np), &out)
+    } else {
+        cx.write_bytes_masked(&lc, 0, (0, 0), (mp, np), &out, &defined)
+    };
     let pool = &mut cx.core.pool;
     pool.put_bytes(abytes);
     pool.put_bytes(bbytes);
     pool.put_bytes(out);
+    r
+}
+
+/// The float matmul: operands decoded straight from their tiles into f32 scratch, the product
+/// encoded straight into the Acc tile.
+fn matmul_f32(
+    cx: &mut ExecCtx<'_, '_, '_>,
+    op: &Op,
+    (la, lb, lc): (&TileLoc, &TileLoc, &TileLoc),
+    (mp, kp, np): (usize, usize, usize),
+    all_defined: bool,
+    defined: &[bool],
+) -> Result<(), String> {
+    let Op::Matmul {
+        bias, accumulate, ..
+    } = op
+    else {
+        return Ok(());
+    };
+    let pool = &mut cx.core.pool;
+    // Every element is written before it is read: A and B are decoded over their whole
+    // regions, and C is read (accumulate) or written by the gemm without being read.
+    let (mut af, mut bf, mut c) = (
+        pool.f32s_to_overwrite(mp * kp),
+        pool.f32s_to_overwrite(kp * np),
+        pool.f32s_to_overwrite(mp * np),
+    );
+    let r = (|| {
+        cx.read_f32(la, 0, (0, 0), (mp, kp), &mut af)?;
+        cx.read_f32(lb, 0, (0, 0), (kp, np), &mut bf)?;
+        let bias_vals = match bias {
+            Some(t) => {
+                let lt = cx.tile(t)?;
+                let mut b = Vec::new();
+                cx.read_bytes(&lt, 0, (0, 0), (1, np.min(lt.cols())), &mut b)?;
+                let es = lt.es();
+                let v: Vec<f32> = b
+                    .chunks_exact(es)
+                    .map(|e| numeric::decode_one(lt.ty.dtype, e))
+                    .collect();
+                Some(v)
+            }
+            None => None,
+        };
+        if *accumulate {
+            cx.read_f32(lc, 0, (0, 0), (mp, np), &mut c)?;
+        }
+        gemm_f32(mp, kp, np, &af, &bf, &mut c, *accumulate);
+        if let Some(bv) = &bias_vals {
+            for (j, b) in bv.iter().enumerate() {
+                for i in 0..mp {
+                    c[i * np + j] += *b;
+                }
+            }
+        }
+        if all_defined {
+            cx.write_f32(lc, 0, (0, 0), (mp, np), &c)
+        } else {
+            let mut out = cx.core.pool.bytes();
+            out.resize(mp * np * lc.es(), 0);
+            numeric::encode_f32(lc.ty.dtype, &c, &mut out);
+            let r = cx.write_bytes_masked(lc, 0, (0, 0), (mp, np), &out, defined);
+            cx.core.pool.put_bytes(out);
+            r
+        }
+    })();
+    let pool = &mut cx.core.pool;
+    pool.put_f32s(af);
+    pool.put_f32s(bf);
+    pool.put_f32s(c);
     r
 }
 

@@ -9,8 +9,9 @@ mod vector;
 
 use super::gm::{Arg, Overlay};
 use super::interp::CoreRt;
-use super::state::{BlockMem, CoreId, CrossFlags};
-use super::tile::{self, TileLoc};
+use super::numeric;
+use super::state::{mark_bits, BlockMem, CoreId, CrossFlags};
+use super::tile::{self, Run, TileLoc};
 use super::trace::{Mem, OpRecord, SyncInfo};
 use crate::arch::Arch;
 use crate::ir::{Kernel, Op, OpFamily, ParamId, ScalarArg, TileRef};
@@ -154,23 +155,178 @@ impl<'k> ExecCtx<'k, '_, '_> {
         Ok(())
     }
 
+    /// Reads a region run by run: `f(bytes, run)` sees each contiguous run of the tile's bytes
+    /// (`run.elem`, `run.len` and `run.stride` place it in the row-major region).
+    pub fn read_runs(
+        &mut self,
+        loc: &TileLoc,
+        aiv: u8,
+        at: (usize, usize),
+        size: (usize, usize),
+        mut f: impl FnMut(&[u8], Run),
+    ) -> Result<(), String> {
+        let buf = self.mem.buf(loc.space(), aiv)?;
+        let es = loc.es();
+        tile::for_each_run(loc, buf.len(), at, size, |run| {
+            f(&buf[run.buf..run.buf + run.len * es], run)
+        })?;
+        self.note_region(loc, aiv, at, size, false);
+        Ok(())
+    }
+
+    /// Writes a region run by run (`f(bytes, run)` fills each run of the tile's bytes) and
+    /// marks it written.
+    pub fn write_runs(
+        &mut self,
+        loc: &TileLoc,
+        aiv: u8,
+        at: (usize, usize),
+        size: (usize, usize),
+        mut f: impl FnMut(&mut [u8], Run),
+    ) -> Result<(), String> {
+        let (space, es) = (loc.space(), loc.es());
+        self.mem
+            .touch(space, aiv, loc.addr, loc.addr + loc.ty.bytes() as usize);
+        let (buf, bits) = self.mem.buf_bits_mut(space, aiv)?;
+        tile::for_each_run(loc, buf.len(), at, size, |run| {
+            let n = run.len * es;
+            f(&mut buf[run.buf..run.buf + n], run);
+            mark_bits(bits, run.buf, n, true);
+        })?;
+        self.note_region(loc, aiv, at, size, true);
+        Ok(())
+    }
+
+    /// Reads a region decoded to f32, row-major, into `out`.
+    pub fn read_f32(
+        &mut self,
+        loc: &TileLoc,
+        aiv: u8,
+        at: (usize, usize),
+        size: (usize, usize),
+        out: &mut [f32],
+    ) -> Result<(), String> {
+        let (dtype, es) = (loc.ty.dtype, loc.es());
+        if out.len() < size.0 * size.1 {
+            return Err(format!(
+                "{} f32s for a {}x{} region",
+                out.len(),
+                size.0,
+                size.1
+            ));
+        }
+        self.read_runs(loc, aiv, at, size, |b, run| {
+            if run.stride == 1 {
+                numeric::decode_f32(dtype, b, &mut out[run.elem..run.elem + run.len]);
+            } else {
+                // Down a column: decode a chunk at once, then spread it over the rows.
+                let mut tmp = [0f32; 64];
+                for (k, chunk) in b.chunks(64 * es).enumerate() {
+                    let n = chunk.len() / es;
+                    numeric::decode_f32(dtype, chunk, &mut tmp[..n]);
+                    let first = run.elem + k * 64 * run.stride;
+                    for (i, v) in tmp[..n].iter().enumerate() {
+                        out[first + i * run.stride] = *v;
+                    }
+                }
+            }
+        })
+    }
+
+    /// Writes row-major f32 values into a region, encoded (rounded) to the tile's dtype.
+    pub fn write_f32(
+        &mut self,
+        loc: &TileLoc,
+        aiv: u8,
+        at: (usize, usize),
+        size: (usize, usize),
+        vals: &[f32],
+    ) -> Result<(), String> {
+        let (dtype, es) = (loc.ty.dtype, loc.es());
+        if vals.len() < size.0 * size.1 {
+            return Err(format!(
+                "{} f32s for a {}x{} region",
+                vals.len(),
+                size.0,
+                size.1
+            ));
+        }
+        self.write_runs(loc, aiv, at, size, |b, run| {
+            if run.stride == 1 {
+                numeric::encode_f32(dtype, &vals[run.elem..run.elem + run.len], b);
+            } else {
+                // Down a column: gather a chunk from the rows, then encode it at once.
+                let mut tmp = [0f32; 64];
+                for (k, chunk) in b.chunks_mut(64 * es).enumerate() {
+                    let n = chunk.len() / es;
+                    let first = run.elem + k * 64 * run.stride;
+                    for (i, v) in tmp[..n].iter_mut().enumerate() {
+                        *v = vals[first + i * run.stride];
+                    }
+                    numeric::encode_f32(dtype, &tmp[..n], chunk);
+                }
+            }
+        })
+    }
+
     /// Writes row-major bytes into a region.
     pub fn write_bytes(
         &mut self,
         loc: &TileLoc,
         aiv: u8,
-        (r0, c0): (usize, usize),
-        (rows, cols): (usize, usize),
+        at: (usize, usize),
+        size: (usize, usize),
         data: &[u8],
     ) -> Result<(), String> {
-        let buf = self.mem.buf_mut(loc.space(), aiv)?;
-        tile::write_region(buf, loc, (r0, c0), (rows, cols), data)?;
-        let (space, es, mem) = (loc.space(), loc.es(), &mut *self.mem);
-        tile::for_each_run(loc, usize::MAX, (r0, c0), (rows, cols), |run| {
-            mem.mark(space, aiv, run.buf, run.len * es, true)
+        let es = loc.es();
+        if data.len() < size.0 * size.1 * es {
+            return Err(format!(
+                "{} B of data for a {}x{} region of {es}-byte elements",
+                data.len(),
+                size.0,
+                size.1
+            ));
+        }
+        self.write_runs(loc, aiv, at, size, |dst, run| {
+            if run.stride == 1 {
+                dst.copy_from_slice(&data[run.elem * es..(run.elem + run.len) * es]);
+            } else {
+                let end = (run.elem + (run.len - 1) * run.stride + 1) * es;
+                tile::gather_es(es, &data[run.elem * es..end], dst, run.stride);
+            }
+        })
+    }
+
+    /// Copies a region of tile `s` (in `s_aiv`'s UB if Vec) to a region of tile `d`, layout to
+    /// layout, when the source region is all written and the two live in different buffers;
+    /// returns false (having done nothing) otherwise.
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_tiles(
+        &mut self,
+        s: &TileLoc,
+        s_aiv: u8,
+        s_at: (usize, usize),
+        d: &TileLoc,
+        d_aiv: u8,
+        d_at: (usize, usize),
+        size: (usize, usize),
+    ) -> Result<bool, String> {
+        if s.es() != d.es() || !self.region_defined(s, s_aiv, s_at, size)? {
+            return Ok(false);
+        }
+        let (dspace, es) = (d.space(), d.es());
+        self.mem
+            .touch(dspace, d_aiv, d.addr, d.addr + d.ty.bytes() as usize);
+        let Some((src, dst, bits)) = self.mem.src_dst((s.space(), s_aiv), (dspace, d_aiv))? else {
+            return Ok(false);
+        };
+        tile::copy_between(src, s, s_at, dst, d, d_at, size)?;
+        tile::for_each_run(d, usize::MAX, d_at, size, |run| {
+            mark_bits(bits, run.buf, run.len * es, true)
         })?;
-        self.note_region(loc, aiv, (r0, c0), (rows, cols), true);
-        Ok(())
+        self.note_region(s, s_aiv, s_at, size, false);
+        self.note_region(d, d_aiv, d_at, size, true);
+        Ok(true)
     }
 
     /// [`ExecCtx::write_bytes`] for a copy: element `i` (row-major) of the region becomes
@@ -185,6 +341,9 @@ impl<'k> ExecCtx<'k, '_, '_> {
         defined: &[bool],
     ) -> Result<(), String> {
         self.write_bytes(loc, aiv, at, size, data)?;
+        if defined.iter().all(|d| *d) {
+            return Ok(());
+        }
         let (space, es, mem) = (loc.space(), loc.es(), &mut *self.mem);
         tile::for_each_run(loc, usize::MAX, at, size, |run| {
             for i in 0..run.len {
@@ -219,6 +378,22 @@ impl<'k> ExecCtx<'k, '_, '_> {
         Ok(out)
     }
 
+    /// True when every byte of the region was written.
+    pub fn region_defined(
+        &self,
+        loc: &TileLoc,
+        aiv: u8,
+        at: (usize, usize),
+        size: (usize, usize),
+    ) -> Result<bool, String> {
+        let (space, es, mem) = (loc.space(), loc.es(), &*self.mem);
+        let mut all = true;
+        tile::for_each_run(loc, usize::MAX, at, size, |run| {
+            all = all && mem.defined(space, aiv, run.buf, run.len * es);
+        })?;
+        Ok(all)
+    }
+
     /// An error when some byte of the region was never written: poison reaching a value.
     pub fn require_defined(
         &self,
@@ -228,6 +403,9 @@ impl<'k> ExecCtx<'k, '_, '_> {
         size: (usize, usize),
         what: &str,
     ) -> Result<(), String> {
+        if self.region_defined(loc, aiv, at, size)? {
+            return Ok(());
+        }
         let mask = self.defined_mask(loc, aiv, at, size)?;
         match mask.iter().position(|d| !d) {
             None => Ok(()),

@@ -138,6 +138,66 @@ pub(super) fn fixpipe(
     Ok(out)
 }
 
+/// What the Fixpipe produced for a tile: f32 values still to be encoded (no quantisation from an
+/// f32 Acc, the common path), or encoded bytes.
+enum Fixed {
+    Vals(Vec<f32>),
+    Bytes(Vec<u8>),
+}
+
+/// [`fixpipe`] for a move into a tile: the common path stays in f32 and is encoded straight
+/// into the destination's runs by [`write_fixed`].
+fn fixpipe_to_tile(
+    cx: &mut ExecCtx<'_, '_, '_>,
+    acc: &TileLoc,
+    origin: (usize, usize),
+    size: (usize, usize),
+    dst: DType,
+    relu: bool,
+    scale: Option<&Scale>,
+) -> Result<Fixed, String> {
+    if scale.is_some() || acc.ty.dtype != DType::F32 {
+        return fixpipe(cx, acc, origin, size, dst, relu, scale).map(Fixed::Bytes);
+    }
+    // Every value is decoded from the Acc region before it is read.
+    let mut vals = cx.core.pool.f32s_to_overwrite(size.0 * size.1);
+    cx.read_f32(acc, 0, origin, size, &mut vals)?;
+    if relu {
+        vals.iter_mut().for_each(|v| *v = v.max(0.0));
+    }
+    Ok(Fixed::Vals(vals))
+}
+
+/// [`write_out`] for what the Fixpipe produced.
+fn write_fixed(
+    cx: &mut ExecCtx<'_, '_, '_>,
+    d: &TileLoc,
+    aiv: u8,
+    at: (usize, usize),
+    size: (usize, usize),
+    data: Fixed,
+    src: Source<'_, '_>,
+) -> Result<(), String> {
+    match data {
+        Fixed::Bytes(b) => write_out(cx, d, aiv, at, size, b, src),
+        Fixed::Vals(v) => {
+            let r = if cx.region_defined(src.0, src.1, src.2, size)? {
+                cx.write_f32(d, aiv, at, size, &v)
+            } else {
+                let mut b = cx.core.pool.bytes();
+                b.resize(v.len() * d.es(), 0);
+                numeric::encode_f32(d.ty.dtype, &v, &mut b);
+                let mask = cx.defined_mask(src.0, src.1, src.2, size)?;
+                let r = cx.write_bytes_masked(d, aiv, at, size, &b, &mask);
+                cx.core.pool.put_bytes(b);
+                r
+            };
+            cx.core.pool.put_f32s(v);
+            r
+        }
+    }
+}
+
 /// Where copied data came from: its tile, the AIV whose UB holds it, and the region's origin.
 type Source<'a, 'k> = (&'a TileLoc<'k>, u8, (usize, usize));
 
@@ -152,8 +212,12 @@ fn write_out(
     data: Vec<u8>,
     src: Source<'_, '_>,
 ) -> Result<(), String> {
-    let mask = cx.defined_mask(src.0, src.1, src.2, size)?;
-    let r = cx.write_bytes_masked(d, aiv, at, size, &data, &mask);
+    let r = if cx.region_defined(src.0, src.1, src.2, size)? {
+        cx.write_bytes(d, aiv, at, size, &data)
+    } else {
+        let mask = cx.defined_mask(src.0, src.1, src.2, size)?;
+        cx.write_bytes_masked(d, aiv, at, size, &data, &mask)
+    };
     cx.core.pool.put_bytes(data);
     r
 }
@@ -195,7 +259,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
         ),
         (MemSpace::Acc, MemSpace::Mat) => {
             cx.require_defined(&s, 0, (0, 0), s.valid()?, "a Fixpipe move")?;
-            let data = fixpipe(
+            let data = fixpipe_to_tile(
                 cx,
                 &s,
                 (0, 0),
@@ -204,7 +268,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
                 *relu,
                 scale.as_ref(),
             )?;
-            write_out(cx, &d, 0, off, s.valid()?, data, (&s, 0, (0, 0)))
+            write_fixed(cx, &d, 0, off, s.valid()?, data, (&s, 0, (0, 0)))
         }
         (MemSpace::Mat, MemSpace::Left | MemSpace::Right) => {
             // MTE1 moves whole fractals: round the region up to the destination's boxes.
@@ -243,6 +307,9 @@ fn copy(
     size: (usize, usize),
 ) -> Result<(), String> {
     let aiv = cx.own_aiv();
+    if s.ty.dtype == d.ty.dtype && cx.copy_tiles(s, aiv, src_at, d, aiv, dst_at, size)? {
+        return Ok(());
+    }
     let mut bytes = cx.core.pool.bytes();
     cx.read_bytes(s, aiv, src_at, size, &mut bytes)?;
     if s.ty.dtype != d.ty.dtype {
@@ -284,13 +351,13 @@ fn acc_to_vec_move(
             } else {
                 ((0, 0), off, (vm, vn))
             };
-            let data = fixpipe(cx, s, src_at, size, dt, relu, scale)?;
-            write_out(cx, d, aiv, dst_at, size, data, (s, 0, src_at))
+            let data = fixpipe_to_tile(cx, s, src_at, size, dt, relu, scale)?;
+            write_fixed(cx, d, aiv, dst_at, size, data, (s, 0, src_at))
         }
         AccToVecMode::DualModeSplitM => {
             let half = vm.div_ceil(2) * 2 / 2;
-            let data0 = fixpipe(cx, s, (0, 0), (half.min(s.rows()), vn), dt, relu, scale)?;
-            write_out(
+            let data0 = fixpipe_to_tile(cx, s, (0, 0), (half.min(s.rows()), vn), dt, relu, scale)?;
+            write_fixed(
                 cx,
                 d,
                 0,
@@ -301,8 +368,8 @@ fn acc_to_vec_move(
             )?;
             let rest = vm.saturating_sub(half);
             if rest > 0 {
-                let data1 = fixpipe(cx, s, (half, 0), (rest, vn), dt, relu, scale)?;
-                write_out(cx, d, 1, (0, 0), (rest, vn), data1, (s, 0, (half, 0)))?;
+                let data1 = fixpipe_to_tile(cx, s, (half, 0), (rest, vn), dt, relu, scale)?;
+                write_fixed(cx, d, 1, (0, 0), (rest, vn), data1, (s, 0, (half, 0)))?;
             }
             Ok(())
         }
@@ -316,10 +383,10 @@ fn acc_to_vec_move(
                 ));
             }
             // Both halves are written in full (aligned N / 2 columns each), padding included.
-            let data0 = fixpipe(cx, s, (0, 0), (vm, half), dt, relu, scale)?;
-            write_out(cx, d, 0, (0, 0), (vm, half), data0, (s, 0, (0, 0)))?;
-            let data1 = fixpipe(cx, s, (0, half), (vm, half), dt, relu, scale)?;
-            write_out(cx, d, 1, (0, 0), (vm, half), data1, (s, 0, (0, half)))
+            let data0 = fixpipe_to_tile(cx, s, (0, 0), (vm, half), dt, relu, scale)?;
+            write_fixed(cx, d, 0, (0, 0), (vm, half), data0, (s, 0, (0, 0)))?;
+            let data1 = fixpipe_to_tile(cx, s, (0, half), (vm, half), dt, relu, scale)?;
+            write_fixed(cx, d, 1, (0, 0), (vm, half), data1, (s, 0, (0, half)))
         }
     }
 }

@@ -116,14 +116,34 @@ fn load<F: Scratch>(
     rows: usize,
     cols: usize,
 ) -> Result<Vec<F>, String> {
-    let mut bytes = cx.core.pool.bytes();
     let aiv = cx.own_aiv();
     cx.require_defined(loc, aiv, (0, 0), (rows, cols), "a vector op")?;
-    cx.read_bytes(loc, aiv, (0, 0), (rows, cols), &mut bytes)?;
     let mut out = F::take(&mut cx.core.pool, rows * cols);
-    F::decode(loc.ty.dtype, &bytes, &mut out);
-    cx.core.pool.put_bytes(bytes);
-    Ok(out)
+    let (dtype, es) = (loc.ty.dtype, loc.es());
+    // Decoded straight from the tile's runs into row-major scratch.
+    let r = cx.read_runs(loc, aiv, (0, 0), (rows, cols), |b, run| {
+        if run.stride == 1 {
+            F::decode(dtype, b, &mut out[run.elem..run.elem + run.len]);
+        } else {
+            // Down a column: decode a chunk at once, then spread it over the rows.
+            let mut tmp = [F::zero(); 64];
+            for (k, chunk) in b.chunks(64 * es).enumerate() {
+                let n = chunk.len() / es;
+                F::decode(dtype, chunk, &mut tmp[..n]);
+                let first = run.elem + k * 64 * run.stride;
+                for (i, v) in tmp[..n].iter().enumerate() {
+                    out[first + i * run.stride] = *v;
+                }
+            }
+        }
+    });
+    match r {
+        Ok(()) => Ok(out),
+        Err(e) => {
+            F::give(&mut cx.core.pool, out);
+            Err(e)
+        }
+    }
 }
 
 /// Encodes `vals` into the tile's `rows x cols` region and gives the buffer back to the pool.
@@ -135,13 +155,25 @@ fn store<F: Scratch>(
     vals: Vec<F>,
     round: RoundMode,
 ) -> Result<(), String> {
-    let es = loc.es();
-    let mut bytes = cx.core.pool.bytes();
-    bytes.resize(rows * cols * es, 0);
-    F::encode(loc.ty.dtype, round, &vals, &mut bytes);
+    let (dtype, es) = (loc.ty.dtype, loc.es());
     let aiv = cx.own_aiv();
-    let r = cx.write_bytes(loc, aiv, (0, 0), (rows, cols), &bytes);
-    cx.core.pool.put_bytes(bytes);
+    // Encoded straight into the tile's runs.
+    let r = cx.write_runs(loc, aiv, (0, 0), (rows, cols), |b, run| {
+        if run.stride == 1 {
+            F::encode(dtype, round, &vals[run.elem..run.elem + run.len], b);
+        } else {
+            // Down a column: gather a chunk from the rows, then encode it at once.
+            let mut tmp = [F::zero(); 64];
+            for (k, chunk) in b.chunks_mut(64 * es).enumerate() {
+                let n = chunk.len() / es;
+                let first = run.elem + k * 64 * run.stride;
+                for (i, v) in tmp[..n].iter_mut().enumerate() {
+                    *v = vals[first + i * run.stride];
+                }
+                F::encode(dtype, round, &tmp[..n], chunk);
+            }
+        }
+    });
     F::give(&mut cx.core.pool, vals);
     r
 }
