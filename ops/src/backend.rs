@@ -77,6 +77,9 @@ mod tests {
         }
         let e = "cuda".parse::<Backend>().expect_err("unknown backend");
         let msg = e.to_string();
-        assert!(msg.contains("cuda") && msg.contains("reference, sim, ascend950"), "{msg}");
+        assert!(
+            msg.contains("cuda") && msg.contains("reference, sim, ascend950"),
+            "{msg}"
+        );
     }
 }

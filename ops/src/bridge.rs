@@ -4,7 +4,8 @@
 //! converted to the I32 the kernels read, after the op has validated their values.
 
 use crate::error::OpError;
-use bytemuck::{cast_slice, pod_collect_to_vec};
+use bytemuck::{cast_slice, cast_slice_mut, Pod};
+use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, DType as CDType, Layout, Storage, Tensor};
 use tile_backend::ir::DType;
 use tile_backend::sim::GmTensor;
@@ -66,6 +67,7 @@ pub fn gm_from_storage(
 }
 
 /// A data tensor as a GM tensor (see [`gm_from_storage`]).
+#[allow(dead_code)] // for kernel host code and tests
 pub fn gm_from_tensor(
     op: &'static str,
     arg: &'static str,
@@ -102,17 +104,27 @@ pub fn index_values(op: &'static str, arg: &'static str, t: &Tensor) -> Result<V
 }
 
 /// An I32 GM tensor from validated integer values (every value fits i32: the op checked it).
+#[allow(dead_code)] // for kernel host code
 pub fn gm_i32(shape: &[usize], values: &[i64]) -> GmTensor {
     GmTensor::from_i64(DType::I32, shape, values)
+}
+
+/// Little-endian element bytes (any alignment) as a vector of `T`; trailing bytes that do not
+/// fill an element are ignored.
+fn collect<T: Pod>(bytes: &[u8]) -> Vec<T> {
+    let n = bytes.len() / std::mem::size_of::<T>();
+    let mut v = vec![T::zeroed(); n];
+    cast_slice_mut::<T, u8>(&mut v).copy_from_slice(&bytes[..n * std::mem::size_of::<T>()]);
+    v
 }
 
 /// A GM tensor's bytes as CPU storage of the same dtype (f32, f16, bf16 or i64 results).
 pub fn storage_from_gm(op: &'static str, t: &GmTensor) -> Result<CpuStorage, OpError> {
     Ok(match t.dtype {
-        DType::F32 => CpuStorage::F32(pod_collect_to_vec::<u8, f32>(&t.data)),
-        DType::F16 => CpuStorage::F16(pod_collect_to_vec::<u8, half::f16>(&t.data)),
-        DType::BF16 => CpuStorage::BF16(pod_collect_to_vec::<u8, half::bf16>(&t.data)),
-        DType::I64 => CpuStorage::I64(pod_collect_to_vec::<u8, i64>(&t.data)),
+        DType::F32 => CpuStorage::F32(collect::<f32>(&t.data)),
+        DType::F16 => CpuStorage::F16(collect::<half::f16>(&t.data)),
+        DType::BF16 => CpuStorage::BF16(collect::<half::bf16>(&t.data)),
+        DType::I64 => CpuStorage::I64(collect::<i64>(&t.data)),
         other => {
             return Err(OpError::Package {
                 op,
@@ -120,4 +132,292 @@ pub fn storage_from_gm(op: &'static str, t: &GmTensor) -> Result<CpuStorage, OpE
             })
         }
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Argument checks shared by the ops. Every error names the op, the argument and the rule.
+// ---------------------------------------------------------------------------------------------
+
+/// The dtypes accepted for index tensors (indices, context lengths, slot mappings).
+pub(crate) const INDEX_DTYPES: &[CDType] = &[CDType::I32, CDType::I64];
+/// The dtypes accepted for block tables.
+pub(crate) const TABLE_DTYPES: &[CDType] = &[CDType::I32, CDType::I64, CDType::U32];
+
+/// Checks that `t` lives on the CPU (the simulator and the reference run on the host).
+pub(crate) fn check_cpu(op: &'static str, arg: &'static str, t: &Tensor) -> Result<(), OpError> {
+    if t.device().is_cpu() {
+        Ok(())
+    } else {
+        Err(OpError::invalid(
+            op,
+            arg,
+            format!(
+                "must be on the CPU device, found {:?} (the simulator and the reference run on the host)",
+                t.device().location()
+            ),
+        ))
+    }
+}
+
+/// Checks device, rank and non-emptiness; returns the dims. `form` names the dims, e.g.
+/// `"[B, H, Dqk]"`.
+pub(crate) fn check_shape<'a>(
+    op: &'static str,
+    arg: &'static str,
+    t: &'a Tensor,
+    form: &str,
+    rank: usize,
+) -> Result<&'a [usize], OpError> {
+    check_cpu(op, arg, t)?;
+    let dims = t.dims();
+    if dims.len() != rank {
+        return Err(OpError::invalid(
+            op,
+            arg,
+            format!(
+                "must have rank {rank} {form}, found rank {} with shape {dims:?}",
+                dims.len()
+            ),
+        ));
+    }
+    if dims.contains(&0) {
+        return Err(OpError::invalid(
+            op,
+            arg,
+            format!("must not be empty: shape {form} is {dims:?}"),
+        ));
+    }
+    Ok(dims)
+}
+
+/// Checks a data tensor (f32, f16, bf16): device, rank, non-empty; returns its dims.
+pub(crate) fn check_data<'a>(
+    op: &'static str,
+    arg: &'static str,
+    t: &'a Tensor,
+    form: &str,
+    rank: usize,
+) -> Result<&'a [usize], OpError> {
+    let dims = check_shape(op, arg, t, form, rank)?;
+    data_dtype(op, arg, t.dtype())?;
+    Ok(dims)
+}
+
+/// Checks that `t` has the same dtype as the reference argument `ref_arg`.
+pub(crate) fn check_same_dtype(
+    op: &'static str,
+    arg: &'static str,
+    t: &Tensor,
+    ref_arg: &str,
+    want: CDType,
+) -> Result<(), OpError> {
+    if t.dtype() == want {
+        Ok(())
+    } else {
+        Err(OpError::invalid(
+            op,
+            arg,
+            format!(
+                "dtype {:?} differs from `{ref_arg}` ({want:?}): all data tensors must share one dtype",
+                t.dtype()
+            ),
+        ))
+    }
+}
+
+/// Checks an integer tensor (device, rank, non-empty, dtype in `allowed`) and returns its dims and
+/// values (row-major, whatever the tensor's strides).
+pub(crate) fn check_index(
+    op: &'static str,
+    arg: &'static str,
+    t: &Tensor,
+    form: &str,
+    rank: usize,
+    allowed: &[CDType],
+) -> Result<(Vec<usize>, Vec<i64>), OpError> {
+    let dims = check_shape(op, arg, t, form, rank)?.to_vec();
+    if !allowed.contains(&t.dtype()) {
+        let names: Vec<String> = allowed.iter().map(|d| format!("{d:?}")).collect();
+        return Err(OpError::invalid(
+            op,
+            arg,
+            format!(
+                "dtype {:?} is not accepted: use one of {}",
+                t.dtype(),
+                names.join(", ")
+            ),
+        ));
+    }
+    let values = index_values(op, arg, t)?;
+    Ok((dims, values))
+}
+
+/// Checks that `dims[axis] == want`, naming what the size must agree with.
+pub(crate) fn check_dim(
+    op: &'static str,
+    arg: &'static str,
+    dims: &[usize],
+    axis: usize,
+    name: &str,
+    want: usize,
+    why: &str,
+) -> Result<(), OpError> {
+    if dims[axis] == want {
+        Ok(())
+    } else {
+        Err(OpError::invalid(
+            op,
+            arg,
+            format!(
+                "dim {axis} ({name}) is {}, but must be {want} ({why}); shape {dims:?}",
+                dims[axis]
+            ),
+        ))
+    }
+}
+
+/// Checks that `scale` is finite.
+pub(crate) fn check_scale(op: &'static str, scale: f32) -> Result<(), OpError> {
+    if scale.is_finite() {
+        Ok(())
+    } else {
+        Err(OpError::invalid(
+            op,
+            "scale",
+            format!("must be finite, found {scale}"),
+        ))
+    }
+}
+
+/// The physical slot (`block * block_size + offset`) of logical token `t` of row `row` of a
+/// block table (`max_blocks` columns), checking the entry it reaches: non-negative and
+/// `< num_blocks`. `who` describes the index reaching it, for the message. `t` must already be in
+/// `0..max_blocks * block_size`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn reach(
+    op: &'static str,
+    table: &[i64],
+    row: usize,
+    max_blocks: usize,
+    block_size: usize,
+    num_blocks: usize,
+    t: i64,
+    who: impl FnOnce() -> String,
+) -> Result<i64, OpError> {
+    let bs = block_size as i64;
+    let col = (t / bs) as usize;
+    let entry = table[row * max_blocks + col];
+    if entry < 0 || entry >= num_blocks as i64 {
+        return Err(OpError::invalid(
+            op,
+            "block_table",
+            format!(
+                "entry [{row}, {col}] = {entry} (reached by {}) must be in 0..{num_blocks} (num_blocks)",
+                who()
+            ),
+        ));
+    }
+    Ok(entry * bs + t % bs)
+}
+
+/// Resolves the backend of a call: the given one or the process default.
+pub(crate) fn resolve_backend(backend: Option<crate::Backend>) -> Result<crate::Backend, OpError> {
+    match backend {
+        Some(b) => Ok(b),
+        None => crate::Backend::from_env(),
+    }
+}
+
+/// A slot for an error raised inside a candle custom op, so the public function can return the
+/// original [`OpError`] (candle wraps errors crossing its op boundary).
+#[derive(Debug, Default)]
+pub(crate) struct ErrorSlot(std::sync::Mutex<Option<OpError>>);
+
+impl ErrorSlot {
+    /// Stores `e` and returns a candle error standing for it.
+    pub(crate) fn stash(&self, e: OpError) -> candle_core::Error {
+        let msg = e.to_string();
+        if let Ok(mut g) = self.0.lock() {
+            *g = Some(e);
+        }
+        candle_core::Error::Msg(msg)
+    }
+
+    /// The original error if one was stashed, else `e` itself.
+    pub(crate) fn recover(&self, e: candle_core::Error) -> OpError {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|mut g| g.take())
+            .unwrap_or(OpError::Candle(e))
+    }
+}
+
+/// Checks a kernel result's shape (a kernel defect otherwise, reported as such).
+pub(crate) fn expect_shape(
+    op: &'static str,
+    got: &[usize],
+    want: &[usize],
+    what: &str,
+) -> Result<(), OpError> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(OpError::Package {
+            op,
+            why: format!("the kernel returned {what} of shape {got:?}, expected {want:?}"),
+        })
+    }
+}
+
+/// The runner for a kernel backend: the simulator, or the package writer for the Ascend 950.
+pub(crate) fn runner(op: &'static str, backend: crate::Backend) -> crate::runtime::Runner {
+    use crate::runtime::Runner;
+    match backend {
+        crate::Backend::Ascend950 => Runner::package(op, &Runner::default_package_dir(op)),
+        _ => Runner::sim(op),
+    }
+}
+
+/// The address of `t`'s storage (equal for tensors sharing one allocation).
+pub(crate) fn storage_addr(t: &Tensor) -> usize {
+    let (s, _) = t.storage_and_layout();
+    std::ptr::from_ref::<Storage>(&s) as usize
+}
+
+/// Copies a GM tensor's bytes back into the contiguous range of `layout` in `dst` (same dtype).
+pub(crate) fn write_storage(
+    op: &'static str,
+    dst: &mut CpuStorage,
+    layout: &Layout,
+    src: &GmTensor,
+) -> Result<(), OpError> {
+    let (a, b) = contiguous(op, "cache", layout)?;
+    let bytes: &mut [u8] = match (dst, src.dtype) {
+        (CpuStorage::F32(v), DType::F32) => cast_slice_mut(&mut v[a..b]),
+        (CpuStorage::F16(v), DType::F16) => cast_slice_mut(&mut v[a..b]),
+        (CpuStorage::BF16(v), DType::BF16) => cast_slice_mut(&mut v[a..b]),
+        (d, _) => {
+            return Err(OpError::Package {
+                op,
+                why: format!(
+                    "the kernel returned a {} tensor for a {:?} destination",
+                    src.dtype,
+                    d.dtype()
+                ),
+            })
+        }
+    };
+    if bytes.len() != src.data.len() {
+        return Err(OpError::Package {
+            op,
+            why: format!(
+                "the kernel returned {} bytes for a {}-byte destination",
+                src.data.len(),
+                bytes.len()
+            ),
+        });
+    }
+    bytes.copy_from_slice(&src.data);
+    Ok(())
 }

@@ -1,13 +1,35 @@
 //! `tileops-ops`: the tileops operators as candle custom ops.
 //!
-//! Every op takes candle tensors and a [`Backend`] chosen per call (process default from
-//! `TILEOPS_BACKEND`): [`Backend::Reference`] composes candle tensor ops, [`Backend::TileSim`]
+//! Every op takes candle tensors and a [`Backend`] chosen per call (`None`: the process default
+//! from `TILEOPS_BACKEND`): [`Backend::Reference`] composes candle tensor ops, [`Backend::TileSim`]
 //! runs the op's compiled tile kernels in the Ascend 950 simulator, [`Backend::Ascend950`]
 //! writes the kernel package and reports that no device is present. See docs/ops.md.
 //!
+//! The ops: [`paged_gather`], [`sparse_paged_attention`], [`paged_attention`],
+//! [`reshape_and_cache`].
+//!
 //! Layout: [`backend`], [`error`], [`runtime`] (kernel cache, launcher, profiling), `bridge`
-//! (candle storage <-> GM tensors), and one folder per op family with `mod.rs` (the candle op and
-//! its validation), `kernel.rs` (the tile DSL kernels and their host code) and `reference.rs`.
+//! (candle storage <-> GM tensors, shared argument checks), and one folder per op family with
+//! `mod.rs` (the candle op and its validation), `kernel.rs` (the tile DSL kernels and their host
+//! code) and `reference.rs` (the Reference backend).
+//!
+//! ```
+//! use candle_core::{DType, Device, Tensor};
+//! use tileops_ops::{paged_gather, Backend};
+//!
+//! let src = Tensor::arange(0f32, 64.0, &Device::Cpu)?.reshape((16, 4))?;
+//! let indices = Tensor::new(&[[0i32, 5, 7]], &Device::Cpu)?;
+//! let table = Tensor::new(&[[3u32, 0, 7, 1]], &Device::Cpu)?; // 4 blocks of 2 tokens
+//! let rows = paged_gather(&src, &indices, &table, 2, 4, Some(Backend::Reference))?;
+//! // token 5 -> block table[2] = 7, offset 1 -> physical row 15
+//! assert_eq!(rows.to_vec2::<f32>()?[1], vec![60.0, 61.0, 62.0, 63.0]);
+//! # let _ = DType::F32;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+// `OpError` carries the compiler's and the simulator's errors by value (runtime.rs and the kernels
+// build those variants); errors are the cold path, so their size does not matter.
+#![allow(clippy::result_large_err)]
 
 pub mod backend;
 mod bridge;
@@ -20,4 +42,8 @@ pub mod sparse_attention;
 
 pub use backend::Backend;
 pub use error::OpError;
+pub use kv_cache::reshape_and_cache;
+pub use paged_attention::{paged_attention, PagedAttentionParams};
+pub use paged_gather::paged_gather;
 pub use runtime::{profile, LaunchRecord};
+pub use sparse_attention::{sparse_paged_attention, SparseAttentionParams};

@@ -9,8 +9,10 @@ use crate::error::OpError;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use tile_backend::arch::{Arch, Sku};
+use tile_backend::codegen::pto::{emit, LaunchSpec};
 use tile_backend::ir::Kernel;
 use tile_backend::passes::compile;
 use tile_backend::sim::{self, cost::CostReport, Arg, SimOptions};
@@ -139,13 +141,16 @@ impl Runner {
         }
     }
 
-    /// The package directory for `op`: `$TILEOPS_PACKAGE_DIR/<op>` or
-    /// `<temp dir>/tileops-packages/<op>`.
+    /// A fresh package directory for one call of `op`:
+    /// `$TILEOPS_PACKAGE_DIR/<op>/<pid>-<call>` (default base `<temp dir>/tileops-packages`), so
+    /// concurrent calls never overwrite each other's files.
     pub fn default_package_dir(op: &str) -> PathBuf {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, Ordering::Relaxed);
         let base = std::env::var_os(PACKAGE_DIR_ENV)
             .map(PathBuf::from)
             .unwrap_or_else(|| std::env::temp_dir().join("tileops-packages"));
-        base.join(op)
+        base.join(op).join(format!("{}-{call}", std::process::id()))
     }
 
     /// True when launches actually run (the outputs are meaningful).
@@ -173,8 +178,10 @@ impl Runner {
             Mode::Sim => {
                 let opts = SimOptions { block_dim };
                 if profiling() {
-                    let (_, trace) = sim::run_traced(kernel, arch(), args, opts).map_err(sim_err)?;
-                    let cost = sim::cost::report(kernel, arch(), Sku::Ascend950PR, &trace, block_dim);
+                    let (_, trace) =
+                        sim::run_traced(kernel, arch(), args, opts).map_err(sim_err)?;
+                    let cost =
+                        sim::cost::report(kernel, arch(), Sku::Ascend950PR, &trace, block_dim);
                     let hazards = sim::hazards::check(kernel, &trace)
                         .iter()
                         .map(|h| h.to_string())
@@ -227,9 +234,9 @@ impl Runner {
 
 /// Writes one launch's package: the PTO-ISA kernel source, the host launcher and the manifest.
 fn write_package(kernel: &Kernel, block_dim: usize, dir: &Path) -> Result<Vec<PathBuf>, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let path = dir.join(format!("{}.json", kernel.name));
-    std::fs::write(&path, kernel.to_json()).map_err(|e| format!("{}: {e}", path.display()))?;
-    let _ = block_dim;
-    Ok(vec![path])
+    let launch = LaunchSpec {
+        block_dim: block_dim as u64,
+    };
+    let package = emit(kernel, arch(), &launch).map_err(|e| e.to_string())?;
+    package.write_to(dir).map_err(|e| e.to_string())
 }

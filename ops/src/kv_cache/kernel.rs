@@ -2,10 +2,36 @@
 //! code.
 //!
 //! CONTRACT (the op layer in `mod.rs` calls exactly this): `run` receives validated inputs.
+//!
+//! # Kernel
+//!
+//! Vector program only, the row copy of the paged gather with the indirection on the other side:
+//! the `N` new rows are split into contiguous runs, one per AIV, and each AIV walks its run
+//! with `DEPTH` UB buffers in flight:
+//!
+//! ```text
+//! per row i (buffer i % DEPTH):
+//!   S     s = slot_mapping[i]                         (read_scalar)
+//!   if s >= 0:
+//!     MTE2  rows[i, 0..row] -> row_ub[slot]
+//!     MTE3  row_ub[slot] -> cache[s, 0..row]
+//! ```
+//!
+//! The cache is an output argument that the kernel writes only at the mapped slots: the
+//! simulator merges each block's written bytes into the argument it was given, so every other
+//! cache row keeps its value (the in-place update). Valid slots are distinct (checked by the op
+//! layer), so no two cores write the same row. Only the dtype and the row width are static;
+//! `N` and the cache's slot count are runtime scalars.
 
+use crate::bridge::gm_i32;
 use crate::error::OpError;
-use crate::runtime::Runner;
-use tile_backend::sim::GmTensor;
+use crate::paged_gather::kernel::{block_dim_for, emit_row_copy, RowPlan, RowTiles};
+use crate::runtime::{compiled, Runner};
+use tile_backend::dsl::{Body, KernelBuilder};
+use tile_backend::ir::{DType, Expr, Kernel};
+use tile_backend::sim::{Arg, GmTensor};
+
+const OP: &str = "reshape_and_cache";
 
 /// One validated cache write: row `i` of `rows` goes to physical slot `slot_mapping[i]` of
 /// `cache` (slot = block * block_size + offset); a slot of -1 skips the row (padding tokens).
@@ -18,12 +44,138 @@ pub struct CacheWrite {
     pub slot_mapping: Vec<i64>,
 }
 
+/// The cache kernel for `dtype` rows of `row` columns. Arguments, in order: scalars `n` (N),
+/// `slots` (rows of the cache); tensors `rows [N, row]`, `slot_mapping [1, N]` (i32),
+/// `cache [slots, row]` (output, written only at the mapped slots).
+fn cache_kernel(dtype: DType, row: u64) -> Kernel {
+    let rt = RowTiles::new(dtype, row);
+    let mut kb = KernelBuilder::new(format!("reshape_and_cache_{dtype}_{row}"));
+    let n = Expr::Param(kb.scalar("n", DType::I64));
+    let slots = Expr::Param(kb.scalar("slots", DType::I64));
+    let rows = kb.input("rows", dtype, [n.clone(), Expr::from(row)]);
+    let map = kb.input("slot_mapping", DType::I32, [Expr::from(1), n.clone()]);
+    let cache = kb.output("cache", dtype, [slots, Expr::from(row)]);
+    let plan = move |b: &mut Body<'_>, i: Expr| {
+        let s = b.read_scalar("slot", map, i.clone());
+        RowPlan {
+            when: Some(Expr::from(s).ge(0)),
+            src_row: i,
+            dst_row: Expr::from(s),
+        }
+    };
+    let stride = Expr::from(row);
+    emit_row_copy(&mut kb, rt, n, rows, stride.clone(), cache, stride, &plan);
+    kb.build()
+}
+
+/// Checks the shapes the kernel's arguments depend on (the op layer validated the values), so
+/// a malformed call is an error, never a panic. Returns `(N, row, slots)`.
+fn check(cache: &GmTensor, w: &CacheWrite) -> Result<(usize, usize, usize), OpError> {
+    if !matches!(w.rows.dtype, DType::F32 | DType::F16 | DType::BF16) {
+        return Err(OpError::invalid(
+            OP,
+            "rows",
+            format!(
+                "dtype {} is not supported: use f32, f16 or bf16",
+                w.rows.dtype
+            ),
+        ));
+    }
+    if cache.dtype != w.rows.dtype {
+        return Err(OpError::invalid(
+            OP,
+            "cache",
+            format!(
+                "dtype {} differs from the rows' {}",
+                cache.dtype, w.rows.dtype
+            ),
+        ));
+    }
+    let n = w.slot_mapping.len();
+    let Some((&first, rest)) = w.rows.shape.split_first() else {
+        return Err(OpError::invalid(
+            OP,
+            "rows",
+            "must be at least 1-D [N, ...]",
+        ));
+    };
+    if first != n {
+        return Err(OpError::invalid(
+            OP,
+            "slot_mapping",
+            format!("has {n} entries but rows has {first} rows"),
+        ));
+    }
+    let row: usize = rest.iter().product();
+    if row == 0 {
+        return Err(OpError::invalid(OP, "rows", "rows must not be empty"));
+    }
+    let total = cache.len();
+    if total % row != 0 {
+        return Err(OpError::invalid(
+            OP,
+            "cache",
+            format!(
+                "{total} elements (shape {:?}) are not a whole number of {row}-element rows",
+                cache.shape
+            ),
+        ));
+    }
+    let slots = total / row;
+    if let Some(bad) = w
+        .slot_mapping
+        .iter()
+        .find(|&&s| s < -1 || s >= slots as i64)
+    {
+        return Err(OpError::invalid(
+            OP,
+            "slot_mapping",
+            format!("slot {bad} is neither -1 nor in 0..{slots}"),
+        ));
+    }
+    Ok((n, row, slots))
+}
+
 /// Writes `w.rows` into `cache` (`[num_blocks, block_size, row]` or any shape whose trailing
 /// dims multiply to `row`), in place.
 pub fn run(runner: &mut Runner, cache: &mut GmTensor, w: &CacheWrite) -> Result<(), OpError> {
-    let _ = (runner, cache, w);
-    Err(OpError::Package {
-        op: "reshape_and_cache",
-        why: "the tile kernel is not written yet".into(),
-    })
+    let (n, row, slots) = check(cache, w)?;
+    if n == 0 || w.slot_mapping.iter().all(|&s| s < 0) {
+        return Ok(());
+    }
+    let dtype = w.rows.dtype;
+    let key = format!("{OP}/{dtype}/{row}");
+    let kernel = compiled(OP, &key, || cache_kernel(dtype, row as u64))?;
+    let rows = GmTensor {
+        dtype,
+        shape: vec![n, row],
+        data: w.rows.data.clone(),
+    };
+    // The kernel sees the cache as [slots, row]: move its bytes in, and back out whatever
+    // happens, so the caller's tensor keeps its shape.
+    let shape = std::mem::take(&mut cache.shape);
+    let flat = GmTensor {
+        dtype,
+        shape: vec![slots, row],
+        data: std::mem::take(&mut cache.data),
+    };
+    let mut args = vec![
+        Arg::Int(n as i64),
+        Arg::Int(slots as i64),
+        Arg::Tensor(rows),
+        Arg::Tensor(gm_i32(&[1, n], &w.slot_mapping)),
+        Arg::Tensor(flat),
+    ];
+    let launched = runner.launch(&kernel, block_dim_for(n), &mut args);
+    cache.shape = shape;
+    match args.pop() {
+        Some(Arg::Tensor(t)) => cache.data = t.data,
+        _ => {
+            return Err(OpError::Package {
+                op: OP,
+                why: "the launcher lost the cache argument".into(),
+            })
+        }
+    }
+    launched
 }

@@ -1,3 +1,218 @@
-//! (op layer: candle op, validation; reference in reference.rs)
+//! `reshape_and_cache`: writes new K/V (or MLA latent) rows into a paged cache at the slots of a
+//! slot mapping, in place (a candle in-place op).
 
 pub mod kernel;
+mod reference;
+
+use crate::backend::Backend;
+use crate::bridge::{self, ErrorSlot};
+use crate::error::OpError;
+use candle_core::{CpuStorage, InplaceOp2, Layout, Tensor};
+use kernel::CacheWrite;
+
+const OP: &str = "reshape_and_cache";
+
+/// Writes row `i` of `rows [N, ...]` into slot `slot_mapping[i]` of `cache [num_blocks,
+/// block_size, ...]`, in place (slot `s` is `cache[s / block_size, s % block_size]`).
+///
+/// `rows` and `cache` share one dtype (f32, f16, bf16) and one row width (the product of the
+/// dims after `N`, respectively after `block_size`; e.g. rows `[N, Hkv, D]` into a cache
+/// `[num_blocks, block_size, Hkv, D]`). `slot_mapping [N]` (I32/I64) holds `-1` (skip the row,
+/// e.g. a padding token) or a slot in `0..num_blocks * block_size`; no two valid slots may be
+/// equal (the result would depend on the write order). `cache` must be contiguous (it is written
+/// in place: a copy would not be the caller's cache) and must not share storage with `rows`; a
+/// non-contiguous `rows` is made contiguous first.
+///
+/// # Errors
+/// [`OpError::Invalid`] naming the argument for any broken rule (nothing is written);
+/// [`OpError::DeviceUnavailable`] for [`Backend::Ascend950`] after the package is written (the
+/// cache is unchanged); kernel errors for [`Backend::TileSim`].
+pub fn reshape_and_cache(
+    rows: &Tensor,
+    cache: &Tensor,
+    slot_mapping: &Tensor,
+    backend: Option<Backend>,
+) -> Result<(), OpError> {
+    let backend = bridge::resolve_backend(backend)?;
+    let v = validate(rows, cache, slot_mapping)?;
+    match backend {
+        Backend::Reference => reference::reshape_and_cache(rows, cache, &v),
+        Backend::TileSim | Backend::Ascend950 => {
+            let op = CacheOp {
+                v,
+                backend,
+                error: ErrorSlot::default(),
+            };
+            cache
+                .inplace_op2(&rows.contiguous()?, &op)
+                .map_err(|e| op.error.recover(e))
+        }
+    }
+}
+
+/// A validated call in host form.
+#[derive(Debug, Clone)]
+pub(crate) struct Validated {
+    /// Rows `N`.
+    pub n: usize,
+    /// Row width (elements).
+    pub width: usize,
+    /// Slots in the cache (`num_blocks * block_size`).
+    pub num_slots: usize,
+    pub num_blocks: usize,
+    pub block_size: usize,
+    pub slot_mapping: Vec<i64>,
+}
+
+fn validate(rows: &Tensor, cache: &Tensor, slot_mapping: &Tensor) -> Result<Validated, OpError> {
+    bridge::check_cpu(OP, "cache", cache)?;
+    let cd = cache.dims();
+    if cd.len() < 3 {
+        return Err(OpError::invalid(
+            OP,
+            "cache",
+            format!("must have rank >= 3 [num_blocks, block_size, ...row], found shape {cd:?}"),
+        ));
+    }
+    let cd = bridge::check_data(
+        OP,
+        "cache",
+        cache,
+        "[num_blocks, block_size, ...row]",
+        cd.len(),
+    )?;
+    if !cache.is_contiguous() {
+        return Err(OpError::invalid(
+            OP,
+            "cache",
+            "must be contiguous: it is written in place, so a contiguous copy would not be the caller's cache",
+        ));
+    }
+    let (num_blocks, block_size) = (cd[0], cd[1]);
+    let width: usize = cd[2..].iter().product();
+    bridge::check_cpu(OP, "rows", rows)?;
+    let rd = rows.dims();
+    if rd.len() < 2 {
+        return Err(OpError::invalid(
+            OP,
+            "rows",
+            format!("must have rank >= 2 [N, ...row], found shape {rd:?}"),
+        ));
+    }
+    let rd = bridge::check_data(OP, "rows", rows, "[N, ...row]", rd.len())?;
+    bridge::check_same_dtype(OP, "rows", rows, "cache", cache.dtype())?;
+    let n = rd[0];
+    let rw: usize = rd[1..].iter().product();
+    if rw != width {
+        return Err(OpError::invalid(
+            OP,
+            "rows",
+            format!(
+                "row width {rw} (shape {rd:?} after N) must equal the cache's row width {width} (shape {cd:?} after block_size)"
+            ),
+        ));
+    }
+    if bridge::storage_addr(rows) == bridge::storage_addr(cache) {
+        return Err(OpError::invalid(
+            OP,
+            "rows",
+            "must not share storage with `cache` (copy the rows first)",
+        ));
+    }
+    let (sd, slots) = bridge::check_index(
+        OP,
+        "slot_mapping",
+        slot_mapping,
+        "[N]",
+        1,
+        bridge::INDEX_DTYPES,
+    )?;
+    bridge::check_dim(OP, "slot_mapping", &sd, 0, "N", n, "rows is [N, ...row]")?;
+    let num_slots = num_blocks * block_size;
+    let mut first = vec![usize::MAX; num_slots];
+    for (i, &s) in slots.iter().enumerate() {
+        if s == -1 {
+            continue;
+        }
+        if s < -1 || s >= num_slots as i64 {
+            return Err(OpError::invalid(
+                OP,
+                "slot_mapping",
+                format!(
+                    "slot_mapping[{i}] = {s} must be -1 (skip) or in 0..{num_slots} (num_blocks {num_blocks} * block_size {block_size})"
+                ),
+            ));
+        }
+        let f = &mut first[s as usize];
+        if *f != usize::MAX {
+            return Err(OpError::invalid(
+                OP,
+                "slot_mapping",
+                format!("slot_mapping[{i}] = {s} duplicates slot_mapping[{}]: valid slots must be distinct", *f),
+            ));
+        }
+        *f = i;
+    }
+    Ok(Validated {
+        n,
+        width,
+        num_slots,
+        num_blocks,
+        block_size,
+        slot_mapping: slots,
+    })
+}
+
+/// The in-place candle op running the tile kernel (simulated, or packaged for the Ascend 950).
+struct CacheOp {
+    v: Validated,
+    backend: Backend,
+    error: ErrorSlot,
+}
+
+impl CacheOp {
+    fn forward(
+        &self,
+        cs: &mut CpuStorage,
+        cl: &Layout,
+        rs: &CpuStorage,
+        rl: &Layout,
+    ) -> Result<(), OpError> {
+        let v = &self.v;
+        let mut cache = bridge::gm_from_storage(OP, "cache", cs, cl)?;
+        cache.shape = vec![v.num_blocks, v.block_size, v.width];
+        let mut rows = bridge::gm_from_storage(OP, "rows", rs, rl)?;
+        rows.shape = vec![v.n, v.width];
+        let w = CacheWrite {
+            rows,
+            slot_mapping: v.slot_mapping.clone(),
+        };
+        let mut runner = bridge::runner(OP, self.backend);
+        kernel::run(&mut runner, &mut cache, &w)?;
+        runner.finish()?;
+        bridge::expect_shape(
+            OP,
+            &cache.shape,
+            &[v.num_blocks, v.block_size, v.width],
+            "cache",
+        )?;
+        bridge::write_storage(OP, cs, cl, &cache)
+    }
+}
+
+impl InplaceOp2 for CacheOp {
+    fn name(&self) -> &'static str {
+        OP
+    }
+
+    fn cpu_fwd(
+        &self,
+        cs: &mut CpuStorage,
+        cl: &Layout,
+        rs: &CpuStorage,
+        rl: &Layout,
+    ) -> candle_core::Result<()> {
+        self.forward(cs, cl, rs, rl)
+            .map_err(|e| self.error.stash(e))
+    }
+}

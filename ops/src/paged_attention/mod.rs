@@ -1,3 +1,240 @@
-//! (op layer: candle op, validation; reference in reference.rs)
+//! `paged_attention`: vLLM-style dense decode attention over a paged K/V cache with GQA and
+//! ragged context lengths, as a candle op.
 
 pub mod kernel;
+mod reference;
+
+use crate::backend::Backend;
+use crate::bridge::{self, ErrorSlot};
+use crate::error::OpError;
+use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
+use kernel::PagedProblem;
+
+const OP: &str = "paged_attention";
+
+/// The scalar parameters of [`paged_attention`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PagedAttentionParams {
+    /// Softmax scale multiplying the f32 scores (must be finite; usually `D^-0.5`).
+    pub scale: f32,
+}
+
+/// Dense paged decode attention: returns `out [B, H, D]` in q's dtype.
+///
+/// `q [B, H, D]`, `k_cache` and `v_cache [num_blocks, block_size, Hkv, D]` share one dtype (f32,
+/// f16, bf16); `H % Hkv == 0` and query head `h` reads KV head `h / (H / Hkv)`. Sequence `b`
+/// attends to its first `context_lens[b]` tokens (`1..=max_blocks * block_size`, I32/I64), token
+/// `t` living in slot `block_table[b, t / block_size] * block_size + t % block_size` of the cache
+/// (`block_table [B, max_blocks]`, I32/I64/U32; only the first `ceil(context_len / block_size)`
+/// entries of a row are read and checked, so tables may be padded with -1). Scores are `scale *
+/// q . k` in f32. Non-contiguous inputs are made contiguous first.
+///
+/// # Errors
+/// [`OpError::Invalid`] naming the argument for any broken rule; [`OpError::DeviceUnavailable`]
+/// for [`Backend::Ascend950`] after the package is written; kernel errors for
+/// [`Backend::TileSim`].
+pub fn paged_attention(
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    block_table: &Tensor,
+    context_lens: &Tensor,
+    params: &PagedAttentionParams,
+    backend: Option<Backend>,
+) -> Result<Tensor, OpError> {
+    let backend = bridge::resolve_backend(backend)?;
+    let v = validate(q, k_cache, v_cache, block_table, context_lens, params)?;
+    match backend {
+        Backend::Reference => reference::paged_attention(q, k_cache, v_cache, &v),
+        Backend::TileSim | Backend::Ascend950 => {
+            let op = PagedOp {
+                v,
+                backend,
+                error: ErrorSlot::default(),
+            };
+            q.contiguous()?
+                .apply_op3_no_bwd(&k_cache.contiguous()?, &v_cache.contiguous()?, &op)
+                .map_err(|e| op.error.recover(e))
+        }
+    }
+}
+
+/// A validated call in host form.
+#[derive(Debug, Clone)]
+pub(crate) struct Validated {
+    pub batch: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub block_size: usize,
+    pub max_blocks: usize,
+    pub scale: f32,
+    pub block_table: Vec<i64>,
+    pub context_lens: Vec<i64>,
+    /// Per sequence, the physical slot of each of its `context_lens[b]` tokens.
+    pub slots: Vec<Vec<i64>>,
+}
+
+fn validate(
+    q: &Tensor,
+    k: &Tensor,
+    vc: &Tensor,
+    block_table: &Tensor,
+    context_lens: &Tensor,
+    p: &PagedAttentionParams,
+) -> Result<Validated, OpError> {
+    let qd = bridge::check_data(OP, "q", q, "[B, H, D]", 3)?;
+    let (batch, heads, head_dim) = (qd[0], qd[1], qd[2]);
+    let form = "[num_blocks, block_size, Hkv, D]";
+    let kd = bridge::check_data(OP, "k_cache", k, form, 4)?.to_vec();
+    bridge::check_same_dtype(OP, "k_cache", k, "q", q.dtype())?;
+    let vd = bridge::check_data(OP, "v_cache", vc, form, 4)?;
+    bridge::check_same_dtype(OP, "v_cache", vc, "q", q.dtype())?;
+    bridge::check_dim(OP, "k_cache", &kd, 3, "D", head_dim, "q is [B, H, D]")?;
+    if vd != kd.as_slice() {
+        return Err(OpError::invalid(
+            OP,
+            "v_cache",
+            format!("shape {vd:?} must equal k_cache's shape {kd:?}"),
+        ));
+    }
+    let (num_blocks, block_size, kv_heads) = (kd[0], kd[1], kd[2]);
+    if heads % kv_heads != 0 {
+        return Err(OpError::invalid(
+            OP,
+            "k_cache",
+            format!(
+                "H = {heads} query heads (q dim 1) must be a multiple of Hkv = {kv_heads} KV heads (k_cache dim 2)"
+            ),
+        ));
+    }
+    let (td, table) = bridge::check_index(
+        OP,
+        "block_table",
+        block_table,
+        "[B, max_blocks]",
+        2,
+        bridge::TABLE_DTYPES,
+    )?;
+    bridge::check_dim(OP, "block_table", &td, 0, "B", batch, "q is [B, H, D]")?;
+    let max_blocks = td[1];
+    let (cd, lens) = bridge::check_index(
+        OP,
+        "context_lens",
+        context_lens,
+        "[B]",
+        1,
+        bridge::INDEX_DTYPES,
+    )?;
+    bridge::check_dim(OP, "context_lens", &cd, 0, "B", batch, "q is [B, H, D]")?;
+    bridge::check_scale(OP, p.scale)?;
+    let capacity = (max_blocks as u128 * block_size as u128).min(i64::MAX as u128) as i64;
+    let mut slots = Vec::with_capacity(batch);
+    for (b, &len) in lens.iter().enumerate() {
+        if len < 1 || len > capacity {
+            return Err(OpError::invalid(
+                OP,
+                "context_lens",
+                format!(
+                    "context_lens[{b}] = {len} must be in 1..={capacity} (block table capacity {max_blocks} blocks * block_size {block_size})"
+                ),
+            ));
+        }
+        let mut row = Vec::with_capacity(len as usize);
+        for t in 0..len {
+            row.push(bridge::reach(
+                OP,
+                &table,
+                b,
+                max_blocks,
+                block_size,
+                num_blocks,
+                t,
+                || format!("token {t} of sequence {b}, context_lens[{b}] = {len}"),
+            )?);
+        }
+        slots.push(row);
+    }
+    Ok(Validated {
+        batch,
+        heads,
+        kv_heads,
+        head_dim,
+        block_size,
+        max_blocks,
+        scale: p.scale,
+        block_table: table,
+        context_lens: lens,
+        slots,
+    })
+}
+
+/// The candle op running the tile kernels (simulated, or packaged for the Ascend 950).
+struct PagedOp {
+    v: Validated,
+    backend: Backend,
+    error: ErrorSlot,
+}
+
+impl PagedOp {
+    #[allow(clippy::too_many_arguments)]
+    fn forward(
+        &self,
+        qs: &CpuStorage,
+        ql: &Layout,
+        ks: &CpuStorage,
+        kl: &Layout,
+        vs: &CpuStorage,
+        vl: &Layout,
+    ) -> Result<(CpuStorage, Shape), OpError> {
+        let v = &self.v;
+        let p = PagedProblem {
+            q: bridge::gm_from_storage(OP, "q", qs, ql)?,
+            k_cache: bridge::gm_from_storage(OP, "k_cache", ks, kl)?,
+            v_cache: bridge::gm_from_storage(OP, "v_cache", vs, vl)?,
+            block_table: v.block_table.clone(),
+            max_blocks: v.max_blocks,
+            context_lens: v.context_lens.clone(),
+            block_size: v.block_size,
+            num_kv_heads: v.kv_heads,
+            scale: v.scale,
+        };
+        let mut runner = bridge::runner(OP, self.backend);
+        let out = kernel::run(&mut runner, &p)?;
+        runner.finish()?;
+        let shape = [v.batch, v.heads, v.head_dim];
+        bridge::expect_shape(OP, &out.shape, &shape, "out")?;
+        if out.dtype != p.q.dtype {
+            return Err(OpError::Package {
+                op: OP,
+                why: format!(
+                    "the kernel returned out {}, expected {}",
+                    out.dtype, p.q.dtype
+                ),
+            });
+        }
+        Ok((
+            bridge::storage_from_gm(OP, &out)?,
+            Shape::from(shape.to_vec()),
+        ))
+    }
+}
+
+impl CustomOp3 for PagedOp {
+    fn name(&self) -> &'static str {
+        OP
+    }
+
+    fn cpu_fwd(
+        &self,
+        qs: &CpuStorage,
+        ql: &Layout,
+        ks: &CpuStorage,
+        kl: &Layout,
+        vs: &CpuStorage,
+        vl: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.forward(qs, ql, ks, kl, vs, vl)
+            .map_err(|e| self.error.stash(e))
+    }
+}

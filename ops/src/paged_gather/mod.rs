@@ -1,3 +1,184 @@
-//! (op layer: candle op, validation; reference in reference.rs)
+//! `paged_gather`: rows of a paged buffer gathered by logical token index (the semantics of
+//! `gather_in_l1`, ASCEND950.md §8) as a candle op.
+//!
+//! `src [T, C]`, `indices [1, n]`, `block_table [1, nb]`: row `i` of the result is
+//! `src[block_table[t / block_size] * block_size + t % block_size, 0..size]` for
+//! `t = indices[0, i]`.
 
 pub mod kernel;
+mod reference;
+
+use crate::backend::Backend;
+use crate::bridge::{self, ErrorSlot};
+use crate::error::OpError;
+use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
+use kernel::GatherProblem;
+
+const OP: &str = "paged_gather";
+
+/// Gathers `n` rows of `src [T, C]` by logical token index through a block table: returns
+/// `[n, size]` in src's dtype (f32, f16 or bf16).
+///
+/// `indices [1, n]` (I32/I64) are logical tokens, each in `0..nb * block_size`; `block_table
+/// [1, nb]` (I32/I64/U32) maps token `t` to physical row `block_table[0, t / block_size] *
+/// block_size + t % block_size`, which must be `< T` (only entries an index reaches are checked);
+/// `size` columns (`1..=C`) are kept. A non-contiguous `src` is made contiguous first.
+///
+/// `backend`: `None` uses the process default ([`Backend::from_env`]).
+///
+/// # Errors
+/// [`OpError::Invalid`] naming the argument for any broken rule; [`OpError::DeviceUnavailable`]
+/// for [`Backend::Ascend950`] after the package is written; kernel errors for
+/// [`Backend::TileSim`].
+pub fn paged_gather(
+    src: &Tensor,
+    indices: &Tensor,
+    block_table: &Tensor,
+    block_size: usize,
+    size: usize,
+    backend: Option<Backend>,
+) -> Result<Tensor, OpError> {
+    let backend = bridge::resolve_backend(backend)?;
+    let v = validate(src, indices, block_table, block_size, size)?;
+    match backend {
+        Backend::Reference => reference::paged_gather(src, &v),
+        Backend::TileSim | Backend::Ascend950 => {
+            let op = GatherOp {
+                v,
+                backend,
+                error: ErrorSlot::default(),
+            };
+            src.contiguous()?
+                .apply_op1_no_bwd(&op)
+                .map_err(|e| op.error.recover(e))
+        }
+    }
+}
+
+/// A validated call: host copies of the index arguments and the physical rows they reach.
+#[derive(Debug, Clone)]
+pub(crate) struct Validated {
+    pub indices: Vec<i64>,
+    pub block_table: Vec<i64>,
+    /// Physical row of each index (`< T`).
+    pub rows: Vec<i64>,
+    pub block_size: usize,
+    pub size: usize,
+}
+
+fn validate(
+    src: &Tensor,
+    indices: &Tensor,
+    block_table: &Tensor,
+    block_size: usize,
+    size: usize,
+) -> Result<Validated, OpError> {
+    let sd = bridge::check_data(OP, "src", src, "[T, C]", 2)?;
+    let (t_rows, cols) = (sd[0], sd[1]);
+    let (id, idx) = bridge::check_index(OP, "indices", indices, "[1, n]", 2, bridge::INDEX_DTYPES)?;
+    bridge::check_dim(OP, "indices", &id, 0, "rows", 1, "indices is [1, n]")?;
+    let (td, table) = bridge::check_index(
+        OP,
+        "block_table",
+        block_table,
+        "[1, nb]",
+        2,
+        bridge::TABLE_DTYPES,
+    )?;
+    bridge::check_dim(
+        OP,
+        "block_table",
+        &td,
+        0,
+        "rows",
+        1,
+        "block_table is [1, nb]",
+    )?;
+    if block_size == 0 {
+        return Err(OpError::invalid(
+            OP,
+            "block_size",
+            "must be at least 1, found 0",
+        ));
+    }
+    if size == 0 || size > cols {
+        return Err(OpError::invalid(
+            OP,
+            "size",
+            format!("must be in 1..={cols} (the columns C of src [T, C]), found {size}"),
+        ));
+    }
+    let nb = td[1];
+    let capacity = (nb as u128) * (block_size as u128);
+    let mut rows = Vec::with_capacity(idx.len());
+    for (i, &t) in idx.iter().enumerate() {
+        if t < 0 || (t as u128) >= capacity {
+            return Err(OpError::invalid(
+                OP,
+                "indices",
+                format!(
+                    "indices[0, {i}] = {t} must be in 0..{capacity} (block table capacity {nb} blocks * block_size {block_size})"
+                ),
+            ));
+        }
+        let col = (t as u128 / block_size as u128) as usize;
+        let off = (t as u128 % block_size as u128) as i128;
+        let entry = table[col];
+        let phys = (entry as i128) * (block_size as i128) + off;
+        if entry < 0 || phys >= t_rows as i128 {
+            return Err(OpError::invalid(
+                OP,
+                "block_table",
+                format!(
+                    "entry [0, {col}] = {entry} (reached by indices[0, {i}] = {t}) maps to physical row {phys}, which must be in 0..{t_rows} (the rows T of src)"
+                ),
+            ));
+        }
+        rows.push(phys as i64);
+    }
+    Ok(Validated {
+        indices: idx,
+        block_table: table,
+        rows,
+        block_size,
+        size,
+    })
+}
+
+/// The candle op running the tile kernel (simulated, or packaged for the Ascend 950).
+struct GatherOp {
+    v: Validated,
+    backend: Backend,
+    error: ErrorSlot,
+}
+
+impl GatherOp {
+    fn forward(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape), OpError> {
+        let p = GatherProblem {
+            src: bridge::gm_from_storage(OP, "src", s, l)?,
+            indices: self.v.indices.clone(),
+            block_table: self.v.block_table.clone(),
+            block_size: self.v.block_size,
+            size: self.v.size,
+        };
+        let mut runner = bridge::runner(OP, self.backend);
+        let out = kernel::run(&mut runner, &p)?;
+        runner.finish()?;
+        let n = self.v.indices.len();
+        bridge::expect_shape(OP, &out.shape, &[n, self.v.size], "out")?;
+        Ok((
+            bridge::storage_from_gm(OP, &out)?,
+            Shape::from((n, self.v.size)),
+        ))
+    }
+}
+
+impl CustomOp1 for GatherOp {
+    fn name(&self) -> &'static str {
+        OP
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.forward(s, l).map_err(|e| self.error.stash(e))
+    }
+}

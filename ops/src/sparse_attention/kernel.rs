@@ -6,6 +6,12 @@ use crate::error::OpError;
 use crate::runtime::Runner;
 use tile_backend::sim::GmTensor;
 
+pub(crate) mod template;
+
+use template::{run_attention, AttnCfg, AttnInputs};
+
+const OP: &str = "sparse_paged_attention";
+
 /// One validated sparse-attention call, in the simulator's host form.
 #[derive(Debug, Clone)]
 pub struct SparseProblem {
@@ -37,10 +43,83 @@ pub struct SparseProblem {
 
 /// Runs sparse attention: returns `out [B, H, v_dim]` (q's dtype) and `lse [B, H]` (f32,
 /// natural log, without the sink; `+inf` and out 0 for a row with no valid index).
+///
+/// Host side: each row's valid indices (the first `topk_length` entries that are not -1) are
+/// compacted to the front (stable, duplicates kept) and counted; the tail is padded with the
+/// row's first valid index. Kernels: [`template::attn_split`] (one block per batch row, head
+/// tile of up to 128 heads and top-k split) and [`template::attn_merge`].
 pub fn run(runner: &mut Runner, p: &SparseProblem) -> Result<(GmTensor, GmTensor), OpError> {
-    let _ = (runner, p);
-    Err(OpError::Package {
-        op: "sparse_paged_attention",
-        why: "the tile kernel is not written yet".into(),
-    })
+    let (b, h, dqk) = match p.q.shape[..] {
+        [b, h, d] => (b, h, d),
+        _ => return Err(OpError::invalid(OP, "q", "must be [B, H, Dqk]")),
+    };
+    let (nblk, bs) = match p.kv.shape[..] {
+        [n, bs, _] => (n, bs),
+        _ => {
+            return Err(OpError::invalid(
+                OP,
+                "kv_cache",
+                "must be [num_blocks, block_size, Dqk]",
+            ))
+        }
+    };
+    let topk = p.topk;
+    let mut indices = Vec::with_capacity(b * topk);
+    let mut counts = Vec::with_capacity(b);
+    for row in 0..b {
+        let len = p
+            .topk_length
+            .as_ref()
+            .map_or(topk, |l| l[row].clamp(0, topk as i64) as usize);
+        let start = indices.len();
+        indices.extend(
+            p.indices[row * topk..row * topk + len]
+                .iter()
+                .copied()
+                .filter(|&t| t >= 0),
+        );
+        let n = indices.len() - start;
+        let pad = indices.get(start).copied().unwrap_or(0);
+        indices.resize(start + topk, pad);
+        counts.push(n as i64);
+    }
+    // Head tiles of at most 128 heads, as even as possible.
+    let nht = h.div_ceil(128).max(1);
+    let cfg = AttnCfg::new(
+        "sparse_attn",
+        p.q.dtype,
+        h as u64,
+        h.div_ceil(nht) as u64,
+        dqk as u64,
+        p.v_dim as u64,
+        dqk as u64,
+        0,
+        false,
+        bs as u64,
+    );
+    let mut q = p.q.clone();
+    q.shape = vec![b * h, dqk];
+    let mut kv = p.kv.clone();
+    kv.shape = vec![nblk * bs, dqk];
+    let (mut out, mut lse) = run_attention(
+        runner,
+        OP,
+        &cfg,
+        AttnInputs {
+            q,
+            kv,
+            v: None,
+            indices,
+            topk,
+            counts,
+            block_table: &p.block_table,
+            max_blocks: p.max_blocks,
+            batch: b,
+            scale: p.scale,
+            sink: p.sink.as_deref(),
+        },
+    )?;
+    out.shape = vec![b, h, p.v_dim];
+    lse.shape = vec![b, h];
+    Ok((out, lse))
 }

@@ -1,0 +1,39 @@
+//! The Reference backend of `reshape_and_cache`: one `index_select` of the rows to keep and one
+//! in-place `scatter_set` into the cache viewed as `[slots, width]`.
+
+use super::Validated;
+use crate::error::OpError;
+use candle_core::Tensor;
+
+/// Writes the valid rows into `cache` in place.
+pub(crate) fn reshape_and_cache(
+    rows: &Tensor,
+    cache: &Tensor,
+    v: &Validated,
+) -> Result<(), OpError> {
+    let dev = cache.device();
+    let (keep, slots): (Vec<i64>, Vec<i64>) = v
+        .slot_mapping
+        .iter()
+        .enumerate()
+        .filter(|(_, &s)| s >= 0)
+        .map(|(i, &s)| (i as i64, s))
+        .unzip();
+    if keep.is_empty() {
+        return Ok(());
+    }
+    let nv = keep.len();
+    let mut src = rows.reshape((v.n, v.width))?;
+    if nv != v.n {
+        src = src.index_select(&Tensor::from_vec(keep, nv, dev)?, 0)?;
+    }
+    let src = src.contiguous()?;
+    let idx = Tensor::from_vec(slots, (nv, 1), dev)?
+        .broadcast_as((nv, v.width))?
+        .contiguous()?;
+    // `cache` is contiguous (checked), so the reshape shares its storage and the scatter writes
+    // the caller's cache.
+    let flat = cache.reshape((v.num_slots, v.width))?;
+    flat.scatter_set(&idx, &src, 0)?;
+    Ok(())
+}

@@ -1,0 +1,17 @@
+//! The Reference backend of `paged_gather`: one `index_select` over physical rows.
+
+use super::Validated;
+use crate::error::OpError;
+use candle_core::Tensor;
+
+/// `src[rows, 0..size]` with the physical rows computed on the host from the validated table.
+pub(crate) fn paged_gather(src: &Tensor, v: &Validated) -> Result<Tensor, OpError> {
+    let ids = Tensor::from_slice(&v.rows, v.rows.len(), src.device())?;
+    let cols = src.dim(1)?;
+    let picked = src.index_select(&ids, 0)?;
+    Ok(if v.size == cols {
+        picked
+    } else {
+        picked.narrow(1, 0, v.size)?.contiguous()?
+    })
+}

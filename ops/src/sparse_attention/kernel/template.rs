@@ -1,0 +1,798 @@
+//! The attention kernel template shared by sparse (top-k) and dense (GQA) paged attention, and
+//! the split-merge kernel.
+//!
+//! # `attn_split` (one kernel definition, several consumers)
+//!
+//! One block = one (batch row `b`, head tile `ht`, top-k split `sp`); `block = (b * nht + ht) *
+//! splits + sp`. A head tile is `hg` query heads (padded to `th`, a multiple of 32, so each AIV
+//! owns `th / 2` rows); all of them share one gathered K (and V) tile per chunk, so K is read
+//! from GM once per chunk for the whole head tile.
+//!
+//! ```text
+//! cube   MTE2  Q [hv, Dqk] -> q_l1 Mat NZ [th, dp] (zero padded)
+//!        per chunk c of the split (ping-pong slot s = local chunk % 2):
+//!        MTE2  gather_in_l1: nv rows (indices[b, c*chunk ..], block table row b) of `dqk`
+//!              columns from column `ht * head_col_stride` -> k_l1[s] Mat NZ [chunk, dp]
+//!              (V likewise into v_l1[s] when the kernel has a separate V cache); zero pad
+//!        per K slice j: MTE1 q_l1[:, j ks..] -> q_l0[j%2] Left; k_l1[s] seen as ZN [dp, chunk]
+//!              (= K^T, same bytes) rows j ks.. -> kt_l0[j%2] Right; M s_acc[s] (+)= q · kt
+//!        FIX   s_acc[s] -> s_ub (DualModeSplitM: AIV i gets heads i*th/2 ..)      -> channel S
+//!        MTE1  (channel P) p_l1 [th, chunk] -> p_l0 Left
+//!        per V slice j: MTE1 V[:, j ns..] (NZ -> ZN) -> v_l0[j%2] Right; M pv_acc[j%2] = P · V
+//!              FIX pv_acc -> pv_ub (SplitM)                                     -> channel PV
+//! vector (each AIV: r = th/2 heads, f32): s *= scale; tail chunk: columns >= nv := -inf;
+//!        m_new = max(m, rowmax s); alpha = exp(m - m_new); s = exp(s - m_new);
+//!        l = l alpha + rowsum s; P = cast(s) ND -> NZ -> p_l1 rows sub*r.. (channel P);
+//!        O_j = O_j alpha + PV_j.  End: o = O / max(l, 1), lse = m + ln(max(l, 1));
+//!        MTE3 o -> o_ws[sp, b*H + h, :], lse -> lse_ws[sp, b*H + h].
+//! ```
+//!
+//! `m` starts at -1e30 (finite), so a split with no token writes o = 0 and lse ~ -1e30, which
+//! the merge weighs by exp(-1e30 - M) = 0. Intra-core flags are inserted by the sync pass from
+//! byte ranges (the ping-pong slots are distinct buffers to it); the cube <-> vector handoffs
+//! are the channels S, P and PV.
+//!
+//! # `attn_merge` (vector only)
+//!
+//! Each AIV owns `hm` consecutive global rows `g = b*H + h`: M = max_i lse_i, w_i = exp(lse_i -
+//! M), s = sum w_i, lse = M + ln s, out = sum_i (w_i / s) o_i; sink: out *= 1 / (1 + exp(sink -
+//! lse)); lse = max(lse, fix) where the host's `fix` row is +inf for a row with no valid index
+//! (its out is already 0) and -inf otherwise; out cast to the data dtype.
+
+use crate::error::OpError;
+use crate::runtime::{compiled, Runner};
+use tile_backend::dsl::{Body, Gather, KernelBuilder, Reinterpret};
+use tile_backend::ir::{
+    AccToVecMode, Axis, BinaryOp, CoreKind, DType, Expr, GmView, Kernel, Layout, MemSpace,
+    PadValue, ParamId, Pipe, RoundMode, TileId, TileType, UnaryOp,
+};
+use tile_backend::sim::{Arg, GmTensor};
+
+/// The running max a head starts with (finite, so empty splits stay NaN-free).
+pub(crate) const M_INIT: f64 = -1e30;
+/// Largest number of top-k splits the merge kernel takes (columns of its lse tile).
+pub(crate) const MAX_SPLITS: u64 = 32;
+/// Global rows each AIV of the merge kernel owns.
+pub(crate) const MERGE_ROWS: u64 = 8;
+/// Clusters of an Ascend 950 (the split heuristic aims to occupy all of them).
+pub(crate) const CLUSTERS: usize = 32;
+
+/// `v` rounded up to a multiple of `m`.
+pub(crate) fn round_up(v: u64, m: u64) -> u64 {
+    v.div_ceil(m.max(1)) * m.max(1)
+}
+
+/// Static shape of one attention kernel (its specialisation key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AttnCfg {
+    /// Kernel name prefix.
+    pub name: &'static str,
+    /// Data dtype (q, caches, P).
+    pub dtype: DType,
+    /// Query heads per batch row (rows of q per batch entry).
+    pub heads: u64,
+    /// Query heads per head tile.
+    pub hg: u64,
+    /// Head tiles (`ceil(heads / hg)`).
+    pub nht: u64,
+    /// Columns gathered for K (the contraction).
+    pub dqk: u64,
+    /// Output columns (V width).
+    pub v_dim: u64,
+    /// Columns of a cache row.
+    pub kv_cols: u64,
+    /// Cache column offset per head tile (dense GQA: D; sparse: 0).
+    pub head_col_stride: u64,
+    /// V comes from its own cache (dense) instead of the first columns of K (sparse).
+    pub separate_v: bool,
+    /// Tokens per cache block.
+    pub block_size: u64,
+    /// Padded head-tile rows (multiple of 32).
+    pub th: u64,
+    /// Top-k tokens per chunk (rows of a gathered tile).
+    pub chunk: u64,
+    /// K slice width of Q K^T (fits L0A double buffered).
+    pub ks: u64,
+    /// V slice width of P V (fits L0B double buffered).
+    pub ns: u64,
+}
+
+impl AttnCfg {
+    /// Chooses the tiling for a problem: head tile, chunk, K and V slices within L1/L0/UB.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        name: &'static str,
+        dtype: DType,
+        heads: u64,
+        hg: u64,
+        dqk: u64,
+        v_dim: u64,
+        kv_cols: u64,
+        head_col_stride: u64,
+        separate_v: bool,
+        block_size: u64,
+    ) -> Self {
+        let es = dtype.size_bytes();
+        let hg = hg.clamp(1, 128);
+        let th = round_up(hg, 32);
+        let dp = round_up(dqk, 16);
+        let vp = round_up(v_dim, 16);
+        // Chunk: as large as L1 allows (Q + 2 K (+ 2 V) + P), at most 128 (64 for f32).
+        let mut chunk = if es == 2 { 128 } else { 64 };
+        let l1 = |c: u64| {
+            let kv = if separate_v { 4 } else { 2 } * c * dp * es;
+            th * dp * es + kv + th * c * es
+        };
+        while chunk > 16 && l1(chunk) > 500 * 1024 {
+            chunk /= 2;
+        }
+        // K slice: 2 Q slices + P in L0A (64 KiB).
+        let l0a = 64 * 1024 - th * chunk * es;
+        // ... and 2 K^T slices take at most half of L0B (64 KiB), leaving room for 2 V slices.
+        let ks_max = (l0a / (2 * th * es))
+            .min(32 * 1024 / (2 * chunk * es))
+            .max(16)
+            / 16
+            * 16;
+        let ks = best_slice(dp, ks_max);
+        // V slice: 2 K^T slices + 2 V slices in L0B (64 KiB); at most 128 columns (UB).
+        let l0b = 64 * 1024 - 2 * ks * chunk * es;
+        let ns_max = (l0b / (2 * chunk * es)).clamp(16, 128) / 16 * 16;
+        let ns = best_slice(vp, ns_max);
+        AttnCfg {
+            name,
+            dtype,
+            heads,
+            hg,
+            nht: heads.div_ceil(hg),
+            dqk,
+            v_dim,
+            kv_cols,
+            head_col_stride,
+            separate_v,
+            block_size,
+            th,
+            chunk,
+            ks,
+            ns,
+        }
+    }
+
+    /// The cache key (every static parameter the kernel reads).
+    pub fn key(&self) -> String {
+        format!("{self:?}")
+    }
+
+    fn dp(&self) -> u64 {
+        round_up(self.dqk, 16)
+    }
+
+    fn vp(&self) -> u64 {
+        round_up(self.v_dim, 16)
+    }
+}
+
+/// The largest multiple of 16 that divides `total` (a multiple of 16) and is at most `max`.
+fn best_slice(total: u64, max: u64) -> u64 {
+    let mut s = max.min(total) / 16 * 16;
+    while s > 16 && total % s != 0 {
+        s -= 16;
+    }
+    s.max(16)
+}
+
+/// Parameter ids of [`attn_split`], in argument order.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SplitParams {
+    pub batch: ParamId,
+    pub topk: ParamId,
+    pub maxb: ParamId,
+    pub tokens: ParamId,
+    pub splits: ParamId,
+    pub cps: ParamId,
+    pub scale: ParamId,
+}
+
+/// Emits a ping-pong loop over `iters` iterations unrolled by two: `body(b, it, slot)` with the
+/// constant slot 0 for even iterations and 1 for odd ones.
+fn ping_pong(b: &mut Body<'_>, iters: Expr, body: &mut dyn FnMut(&mut Body<'_>, Expr, u64)) {
+    b.for_range("cp", 0, iters.clone(), 2, |lb, ip| {
+        body(lb, Expr::Var(ip), 0);
+        let odd = ip + 1;
+        lb.if_(odd.clone().lt(iters), |ib| body(ib, odd, 1));
+    });
+}
+
+/// The split attention kernel (see the module docs). Arguments, in order: scalars `batch`,
+/// `topk`, `maxb`, `tokens`, `splits`, `cps` (chunks per split) (i32) and `scale` (f32); then
+/// `q [batch*heads, dqk]`, `kv [tokens, kv_cols]`, (`v [tokens, kv_cols]`), `indices [batch,
+/// topk]` i32 (valid ones compacted to the front), `block_table [batch, maxb]` i32, `counts
+/// [batch]` i32 (valid indices per row), outputs `o_ws [splits*batch*heads, v_dim]` f32 and
+/// `lse_ws [splits*batch*heads]` f32. Launch `batch * nht * splits` blocks.
+pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
+    let dt = cfg.dtype;
+    let (th, chunk, ks, ns) = (cfg.th, cfg.chunk, cfg.ks, cfg.ns);
+    let (dp, vp, dqk, v_dim) = (cfg.dp(), cfg.vp(), cfg.dqk, cfg.v_dim);
+    let r = th / 2;
+    let nks = dp / ks;
+    let nns = vp / ns;
+    let heads = cfg.heads;
+    let f32_data = dt == DType::F32;
+
+    let mut kb = KernelBuilder::new(format!("{}_{dt}", cfg.name));
+    let sp = SplitParams {
+        batch: kb.scalar("batch", DType::I32),
+        topk: kb.scalar("topk", DType::I32),
+        maxb: kb.scalar("max_blocks", DType::I32),
+        tokens: kb.scalar("tokens", DType::I32),
+        splits: kb.scalar("splits", DType::I32),
+        cps: kb.scalar("chunks_per_split", DType::I32),
+        scale: kb.scalar("scale", DType::F32),
+    };
+    let p = |id: ParamId| Expr::Param(id);
+    let rows_all = p(sp.batch) * heads;
+    let q = kb.input("q", dt, [rows_all.clone(), dqk.into()]);
+    let kv = kb.input("kv", dt, [p(sp.tokens), cfg.kv_cols.into()]);
+    let vsrc = cfg
+        .separate_v
+        .then(|| kb.input("v", dt, [p(sp.tokens), cfg.kv_cols.into()]));
+    let idx = kb.input("indices", DType::I32, [p(sp.batch), p(sp.topk)]);
+    let bt = kb.input("block_table", DType::I32, [p(sp.batch), p(sp.maxb)]);
+    let counts = kb.input("counts", DType::I32, [p(sp.batch)]);
+    let ws_rows = p(sp.splits) * rows_all.clone();
+    let o_ws = kb.output("o_ws", DType::F32, [ws_rows.clone(), v_dim.into()]);
+    let lse_ws = kb.output("lse_ws", DType::F32, [ws_rows]);
+
+    use Layout::{DN, ND, NZ, ZN};
+    use MemSpace::{Acc, Left, Mat, Right, Vec as Ub};
+    let ty = TileType::new;
+    // Cube tiles.
+    let q_l1 = kb.tile(
+        "q_l1",
+        ty(Mat, dt, th, dp, NZ).dynamic().pad(PadValue::Zero),
+    );
+    let kv_ty = ty(Mat, dt, chunk, dp, NZ).dynamic().pad(PadValue::Zero);
+    let k_l1 = kb.tile_group("k_l1", kv_ty.clone(), 2);
+    let kt_l1 = kb.reinterpret(
+        "kt_l1",
+        k_l1,
+        Reinterpret {
+            dtype: None,
+            shape: Some((dp, chunk)),
+            layout: Some(ZN),
+        },
+    );
+    let v_l1 = if cfg.separate_v {
+        kb.tile_group("v_l1", kv_ty, 2)
+    } else {
+        k_l1
+    };
+    let p_l1 = kb.tile("p_l1", ty(Mat, dt, th, chunk, NZ));
+    let q_l0 = kb.tile_group("q_l0", ty(Left, dt, th, ks, NZ), 2);
+    let p_l0 = kb.tile("p_l0", ty(Left, dt, th, chunk, NZ));
+    let kt_l0 = kb.tile_group("kt_l0", ty(Right, dt, ks, chunk, ZN), 2);
+    let v_l0 = kb.tile_group("v_l0", ty(Right, dt, chunk, ns, ZN), 2);
+    let s_acc = kb.tile_group("s_acc", ty(Acc, DType::F32, th, chunk, NZ), 2);
+    let pv_acc = kb.tile_group("pv_acc", ty(Acc, DType::F32, th, ns, NZ), 2);
+    // Vector tiles (per AIV).
+    // Scores: a runtime valid shape (full but for masking a tail chunk), padded with -inf.
+    let s_ub = kb.tile(
+        "s_ub",
+        ty(Ub, DType::F32, r, chunk, ND)
+            .dynamic()
+            .pad(PadValue::Min),
+    );
+    let p_ub = (!f32_data).then(|| kb.tile("p_ub", ty(Ub, dt, r, chunk, ND)));
+    let p_nz = kb.tile("p_nz", ty(Ub, dt, r, chunk, NZ));
+    let col = |kb: &mut KernelBuilder, name: &str| kb.tile(name, ty(Ub, DType::F32, r, 1, DN));
+    let m = col(&mut kb, "m");
+    let l = col(&mut kb, "l");
+    let mc = col(&mut kb, "m_chunk");
+    let lc = col(&mut kb, "l_chunk");
+    let alpha = col(&mut kb, "alpha");
+    let lse_t = kb.tile("lse", ty(Ub, DType::F32, r, 1, DN).dynamic());
+    let o_t = kb.tile_group("o", ty(Ub, DType::F32, r, ns, ND).dynamic(), nns as u32);
+    let pv_ub = kb.tile("pv_ub", ty(Ub, DType::F32, r, ns, ND));
+
+    let ch_s = kb.channel("s", CoreKind::Cube, 1);
+    let ch_p = kb.channel("p", CoreKind::Vector, 1);
+    let ch_pv = kb.channel("pv", CoreKind::Cube, 1);
+
+    // Block coordinates and the split's chunk range (same expressions on every core).
+    let coords = |b: &mut Body<'_>| {
+        let split = b.let_("split", Expr::BlockIdx % p(sp.splits));
+        let rest = b.let_("rest", Expr::BlockIdx / p(sp.splits));
+        let ht = b.let_("ht", rest % cfg.nht);
+        let bi = b.let_("b", rest / cfg.nht);
+        let cnt = b.read_scalar("count", counts, bi);
+        let c0 = b.let_("c0", split * p(sp.cps));
+        let nck = Expr::Var(cnt).ceil_div(chunk as i64);
+        let iters = b.let_("iters", (nck.min(c0 + p(sp.cps)) - c0).max(0));
+        let h0 = b.let_("h0", ht * cfg.hg);
+        let hv = b.let_("hv", (Expr::from(heads) - h0).min(cfg.hg));
+        (split, ht, bi, cnt, c0, iters, h0, hv)
+    };
+
+    kb.cube(|c| {
+        use Pipe::{Fix, Mte1, Mte2, M as Mm};
+        let (_split, ht, bi, cnt, c0, iters, h0, hv) = coords(c);
+        c.set_validshape(q_l1, hv, dqk);
+        c.load(q_l1, GmView::nd(q, (bi * heads + h0) * dqk, hv, dqk, dqk));
+        c.fillpad(q_l1);
+        c.set_flag(Mte2, Mte1, 2);
+        // Every buffer starts free: the first wait of each event pairs with these sets.
+        for e in 0..2u8 {
+            c.set_flag(Mte1, Mte2, e);
+            c.set_flag(Fix, Mm, e);
+            c.set_flag(Fix, Mm, 2 + e);
+            c.set_flag(Mm, Mte1, e);
+        }
+        c.set_flag(Mm, Mte1, 2);
+        c.wait_flag(Mte2, Mte1, 2);
+        let col0 = Expr::Var(ht) * cfg.head_col_stride;
+        let mut step = |b: &mut Body<'_>, it: Expr, slot: u64| {
+            let ev = slot as u8;
+            let t0 = b.let_("t0", (Expr::Var(c0) + it) * chunk);
+            let nv = b.let_("nv", (Expr::Var(cnt) - t0).min(chunk));
+            let gather = |b: &mut Body<'_>, dst: TileId, src: ParamId| {
+                b.set_validshape(dst.at(slot), nv, dqk);
+                b.gather_in_l1(Gather {
+                    dst: dst.at(slot),
+                    src,
+                    indices: GmView::nd(idx, bi * p(sp.topk) + t0, 1, nv, p(sp.topk)),
+                    block_table: GmView::nd(bt, bi * p(sp.maxb), 1, p(sp.maxb), p(sp.maxb)),
+                    block_size: cfg.block_size.into(),
+                    size: dqk,
+                    col_offset: col0.clone(),
+                    is_b_matrix: true,
+                    is_trans: true,
+                });
+                if dqk < dp {
+                    b.fillpad(dst.at(slot));
+                } else {
+                    b.if_(Expr::Var(nv).lt(chunk), |t| t.fillpad(dst.at(slot)));
+                }
+            };
+            // MTE2: gather this chunk's rows into L1 slot `slot`.
+            b.wait_flag(Mte1, Mte2, ev);
+            gather(b, k_l1, kv);
+            if let Some(vs) = vsrc {
+                gather(b, v_l1, vs);
+            }
+            b.set_flag(Mte2, Mte1, ev);
+            b.wait_flag(Mte2, Mte1, ev);
+            // S = Q K^T, K-sliced; L0 slot x = stage % 2 with events x.
+            b.set_validshape(kt_l1.at(slot), dp, chunk);
+            for j in 0..nks {
+                let x = (j % 2) as u8;
+                let (ql, kl) = (q_l0.at(j % 2), kt_l0.at(j % 2));
+                b.wait_flag(Mm, Mte1, x);
+                b.mov(ql.clone(), q_l1).offset(0, j * ks);
+                b.mov(kl.clone(), kt_l1.at(slot)).offset(j * ks, 0);
+                b.set_flag(Mte1, Mm, x);
+                b.wait_flag(Mte1, Mm, x);
+                if j == 0 {
+                    b.wait_flag(Fix, Mm, ev);
+                    b.matmul(s_acc.at(slot), ql, kl);
+                } else {
+                    b.matmul_acc(s_acc.at(slot), ql, kl);
+                }
+                b.set_flag(Mm, Mte1, x);
+            }
+            b.set_flag(Mm, Fix, ev);
+            b.acquire(ch_s);
+            b.wait_flag(Mm, Fix, ev);
+            b.mov(s_ub, s_acc.at(slot))
+                .mode(AccToVecMode::DualModeSplitM);
+            b.set_flag(Fix, Mm, ev);
+            b.push(ch_s);
+            // O_j = P V_j.
+            b.pop(ch_p);
+            b.wait_flag(Mm, Mte1, 2);
+            b.mov(p_l0, p_l1);
+            b.release(ch_p);
+            for j in 0..nns {
+                let xs = (nks + j) % 2;
+                let x = xs as u8;
+                let vl = v_l0.at(xs);
+                b.wait_flag(Mm, Mte1, x);
+                b.mov(vl.clone(), v_l1.at(slot)).offset(0, j * ns);
+                if j == nns - 1 {
+                    b.set_flag(Mte1, Mte2, ev);
+                }
+                b.set_flag(Mte1, Mm, x);
+                b.wait_flag(Mte1, Mm, x);
+                b.wait_flag(Fix, Mm, 2 + x);
+                b.matmul(pv_acc.at(xs), p_l0, vl);
+                b.set_flag(Mm, Mte1, x);
+                if j == nns - 1 {
+                    b.set_flag(Mm, Mte1, 2);
+                }
+                b.set_flag(Mm, Fix, 2 + x);
+                b.acquire(ch_pv);
+                b.wait_flag(Mm, Fix, 2 + x);
+                b.mov(pv_ub, pv_acc.at(xs))
+                    .mode(AccToVecMode::DualModeSplitM);
+                b.set_flag(Fix, Mm, 2 + x);
+                b.push(ch_pv);
+            }
+        };
+        ping_pong(c, Expr::Var(iters), &mut step);
+        for e in 0..2u8 {
+            c.wait_flag(Mte1, Mte2, e);
+            c.wait_flag(Fix, Mm, e);
+            c.wait_flag(Fix, Mm, 2 + e);
+            c.wait_flag(Mm, Mte1, e);
+        }
+        c.wait_flag(Mm, Mte1, 2);
+    });
+
+    kb.vector(|v| {
+        let (split, _ht, bi, cnt, c0, iters, h0, hv) = coords(v);
+        v.set_validshape(s_ub, r, chunk);
+        v.fill(m, M_INIT);
+        v.fill(l, 0.0);
+        for j in 0..nns {
+            v.set_validshape(o_t.at(j), r, ns);
+            v.fill(o_t.at(j), 0.0);
+        }
+        // p_nz starts free (MTE3 -> V event 0 guards its reuse across chunks).
+        v.set_flag(Pipe::Mte3, Pipe::V, 0);
+        v.for_range("c", 0, iters, 1, |b, it| {
+            let t0 = (Expr::Var(c0) + it) * chunk;
+            let nv = b.let_("nv", (Expr::Var(cnt) - t0).min(chunk));
+            b.pop(ch_s);
+            b.muls(s_ub, s_ub, sp.scale);
+            b.if_(Expr::Var(nv).lt(chunk), |t| {
+                t.set_validshape(s_ub, r, nv);
+                t.fillpad(s_ub);
+                t.set_validshape(s_ub, r, chunk);
+            });
+            b.row_max(mc, s_ub);
+            b.max(mc, mc, m);
+            b.binary(BinaryOp::Sub, alpha, m, mc);
+            b.exp(alpha, alpha);
+            b.max(m, m, mc);
+            b.broadcast(BinaryOp::Sub, Axis::Row, s_ub, s_ub, mc);
+            b.exp(s_ub, s_ub);
+            b.row_sum(lc, s_ub);
+            b.mul(l, l, alpha);
+            b.add(l, l, lc);
+            match p_ub {
+                Some(pu) => {
+                    b.cast(pu, s_ub, RoundMode::Rint);
+                    b.release(ch_s);
+                    b.wait_flag(Pipe::Mte3, Pipe::V, 0);
+                    b.mov(p_nz, pu);
+                }
+                None => {
+                    b.wait_flag(Pipe::Mte3, Pipe::V, 0);
+                    b.mov(p_nz, s_ub);
+                    b.release(ch_s);
+                }
+            }
+            b.set_flag(Pipe::V, Pipe::Mte3, 0);
+            b.wait_flag(Pipe::V, Pipe::Mte3, 0);
+            b.acquire(ch_p);
+            b.mov(p_l1, p_nz).offset(Expr::SubBlockIdx * r, 0);
+            b.set_flag(Pipe::Mte3, Pipe::V, 0);
+            b.push(ch_p);
+            for j in 0..nns {
+                b.broadcast(BinaryOp::Mul, Axis::Row, o_t.at(j), o_t.at(j), alpha);
+                b.pop(ch_pv);
+                b.add(o_t.at(j), o_t.at(j), pv_ub);
+                b.release(ch_pv);
+            }
+        });
+        v.wait_flag(Pipe::Mte3, Pipe::V, 0);
+        // Normalise and write this split's partial result.
+        v.binary_scalar(BinaryOp::Max, l, l, 1.0);
+        for j in 0..nns {
+            v.broadcast(BinaryOp::Div, Axis::Row, o_t.at(j), o_t.at(j), l);
+        }
+        v.set_validshape(lse_t, r, 1);
+        v.unary(UnaryOp::Ln, lse_t, l);
+        v.add(lse_t, lse_t, m);
+        v.set_flag(Pipe::V, Pipe::Mte3, 1);
+        v.wait_flag(Pipe::V, Pipe::Mte3, 1);
+        let mine = v.let_(
+            "mine",
+            (Expr::Var(hv) - Expr::SubBlockIdx * r).min(r as i64).max(0),
+        );
+        v.if_(Expr::Var(mine).gt(0), |t| {
+            let g = (Expr::Var(split) * p(sp.batch) + bi) * heads + h0 + Expr::SubBlockIdx * r;
+            let g = t.let_("g", g);
+            for j in 0..nns {
+                let cols = (v_dim - j * ns).min(ns);
+                t.set_validshape(o_t.at(j), mine, cols);
+                t.store(
+                    GmView::nd(o_ws, g * v_dim + j * ns, mine, cols, v_dim),
+                    o_t.at(j),
+                );
+            }
+            t.set_validshape(lse_t, mine, 1);
+            t.store(GmView::dn(lse_ws, g, mine, 1, 1), lse_t);
+        });
+    });
+    kb.build()
+}
+
+/// Static shape of the merge kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MergeCfg {
+    /// Output dtype.
+    pub dtype: DType,
+    /// Output columns.
+    pub v_dim: u64,
+    /// Whether a per-row sink is applied.
+    pub sink: bool,
+}
+
+impl MergeCfg {
+    /// The cache key.
+    pub fn key(&self) -> String {
+        format!("merge {self:?}")
+    }
+}
+
+/// Blocks to launch for `rows` global rows.
+pub(crate) fn merge_blocks(rows: usize) -> usize {
+    rows.div_ceil(2 * MERGE_ROWS as usize).max(1)
+}
+
+/// The merge kernel (see the module docs). Arguments: scalars `rows` (batch * heads) and
+/// `splits` (i32); `o_ws [splits*rows, v_dim]` f32, `lse_ws [splits*rows]` f32, `fix [rows]`
+/// f32 (+inf: empty row, else -inf), (`sink [rows]` f32), outputs `out [rows, v_dim]` (dtype)
+/// and `lse [rows]` f32. Launch [`merge_blocks`] blocks.
+pub(crate) fn attn_merge(cfg: &MergeCfg) -> Kernel {
+    let dt = cfg.dtype;
+    let v_dim = cfg.v_dim;
+    let vp = round_up(v_dim, 16);
+    let hm = MERGE_ROWS;
+    let mut kb = KernelBuilder::new(format!("attn_merge_{dt}"));
+    let rows = kb.scalar("rows", DType::I32);
+    let splits = kb.scalar("splits", DType::I32);
+    let (pr, ps) = (Expr::Param(rows), Expr::Param(splits));
+    let o_ws = kb.input("o_ws", DType::F32, [ps.clone() * pr.clone(), v_dim.into()]);
+    let lse_ws = kb.input("lse_ws", DType::F32, [ps.clone() * pr.clone()]);
+    let fix = kb.input("fix", DType::F32, [pr.clone()]);
+    let sink = cfg.sink.then(|| kb.input("sink", DType::F32, [pr.clone()]));
+    let out = kb.output("out", dt, [pr.clone(), v_dim.into()]);
+    let lse_out = kb.output("lse", DType::F32, [pr.clone()]);
+
+    use Layout::{DN, ND};
+    use MemSpace::Vec as Ub;
+    let ty = TileType::new;
+    let col =
+        |kb: &mut KernelBuilder, name: &str| kb.tile(name, ty(Ub, DType::F32, hm, 1, DN).dynamic());
+    let lp = kb.tile(
+        "lse_parts",
+        ty(Ub, DType::F32, hm, MAX_SPLITS, DN).dynamic(),
+    );
+    let w = kb.tile("weights", ty(Ub, DType::F32, hm, MAX_SPLITS, DN).dynamic());
+    let mx = col(&mut kb, "mx");
+    let s = col(&mut kb, "s");
+    let wc = col(&mut kb, "w_i");
+    let fixt = col(&mut kb, "fix_t");
+    let t = col(&mut kb, "t");
+    let acc = kb.tile("acc", ty(Ub, DType::F32, hm, vp, ND).dynamic());
+    let oi = kb.tile_group("o_i", ty(Ub, DType::F32, hm, vp, ND).dynamic(), 2);
+    let out_t = (dt != DType::F32).then(|| kb.tile("out_t", ty(Ub, dt, hm, vp, ND).dynamic()));
+
+    kb.vector(|v| {
+        let g0 = v.let_("g0", (Expr::BlockIdx * 2 + Expr::SubBlockIdx) * hm);
+        let rv = v.let_("rv", (pr.clone() - g0).min(hm as i64));
+        v.if_(Expr::Var(rv).gt(0), |b| {
+            for tile in [mx, s, wc, fixt, t] {
+                b.set_validshape(tile, rv, 1);
+            }
+            b.set_validshape(lp, rv, ps.clone());
+            b.set_validshape(w, rv, ps.clone());
+            b.set_validshape(acc, rv, v_dim);
+            b.load(lp, GmView::dn(lse_ws, g0, rv, ps.clone(), pr.clone()));
+            b.load(fixt, GmView::dn(fix, g0, rv, 1, 1));
+            b.row_max(mx, lp);
+            b.broadcast(BinaryOp::Sub, Axis::Row, w, lp, mx);
+            b.exp(w, w);
+            b.row_sum(s, w);
+            b.fill(acc, 0.0);
+            // Two o_i buffers, loop unrolled by two: the load of part i + 1 overlaps the
+            // vector work on part i.
+            let mut part = |lb: &mut Body<'_>, i: Expr, slot: u64| {
+                let ev = 2 + slot as u8;
+                lb.set_validshape(oi.at(slot), rv, v_dim);
+                lb.wait_flag(Pipe::V, Pipe::Mte2, ev);
+                lb.load(
+                    oi.at(slot),
+                    GmView::nd(
+                        o_ws,
+                        (i.clone() * pr.clone() + g0) * v_dim,
+                        rv,
+                        v_dim,
+                        v_dim,
+                    ),
+                );
+                lb.set_flag(Pipe::Mte2, Pipe::V, ev);
+                lb.mov(wc, w).offset(0, i);
+                lb.wait_flag(Pipe::Mte2, Pipe::V, ev);
+                lb.broadcast(BinaryOp::Mul, Axis::Row, oi.at(slot), oi.at(slot), wc);
+                lb.add(acc, acc, oi.at(slot));
+                lb.set_flag(Pipe::V, Pipe::Mte2, ev);
+            };
+            b.set_flag(Pipe::V, Pipe::Mte2, 2);
+            b.set_flag(Pipe::V, Pipe::Mte2, 3);
+            ping_pong(b, ps.clone(), &mut part);
+            b.wait_flag(Pipe::V, Pipe::Mte2, 2);
+            b.wait_flag(Pipe::V, Pipe::Mte2, 3);
+            b.broadcast(BinaryOp::Div, Axis::Row, acc, acc, s);
+            // lse = M + ln(s)  (into s).
+            b.unary(UnaryOp::Ln, s, s);
+            b.add(s, s, mx);
+            if let Some(sk) = sink {
+                b.load(t, GmView::dn(sk, g0, rv, 1, 1));
+                b.binary(BinaryOp::Sub, t, t, s);
+                b.exp(t, t);
+                b.binary_scalar(BinaryOp::Add, t, t, 1.0);
+                b.broadcast(BinaryOp::Div, Axis::Row, acc, acc, t);
+            }
+            b.max(s, s, fixt);
+            b.set_flag(Pipe::V, Pipe::Mte3, 0);
+            b.wait_flag(Pipe::V, Pipe::Mte3, 0);
+            b.store(GmView::dn(lse_out, g0, rv, 1, 1), s);
+            let dst = GmView::nd(out, Expr::Var(g0) * v_dim, rv, v_dim, v_dim);
+            match out_t {
+                Some(ot) => {
+                    b.set_validshape(ot, rv, v_dim);
+                    b.cast(ot, acc, RoundMode::Rint);
+                    b.set_flag(Pipe::V, Pipe::Mte3, 1);
+                    b.wait_flag(Pipe::V, Pipe::Mte3, 1);
+                    b.store(dst, ot);
+                }
+                None => {
+                    b.store(dst, acc);
+                }
+            }
+        });
+    });
+    kb.build()
+}
+
+/// Host-side inputs of one attention call, already in kernel form.
+pub(crate) struct AttnInputs<'a> {
+    /// `q [batch*heads, dqk]`.
+    pub q: GmTensor,
+    /// `[tokens, kv_cols]`.
+    pub kv: GmTensor,
+    /// Separate V cache `[tokens, kv_cols]` (dense).
+    pub v: Option<GmTensor>,
+    /// `[batch, topk]` compacted logical indices.
+    pub indices: Vec<i64>,
+    /// Columns of `indices`.
+    pub topk: usize,
+    /// Valid indices per batch row.
+    pub counts: Vec<i64>,
+    /// `[batch, max_blocks]` block table.
+    pub block_table: &'a [i64],
+    /// Columns of the block table.
+    pub max_blocks: usize,
+    /// Batch rows.
+    pub batch: usize,
+    /// Softmax scale.
+    pub scale: f32,
+    /// Per-head sink (`[heads]`).
+    pub sink: Option<&'a [f32]>,
+}
+
+fn take(op: &'static str, args: &mut [Arg], i: usize) -> Result<GmTensor, OpError> {
+    match args.get_mut(i).map(|a| std::mem::replace(a, Arg::Int(0))) {
+        Some(Arg::Tensor(t)) => Ok(t),
+        _ => Err(OpError::Package {
+            op,
+            why: format!("kernel argument {i} is not a tensor"),
+        }),
+    }
+}
+
+/// Top-k splits and chunks per split for `batch * nht` work items of up to `max_chunks` chunks:
+/// enough splits to occupy every cluster, none of them empty.
+pub(crate) fn choose_splits(items: usize, max_chunks: usize) -> (usize, usize) {
+    let max_chunks = max_chunks.max(1);
+    let want = CLUSTERS
+        .div_ceil(items.max(1))
+        .clamp(1, MAX_SPLITS as usize);
+    let splits = want.min(max_chunks);
+    let cps = max_chunks.div_ceil(splits);
+    (max_chunks.div_ceil(cps), cps)
+}
+
+/// Runs the split kernel and the merge kernel: returns `out [batch*heads, v_dim]` (data dtype)
+/// and `lse [batch*heads]` f32.
+pub(crate) fn run_attention(
+    runner: &mut Runner,
+    op: &'static str,
+    cfg: &AttnCfg,
+    inp: AttnInputs<'_>,
+) -> Result<(GmTensor, GmTensor), OpError> {
+    let rows = inp.batch * cfg.heads as usize;
+    let v_dim = cfg.v_dim as usize;
+    if rows == 0 {
+        return Ok((
+            GmTensor::zeros(cfg.dtype, &[0, v_dim]),
+            GmTensor::zeros(DType::F32, &[0]),
+        ));
+    }
+    let max_count = inp.counts.iter().copied().max().unwrap_or(0).max(0) as usize;
+    let max_chunks = max_count.div_ceil(cfg.chunk as usize);
+    let (splits, cps) = choose_splits(inp.batch * cfg.nht as usize, max_chunks);
+    let tokens = inp.kv.shape.first().copied().unwrap_or(0);
+    let kernel = compiled(op, &cfg.key(), || attn_split(cfg))?;
+    let as_i32 = |shape: &[usize], v: &[i64]| GmTensor::from_i64(DType::I32, shape, v);
+    let mut args = vec![
+        Arg::Int(inp.batch as i64),
+        Arg::Int(inp.topk as i64),
+        Arg::Int(inp.max_blocks as i64),
+        Arg::Int(tokens as i64),
+        Arg::Int(splits as i64),
+        Arg::Int(cps as i64),
+        Arg::Float(inp.scale as f64),
+        Arg::Tensor(inp.q),
+        Arg::Tensor(inp.kv),
+    ];
+    if let Some(v) = inp.v {
+        args.push(Arg::Tensor(v));
+    }
+    args.push(Arg::Tensor(as_i32(&[inp.batch, inp.topk], &inp.indices)));
+    args.push(Arg::Tensor(as_i32(
+        &[inp.batch, inp.max_blocks],
+        inp.block_table,
+    )));
+    args.push(Arg::Tensor(as_i32(&[inp.batch], &inp.counts)));
+    let ws = splits * rows;
+    args.push(Arg::Tensor(GmTensor::zeros(DType::F32, &[ws, v_dim])));
+    args.push(Arg::Tensor(GmTensor::zeros(DType::F32, &[ws])));
+    let blocks = inp.batch * cfg.nht as usize * splits;
+    runner.launch(&kernel, blocks, &mut args)?;
+    let n = args.len();
+    let lse_ws = take(op, &mut args, n - 1)?;
+    let o_ws = take(op, &mut args, n - 2)?;
+    drop(args);
+
+    let mcfg = MergeCfg {
+        dtype: cfg.dtype,
+        v_dim: cfg.v_dim,
+        sink: inp.sink.is_some(),
+    };
+    let merge = compiled(op, &mcfg.key(), || attn_merge(&mcfg))?;
+    let heads = cfg.heads as usize;
+    let fix: Vec<f32> = (0..rows)
+        .map(|g| {
+            if inp.counts[g / heads] > 0 {
+                f32::NEG_INFINITY
+            } else {
+                f32::INFINITY
+            }
+        })
+        .collect();
+    let mut margs = vec![
+        Arg::Int(rows as i64),
+        Arg::Int(splits as i64),
+        Arg::Tensor(o_ws),
+        Arg::Tensor(lse_ws),
+        Arg::Tensor(GmTensor::from_f32(DType::F32, &[rows], &fix)),
+    ];
+    if let Some(s) = inp.sink {
+        let per_row: Vec<f32> = (0..rows).map(|g| s[g % heads]).collect();
+        margs.push(Arg::Tensor(GmTensor::from_f32(
+            DType::F32,
+            &[rows],
+            &per_row,
+        )));
+    }
+    margs.push(Arg::Tensor(GmTensor::zeros(cfg.dtype, &[rows, v_dim])));
+    margs.push(Arg::Tensor(GmTensor::zeros(DType::F32, &[rows])));
+    runner.launch(&merge, merge_blocks(rows), &mut margs)?;
+    let n = margs.len();
+    let lse = take(op, &mut margs, n - 1)?;
+    let out = take(op, &mut margs, n - 2)?;
+    Ok((out, lse))
+}

@@ -1,0 +1,553 @@
+//! The sparse and dense paged-attention tile kernels, run in the simulator under `profile`
+//! (no hazards allowed), against a plain f64 scalar model.
+
+use tile_backend::ir::DType;
+use tile_backend::sim::GmTensor;
+use tileops_ops::paged_attention::kernel::{self as paged, PagedProblem};
+use tileops_ops::runtime::Runner;
+use tileops_ops::sparse_attention::kernel::{self as sparse, SparseProblem};
+
+/// xorshift64*: deterministic test data without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// Uniform in [-1, 1).
+    fn f(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+    fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = self.below(i + 1);
+            v.swap(i, j);
+        }
+    }
+}
+
+fn tensor(rng: &mut Rng, dtype: DType, shape: &[usize], amp: f32) -> GmTensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n).map(|_| rng.f() * amp).collect();
+    GmTensor::from_f32(dtype, shape, &v)
+}
+
+/// Tolerances (atol, rtol) of `out` per dtype.
+fn out_tol(dtype: DType) -> (f64, f64) {
+    match dtype {
+        DType::F32 => (1e-5, 1e-4),
+        DType::F16 => (1e-3, 2f64.powi(-9)),
+        _ => (1e-3, 2f64.powi(-7)),
+    }
+}
+
+fn check(what: &str, got: &[f32], want: &[f64], (atol, rtol): (f64, f64)) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let mut worst = (0.0f64, 0usize);
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let ok = if w.is_infinite() {
+            g as f64 == w
+        } else {
+            let err = (g as f64 - w).abs();
+            let excess = err - (atol + rtol * w.abs());
+            if excess > worst.0 {
+                worst = (excess, i);
+            }
+            err <= atol + rtol * w.abs()
+        };
+        assert!(
+            ok,
+            "{what}[{i}]: got {g}, want {w} (atol {atol}, rtol {rtol}); worst excess {:?}",
+            worst
+        );
+    }
+}
+
+/// One attention row in f64: softmax(scale * q . K_j) . V_j over `rows` (K_j, V_j slices).
+/// Returns (out, lse); no row: (0, +inf).
+fn attend(
+    q: &[f64],
+    keys: &[&[f64]],
+    vals: &[&[f64]],
+    v_dim: usize,
+    scale: f64,
+) -> (Vec<f64>, f64) {
+    if keys.is_empty() {
+        return (vec![0.0; v_dim], f64::INFINITY);
+    }
+    let s: Vec<f64> = keys
+        .iter()
+        .map(|k| scale * q.iter().zip(k.iter()).map(|(a, b)| a * b).sum::<f64>())
+        .collect();
+    let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+    let sum: f64 = e.iter().sum();
+    let mut out = vec![0.0; v_dim];
+    for (w, v) in e.iter().zip(vals) {
+        for (o, x) in out.iter_mut().zip(v.iter()) {
+            *o += w / sum * x;
+        }
+    }
+    (out, m + sum.ln())
+}
+
+fn hazard_free(records: &[tileops_ops::LaunchRecord]) {
+    assert!(!records.is_empty(), "no launch was profiled");
+    for r in records {
+        assert!(
+            r.hazards.is_empty(),
+            "{}: hazards:\n{}",
+            r.kernel,
+            r.hazards.join("\n")
+        );
+    }
+}
+
+#[derive(Debug, Clone)]
+struct SparseCase {
+    b: usize,
+    h: usize,
+    dqk: usize,
+    v_dim: usize,
+    topk: usize,
+    bs: usize,
+    dtype: DType,
+    /// Fraction (per 8) of slots set to -1.
+    invalid: usize,
+    /// A row whose indices are all -1.
+    empty_row: bool,
+    dups: bool,
+    topk_length: bool,
+    sink: bool,
+    seed: u64,
+}
+
+impl SparseCase {
+    fn new(
+        b: usize,
+        h: usize,
+        dqk: usize,
+        v_dim: usize,
+        topk: usize,
+        bs: usize,
+        dtype: DType,
+    ) -> Self {
+        SparseCase {
+            b,
+            h,
+            dqk,
+            v_dim,
+            topk,
+            bs,
+            dtype,
+            invalid: 0,
+            empty_row: false,
+            dups: false,
+            topk_length: false,
+            sink: false,
+            seed: 1,
+        }
+    }
+}
+
+fn run_sparse(c: &SparseCase) {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ c.seed.wrapping_mul(7919));
+    // Logical context long enough for the top-k (distinct unless duplicates are wanted).
+    let ctx = (c.topk + 5).max(c.bs);
+    let max_blocks = ctx.div_ceil(c.bs) + 1;
+    let num_blocks = c.b * max_blocks + 3;
+    let q = tensor(&mut rng, c.dtype, &[c.b, c.h, c.dqk], 1.0);
+    let kv = tensor(&mut rng, c.dtype, &[num_blocks, c.bs, c.dqk], 1.0);
+    // Shuffled block tables over distinct physical blocks; the unreachable tail is -1.
+    let mut phys: Vec<i64> = (0..num_blocks as i64).collect();
+    rng.shuffle(&mut phys);
+    let mut block_table = vec![-1i64; c.b * max_blocks];
+    for row in 0..c.b {
+        for j in 0..ctx.div_ceil(c.bs) {
+            block_table[row * max_blocks + j] = phys[row * max_blocks + j];
+        }
+    }
+    let mut indices = Vec::with_capacity(c.b * c.topk);
+    for row in 0..c.b {
+        let mut toks: Vec<i64> = (0..ctx as i64).collect();
+        rng.shuffle(&mut toks);
+        for j in 0..c.topk {
+            let mut t = toks[j];
+            if c.dups && j % 3 == 1 {
+                t = toks[j / 2];
+            }
+            if c.invalid > 0 && rng.below(8) < c.invalid {
+                t = -1;
+            }
+            if c.empty_row && row == c.b - 1 {
+                t = -1;
+            }
+            indices.push(t);
+        }
+    }
+    let topk_length = c.topk_length.then(|| {
+        (0..c.b)
+            .map(|r| ((r * 7 + 3) % (c.topk + 1)) as i64)
+            .collect::<Vec<_>>()
+    });
+    let sink = c
+        .sink
+        .then(|| (0..c.h).map(|_| rng.f() * 2.0).collect::<Vec<f32>>());
+    let scale = 1.0 / (c.dqk as f32).sqrt() * 1.5;
+    let p = SparseProblem {
+        q: q.clone(),
+        kv: kv.clone(),
+        indices: indices.clone(),
+        topk: c.topk,
+        topk_length: topk_length.clone(),
+        block_table: block_table.clone(),
+        max_blocks,
+        block_size: c.bs,
+        v_dim: c.v_dim,
+        scale,
+        sink: sink.clone(),
+    };
+    let (res, records) = tileops_ops::profile(|| {
+        let mut runner = Runner::sim("sparse_paged_attention");
+        sparse::run(&mut runner, &p)
+    });
+    let (out, lse) = res.unwrap_or_else(|e| panic!("{c:?}: {e}"));
+    hazard_free(&records);
+    assert_eq!(out.shape, vec![c.b, c.h, c.v_dim]);
+    assert_eq!(out.dtype, c.dtype);
+    assert_eq!(lse.shape, vec![c.b, c.h]);
+
+    // The f64 model.
+    let qf: Vec<f64> = q.to_f32().into_iter().map(f64::from).collect();
+    let kf: Vec<f64> = kv.to_f32().into_iter().map(f64::from).collect();
+    let mut want_out = Vec::new();
+    let mut want_lse = Vec::new();
+    for row in 0..c.b {
+        let len = topk_length.as_ref().map_or(c.topk, |l| l[row] as usize);
+        let rows: Vec<&[f64]> = indices[row * c.topk..row * c.topk + len]
+            .iter()
+            .filter(|&&t| t >= 0)
+            .map(|&t| {
+                let t = t as usize;
+                let blk = block_table[row * max_blocks + t / c.bs] as usize;
+                let r = blk * c.bs + t % c.bs;
+                &kf[r * c.dqk..(r + 1) * c.dqk]
+            })
+            .collect();
+        let vals: Vec<&[f64]> = rows.iter().map(|k| &k[..c.v_dim]).collect();
+        for hh in 0..c.h {
+            let qrow = &qf[(row * c.h + hh) * c.dqk..(row * c.h + hh + 1) * c.dqk];
+            let (mut o, l) = attend(qrow, &rows, &vals, c.v_dim, scale as f64);
+            if let Some(s) = &sink {
+                if l.is_finite() {
+                    let f = 1.0 / (1.0 + (s[hh] as f64 - l).exp());
+                    o.iter_mut().for_each(|x| *x *= f);
+                }
+            }
+            want_out.extend(o);
+            want_lse.push(l);
+        }
+    }
+    check(
+        &format!("{c:?} out"),
+        &out.to_f32(),
+        &want_out,
+        out_tol(c.dtype),
+    );
+    check(
+        &format!("{c:?} lse"),
+        &lse.to_f32(),
+        &want_lse,
+        (1e-4, 1e-5),
+    );
+}
+
+#[test]
+fn sparse_small_shapes_all_dtypes() {
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for (h, topk, bs) in [(1, 1, 1), (4, 63, 16), (16, 64, 64), (20, 65, 16)] {
+            run_sparse(&SparseCase::new(2, h, 64, 48, topk, bs, dtype));
+        }
+    }
+}
+
+#[test]
+fn sparse_tails_and_options() {
+    let base = SparseCase::new(3, 8, 64, 32, 65, 16, DType::BF16);
+    run_sparse(&SparseCase {
+        invalid: 2,
+        dups: true,
+        seed: 2,
+        ..base.clone()
+    });
+    run_sparse(&SparseCase {
+        empty_row: true,
+        sink: true,
+        seed: 3,
+        ..base.clone()
+    });
+    run_sparse(&SparseCase {
+        topk_length: true,
+        invalid: 1,
+        seed: 4,
+        dtype: DType::F16,
+        ..base.clone()
+    });
+    run_sparse(&SparseCase {
+        topk: 300,
+        bs: 1,
+        sink: true,
+        dtype: DType::F32,
+        seed: 5,
+        ..base
+    });
+}
+
+#[test]
+fn sparse_several_chunks_per_split() {
+    // 8 rows x 1 head tile: 4 splits, so each split runs several chunks (odd and even counts).
+    run_sparse(&SparseCase {
+        invalid: 1,
+        dups: true,
+        seed: 8,
+        ..SparseCase::new(8, 4, 64, 64, 300, 16, DType::BF16)
+    });
+    run_sparse(&SparseCase {
+        topk_length: true,
+        sink: true,
+        seed: 9,
+        ..SparseCase::new(12, 2, 32, 16, 200, 64, DType::F32)
+    });
+}
+
+#[test]
+fn sparse_many_heads() {
+    run_sparse(&SparseCase::new(1, 128, 64, 64, 100, 16, DType::BF16));
+    run_sparse(&SparseCase {
+        seed: 6,
+        ..SparseCase::new(1, 33, 80, 40, 70, 64, DType::F32)
+    });
+}
+
+#[test]
+fn sparse_deepseek_shape_b1() {
+    // DeepSeek-V3.2 decode: 128 heads sharing one 576-wide latent row, V = its first 512 columns.
+    run_sparse(&SparseCase {
+        invalid: 0,
+        ..SparseCase::new(1, 128, 576, 512, 2048, 64, DType::BF16)
+    });
+}
+
+struct DenseCase {
+    b: usize,
+    hkv: usize,
+    group: usize,
+    d: usize,
+    bs: usize,
+    ctx: Vec<i64>,
+    dtype: DType,
+}
+
+fn run_dense(c: &DenseCase) {
+    let mut rng = Rng(0x1234_5678 ^ (c.group * 131 + c.d) as u64);
+    let h = c.hkv * c.group;
+    let max_ctx = *c.ctx.iter().max().expect("a context") as usize;
+    let max_blocks = max_ctx.div_ceil(c.bs) + 1;
+    let num_blocks = c.b * max_blocks + 2;
+    let q = tensor(&mut rng, c.dtype, &[c.b, h, c.d], 1.0);
+    let k = tensor(&mut rng, c.dtype, &[num_blocks, c.bs, c.hkv, c.d], 1.0);
+    let v = tensor(&mut rng, c.dtype, &[num_blocks, c.bs, c.hkv, c.d], 1.0);
+    let mut phys: Vec<i64> = (0..num_blocks as i64).collect();
+    rng.shuffle(&mut phys);
+    let mut block_table = vec![-1i64; c.b * max_blocks];
+    for row in 0..c.b {
+        for j in 0..(c.ctx[row] as usize).div_ceil(c.bs) {
+            block_table[row * max_blocks + j] = phys[row * max_blocks + j];
+        }
+    }
+    let scale = 1.0 / (c.d as f32).sqrt();
+    let p = PagedProblem {
+        q: q.clone(),
+        k_cache: k.clone(),
+        v_cache: v.clone(),
+        block_table: block_table.clone(),
+        max_blocks,
+        context_lens: c.ctx.clone(),
+        block_size: c.bs,
+        num_kv_heads: c.hkv,
+        scale,
+    };
+    let (res, records) = tileops_ops::profile(|| {
+        let mut runner = Runner::sim("paged_attention");
+        paged::run(&mut runner, &p)
+    });
+    let out = res.unwrap_or_else(|e| panic!("dense {:?}: {e}", (c.b, h, c.hkv, c.d, &c.ctx)));
+    hazard_free(&records);
+    assert_eq!(out.shape, vec![c.b, h, c.d]);
+    let qf: Vec<f64> = q.to_f32().into_iter().map(f64::from).collect();
+    let kf: Vec<f64> = k.to_f32().into_iter().map(f64::from).collect();
+    let vf: Vec<f64> = v.to_f32().into_iter().map(f64::from).collect();
+    let mut want = Vec::new();
+    for row in 0..c.b {
+        for hh in 0..h {
+            let g = hh / c.group;
+            let slot = |t: usize| {
+                let blk = block_table[row * max_blocks + t / c.bs] as usize;
+                ((blk * c.bs + t % c.bs) * c.hkv + g) * c.d
+            };
+            let n = c.ctx[row] as usize;
+            let keys: Vec<&[f64]> = (0..n).map(|t| &kf[slot(t)..slot(t) + c.d]).collect();
+            let vals: Vec<&[f64]> = (0..n).map(|t| &vf[slot(t)..slot(t) + c.d]).collect();
+            let qrow = &qf[(row * h + hh) * c.d..(row * h + hh + 1) * c.d];
+            want.extend(attend(qrow, &keys, &vals, c.d, scale as f64).0);
+        }
+    }
+    check(
+        &format!("dense {:?} out", (c.b, h, c.hkv, c.d, &c.ctx, c.dtype)),
+        &out.to_f32(),
+        &want,
+        out_tol(c.dtype),
+    );
+}
+
+#[test]
+fn dense_gqa() {
+    for (group, dtype) in [(1, DType::F16), (4, DType::BF16), (8, DType::F32)] {
+        run_dense(&DenseCase {
+            b: 3,
+            hkv: 2,
+            group,
+            d: 64,
+            bs: 16,
+            ctx: vec![1, 17, 100],
+            dtype,
+        });
+    }
+    // 16 sequences: two splits, several chunks each.
+    run_dense(&DenseCase {
+        b: 16,
+        hkv: 1,
+        group: 2,
+        d: 64,
+        bs: 16,
+        ctx: (0..16).map(|i| 1 + i * 23).collect(),
+        dtype: DType::F16,
+    });
+    run_dense(&DenseCase {
+        b: 1,
+        hkv: 1,
+        group: 4,
+        d: 128,
+        bs: 16,
+        ctx: vec![33],
+        dtype: DType::BF16,
+    });
+}
+
+/// The DeepSeek-V3.2 decode step (B=4, H=128, Dqk=576, v_dim=512, top-k 2048, block 64, bf16):
+/// the estimated Ascend 950 time against the roofline, and the simulator's CPU time against a
+/// candle f32 composition (index_select, matmul, softmax, matmul). Slow in debug builds: run with
+/// `cargo test --release --test attention_kernels -- --ignored --nocapture`.
+#[test]
+#[ignore = "DeepSeek-scale B=4 cost check; run explicitly"]
+fn deepseek_decode_cost() {
+    use candle_core::{Device, Tensor};
+    use std::time::Instant;
+    let (b, h, dqk, v_dim, topk, bs) = (4usize, 128usize, 576usize, 512usize, 2048usize, 64usize);
+    let mut rng = Rng(77);
+    let max_blocks = 4096 / bs;
+    let num_blocks = b * max_blocks;
+    let q = tensor(&mut rng, DType::BF16, &[b, h, dqk], 1.0);
+    let kv = tensor(&mut rng, DType::BF16, &[num_blocks, bs, dqk], 1.0);
+    let mut phys: Vec<i64> = (0..num_blocks as i64).collect();
+    rng.shuffle(&mut phys);
+    let block_table = phys.clone();
+    let mut indices = Vec::new();
+    for _ in 0..b {
+        let mut toks: Vec<i64> = (0..(max_blocks * bs) as i64).collect();
+        rng.shuffle(&mut toks);
+        indices.extend_from_slice(&toks[..topk]);
+    }
+    let p = SparseProblem {
+        q: q.clone(),
+        kv: kv.clone(),
+        indices: indices.clone(),
+        topk,
+        topk_length: None,
+        block_table: block_table.clone(),
+        max_blocks,
+        block_size: bs,
+        v_dim,
+        scale: 0.13523,
+        sink: None,
+    };
+    let run = || {
+        let mut runner = Runner::sim("sparse_paged_attention");
+        sparse::run(&mut runner, &p).expect("runs")
+    };
+    let (_, records) = tileops_ops::profile(run);
+    hazard_free(&records);
+    let costs: Vec<_> = records.iter().filter_map(|r| r.cost.clone()).collect();
+    for c in &costs {
+        println!("{c}");
+    }
+    let total = tile_backend::sim::cost::CostReport::sum(&costs).expect("two launches");
+    println!("{total}");
+    // The op's own distinct bytes: the gathered K rows, q, out and lse.
+    let op_bytes = (b * topk * dqk * 2 + b * h * dqk * 2 + b * h * v_dim * 2 + b * h * 4) as f64;
+    let op_roofline = op_bytes / 1.6e12;
+    println!(
+        "estimate {:.2} us; summed roofline {:.2} us (ratio {:.2}); op-bytes roofline {:.2} us (ratio {:.2})",
+        total.seconds * 1e6,
+        total.roofline_seconds * 1e6,
+        total.seconds / total.roofline_seconds,
+        op_roofline * 1e6,
+        total.seconds / op_roofline
+    );
+    // CPU time: simulator (untraced) vs candle f32.
+    let _ = run();
+    let t = Instant::now();
+    let reps = 3;
+    for _ in 0..reps {
+        let _ = run();
+    }
+    let sim_s = t.elapsed().as_secs_f64() / reps as f64;
+    let dev = Device::Cpu;
+    let qf = Tensor::from_vec(q.to_f32(), (b, h, dqk), &dev).expect("q");
+    let kvf = Tensor::from_vec(kv.to_f32(), (num_blocks * bs, dqk), &dev).expect("kv");
+    let slots: Vec<u32> = (0..b * topk)
+        .map(|i| {
+            let (row, t) = (i / topk, indices[i] as usize);
+            (block_table[row * max_blocks + t / bs] as usize * bs + t % bs) as u32
+        })
+        .collect();
+    let slots = Tensor::from_vec(slots, b * topk, &dev).expect("slots");
+    let cand = || -> candle_core::Result<Tensor> {
+        let k = kvf.index_select(&slots, 0)?.reshape((b, topk, dqk))?;
+        let s = (qf.matmul(&k.t()?)? * 0.13523)?;
+        let pr = candle_core::D::Minus1;
+        let m = s.max_keepdim(pr)?;
+        let e = s.broadcast_sub(&m)?.exp()?;
+        let pw = e.broadcast_div(&e.sum_keepdim(pr)?)?;
+        pw.matmul(&k.narrow(2, 0, v_dim)?)
+    };
+    let _ = cand().expect("candle");
+    let t = Instant::now();
+    for _ in 0..reps {
+        let _ = cand().expect("candle");
+    }
+    let cand_s = t.elapsed().as_secs_f64() / reps as f64;
+    println!(
+        "CPU: simulator {:.1} ms, candle f32 {:.1} ms (ratio {:.2})",
+        sim_s * 1e3,
+        cand_s * 1e3,
+        sim_s / cand_s
+    );
+    assert!(total.seconds <= 2.0 * total.roofline_seconds);
+}

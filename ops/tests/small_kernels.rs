@@ -1,0 +1,420 @@
+//! The paged-gather and reshape_and_cache tile kernels, called through their host code
+//! (`kernel::run`) and checked byte for byte against plain Rust, with every simulated launch's
+//! hazards checked; and their Ascend 950 path (package written, no device).
+
+use tile_backend::ir::DType;
+use tile_backend::sim::GmTensor;
+use tileops_ops::kv_cache::kernel::{self as kv, CacheWrite};
+use tileops_ops::paged_gather::kernel::{self as pg, GatherProblem};
+use tileops_ops::runtime::Runner;
+use tileops_ops::{profile, LaunchRecord, OpError};
+
+/// A small deterministic PRNG (splitmix64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn value(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0
+    }
+    fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = self.below(i + 1);
+            v.swap(i, j);
+        }
+    }
+}
+
+fn random_tensor(rng: &mut Rng, dtype: DType, shape: &[usize]) -> GmTensor {
+    let n: usize = shape.iter().product();
+    let values: Vec<f32> = (0..n).map(|_| rng.value()).collect();
+    GmTensor::from_f32(dtype, shape, &values)
+}
+
+fn assert_clean(records: &[LaunchRecord], launches: usize) {
+    assert_eq!(records.len(), launches, "launches: {records:?}");
+    for r in records {
+        assert!(
+            r.hazards.is_empty(),
+            "kernel {} has hazards:\n{}",
+            r.kernel,
+            r.hazards.join("\n")
+        );
+        assert!(r.cost.is_some(), "a profiled launch has a cost report");
+    }
+}
+
+/// Plain Rust: row i is src[block_table[t / bs] * bs + t % bs, 0..size].
+fn gather_expected(p: &GatherProblem) -> Vec<u8> {
+    let es = p.src.dtype.size_bytes() as usize;
+    let c = p.src.shape[1];
+    let mut out = Vec::with_capacity(p.indices.len() * p.size * es);
+    for &t in &p.indices {
+        let (t, bs) = (t as usize, p.block_size);
+        let row = p.block_table[t / bs] as usize * bs + t % bs;
+        out.extend_from_slice(&p.src.data[row * c * es..(row * c + p.size) * es]);
+    }
+    out
+}
+
+fn check_gather(p: &GatherProblem) {
+    let (out, records) = profile(|| pg::run(&mut Runner::sim("paged_gather"), p));
+    let out = out.expect("the gather runs");
+    assert_eq!(out.dtype, p.src.dtype);
+    assert_eq!(out.shape, vec![p.indices.len(), p.size]);
+    assert!(out.data == gather_expected(p), "gathered rows differ");
+    assert_clean(&records, usize::from(!p.indices.is_empty()));
+}
+
+/// A shuffled block table of `nb` entries over blocks whose rows exist in `[tokens, ..]`, and
+/// `n` logical tokens (with repeats) whose physical rows are `< tokens`.
+fn paged(
+    rng: &mut Rng,
+    tokens: usize,
+    block_size: usize,
+    nb: usize,
+    n: usize,
+) -> (Vec<i64>, Vec<i64>) {
+    let blocks = tokens.div_ceil(block_size);
+    let mut pool: Vec<i64> = (0..blocks.max(nb) as i64)
+        .map(|b| b % blocks as i64)
+        .collect();
+    rng.shuffle(&mut pool);
+    let table: Vec<i64> = pool[..nb].to_vec();
+    let reachable: Vec<i64> = (0..nb * block_size)
+        .filter(|&t| table[t / block_size] as usize * block_size + t % block_size < tokens)
+        .map(|t| t as i64)
+        .collect();
+    let indices = (0..n)
+        .map(|_| reachable[rng.below(reachable.len())])
+        .collect();
+    (indices, table)
+}
+
+#[test]
+fn gather_upstream_doc_example() {
+    // src [16, 32], 32 indices, block_table [1, 4], block_size 2, size 16.
+    for dtype in [DType::F32, DType::F16] {
+        let mut rng = Rng(1);
+        let src = random_tensor(&mut rng, dtype, &[16, 32]);
+        let (indices, block_table) = paged(&mut rng, 16, 2, 4, 32);
+        check_gather(&GatherProblem {
+            src,
+            indices,
+            block_table,
+            block_size: 2,
+            size: 16,
+        });
+    }
+}
+
+#[test]
+fn gather_upstream_small_odd_shape() {
+    // 33 buffer tokens, 30 columns (60 bytes: the UB row is padded), block 10, fp16.
+    let mut rng = Rng(2);
+    let src = random_tensor(&mut rng, DType::F16, &[33, 30]);
+    for n in [1, 16, 37] {
+        let (indices, block_table) = paged(&mut rng, 33, 10, 4, n);
+        check_gather(&GatherProblem {
+            src: src.clone(),
+            indices,
+            block_table,
+            block_size: 10,
+            size: 30,
+        });
+    }
+}
+
+#[test]
+fn gather_every_dtype_partial_columns_odd_counts() {
+    for (i, dtype) in [DType::F32, DType::F16, DType::BF16]
+        .into_iter()
+        .enumerate()
+    {
+        let mut rng = Rng(10 + i as u64);
+        // size < C, n a prime, shuffled table with more entries than needed.
+        let src = random_tensor(&mut rng, dtype, &[200, 72]);
+        let (indices, block_table) = paged(&mut rng, 200, 16, 13, 101);
+        check_gather(&GatherProblem {
+            src: src.clone(),
+            indices,
+            block_table,
+            block_size: 16,
+            size: 43,
+        });
+        // The DeepSeek latent width, V part only, block 64: 576 -> 512 columns.
+        let src = random_tensor(&mut rng, dtype, &[256, 576]);
+        let (indices, block_table) = paged(&mut rng, 256, 64, 4, 67);
+        check_gather(&GatherProblem {
+            src,
+            indices,
+            block_table,
+            block_size: 64,
+            size: 512,
+        });
+    }
+}
+
+#[test]
+fn gather_wide_rows_go_in_chunks() {
+    // 5000 f32 columns = 20000 bytes: two chunks per row, the second narrower.
+    let mut rng = Rng(20);
+    let src = random_tensor(&mut rng, DType::F32, &[24, 5003]);
+    let (indices, block_table) = paged(&mut rng, 24, 4, 6, 9);
+    check_gather(&GatherProblem {
+        src,
+        indices,
+        block_table,
+        block_size: 4,
+        size: 5000,
+    });
+}
+
+#[test]
+fn gather_reuses_one_kernel_across_runtime_shapes() {
+    // n, T, C and the table length change; dtype and size stay: the same kernel (by name)
+    // serves every call, and many rows spread over 32 blocks.
+    let mut names = Vec::new();
+    for (k, (t, c, nb, n)) in [(40, 64, 5, 3), (1000, 80, 70, 700), (64, 64, 8, 64)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut rng = Rng(30 + k as u64);
+        let src = random_tensor(&mut rng, DType::BF16, &[t, c]);
+        let (indices, block_table) = paged(&mut rng, t, 8, nb, n);
+        let p = GatherProblem {
+            src,
+            indices,
+            block_table,
+            block_size: 8,
+            size: 64,
+        };
+        let (out, records) = profile(|| pg::run(&mut Runner::sim("paged_gather"), &p));
+        assert!(out.expect("runs").data == gather_expected(&p));
+        assert_clean(&records, 1);
+        names.push(records[0].kernel.clone());
+        if n == 700 {
+            assert_eq!(records[0].block_dim, 32, "700 rows fill a wave");
+        }
+    }
+    assert!(names.windows(2).all(|w| w[0] == w[1]), "{names:?}");
+}
+
+#[test]
+fn gather_of_nothing_launches_nothing() {
+    let mut rng = Rng(40);
+    check_gather(&GatherProblem {
+        src: random_tensor(&mut rng, DType::F16, &[8, 16]),
+        indices: vec![],
+        block_table: vec![0],
+        block_size: 8,
+        size: 16,
+    });
+}
+
+#[test]
+fn gather_rejects_malformed_problems() {
+    let mut rng = Rng(41);
+    let bad = GatherProblem {
+        src: random_tensor(&mut rng, DType::F16, &[8, 16]),
+        indices: vec![0],
+        block_table: vec![0],
+        block_size: 8,
+        size: 17,
+    };
+    let e = pg::run(&mut Runner::sim("paged_gather"), &bad).expect_err("size > C");
+    assert!(matches!(e, OpError::Invalid { arg: "size", .. }), "{e}");
+}
+
+/// Plain Rust: row i of rows goes to cache row slot[i] (skipping -1).
+fn cache_expected(cache: &GmTensor, w: &CacheWrite) -> Vec<u8> {
+    let n = w.slot_mapping.len();
+    let row_bytes = w.rows.data.len() / n.max(1);
+    let mut out = cache.data.clone();
+    for (i, &s) in w.slot_mapping.iter().enumerate() {
+        if s >= 0 {
+            let s = s as usize;
+            out[s * row_bytes..(s + 1) * row_bytes]
+                .copy_from_slice(&w.rows.data[i * row_bytes..(i + 1) * row_bytes]);
+        }
+    }
+    out
+}
+
+fn check_cache(cache: &GmTensor, w: &CacheWrite) {
+    let mut got = cache.clone();
+    let (r, records) = profile(|| kv::run(&mut Runner::sim("reshape_and_cache"), &mut got, w));
+    r.expect("the cache write runs");
+    assert_eq!(got.shape, cache.shape, "the cache keeps its shape");
+    assert!(
+        got.data == cache_expected(cache, w),
+        "cache contents differ"
+    );
+    let launches = usize::from(w.slot_mapping.iter().any(|&s| s >= 0));
+    assert_clean(&records, launches);
+}
+
+/// `n` distinct slots out of `slots` (some replaced by -1 when `pad`).
+fn slot_mapping(rng: &mut Rng, slots: usize, n: usize, pad: bool) -> Vec<i64> {
+    let mut all: Vec<i64> = (0..slots as i64).collect();
+    rng.shuffle(&mut all);
+    let mut m = all[..n].to_vec();
+    if pad {
+        for s in m.iter_mut() {
+            if rng.below(4) == 0 {
+                *s = -1;
+            }
+        }
+    }
+    m
+}
+
+#[test]
+fn cache_write_with_padding_slots_in_place() {
+    for (i, dtype) in [DType::F32, DType::F16, DType::BF16]
+        .into_iter()
+        .enumerate()
+    {
+        let mut rng = Rng(50 + i as u64);
+        // [num_blocks 6, block_size 16, Hkv 2, D 24]: rows of 48 elements.
+        let cache = random_tensor(&mut rng, dtype, &[6, 16, 2, 24]);
+        let n = 37;
+        let w = CacheWrite {
+            rows: random_tensor(&mut rng, dtype, &[n, 2, 24]),
+            slot_mapping: slot_mapping(&mut rng, 96, n, true),
+        };
+        check_cache(&cache, &w);
+    }
+}
+
+#[test]
+fn cache_write_spans_blocks_decode_and_prefill() {
+    let mut rng = Rng(60);
+    // MLA latent rows (576 bf16), block 64: a prefill of 150 contiguous tokens starting in the
+    // middle of a block (so it spans three blocks of a shuffled table), then a decode step of 4
+    // sequences writing one row each.
+    let dtype = DType::BF16;
+    let cache = random_tensor(&mut rng, dtype, &[8, 64, 576]);
+    let mut table: Vec<i64> = (0..8).collect();
+    rng.shuffle(&mut table);
+    let slot = |t: usize| table[t / 64] * 64 + (t % 64) as i64;
+    let prefill = CacheWrite {
+        rows: random_tensor(&mut rng, dtype, &[150, 576]),
+        slot_mapping: (40..190).map(slot).collect(),
+    };
+    check_cache(&cache, &prefill);
+    let decode = CacheWrite {
+        rows: random_tensor(&mut rng, dtype, &[4, 576]),
+        slot_mapping: vec![slot(7), -1, slot(300), slot(511)],
+    };
+    check_cache(&cache, &decode);
+    // f32, rows that are not a multiple of 8 elements.
+    let cache = random_tensor(&mut rng, DType::F32, &[5, 10, 13]);
+    let w = CacheWrite {
+        rows: random_tensor(&mut rng, DType::F32, &[23, 13]),
+        slot_mapping: slot_mapping(&mut rng, 50, 23, true),
+    };
+    check_cache(&cache, &w);
+}
+
+#[test]
+fn cache_write_of_only_padding_touches_nothing() {
+    let mut rng = Rng(70);
+    let cache = random_tensor(&mut rng, DType::F16, &[2, 4, 16]);
+    let w = CacheWrite {
+        rows: random_tensor(&mut rng, DType::F16, &[3, 16]),
+        slot_mapping: vec![-1, -1, -1],
+    };
+    check_cache(&cache, &w);
+}
+
+#[test]
+fn cache_write_rejects_malformed_problems() {
+    let mut rng = Rng(71);
+    let mut cache = random_tensor(&mut rng, DType::F16, &[2, 4, 16]);
+    let w = CacheWrite {
+        rows: random_tensor(&mut rng, DType::F16, &[2, 16]),
+        slot_mapping: vec![0, 8],
+    };
+    let e = kv::run(&mut Runner::sim("reshape_and_cache"), &mut cache, &w).expect_err("slot 8");
+    assert!(
+        matches!(
+            e,
+            OpError::Invalid {
+                arg: "slot_mapping",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let w = CacheWrite {
+        rows: random_tensor(&mut rng, DType::F32, &[2, 16]),
+        slot_mapping: vec![0, 1],
+    };
+    let e = kv::run(&mut Runner::sim("reshape_and_cache"), &mut cache, &w).expect_err("dtype");
+    assert!(matches!(e, OpError::Invalid { arg: "cache", .. }), "{e}");
+}
+
+fn package_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tileops-small-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+#[test]
+fn ascend950_path_writes_packages_and_reports_no_device() {
+    let mut rng = Rng(80);
+    let dir = package_dir("gather");
+    let src = random_tensor(&mut rng, DType::F16, &[33, 30]);
+    let (indices, block_table) = paged(&mut rng, 33, 10, 4, 16);
+    let p = GatherProblem {
+        src,
+        indices,
+        block_table,
+        block_size: 10,
+        size: 30,
+    };
+    let (r, records) = profile(|| {
+        let mut runner = Runner::package("paged_gather", &dir);
+        assert!(!runner.executes());
+        pg::run(&mut runner, &p).expect("packaging the gather works");
+        runner.finish()
+    });
+    match r {
+        Err(OpError::DeviceUnavailable { package, .. }) => assert_eq!(package, dir),
+        other => panic!("expected DeviceUnavailable, got {other:?}"),
+    }
+    assert_eq!(records.len(), 1);
+    assert!(!records[0].files.is_empty());
+    for f in &records[0].files {
+        assert!(f.starts_with(&dir) && f.is_file(), "{}", f.display());
+    }
+
+    let dir = package_dir("cache");
+    let mut cache = random_tensor(&mut rng, DType::BF16, &[4, 8, 32]);
+    let before = cache.clone();
+    let w = CacheWrite {
+        rows: random_tensor(&mut rng, DType::BF16, &[5, 32]),
+        slot_mapping: vec![3, 9, -1, 31, 0],
+    };
+    let (r, records) = profile(|| {
+        let mut runner = Runner::package("reshape_and_cache", &dir);
+        kv::run(&mut runner, &mut cache, &w).expect("packaging the cache write works");
+        runner.finish()
+    });
+    assert!(matches!(r, Err(OpError::DeviceUnavailable { .. })), "{r:?}");
+    assert_eq!(cache, before, "nothing ran, so the cache is unchanged");
+    assert_eq!(records.len(), 1);
+    assert!(records[0].files.iter().all(|f| f.is_file()));
+    let _ = std::fs::remove_dir_all(package_dir("gather"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
