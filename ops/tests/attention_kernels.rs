@@ -1,6 +1,8 @@
 //! The sparse and dense paged-attention tile kernels, run in the simulator under `profile`
 //! (no hazards allowed), against a plain f64 scalar model.
 
+#![allow(clippy::result_large_err)] // OpError carries the simulator's error by value
+
 use tile_backend::ir::DType;
 use tile_backend::sim::GmTensor;
 use tileops_ops::paged_attention::kernel::{self as paged, PagedProblem};
