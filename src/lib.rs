@@ -15,13 +15,15 @@
 //!
 //! This facade re-exports the workspace crates:
 //!
-//! - [`tile_backend`]: the machine model, tile IR and builder, and verifier (working today);
-//!   passes, simulator and PTO code generator follow in later issues.
-//! - [`ops`] (`tileops-ops`): the candle custom ops; empty until its issue lands.
+//! - [`tile_backend`]: the machine model, tile IR and builder, verifier, passes (memory planning,
+//!   sync insertion), the CPU simulator with its cost report and hazard checks, and the PTO-ISA
+//!   C++ code generator.
+//! - [`ops`] (`tileops-ops`): the candle custom ops `paged_gather`, `sparse_paged_attention`,
+//!   `paged_attention` and `reshape_and_cache` on the Reference, TileSim and Ascend950 backends.
 //! - [`models`] (`tileops-models`): paged KV cache, DeepSeek-style model and engine; empty until
 //!   its issue lands.
 //!
-//! The `tileops` binary checks serialized kernels: `tileops check kernel.json`.
+//! The `tileops` binary checks, simulates and emits serialized kernels (`check`, `sim`, `emit`).
 
 pub use tile_backend;
 pub use tileops_models as models;
