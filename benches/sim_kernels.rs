@@ -28,7 +28,7 @@ fn compile(kernel: &Kernel, arch: &Arch) -> Kernel {
     }
 }
 
-fn inputs(kernel: &Kernel, seed: u64) -> Vec<Arg> {
+fn inputs(kernel: &Kernel, seed: u64) -> Vec<Arg<'static>> {
     match io::generate(kernel, seed) {
         Ok(a) => a,
         Err(e) => panic!("inputs of `{}`: {e}", kernel.name),

@@ -8,7 +8,7 @@ use bytemuck::{cast_slice, cast_slice_mut, Pod};
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, DType as CDType, Layout, Storage, Tensor};
 use tile_backend::ir::DType;
-use tile_backend::sim::GmTensor;
+use tile_backend::sim::{GmInput, GmTensor};
 
 /// The tile dtype of a candle data dtype (f32, f16, bf16).
 pub fn data_dtype(op: &'static str, arg: &'static str, d: CDType) -> Result<DType, OpError> {
@@ -37,6 +37,34 @@ fn contiguous(
             "must be contiguous (call `.contiguous()` first)".to_string(),
         )
     })
+}
+
+/// A data tensor (f32/f16/bf16) of CPU storage as a read-only kernel input borrowing the
+/// storage's bytes (no copy: the simulator reads the candle buffer in place).
+pub fn gm_input<'s>(
+    op: &'static str,
+    arg: &'static str,
+    s: &'s CpuStorage,
+    layout: &Layout,
+) -> Result<GmInput<'s>, OpError> {
+    let (a, b) = contiguous(op, arg, layout)?;
+    let shape = layout.shape().dims().to_vec();
+    let (dtype, data): (DType, &[u8]) = match s {
+        CpuStorage::F32(v) => (DType::F32, cast_slice(&v[a..b])),
+        CpuStorage::F16(v) => (DType::F16, cast_slice(&v[a..b])),
+        CpuStorage::BF16(v) => (DType::BF16, cast_slice(&v[a..b])),
+        other => {
+            return Err(OpError::invalid(
+                op,
+                arg,
+                format!(
+                    "dtype {:?} is not supported: use f32, f16 or bf16",
+                    other.dtype()
+                ),
+            ))
+        }
+    };
+    Ok(GmInput { dtype, shape, data })
 }
 
 /// A data tensor (f32/f16/bf16) of CPU storage as a GM tensor of the same dtype and shape.

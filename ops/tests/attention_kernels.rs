@@ -203,8 +203,8 @@ fn run_sparse(c: &SparseCase) {
         .then(|| (0..c.h).map(|_| rng.f() * 2.0).collect::<Vec<f32>>());
     let scale = 1.0 / (c.dqk as f32).sqrt() * 1.5;
     let p = SparseProblem {
-        q: q.clone(),
-        kv: kv.clone(),
+        q: q.as_input(),
+        kv: kv.as_input(),
         indices: indices.clone(),
         topk: c.topk,
         topk_length: topk_length.clone(),
@@ -375,9 +375,9 @@ fn run_dense(c: &DenseCase) {
     }
     let scale = 1.0 / (c.d as f32).sqrt();
     let p = PagedProblem {
-        q: q.clone(),
-        k_cache: k.clone(),
-        v_cache: v.clone(),
+        q: q.as_input(),
+        k_cache: k.as_input(),
+        v_cache: v.as_input(),
         block_table: block_table.clone(),
         max_blocks,
         context_lens: c.ctx.clone(),
@@ -477,8 +477,8 @@ fn deepseek_decode_cost() {
         indices.extend_from_slice(&toks[..topk]);
     }
     let p = SparseProblem {
-        q: q.clone(),
-        kv: kv.clone(),
+        q: q.as_input(),
+        kv: kv.as_input(),
         indices: indices.clone(),
         topk,
         topk_length: None,

@@ -110,7 +110,7 @@ fn gather_upstream_doc_example() {
         let src = random_tensor(&mut rng, dtype, &[16, 32]);
         let (indices, block_table) = paged(&mut rng, 16, 2, 4, 32);
         check_gather(&GatherProblem {
-            src,
+            src: src.as_input(),
             indices,
             block_table,
             block_size: 2,
@@ -127,7 +127,7 @@ fn gather_upstream_small_odd_shape() {
     for n in [1, 16, 37] {
         let (indices, block_table) = paged(&mut rng, 33, 10, 4, n);
         check_gather(&GatherProblem {
-            src: src.clone(),
+            src: src.as_input(),
             indices,
             block_table,
             block_size: 10,
@@ -147,7 +147,7 @@ fn gather_every_dtype_partial_columns_odd_counts() {
         let src = random_tensor(&mut rng, dtype, &[200, 72]);
         let (indices, block_table) = paged(&mut rng, 200, 16, 13, 101);
         check_gather(&GatherProblem {
-            src: src.clone(),
+            src: src.as_input(),
             indices,
             block_table,
             block_size: 16,
@@ -157,7 +157,7 @@ fn gather_every_dtype_partial_columns_odd_counts() {
         let src = random_tensor(&mut rng, dtype, &[256, 576]);
         let (indices, block_table) = paged(&mut rng, 256, 64, 4, 67);
         check_gather(&GatherProblem {
-            src,
+            src: src.as_input(),
             indices,
             block_table,
             block_size: 64,
@@ -173,7 +173,7 @@ fn gather_wide_rows_go_in_chunks() {
     let src = random_tensor(&mut rng, DType::F32, &[24, 5003]);
     let (indices, block_table) = paged(&mut rng, 24, 4, 6, 9);
     check_gather(&GatherProblem {
-        src,
+        src: src.as_input(),
         indices,
         block_table,
         block_size: 4,
@@ -194,7 +194,7 @@ fn gather_reuses_one_kernel_across_runtime_shapes() {
         let src = random_tensor(&mut rng, DType::BF16, &[t, c]);
         let (indices, block_table) = paged(&mut rng, t, 8, nb, n);
         let p = GatherProblem {
-            src,
+            src: src.as_input(),
             indices,
             block_table,
             block_size: 8,
@@ -214,8 +214,9 @@ fn gather_reuses_one_kernel_across_runtime_shapes() {
 #[test]
 fn gather_of_nothing_launches_nothing() {
     let mut rng = Rng(40);
+    let src = random_tensor(&mut rng, DType::F16, &[8, 16]);
     check_gather(&GatherProblem {
-        src: random_tensor(&mut rng, DType::F16, &[8, 16]),
+        src: src.as_input(),
         indices: vec![],
         block_table: vec![0],
         block_size: 8,
@@ -226,8 +227,9 @@ fn gather_of_nothing_launches_nothing() {
 #[test]
 fn gather_rejects_malformed_problems() {
     let mut rng = Rng(41);
+    let src = random_tensor(&mut rng, DType::F16, &[8, 16]);
     let bad = GatherProblem {
-        src: random_tensor(&mut rng, DType::F16, &[8, 16]),
+        src: src.as_input(),
         indices: vec![0],
         block_table: vec![0],
         block_size: 8,
@@ -379,7 +381,7 @@ fn ascend950_path_writes_packages_and_reports_no_device() {
     let src = random_tensor(&mut rng, DType::F16, &[33, 30]);
     let (indices, block_table) = paged(&mut rng, 33, 10, 4, 16);
     let p = GatherProblem {
-        src,
+        src: src.as_input(),
         indices,
         block_table,
         block_size: 10,

@@ -444,6 +444,25 @@ const BAD_KERNELS: &[Bad] = &[
         body: "Tile<TileType::Vec, float, 16, 16, BLayout::RowMajor, 16, 24> t; (void)t;",
         message: "PTO: Tile static valid cols must be <= Cols",
     },
+    // --- reductions (the verifier's reduce-layout rule mirrors these) -------------------------------
+    Bad {
+        name: "trowmax_dn_input",
+        body: "Tile<TileType::Vec, float, 8, 32, BLayout::ColMajor, 8, 32> s;
+               Tile<TileType::Vec, float, 8, 1, BLayout::ColMajor, 8, 1> m; TROWMAX(m, s, s);",
+        message: "PTO: row reduction input must be ND",
+    },
+    Bad {
+        name: "trowsum_dn_output_with_8_columns",
+        body: "Tile<TileType::Vec, float, 8, 32> s;
+               Tile<TileType::Vec, float, 8, 8, BLayout::ColMajor, 8, 1> m; TROWSUM(m, s, s);",
+        message: "PTO: row reduction output must be ND, or DN with exactly one column",
+    },
+    Bad {
+        name: "tcolmax_dn_input",
+        body: "Tile<TileType::Vec, float, 8, 32, BLayout::ColMajor, 8, 32> s;
+               Tile<TileType::Vec, float, 1, 32> m; TCOLMAX(m, s);",
+        message: "PTO: column reduction input and output must be ND",
+    },
     // --- move paths -------------------------------------------------------------------------------
     Bad {
         name: "tmov_mat_to_vec_has_no_path",

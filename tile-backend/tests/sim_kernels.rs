@@ -7,7 +7,7 @@ use tile_backend::kernels::*;
 use tile_backend::passes;
 use tile_backend::sim::{self, io, Arg, SimOptions};
 
-fn simulate(kernel: &Kernel, block_dim: u64, seed: u64) -> Vec<Arg> {
+fn simulate(kernel: &Kernel, block_dim: u64, seed: u64) -> Vec<Arg<'static>> {
     let arch = Arch::ascend950();
     let compiled =
         passes::compile(kernel, &arch).unwrap_or_else(|e| panic!("{}: {e}", kernel.name));

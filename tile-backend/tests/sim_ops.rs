@@ -70,7 +70,7 @@ fn vector_args(
     c: usize,
     out: (usize, usize),
     odt: DType,
-) -> (Vec<Arg>, Vec<f32>, Vec<f32>) {
+) -> (Vec<Arg<'static>>, Vec<f32>, Vec<f32>) {
     let x = GmTensor::from_f32(dt, &[r, c], &values(r * c, 1));
     let y = GmTensor::from_f32(dt, &[r, c], &values(r * c, 2));
     let (xv, yv) = (x.to_f32(), y.to_f32());
@@ -398,7 +398,7 @@ fn split_kernel(
     plan(kb.build())
 }
 
-fn ones_args(m: u64, n: u64, dst: (u64, u64)) -> Vec<Arg> {
+fn ones_args(m: u64, n: u64, dst: (u64, u64)) -> Vec<Arg<'static>> {
     let k = 16usize;
     // A = row index + 1 in every column / 16, B = ones * (col + 1) => C[i, j] = (i + 1) * (j + 1).
     let av: Vec<f32> = (0..m as usize * k)
@@ -492,7 +492,7 @@ fn dual_split_m_tails() {
 }
 
 /// int32 Acc -> int8 Vec through a per-channel Scaling tile; bit 46 decides signedness.
-fn quant_kernel(signed: bool) -> (Kernel, Vec<Arg>, Vec<i64>) {
+fn quant_kernel(signed: bool) -> (Kernel, Vec<Arg<'static>>, Vec<i64>) {
     let (m, k, n) = (16u64, 32u64, 32u64);
     let mut kb = KernelBuilder::new("quant");
     let a = kb.input("a", DType::I8, [m, k]);

@@ -1,7 +1,7 @@
-//! Vector ops: operands in UB, matching dtypes and valid shapes, reduction padding, fillpad and
-//! set_validshape (ASCEND950.md §7).
+//! Vector ops: operands in UB, matching dtypes and valid shapes, reduction layouts and padding,
+//! fillpad and set_validshape (ASCEND950.md §7).
 
-use tile_backend::dsl::{Body, KernelBuilder};
+use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::*;
 use tile_backend::verify::{verify, Report, Rule, Severity};
 
@@ -319,6 +319,117 @@ fn max_reduction_over_zero_padding_warns() {
         Severity::Warning,
         &["padded with Zero"],
     );
+}
+
+// ---------------------------------------------------------------- reduce-layout
+
+#[test]
+fn reductions_take_the_layouts_pto_accepts() {
+    // A row reduction of a column-major [8, 32] tile: TROWMAX takes only ND input.
+    let dn = TileType::new(Vec, F32, 8, 32, DN);
+    let col = TileType::new(Vec, F32, 8, 1, DN);
+    let r = vec3(dn.clone(), col.clone(), vt(F32, 8, 8), |v, [s, m, _]| {
+        v.row_max(m, s)
+    });
+    let d = expect_err(
+        &r,
+        Rule::ReduceLayout,
+        &[
+            "row reduction input must be ND: TROWMAX reads `a`, which is DN",
+            "a DN [8, 32] tile is ND [32, 8] in memory",
+        ],
+    );
+    assert_eq!(d.subject, "reduce");
+    assert_eq!(
+        d.to_string(),
+        format!("error[reduce-layout] vector op #0 (reduce): {}", d.message)
+    );
+    let r = vec3(dn.clone(), col.clone(), vt(F32, 8, 8), |v, [s, m, _]| {
+        v.row_sum(m, s)
+    });
+    expect_err(&r, Rule::ReduceLayout, &["TROWSUM reads `a`, which is DN"]);
+    let r = vec3(
+        TileType::new(Vec, F16, 16, 16, NZ),
+        TileType::new(Vec, F16, 16, 16, ND).valid(16, 1),
+        vt(F32, 8, 8),
+        |v, [s, m, _]| v.reduce(ReduceOp::Min, Axis::Row, m, s),
+    );
+    expect_err(&r, Rule::ReduceLayout, &["TROWMIN reads `a`, which is NZ"]);
+    // Output: ND, or DN with exactly one column.
+    let r = vec3(
+        vt(F32, 8, 32),
+        TileType::new(Vec, F32, 8, 8, DN).valid(8, 1),
+        vt(F32, 8, 8),
+        |v, [s, m, _]| v.row_max(m, s),
+    );
+    expect_err(
+        &r,
+        Rule::ReduceLayout,
+        &["row reduction output must be ND, or DN with exactly one column: TROWMAX writes `b`, which is DN [8, 8]"],
+    );
+    // Column reductions read and write ND only.
+    let r = vec3(
+        dn.clone(),
+        TileType::new(Vec, F32, 8, 32, DN).valid(1, 32),
+        vt(F32, 8, 8),
+        |v, [s, m, _]| v.col_sum(m, s),
+    );
+    expect_err(
+        &r,
+        Rule::ReduceLayout,
+        &["column reduction input must be ND: TCOLSUM reads `a`, which is DN"],
+    );
+    expect_err(
+        &r,
+        Rule::ReduceLayout,
+        &["column reduction output must be ND: TCOLSUM writes `b`, which is DN"],
+    );
+    // The legal forms: ND -> ND [R, 1], ND -> DN [R, 1], and the fix for the DN tile above —
+    // the same bytes seen as ND [32, 8], reduced down its columns into ND [1, 8], then seen as
+    // a DN [8, 1] column for a row broadcast.
+    let ok = vec3(
+        vt(F32, 8, 32),
+        vt(F32, 8, 8).valid(8, 1),
+        col,
+        |v, [s, m, c]| {
+            v.row_max(m, s);
+            v.row_sum(c, s);
+            v.reduce(ReduceOp::Min, Axis::Row, c, s);
+        },
+    );
+    expect_no(&ok, Rule::ReduceLayout);
+    expect_clean(&ok);
+    let mut kb = KernelBuilder::new("v");
+    let parts = kb.tile("parts", dn);
+    let parts_nd = kb.reinterpret(
+        "parts_nd",
+        parts,
+        Reinterpret {
+            dtype: None,
+            shape: Some((32, 8)),
+            layout: Some(ND),
+        },
+    );
+    let mx = kb.tile("mx", vt(F32, 1, 8));
+    let mx_col = kb.reinterpret(
+        "mx_col",
+        mx,
+        Reinterpret {
+            dtype: None,
+            shape: Some((8, 1)),
+            layout: Some(DN),
+        },
+    );
+    let o = kb.tile("o", vt(F32, 8, 64));
+    kb.vector(|v| {
+        v.set_validshape(parts_nd, 32, 8);
+        v.set_validshape(mx_col, 8, 1);
+        v.col_max(mx, parts_nd);
+        v.broadcast(BinaryOp::Sub, Axis::Row, o, o, mx_col);
+    });
+    let r = verify(&kb.build());
+    expect_no(&r, Rule::ReduceLayout);
+    expect_clean(&r);
 }
 
 // ---------------------------------------------------------------- pad-value

@@ -5,19 +5,19 @@
 use crate::error::OpError;
 use crate::runtime::Runner;
 use crate::sparse_attention::kernel::template::{run_attention, AttnCfg, AttnInputs};
-use tile_backend::sim::GmTensor;
+use tile_backend::sim::{GmInput, GmTensor};
 
 const OP: &str = "paged_attention";
 
 /// One validated dense paged-attention call, in the simulator's host form.
 #[derive(Debug, Clone)]
-pub struct PagedProblem {
-    /// Queries `[B, H, D]`, f32/f16/bf16.
-    pub q: GmTensor,
-    /// Key cache `[num_blocks, block_size, Hkv, D]`, q's dtype.
-    pub k_cache: GmTensor,
-    /// Value cache `[num_blocks, block_size, Hkv, D]`, q's dtype.
-    pub v_cache: GmTensor,
+pub struct PagedProblem<'a> {
+    /// Queries `[B, H, D]`, f32/f16/bf16 (borrowed: [`GmTensor::as_input`]).
+    pub q: GmInput<'a>,
+    /// Key cache `[num_blocks, block_size, Hkv, D]`, q's dtype (borrowed).
+    pub k_cache: GmInput<'a>,
+    /// Value cache `[num_blocks, block_size, Hkv, D]`, q's dtype (borrowed).
+    pub v_cache: GmInput<'a>,
     /// `[B, max_blocks]` block table; the first `ceil(context_len / block_size)` entries of each
     /// row are in `0..num_blocks` (checked); the rest may hold anything.
     pub block_table: Vec<i64>,
@@ -39,7 +39,7 @@ pub struct PagedProblem {
 /// The sparse kernel template with host-generated indices `0..context_len` per sequence: one
 /// head tile per KV head (its `H / Hkv` query heads), K and V gathered from their caches viewed
 /// as `[num_blocks * block_size, Hkv * D]` at column `kv_head * D`.
-pub fn run(runner: &mut Runner, p: &PagedProblem) -> Result<GmTensor, OpError> {
+pub fn run(runner: &mut Runner, p: &PagedProblem<'_>) -> Result<GmTensor, OpError> {
     let (b, h, d) = match p.q.shape[..] {
         [b, h, d] => (b, h, d),
         _ => return Err(OpError::invalid(OP, "q", "must be [B, H, D]")),

@@ -189,9 +189,9 @@ impl PagedOp {
     ) -> Result<(CpuStorage, Shape), OpError> {
         let v = &self.v;
         let p = PagedProblem {
-            q: bridge::gm_from_storage(OP, "q", qs, ql)?,
-            k_cache: bridge::gm_from_storage(OP, "k_cache", ks, kl)?,
-            v_cache: bridge::gm_from_storage(OP, "v_cache", vs, vl)?,
+            q: bridge::gm_input(OP, "q", qs, ql)?,
+            k_cache: bridge::gm_input(OP, "k_cache", ks, kl)?,
+            v_cache: bridge::gm_input(OP, "v_cache", vs, vl)?,
             block_table: v.block_table.clone(),
             max_blocks: v.max_blocks,
             context_lens: v.context_lens.clone(),

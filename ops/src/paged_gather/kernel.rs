@@ -31,15 +31,15 @@ use crate::error::OpError;
 use crate::runtime::{compiled, Runner};
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::{DType, Expr, GmView, Kernel, Layout, MemSpace, ParamId, Pipe, TileType};
-use tile_backend::sim::{Arg, GmTensor};
+use tile_backend::sim::{Arg, GmInput, GmTensor};
 
 const OP: &str = "paged_gather";
 
 /// One validated paged-gather call.
 #[derive(Debug, Clone)]
-pub struct GatherProblem {
-    /// Source rows `[T, C]`, f32/f16/bf16.
-    pub src: GmTensor,
+pub struct GatherProblem<'a> {
+    /// Source rows `[T, C]`, f32/f16/bf16 (borrowed: [`GmTensor::as_input`]).
+    pub src: GmInput<'a>,
     /// Logical tokens (`n` of them), each `< block_table.len() * block_size` (checked).
     pub indices: Vec<i64>,
     /// Block table (`nb` entries); entries reached by an index are in `0..T / block_size`...
@@ -249,7 +249,7 @@ fn gather_kernel(dtype: DType, size: u64) -> Kernel {
 
 /// Checks the parts of a problem the kernel's arguments depend on (the op layer validated the
 /// values), so a malformed call is an error, never a panic.
-fn check(p: &GatherProblem) -> Result<(usize, usize), OpError> {
+fn check(p: &GatherProblem<'_>) -> Result<(usize, usize), OpError> {
     let [t, c] = p.src.shape[..] else {
         return Err(OpError::invalid(
             OP,
@@ -281,7 +281,7 @@ fn check(p: &GatherProblem) -> Result<(usize, usize), OpError> {
 }
 
 /// Runs the gather: returns `[n, size]` in src's dtype.
-pub fn run(runner: &mut Runner, p: &GatherProblem) -> Result<GmTensor, OpError> {
+pub fn run(runner: &mut Runner, p: &GatherProblem<'_>) -> Result<GmTensor, OpError> {
     let (t, c) = check(p)?;
     let dtype = p.src.dtype;
     let n = p.indices.len();
@@ -299,7 +299,7 @@ pub fn run(runner: &mut Runner, p: &GatherProblem) -> Result<GmTensor, OpError> 
         Arg::Int(c as i64),
         Arg::Int(nb as i64),
         Arg::Int(p.block_size as i64),
-        Arg::Tensor(p.src.clone()),
+        Arg::Input(p.src.clone()),
         Arg::Tensor(gm_i32(&[1, n], &p.indices)),
         Arg::Tensor(gm_i32(&[1, nb], &p.block_table)),
         Arg::Tensor(out),

@@ -155,7 +155,7 @@ struct GatherOp {
 impl GatherOp {
     fn forward(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape), OpError> {
         let p = GatherProblem {
-            src: bridge::gm_from_storage(OP, "src", s, l)?,
+            src: bridge::gm_input(OP, "src", s, l)?,
             indices: self.v.indices.clone(),
             block_table: self.v.block_table.clone(),
             block_size: self.v.block_size,

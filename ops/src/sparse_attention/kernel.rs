@@ -4,7 +4,7 @@
 
 use crate::error::OpError;
 use crate::runtime::Runner;
-use tile_backend::sim::GmTensor;
+use tile_backend::sim::{GmInput, GmTensor};
 
 pub(crate) mod template;
 
@@ -14,11 +14,11 @@ const OP: &str = "sparse_paged_attention";
 
 /// One validated sparse-attention call, in the simulator's host form.
 #[derive(Debug, Clone)]
-pub struct SparseProblem {
-    /// Queries `[B, H, Dqk]`, f32/f16/bf16.
-    pub q: GmTensor,
-    /// The paged latent cache `[num_blocks, block_size, Dqk]`, same dtype as `q`.
-    pub kv: GmTensor,
+pub struct SparseProblem<'a> {
+    /// Queries `[B, H, Dqk]`, f32/f16/bf16 (borrowed: [`GmTensor::as_input`]).
+    pub q: GmInput<'a>,
+    /// The paged latent cache `[num_blocks, block_size, Dqk]`, same dtype as `q` (borrowed).
+    pub kv: GmInput<'a>,
     /// `[B, topk]` logical token indices; `-1` marks an invalid slot. Every other value is a
     /// valid token (`< max_blocks * block_size`), already checked.
     pub indices: Vec<i64>,
@@ -48,7 +48,7 @@ pub struct SparseProblem {
 /// compacted to the front (stable, duplicates kept) and counted; the tail is padded with the
 /// row's first valid index. Kernels: [`template::attn_split`] (one block per batch row, head
 /// tile of up to 128 heads and top-k split) and [`template::attn_merge`].
-pub fn run(runner: &mut Runner, p: &SparseProblem) -> Result<(GmTensor, GmTensor), OpError> {
+pub fn run(runner: &mut Runner, p: &SparseProblem<'_>) -> Result<(GmTensor, GmTensor), OpError> {
     let (b, h, dqk) = match p.q.shape[..] {
         [b, h, d] => (b, h, d),
         _ => return Err(OpError::invalid(OP, "q", "must be [B, H, Dqk]")),

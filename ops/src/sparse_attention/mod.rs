@@ -257,8 +257,8 @@ impl SparseOp {
     ) -> Result<(CpuStorage, Shape), OpError> {
         let v = &self.v;
         let p = SparseProblem {
-            q: bridge::gm_from_storage(OP, "q", qs, ql)?,
-            kv: bridge::gm_from_storage(OP, "kv_cache", ks, kl)?,
+            q: bridge::gm_input(OP, "q", qs, ql)?,
+            kv: bridge::gm_input(OP, "kv_cache", ks, kl)?,
             indices: v.indices.clone(),
             topk: v.topk,
             topk_length: v.topk_length.clone(),

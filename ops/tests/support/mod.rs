@@ -334,32 +334,12 @@ fn syntax_check(f: &Path) {
             .output()
             .expect("g++ must be installed (the emitted PTO-ISA C++ is syntax-checked)");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        if known_merge_violation(f) && *define == "-D__DAV_VEC__" {
-            // KNOWN DEFECT (issue #6 note): the split-merge kernel reduces a column-major (DN)
-            // tile along its rows, which PTO's TROWMAX/TROWSUM do not accept (ND only). The
-            // simulator and our verifier accept it; the emitted C++ is rejected by the header.
-            // This asserts the defect is still detected; when the merge kernel is fixed, this
-            // branch fails and must be deleted.
-            assert!(
-                !out.status.success() && stderr.contains("PTO: row reduction input must be ND"),
-                "{} ({define}): the known merge-kernel violation changed; update this test:\n{stderr}",
-                f.display()
-            );
-            continue;
-        }
         assert!(
             out.status.success(),
             "{} ({define}) does not compile against the PTO declaration header:\n{stderr}",
             f.display(),
         );
     }
-}
-
-/// The attention split-merge kernel's vector section (see [`syntax_check`]).
-fn known_merge_violation(f: &Path) -> bool {
-    f.file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with("attn_merge_") && !n.ends_with("_launcher.cpp"))
 }
 
 fn file_len(p: &Path) -> u64 {

@@ -54,6 +54,15 @@ impl GmTensor {
         self.len() == 0
     }
 
+    /// This tensor as a borrowed read-only kernel input ([`Arg::Input`]: not copied).
+    pub fn as_input(&self) -> GmInput<'_> {
+        GmInput {
+            dtype: self.dtype,
+            shape: self.shape.clone(),
+            data: &self.data,
+        }
+    }
+
     /// The elements decoded to f32.
     pub fn to_f32(&self) -> Vec<f32> {
         let mut out = vec![0.0; self.len()];
@@ -71,30 +80,85 @@ impl GmTensor {
     }
 }
 
+/// A read-only GM tensor borrowed from the caller: the simulator reads its bytes in place, so
+/// a large input (a KV cache) is not copied per launch. A kernel may not write it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GmInput<'a> {
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions.
+    pub shape: Vec<usize>,
+    /// `product(shape) * size_of(dtype)` little-endian bytes.
+    pub data: &'a [u8],
+}
+
+/// Dtype, shape and bytes of a tensor argument, owned ([`Arg::Tensor`]) or borrowed
+/// ([`Arg::Input`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GmSlice<'x> {
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions.
+    pub shape: &'x [usize],
+    /// The bytes.
+    pub data: &'x [u8],
+}
+
+impl GmSlice<'_> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// True when the tensor has no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// A kernel argument.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Arg {
-    /// A GM tensor.
+pub enum Arg<'a> {
+    /// A GM tensor the kernel may read and write (outputs are written back into it).
     Tensor(GmTensor),
+    /// A read-only GM tensor borrowed from the caller (inputs only; not copied).
+    Input(GmInput<'a>),
     /// An integer scalar.
     Int(i64),
     /// A float scalar.
     Float(f64),
 }
 
-impl Arg {
-    /// The tensor, if this is one.
+impl Arg<'_> {
+    /// The owned tensor, if this is one.
     pub fn tensor(&self) -> Option<&GmTensor> {
         match self {
             Arg::Tensor(t) => Some(t),
             _ => None,
         }
     }
+
+    /// Dtype, shape and bytes of a tensor argument, owned or borrowed.
+    pub fn as_gm(&self) -> Option<GmSlice<'_>> {
+        match self {
+            Arg::Tensor(t) => Some(GmSlice {
+                dtype: t.dtype,
+                shape: &t.shape,
+                data: &t.data,
+            }),
+            Arg::Input(t) => Some(GmSlice {
+                dtype: t.dtype,
+                shape: &t.shape,
+                data: t.data,
+            }),
+            _ => None,
+        }
+    }
 }
 
-struct ScalarEnv<'a>(&'a [Arg]);
+struct ScalarEnv<'a, 'b>(&'a [Arg<'b>]);
 
-impl ExprEnv for ScalarEnv<'_> {
+impl ExprEnv for ScalarEnv<'_, '_> {
     fn var(&self, _: VarId) -> Option<i64> {
         None
     }
@@ -138,8 +202,16 @@ pub(crate) fn check_args(kernel: &Kernel, args: &[Arg]) -> Result<(), SimError> 
             name: p.name.clone(),
             why,
         };
-        match (&p.kind, a) {
-            (ParamKind::Tensor { dtype, shape, .. }, Arg::Tensor(t)) => {
+        let tensor = match a {
+            Arg::Input(_) if matches!(p.kind, ParamKind::Tensor { output: true, .. }) => {
+                return Err(bad(
+                    "is an output: pass an owned tensor (Arg::Tensor), not a borrowed input".into(),
+                ));
+            }
+            _ => a.as_gm(),
+        };
+        match (&p.kind, tensor) {
+            (ParamKind::Tensor { dtype, shape, .. }, Some(t)) => {
                 if t.dtype != *dtype {
                     return Err(bad(format!("expected {dtype}, got {}", t.dtype)));
                 }
@@ -158,8 +230,8 @@ pub(crate) fn check_args(kernel: &Kernel, args: &[Arg]) -> Result<(), SimError> 
                     )));
                 }
             }
-            (ParamKind::Scalar { dtype }, Arg::Int(_)) if !dtype.is_float() => {}
-            (ParamKind::Scalar { dtype }, Arg::Float(_)) if dtype.is_float() => {}
+            (ParamKind::Scalar { dtype }, _) if !dtype.is_float() && matches!(a, Arg::Int(_)) => {}
+            (ParamKind::Scalar { dtype }, _) if dtype.is_float() && matches!(a, Arg::Float(_)) => {}
             (ParamKind::Scalar { dtype }, _) => {
                 return Err(bad(format!("expected a {dtype} scalar")));
             }
@@ -220,14 +292,19 @@ pub(crate) struct Overlay {
     atomics: Vec<AtomicAdd>,
 }
 
-fn tensor(args: &[Arg], p: ParamId) -> Result<&GmTensor, String> {
+fn tensor<'x>(args: &'x [Arg<'_>], p: ParamId) -> Result<GmSlice<'x>, String> {
     args.get(p.0 as usize)
-        .and_then(Arg::tensor)
+        .and_then(Arg::as_gm)
         .ok_or_else(|| format!("argument {} is not a GM tensor", p.0))
 }
 
 impl Overlay {
-    fn check(args: &[Arg], p: ParamId, off: usize, len: usize) -> Result<&GmTensor, String> {
+    fn check<'x>(
+        args: &'x [Arg<'_>],
+        p: ParamId,
+        off: usize,
+        len: usize,
+    ) -> Result<GmSlice<'x>, String> {
         let t = tensor(args, p)?;
         if off.checked_add(len).is_none_or(|end| end > t.data.len()) {
             return Err(format!(
@@ -237,6 +314,18 @@ impl Overlay {
             ));
         }
         Ok(t)
+    }
+
+    /// [`Self::check`] for a write: the argument must be owned, not a borrowed input.
+    fn check_writable(args: &[Arg<'_>], p: ParamId, off: usize, len: usize) -> Result<(), String> {
+        Self::check(args, p, off, len)?;
+        if let Some(Arg::Input(_)) = args.get(p.0 as usize) {
+            return Err(format!(
+                "GM write into argument {}, a read-only borrowed input",
+                p.0
+            ));
+        }
+        Ok(())
     }
 
     /// Reads `out.len()` bytes at `off` of tensor `p`.
@@ -285,7 +374,7 @@ impl Overlay {
         off: usize,
         bytes: &[u8],
     ) -> Result<(), String> {
-        Self::check(args, p, off, bytes.len())?;
+        Self::check_writable(args, p, off, bytes.len())?;
         let mut pos = 0;
         while pos < bytes.len() {
             let abs = off + pos;
@@ -323,7 +412,7 @@ impl Overlay {
         dtype: DType,
         bytes: &[u8],
     ) -> Result<(), String> {
-        Self::check(args, p, off, bytes.len())?;
+        Self::check_writable(args, p, off, bytes.len())?;
         self.atomics.push(AtomicAdd {
             param: p.0,
             byte_off: off,

@@ -27,7 +27,7 @@ pub(crate) struct CoreRt<'a> {
     pub valid: HashMap<TileId, (u64, u64)>,
     /// Scalar writes held per 64-byte line until kernel end: (param, line) -> bytes.
     pub dcache: BTreeMap<(u32, usize), [u8; 64]>,
-    pub args: &'a [Arg],
+    pub args: &'a [Arg<'a>],
     pub block: usize,
     pub block_dim: usize,
     /// Scratch buffers reused across this core's ops.
@@ -178,7 +178,7 @@ pub(crate) fn run_block<'k>(
     // Scalar writes reach GM at kernel end as whole lines, core by core.
     for core in &cores {
         for (&(param, line), bytes) in &core.dcache {
-            let t = args.get(param as usize).and_then(Arg::tensor);
+            let t = args.get(param as usize).and_then(Arg::as_gm);
             let len = t.map(|t| t.data.len()).unwrap_or(0);
             let start = line * 64;
             let end = (start + 64).min(len);

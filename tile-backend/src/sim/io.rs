@@ -42,7 +42,7 @@ impl Rng {
 /// Makes arguments for `kernel`: scalars at the low end of their range (1 without one), input
 /// tensors uniform within their range (floats in [-1, 1], integers in [0, 7] by default), outputs
 /// zero-filled.
-pub fn generate(kernel: &Kernel, seed: u64) -> Result<Vec<Arg>, SimError> {
+pub fn generate(kernel: &Kernel, seed: u64) -> Result<Vec<Arg<'static>>, SimError> {
     let mut rng = Rng::new(seed);
     let mut args: Vec<Arg> = kernel
         .params

@@ -475,20 +475,22 @@ pub(crate) fn copy_between(
             r += len;
         }
     } else {
-        // Row-major to column-major (or back): element by element, the row parts tabled.
-        let fs: Vec<usize> = (0..rows).map(|r| gs.f(sr0 + r)).collect();
-        let fd: Vec<usize> = (0..rows).map(|r| gd.f(dr0 + r)).collect();
-        let (sa, da) = (s.addr, d.addr);
-        for c in 0..cols {
-            let (g_s, g_d) = (gs.g(sc0 + c), gd.g(dc0 + c));
-            match es {
-                1 => transfer::<1>(src, dst, sa, da, &fs, &fd, g_s, g_d),
-                2 => transfer::<2>(src, dst, sa, da, &fs, &fd, g_s, g_d),
-                4 => transfer::<4>(src, dst, sa, da, &fs, &fd, g_s, g_d),
-                8 => transfer::<8>(src, dst, sa, da, &fs, &fd, g_s, g_d),
-                _ => {
+        // Row-major to column-major (or back): 16 x 16 blocks, each read as contiguous pieces
+        // of one orientation and written as contiguous pieces of the other.
+        let geo = |g: &Geom, r0: usize, c0: usize| (*g, r0, c0, g.row_major());
+        let (s_side, d_side) = (geo(&gs, sr0, sc0), geo(&gd, dr0, dc0));
+        match es {
+            1 => transpose_blocks::<1>(src, s.addr, s_side, dst, d.addr, d_side, (rows, cols)),
+            2 => transpose_blocks::<2>(src, s.addr, s_side, dst, d.addr, d_side, (rows, cols)),
+            4 => transpose_blocks::<4>(src, s.addr, s_side, dst, d.addr, d_side, (rows, cols)),
+            8 => transpose_blocks::<8>(src, s.addr, s_side, dst, d.addr, d_side, (rows, cols)),
+            _ => {
+                let fs: Vec<usize> = (0..rows).map(|r| gs.f(sr0 + r)).collect();
+                let fd: Vec<usize> = (0..rows).map(|r| gd.f(dr0 + r)).collect();
+                for c in 0..cols {
+                    let (g_s, g_d) = (gs.g(sc0 + c), gd.g(dc0 + c));
                     for (a, b) in fs.iter().zip(&fd) {
-                        let (so, dof) = (sa + (a + g_s) * es, da + (b + g_d) * es);
+                        let (so, dof) = (s.addr + (a + g_s) * es, d.addr + (b + g_d) * es);
                         dst[dof..dof + es].copy_from_slice(&src[so..so + es]);
                     }
                 }
@@ -498,21 +500,317 @@ pub(crate) fn copy_between(
     Ok(())
 }
 
-/// One column of an element-wise copy: element `i` from `fs[i] + gs` to `fd[i] + gd`.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-fn transfer<const N: usize>(
+/// Side of a transposing copy: geometry, region origin and whether runs go along rows.
+type Side = (Geom, usize, usize, bool);
+
+/// Copies a `rows x cols` region between a row-major and a column-major layout (either way) in
+/// blocks of at most 16 x 16 elements of `N` bytes: the row-major side is touched as
+/// contiguous row pieces, the column-major side as contiguous column pieces, and the block is
+/// transposed through a small buffer.
+fn transpose_blocks<const N: usize>(
     src: &[u8],
-    dst: &mut [u8],
     sa: usize,
+    (gs, sr0, sc0, s_rows): Side,
+    dst: &mut [u8],
     da: usize,
-    fs: &[usize],
-    fd: &[usize],
-    gs: usize,
-    gd: usize,
+    (gd, dr0, dc0, _): Side,
+    (rows, cols): (usize, usize),
 ) {
-    for (a, b) in fs.iter().zip(fd) {
-        let (so, dof) = (sa + (a + gs) * N, da + (b + gd) * N);
-        dst[dof..dof + N].copy_from_slice(&src[so..so + N]);
+    const B: usize = 16;
+    // Contiguous piece lengths: along a row on the row-major side, down a column on the other.
+    let (row_side, row_r0, row_c0, col_side, col_r0, col_c0) = if s_rows {
+        (gs, sr0, sc0, gd, dr0, dc0)
+    } else {
+        (gd, dr0, dc0, gs, sr0, sc0)
+    };
+    let mut blk = [[0u8; N]; B * B];
+    let mut r = 0;
+    while r < rows {
+        let h = B.min(col_side.row_segment(col_r0 + r).0).min(rows - r);
+        let mut c = 0;
+        while c < cols {
+            let w = B.min(row_side.col_segment(row_c0 + c).0).min(cols - c);
+            // Element (i, j) of the block: row piece i starts at row_at(i), column piece j at
+            // col_at(j), each contiguous.
+            let row_at = |i: usize| row_side.f(row_r0 + r + i) + row_side.g(row_c0 + c);
+            let col_at = |j: usize| col_side.g(col_c0 + c + j) + col_side.f(col_r0 + r);
+            if s_rows {
+                for i in 0..h {
+                    let o = sa + row_at(i) * N;
+                    for (j, e) in src[o..o + w * N].chunks_exact(N).enumerate() {
+                        blk[j * B + i].copy_from_slice(e);
+                    }
+                }
+                for j in 0..w {
+                    let o = da + col_at(j) * N;
+                    for (i, e) in dst[o..o + h * N].chunks_exact_mut(N).enumerate() {
+                        e.copy_from_slice(&blk[j * B + i]);
+                    }
+                }
+            } else {
+                for j in 0..w {
+                    let o = sa + col_at(j) * N;
+                    for (i, e) in src[o..o + h * N].chunks_exact(N).enumerate() {
+                        blk[i * B + j].copy_from_slice(e);
+                    }
+                }
+                for i in 0..h {
+                    let o = da + row_at(i) * N;
+                    for (j, e) in dst[o..o + w * N].chunks_exact_mut(N).enumerate() {
+                        e.copy_from_slice(&blk[i * B + j]);
+                    }
+                }
+            }
+            c += w;
+        }
+        r += h;
     }
+}
+
+/// Calls `f(byte_offset, byte_len)` for contiguous byte ranges of a tile's buffer that together
+/// hold exactly the elements of the `rows x cols` region at `(r0, c0)`, merged where they
+/// follow each other: the bytes a check or a written-mark needs, without the element order. A
+/// whole NZ tile, or a run of full-width NZ column strips, is one range.
+pub(crate) fn for_each_span(
+    loc: &TileLoc,
+    buf_len: usize,
+    (r0, c0): (usize, usize),
+    (rows, cols): (usize, usize),
+    mut f: impl FnMut(usize, usize),
+) -> Result<(), String> {
+    check_region(loc, buf_len, r0, c0, rows, cols)?;
+    if rows == 0 || cols == 0 {
+        return Ok(());
+    }
+    let es = loc.es();
+    let geo = Geom::new(loc.ty);
+    let base = loc.addr;
+    let mut pending: Option<(usize, usize)> = None;
+    let mut emit = |start: usize, len: usize| match &mut pending {
+        Some((s, l)) if *s + *l == start => *l += len,
+        Some(p) => {
+            f(p.0, p.1);
+            *p = (start, len);
+        }
+        None => pending = Some((start, len)),
+    };
+    match geo.layout {
+        Layout::ND if cols == geo.cols => {
+            emit(base + geo.f(r0) * es, rows * cols * es);
+        }
+        Layout::ND => {
+            for r in 0..rows {
+                emit(base + (geo.f(r0 + r) + geo.g(c0)) * es, cols * es);
+            }
+        }
+        Layout::DN if rows == geo.rows => {
+            emit(base + geo.g(c0) * es, rows * cols * es);
+        }
+        Layout::DN => {
+            for c in 0..cols {
+                emit(base + (geo.g(c0 + c) + geo.f(r0)) * es, rows * es);
+            }
+        }
+        Layout::NZ => {
+            // Column strips one box wide; inside a strip row r sits at r * ic.
+            let mut c = 0;
+            while c < cols {
+                let w = (geo.ic - (c0 + c) % geo.ic).min(cols - c);
+                let g = geo.g(c0 + c);
+                if w == geo.ic {
+                    emit(base + (geo.f(r0) + g) * es, rows * geo.ic * es);
+                } else {
+                    for r in 0..rows {
+                        emit(base + (geo.f(r0 + r) + g) * es, w * es);
+                    }
+                }
+                c += w;
+            }
+        }
+        Layout::ZN => {
+            // Row strips one box high; inside a strip column c sits at c * ir.
+            let mut r = 0;
+            while r < rows {
+                let h = (geo.ir - (r0 + r) % geo.ir).min(rows - r);
+                let fr = geo.f(r0 + r);
+                if h == geo.ir {
+                    emit(base + (fr + geo.g(c0)) * es, cols * geo.ir * es);
+                } else {
+                    for c in 0..cols {
+                        emit(base + (fr + geo.g(c0 + c)) * es, h * es);
+                    }
+                }
+                r += h;
+            }
+        }
+        Layout::ZZ => {
+            for_each_run(loc, buf_len, (r0, c0), (rows, cols), |run| {
+                emit(run.buf, run.len * es)
+            })?;
+        }
+    }
+    if let Some((s, l)) = pending {
+        f(s, l);
+    }
+    Ok(())
+}
+
+/// Element order of a dense f32 scratch matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// `out[i * cols + j]`.
+    RowMajor,
+    /// `out[j * rows + i]`.
+    ColMajor,
+}
+
+/// The strips of a boxed tile that map straight onto a dense matrix of `order`: NZ tiles to
+/// row-major (column strips of `ic` elements per row), ZN tiles to column-major (row strips of
+/// `ir` elements per column), ND to row-major and DN to column-major (one strip). Calls
+/// `f(buf_elem, lines, line_stride, dense_at, width)` per strip: `lines` lines of `width`
+/// elements, line `i` at tile element `buf_elem + i * line_stride` and dense element
+/// `dense_at + i * dense_line` (`dense_line` = cols for row-major, rows for column-major).
+/// Returns false (calling nothing) when the layout does not map to `order`.
+fn for_each_strip(
+    geo: &Geom,
+    (r0, c0): (usize, usize),
+    (rows, cols): (usize, usize),
+    order: Order,
+    mut f: impl FnMut(usize, usize, usize, usize, usize),
+) -> bool {
+    match (geo.layout, order) {
+        (Layout::ND, Order::RowMajor) => {
+            f(geo.f(r0) + geo.g(c0), rows, geo.cols, 0, cols);
+            true
+        }
+        (Layout::DN, Order::ColMajor) => {
+            f(geo.g(c0) + geo.f(r0), cols, geo.rows, 0, rows);
+            true
+        }
+        (Layout::NZ, Order::RowMajor) => {
+            let mut c = 0;
+            while c < cols {
+                let w = (geo.ic - (c0 + c) % geo.ic).min(cols - c);
+                f(geo.f(r0) + geo.g(c0 + c), rows, geo.ic, c, w);
+                c += w;
+            }
+            true
+        }
+        (Layout::ZN, Order::ColMajor) => {
+            let mut r = 0;
+            while r < rows {
+                let h = (geo.ir - (r0 + r) % geo.ir).min(rows - r);
+                // Column c of the strip starts at f(r) + g(c0 + c) = f(r) + (c0 + c) * ir.
+                f(geo.f(r0 + r) + geo.g(c0), cols, geo.ir, r, h);
+                r += h;
+            }
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Decodes the region of a tile straight into a dense f32 matrix of `order` when the layout
+/// maps onto it strip by strip (see [`for_each_strip`]); false (nothing read) otherwise.
+pub(crate) fn decode_dense(
+    buf: &[u8],
+    loc: &TileLoc,
+    at: (usize, usize),
+    size: (usize, usize),
+    order: Order,
+    out: &mut [f32],
+) -> Result<bool, String> {
+    check_region(loc, buf.len(), at.0, at.1, size.0, size.1)?;
+    let geo = Geom::new(loc.ty);
+    let (dtype, es) = (loc.ty.dtype, loc.es());
+    let dense_line = match order {
+        Order::RowMajor => size.1,
+        Order::ColMajor => size.0,
+    };
+    if out.len() < size.0 * size.1 {
+        return Err(format!(
+            "{} f32s for a {}x{} region",
+            out.len(),
+            size.0,
+            size.1
+        ));
+    }
+    Ok(for_each_strip(
+        &geo,
+        at,
+        size,
+        order,
+        |e, lines, stride, d0, w| {
+            let start = loc.addr + e * es;
+            if w == stride && (lines == 1 || dense_line == w) {
+                // The strip and its dense image are both contiguous.
+                let n = lines * w;
+                crate::sim::numeric::decode_f32(
+                    dtype,
+                    &buf[start..start + n * es],
+                    &mut out[d0..d0 + n],
+                );
+            } else {
+                for i in 0..lines {
+                    let s = start + i * stride * es;
+                    let d = d0 + i * dense_line;
+                    crate::sim::numeric::decode_f32(dtype, &buf[s..s + w * es], &mut out[d..d + w]);
+                }
+            }
+        },
+    ))
+}
+
+/// Encodes a dense f32 matrix of `order` into the region of a tile (rounding to its dtype) when
+/// the layout maps onto it strip by strip; false (nothing written) otherwise. Marks nothing.
+pub(crate) fn encode_dense(
+    buf: &mut [u8],
+    loc: &TileLoc,
+    at: (usize, usize),
+    size: (usize, usize),
+    order: Order,
+    vals: &[f32],
+) -> Result<bool, String> {
+    check_region(loc, buf.len(), at.0, at.1, size.0, size.1)?;
+    let geo = Geom::new(loc.ty);
+    let (dtype, es) = (loc.ty.dtype, loc.es());
+    let dense_line = match order {
+        Order::RowMajor => size.1,
+        Order::ColMajor => size.0,
+    };
+    if vals.len() < size.0 * size.1 {
+        return Err(format!(
+            "{} f32s for a {}x{} region",
+            vals.len(),
+            size.0,
+            size.1
+        ));
+    }
+    Ok(for_each_strip(
+        &geo,
+        at,
+        size,
+        order,
+        |e, lines, stride, d0, w| {
+            let start = loc.addr + e * es;
+            if w == stride && (lines == 1 || dense_line == w) {
+                let n = lines * w;
+                crate::sim::numeric::encode_f32(
+                    dtype,
+                    &vals[d0..d0 + n],
+                    &mut buf[start..start + n * es],
+                );
+            } else {
+                for i in 0..lines {
+                    let s = start + i * stride * es;
+                    let d = d0 + i * dense_line;
+                    crate::sim::numeric::encode_f32(
+                        dtype,
+                        &vals[d..d + w],
+                        &mut buf[s..s + w * es],
+                    );
+                }
+            }
+        },
+    ))
 }

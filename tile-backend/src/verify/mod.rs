@@ -91,6 +91,7 @@ pub enum Rule {
     VectorShape,
     VectorDtype,
     ReducePad,
+    ReduceLayout,
     PadValue,
     ValidShape,
     // sync

@@ -1,9 +1,9 @@
-//! Vector ops: operands in UB, matching dtypes and shapes; reductions pad correctly; fillpad and
-//! set_validshape are meaningful.
+//! Vector ops: operands in UB, matching dtypes and shapes; reductions take the layouts PTO's
+//! TROW*/TCOL* accept and pad correctly; fillpad and set_validshape are meaningful.
 
 use super::{static_dim, Ctx, Rule};
 use crate::ir::{
-    Axis, BinaryOp, MemSpace, Op, PadValue, ReduceOp, TileDecl, TileRef, UnaryOp, ValidDim,
+    Axis, BinaryOp, Layout, MemSpace, Op, PadValue, ReduceOp, TileDecl, TileRef, UnaryOp, ValidDim,
 };
 
 fn vec_tile<'a>(cx: &mut Ctx<'a>, r: &TileRef, role: &str) -> Option<&'a TileDecl> {
@@ -159,6 +159,7 @@ pub(super) fn check(cx: &mut Ctx<'_>, op: &Op) {
             arithmetic(cx, s);
             same_dtype(cx, d, s);
             check_one(cx, d, *axis, s);
+            reduce_layout(cx, *op, *axis, d, s);
             let partial = matches!(s.ty.valid_rows, ValidDim::Dynamic)
                 || matches!(s.ty.valid_cols, ValidDim::Dynamic)
                 || valid(s) != (Some(s.ty.rows), Some(s.ty.cols));
@@ -272,6 +273,66 @@ pub(super) fn check(cx: &mut Ctx<'_>, op: &Op) {
             }
         }
         _ => {}
+    }
+}
+
+/// The layouts PTO's reductions take: a row reduction (TROWSUM/TROWMAX/TROWMIN) reads an ND
+/// source and writes an ND tile or a one-column DN tile; a column reduction (TCOLSUM/TCOLMAX/
+/// TCOLMIN) reads and writes ND tiles.
+fn reduce_layout(cx: &mut Ctx<'_>, op: ReduceOp, axis: Axis, d: &TileDecl, s: &TileDecl) {
+    let inst = match (axis, op) {
+        (Axis::Row, ReduceOp::Sum) => "TROWSUM",
+        (Axis::Row, ReduceOp::Max) => "TROWMAX",
+        (Axis::Row, ReduceOp::Min) => "TROWMIN",
+        (Axis::Col, ReduceOp::Sum) => "TCOLSUM",
+        (Axis::Col, ReduceOp::Max) => "TCOLMAX",
+        (Axis::Col, ReduceOp::Min) => "TCOLMIN",
+    };
+    match axis {
+        Axis::Row => {
+            if s.ty.layout != Layout::ND {
+                cx.error(
+                    Rule::ReduceLayout,
+                    format!(
+                        "row reduction input must be ND: {inst} reads `{}`, which is {}{}",
+                        s.name,
+                        s.ty.layout,
+                        if s.ty.layout == Layout::DN {
+                            format!(
+                                " (a DN [{r}, {c}] tile is ND [{c}, {r}] in memory: reinterpret it and reduce its columns)",
+                                r = s.ty.rows,
+                                c = s.ty.cols
+                            )
+                        } else {
+                            String::new()
+                        }
+                    ),
+                );
+            }
+            let one_col_dn = d.ty.layout == Layout::DN && d.ty.cols == 1;
+            if d.ty.layout != Layout::ND && !one_col_dn {
+                cx.error(
+                    Rule::ReduceLayout,
+                    format!(
+                        "row reduction output must be ND, or DN with exactly one column: {inst} writes `{}`, which is {} [{}, {}]",
+                        d.name, d.ty.layout, d.ty.rows, d.ty.cols
+                    ),
+                );
+            }
+        }
+        Axis::Col => {
+            for (role, verb, t) in [("input", "reads", s), ("output", "writes", d)] {
+                if t.ty.layout != Layout::ND {
+                    cx.error(
+                        Rule::ReduceLayout,
+                        format!(
+                            "column reduction {role} must be ND: {inst} {verb} `{}`, which is {}",
+                            t.name, t.ty.layout
+                        ),
+                    );
+                }
+            }
+        }
     }
 }
 

@@ -38,6 +38,14 @@
 //! M), s = sum w_i, lse = M + ln s, out = sum_i (w_i / s) o_i; sink: out *= 1 / (1 + exp(sink -
 //! lse)); lse = max(lse, fix) where the host's `fix` row is +inf for a row with no valid index
 //! (its out is already 0) and -inf otherwise; out cast to the data dtype.
+//!
+//! ```text
+//! vector (each AIV: hm rows g0..): MTE2 lse_ws -> lse_parts ND [splits, hm] (part i of row g in
+//!        column g); M = colmax, w = exp(lse_parts - M) (column broadcast), s = colsum w,
+//!        all ND [1, hm]; per part i (o_i double buffered): MTE2 o_ws[i] -> o_i ND [hm, vp];
+//!        w_i = row i of w, seen as DN [hm, 1]; acc += o_i * w_i (row broadcast).
+//!        acc /= s (as DN [hm, 1]); lse = M + ln s; sink; lse = max(lse, fix); MTE3 out, lse.
+//! ```
 
 use crate::error::OpError;
 use crate::runtime::{compiled, Runner};
@@ -46,11 +54,11 @@ use tile_backend::ir::{
     AccToVecMode, Axis, BinaryOp, CoreKind, DType, Expr, GmView, Kernel, Layout, MemSpace,
     PadValue, ParamId, Pipe, RoundMode, TileId, TileType, UnaryOp,
 };
-use tile_backend::sim::{Arg, GmTensor};
+use tile_backend::sim::{Arg, GmInput, GmTensor};
 
 /// The running max a head starts with (finite, so empty splits stay NaN-free).
 pub(crate) const M_INIT: f64 = -1e30;
-/// Largest number of top-k splits the merge kernel takes (columns of its lse tile).
+/// Largest number of top-k splits the merge kernel takes (rows of its lse tile).
 pub(crate) const MAX_SPLITS: u64 = 32;
 /// Global rows each AIV of the merge kernel owns.
 pub(crate) const MERGE_ROWS: u64 = 8;
@@ -563,18 +571,46 @@ pub(crate) fn attn_merge(cfg: &MergeCfg) -> Kernel {
     use Layout::{DN, ND};
     use MemSpace::Vec as Ub;
     let ty = TileType::new;
-    let col =
-        |kb: &mut KernelBuilder, name: &str| kb.tile(name, ty(Ub, DType::F32, hm, 1, DN).dynamic());
+    // PTO reduces only ND tiles (TROW* along rows, TCOL* down columns). lse_ws is split-major
+    // (lse_ws[sp * rows + g]), so the parts of this AIV's rows load as ND [splits, hm] and every
+    // per-row value is a column reduction into an ND row [1, hm]; `column` re-declares such a row
+    // as the DN column [hm, 1] (the same 32 bytes) that a row broadcast over `acc` takes.
+    let row =
+        |kb: &mut KernelBuilder, name: &str| kb.tile(name, ty(Ub, DType::F32, 1, hm, ND).dynamic());
+    let column = |kb: &mut KernelBuilder, name: &str, src: TileId| {
+        kb.reinterpret(
+            name,
+            src,
+            Reinterpret {
+                dtype: None,
+                shape: Some((hm, 1)),
+                layout: Some(DN),
+            },
+        )
+    };
+    // Max-reduced: padded with min; sum-reduced: padded with zero (ASCEND950.md §7).
     let lp = kb.tile(
         "lse_parts",
-        ty(Ub, DType::F32, hm, MAX_SPLITS, DN).dynamic(),
+        ty(Ub, DType::F32, MAX_SPLITS, hm, ND)
+            .dynamic()
+            .pad(PadValue::Min),
     );
-    let w = kb.tile("weights", ty(Ub, DType::F32, hm, MAX_SPLITS, DN).dynamic());
-    let mx = col(&mut kb, "mx");
-    let s = col(&mut kb, "s");
-    let wc = col(&mut kb, "w_i");
-    let fixt = col(&mut kb, "fix_t");
-    let t = col(&mut kb, "t");
+    let w = kb.tile(
+        "weights",
+        ty(Ub, DType::F32, MAX_SPLITS, hm, ND)
+            .dynamic()
+            .pad(PadValue::Zero),
+    );
+    let mx = row(&mut kb, "mx");
+    let s = row(&mut kb, "s");
+    let s_col = column(&mut kb, "s_col", s);
+    let wr = row(&mut kb, "w_i");
+    let wc = column(&mut kb, "w_i_col", wr);
+    let fixt = row(&mut kb, "fix_t");
+    let sink_t = sink.map(|sk| {
+        let t = row(&mut kb, "t");
+        (sk, t, column(&mut kb, "t_col", t))
+    });
     let acc = kb.tile("acc", ty(Ub, DType::F32, hm, vp, ND).dynamic());
     let oi = kb.tile_group("o_i", ty(Ub, DType::F32, hm, vp, ND).dynamic(), 2);
     let out_t = (dt != DType::F32).then(|| kb.tile("out_t", ty(Ub, dt, hm, vp, ND).dynamic()));
@@ -583,18 +619,28 @@ pub(crate) fn attn_merge(cfg: &MergeCfg) -> Kernel {
         let g0 = v.let_("g0", (Expr::BlockIdx * 2 + Expr::SubBlockIdx) * hm);
         let rv = v.let_("rv", (pr.clone() - g0).min(hm as i64));
         v.if_(Expr::Var(rv).gt(0), |b| {
-            for tile in [mx, s, wc, fixt, t] {
+            let mut rows_of = vec![mx, s, wr, fixt];
+            let mut cols_of = vec![s_col, wc];
+            if let Some((_, t, t_col)) = sink_t {
+                rows_of.push(t);
+                cols_of.push(t_col);
+            }
+            for tile in rows_of {
+                b.set_validshape(tile, 1, rv);
+            }
+            for tile in cols_of {
                 b.set_validshape(tile, rv, 1);
             }
-            b.set_validshape(lp, rv, ps.clone());
-            b.set_validshape(w, rv, ps.clone());
+            b.set_validshape(lp, ps.clone(), rv);
+            b.set_validshape(w, ps.clone(), rv);
             b.set_validshape(acc, rv, v_dim);
-            b.load(lp, GmView::dn(lse_ws, g0, rv, ps.clone(), pr.clone()));
-            b.load(fixt, GmView::dn(fix, g0, rv, 1, 1));
-            b.row_max(mx, lp);
-            b.broadcast(BinaryOp::Sub, Axis::Row, w, lp, mx);
+            b.load(lp, GmView::nd(lse_ws, g0, ps.clone(), rv, pr.clone()));
+            b.load(fixt, GmView::nd(fix, g0, 1, rv, hm));
+            // Down each row's column of parts: M, w_i = exp(lse_i - M), s = sum w_i.
+            b.col_max(mx, lp);
+            b.broadcast(BinaryOp::Sub, Axis::Col, w, lp, mx);
             b.exp(w, w);
-            b.row_sum(s, w);
+            b.col_sum(s, w);
             b.fill(acc, 0.0);
             // Two o_i buffers, loop unrolled by two: the load of part i + 1 overlaps the
             // vector work on part i.
@@ -613,7 +659,8 @@ pub(crate) fn attn_merge(cfg: &MergeCfg) -> Kernel {
                     ),
                 );
                 lb.set_flag(Pipe::Mte2, Pipe::V, ev);
-                lb.mov(wc, w).offset(0, i);
+                // Part i's weights (row i of `weights`), seen as a column by `w_i_col`.
+                lb.mov(wr, w).offset(i, 0);
                 lb.wait_flag(Pipe::Mte2, Pipe::V, ev);
                 lb.broadcast(BinaryOp::Mul, Axis::Row, oi.at(slot), oi.at(slot), wc);
                 lb.add(acc, acc, oi.at(slot));
@@ -624,21 +671,21 @@ pub(crate) fn attn_merge(cfg: &MergeCfg) -> Kernel {
             ping_pong(b, ps.clone(), &mut part);
             b.wait_flag(Pipe::V, Pipe::Mte2, 2);
             b.wait_flag(Pipe::V, Pipe::Mte2, 3);
-            b.broadcast(BinaryOp::Div, Axis::Row, acc, acc, s);
+            b.broadcast(BinaryOp::Div, Axis::Row, acc, acc, s_col);
             // lse = M + ln(s)  (into s).
             b.unary(UnaryOp::Ln, s, s);
             b.add(s, s, mx);
-            if let Some(sk) = sink {
-                b.load(t, GmView::dn(sk, g0, rv, 1, 1));
+            if let Some((sk, t, t_col)) = sink_t {
+                b.load(t, GmView::nd(sk, g0, 1, rv, hm));
                 b.binary(BinaryOp::Sub, t, t, s);
                 b.exp(t, t);
                 b.binary_scalar(BinaryOp::Add, t, t, 1.0);
-                b.broadcast(BinaryOp::Div, Axis::Row, acc, acc, t);
+                b.broadcast(BinaryOp::Div, Axis::Row, acc, acc, t_col);
             }
             b.max(s, s, fixt);
             b.set_flag(Pipe::V, Pipe::Mte3, 0);
             b.wait_flag(Pipe::V, Pipe::Mte3, 0);
-            b.store(GmView::dn(lse_out, g0, rv, 1, 1), s);
+            b.store(GmView::nd(lse_out, g0, 1, rv, hm), s);
             let dst = GmView::nd(out, Expr::Var(g0) * v_dim, rv, v_dim, v_dim);
             match out_t {
                 Some(ot) => {
@@ -660,11 +707,11 @@ pub(crate) fn attn_merge(cfg: &MergeCfg) -> Kernel {
 /// Host-side inputs of one attention call, already in kernel form.
 pub(crate) struct AttnInputs<'a> {
     /// `q [batch*heads, dqk]`.
-    pub q: GmTensor,
+    pub q: GmInput<'a>,
     /// `[tokens, kv_cols]`.
-    pub kv: GmTensor,
+    pub kv: GmInput<'a>,
     /// Separate V cache `[tokens, kv_cols]` (dense).
-    pub v: Option<GmTensor>,
+    pub v: Option<GmInput<'a>>,
     /// `[batch, topk]` compacted logical indices.
     pub indices: Vec<i64>,
     /// Columns of `indices`.
@@ -683,7 +730,7 @@ pub(crate) struct AttnInputs<'a> {
     pub sink: Option<&'a [f32]>,
 }
 
-fn take(op: &'static str, args: &mut [Arg], i: usize) -> Result<GmTensor, OpError> {
+fn take(op: &'static str, args: &mut [Arg<'_>], i: usize) -> Result<GmTensor, OpError> {
     match args.get_mut(i).map(|a| std::mem::replace(a, Arg::Int(0))) {
         Some(Arg::Tensor(t)) => Ok(t),
         _ => Err(OpError::Package {
@@ -735,11 +782,11 @@ pub(crate) fn run_attention(
         Arg::Int(splits as i64),
         Arg::Int(cps as i64),
         Arg::Float(inp.scale as f64),
-        Arg::Tensor(inp.q),
-        Arg::Tensor(inp.kv),
+        Arg::Input(inp.q),
+        Arg::Input(inp.kv),
     ];
     if let Some(v) = inp.v {
-        args.push(Arg::Tensor(v));
+        args.push(Arg::Input(v));
     }
     args.push(Arg::Tensor(as_i32(&[inp.batch, inp.topk], &inp.indices)));
     args.push(Arg::Tensor(as_i32(

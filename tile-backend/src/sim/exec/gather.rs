@@ -23,7 +23,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
     let (src_dtype, t_rows, t_cols) = match cx.kernel.params.get(src.0 as usize).map(|p| &p.kind) {
         Some(ParamKind::Tensor { dtype, .. }) => {
             let t = cx.args[src.0 as usize]
-                .tensor()
+                .as_gm()
                 .ok_or_else(|| format!("argument {} is not a GM tensor", src.0))?;
             match t.shape[..] {
                 [r, c] => (*dtype, r, c),

@@ -93,7 +93,7 @@ impl View {
     fn tensor_len(&self, cx: &ExecCtx<'_, '_, '_>) -> usize {
         cx.args
             .get(self.param.0 as usize)
-            .and_then(|a| a.tensor())
+            .and_then(|a| a.as_gm())
             .map(|t| t.len())
             .unwrap_or(0)
     }

@@ -1,9 +1,9 @@
 //! Cube matmul (TMATMUL / TMATMUL_ACC): whole fractals, f32 accumulation (int32 for int8).
 
 use super::ExecCtx;
-use crate::ir::{c0, DType, Op};
+use crate::ir::{c0, DType, Layout, Op};
 use crate::sim::numeric;
-use crate::sim::tile::TileLoc;
+use crate::sim::tile::{Order, TileLoc};
 
 fn round_up(v: usize, to: usize) -> usize {
     v.div_ceil(to.max(1)) * to.max(1)
@@ -203,7 +203,12 @@ fn matmul_f32(
     );
     let r = (|| {
         cx.read_f32(la, 0, (0, 0), (mp, kp), &mut af)?;
-        cx.read_f32(lb, 0, (0, 0), (kp, np), &mut bf)?;
+        // A column-major B (the Right tile is ZN) is decoded as it lies, strip by strip.
+        let b_order = match lb.ty.layout {
+            Layout::ZN | Layout::DN => Order::ColMajor,
+            _ => Order::RowMajor,
+        };
+        cx.read_f32_ordered(lb, 0, (0, 0), (kp, np), b_order, &mut bf)?;
         let bias_vals = match bias {
             Some(t) => {
                 let lt = cx.tile(t)?;
@@ -221,7 +226,7 @@ fn matmul_f32(
         if *accumulate {
             cx.read_f32(lc, 0, (0, 0), (mp, np), &mut c)?;
         }
-        gemm_f32(mp, kp, np, &af, &bf, &mut c, *accumulate);
+        gemm_f32(mp, kp, np, &af, (&bf, b_order), &mut c, *accumulate);
         if let Some(bv) = &bias_vals {
             for (j, b) in bv.iter().enumerate() {
                 for i in 0..mp {
@@ -254,8 +259,16 @@ fn decode_int8(dtype: DType, b: u8) -> i32 {
     }
 }
 
-/// `c (+)= a[m, k] * b[k, n]`, all row-major f32.
-fn gemm_f32(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32], accumulate: bool) {
+/// `c (+)= a[m, k] * b[k, n]`, f32; `a` and `c` row-major, `b` in `b_order`.
+fn gemm_f32(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &[f32],
+    (b, b_order): (&[f32], Order),
+    c: &mut [f32],
+    accumulate: bool,
+) {
     if m == 0 || n == 0 {
         return;
     }
@@ -266,10 +279,15 @@ fn gemm_f32(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32], a
         return;
     }
     assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
-    // SAFETY: `a` holds at least m*k, `b` k*n and `c` m*n row-major f32 values (asserted just
-    // above), the strides describe exactly those row-major
-    // layouts (column stride 1, row strides k, n and n), `c` does not alias `a` or `b` (distinct
-    // Vecs), and gemm reads `c` only when `read_dst` is set, where it is initialised.
+    // B's element (p, j) is at p * n + j (row-major) or j * k + p (column-major).
+    let (b_cs, b_rs) = match b_order {
+        Order::RowMajor => (1, n as isize),
+        Order::ColMajor => (k as isize, 1),
+    };
+    // SAFETY: `a` holds at least m*k, `b` k*n and `c` m*n f32 values (asserted just above); the
+    // strides describe exactly those layouts (a and c row-major: column stride 1, row strides k
+    // and n; b as matched above, every index below k*n), `c` does not alias `a` or `b`
+    // (distinct Vecs), and gemm reads `c` only when `read_dst` is set, where it is initialised.
     unsafe {
         gemm::gemm(
             m,
@@ -283,8 +301,8 @@ fn gemm_f32(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32], a
             1,
             k as isize,
             b.as_ptr(),
-            1,
-            n as isize,
+            b_cs,
+            b_rs,
             1.0f32,
             1.0f32,
             false,

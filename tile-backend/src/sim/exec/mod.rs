@@ -11,7 +11,7 @@ use super::gm::{Arg, Overlay};
 use super::interp::CoreRt;
 use super::numeric;
 use super::state::{mark_bits, BlockMem, CoreId, CrossFlags};
-use super::tile::{self, Run, TileLoc};
+use super::tile::{self, Order, Run, TileLoc};
 use super::trace::{Mem, OpRecord, SyncInfo};
 use crate::arch::Arch;
 use crate::ir::{Kernel, Op, OpFamily, ParamId, ScalarArg, TileRef};
@@ -28,7 +28,7 @@ pub(crate) enum Flow {
 pub(crate) struct ExecCtx<'k, 'a, 'b> {
     pub kernel: &'k Kernel,
     pub arch: &'a Arch,
-    pub args: &'a [Arg],
+    pub args: &'a [Arg<'a>],
     pub mem: &'b mut BlockMem,
     pub gm: &'b mut Overlay,
     pub flags: &'b mut CrossFlags,
@@ -100,9 +100,8 @@ impl<'k> ExecCtx<'k, '_, '_> {
                     0
                 },
             };
-            let es = loc.es();
-            let _ = tile::for_each_run(loc, usize::MAX, at, size, |run| {
-                r.touch(mem, run.buf, run.len * es, write)
+            let _ = tile::for_each_span(loc, usize::MAX, at, size, |start, len| {
+                r.touch(mem, start, len, write)
             });
         }
     }
@@ -206,6 +205,20 @@ impl<'k> ExecCtx<'k, '_, '_> {
         size: (usize, usize),
         out: &mut [f32],
     ) -> Result<(), String> {
+        self.read_f32_ordered(loc, aiv, at, size, Order::RowMajor, out)
+    }
+
+    /// Reads a region decoded to f32 into `out` in `order`: strip by strip when the layout maps
+    /// onto that order (NZ and ND to row-major, ZN and DN to column-major), run by run otherwise.
+    pub fn read_f32_ordered(
+        &mut self,
+        loc: &TileLoc,
+        aiv: u8,
+        at: (usize, usize),
+        size: (usize, usize),
+        order: Order,
+        out: &mut [f32],
+    ) -> Result<(), String> {
         let (dtype, es) = (loc.ty.dtype, loc.es());
         if out.len() < size.0 * size.1 {
             return Err(format!(
@@ -215,22 +228,47 @@ impl<'k> ExecCtx<'k, '_, '_> {
                 size.1
             ));
         }
-        self.read_runs(loc, aiv, at, size, |b, run| {
-            if run.stride == 1 {
-                numeric::decode_f32(dtype, b, &mut out[run.elem..run.elem + run.len]);
-            } else {
-                // Down a column: decode a chunk at once, then spread it over the rows.
-                let mut tmp = [0f32; 64];
-                for (k, chunk) in b.chunks(64 * es).enumerate() {
-                    let n = chunk.len() / es;
-                    numeric::decode_f32(dtype, chunk, &mut tmp[..n]);
-                    let first = run.elem + k * 64 * run.stride;
-                    for (i, v) in tmp[..n].iter().enumerate() {
-                        out[first + i * run.stride] = *v;
+        let buf = self.mem.buf(loc.space(), aiv)?;
+        if tile::decode_dense(buf, loc, at, size, order, out)? {
+            self.note_region(loc, aiv, at, size, false);
+            return Ok(());
+        }
+        let mut scratch = self.core.pool.f32s_to_overwrite(0);
+        let rows = size.0;
+        let row_major = order == Order::RowMajor;
+        if !row_major {
+            scratch.clear();
+            scratch.resize(size.0 * size.1, 0.0);
+        }
+        let r = {
+            let dense: &mut [f32] = if row_major { out } else { &mut scratch };
+            self.read_runs(loc, aiv, at, size, |b, run| {
+                if run.stride == 1 {
+                    numeric::decode_f32(dtype, b, &mut dense[run.elem..run.elem + run.len]);
+                } else {
+                    // Down a column: decode a chunk at once, then spread it over the rows.
+                    let mut tmp = [0f32; 64];
+                    for (k, chunk) in b.chunks(64 * es).enumerate() {
+                        let n = chunk.len() / es;
+                        numeric::decode_f32(dtype, chunk, &mut tmp[..n]);
+                        let first = run.elem + k * 64 * run.stride;
+                        for (i, v) in tmp[..n].iter().enumerate() {
+                            dense[first + i * run.stride] = *v;
+                        }
                     }
                 }
+            })
+        };
+        if r.is_ok() && !row_major {
+            let cols = size.1;
+            for (i, row) in scratch.chunks_exact(cols.max(1)).take(rows).enumerate() {
+                for (j, v) in row.iter().enumerate() {
+                    out[j * rows + i] = *v;
+                }
             }
-        })
+        }
+        self.core.pool.put_f32s(scratch);
+        r
     }
 
     /// Writes row-major f32 values into a region, encoded (rounded) to the tile's dtype.
@@ -250,6 +288,19 @@ impl<'k> ExecCtx<'k, '_, '_> {
                 size.0,
                 size.1
             ));
+        }
+        // Strip by strip when the layout maps onto row-major (ND, NZ).
+        let space = loc.space();
+        self.mem
+            .touch(space, aiv, loc.addr, loc.addr + loc.ty.bytes() as usize);
+        let (buf, bits) = self.mem.buf_bits_mut(space, aiv)?;
+        if tile::encode_dense(buf, loc, at, size, Order::RowMajor, vals)? {
+            let len = buf.len();
+            tile::for_each_span(loc, len, at, size, |start, n| {
+                mark_bits(bits, start, n, true)
+            })?;
+            self.note_region(loc, aiv, at, size, true);
+            return Ok(());
         }
         self.write_runs(loc, aiv, at, size, |b, run| {
             if run.stride == 1 {
@@ -314,15 +365,15 @@ impl<'k> ExecCtx<'k, '_, '_> {
         if s.es() != d.es() || !self.region_defined(s, s_aiv, s_at, size)? {
             return Ok(false);
         }
-        let (dspace, es) = (d.space(), d.es());
+        let dspace = d.space();
         self.mem
             .touch(dspace, d_aiv, d.addr, d.addr + d.ty.bytes() as usize);
         let Some((src, dst, bits)) = self.mem.src_dst((s.space(), s_aiv), (dspace, d_aiv))? else {
             return Ok(false);
         };
         tile::copy_between(src, s, s_at, dst, d, d_at, size)?;
-        tile::for_each_run(d, usize::MAX, d_at, size, |run| {
-            mark_bits(bits, run.buf, run.len * es, true)
+        tile::for_each_span(d, usize::MAX, d_at, size, |start, len| {
+            mark_bits(bits, start, len, true)
         })?;
         self.note_region(s, s_aiv, s_at, size, false);
         self.note_region(d, d_aiv, d_at, size, true);
@@ -386,10 +437,10 @@ impl<'k> ExecCtx<'k, '_, '_> {
         at: (usize, usize),
         size: (usize, usize),
     ) -> Result<bool, String> {
-        let (space, es, mem) = (loc.space(), loc.es(), &*self.mem);
+        let (space, mem) = (loc.space(), &*self.mem);
         let mut all = true;
-        tile::for_each_run(loc, usize::MAX, at, size, |run| {
-            all = all && mem.defined(space, aiv, run.buf, run.len * es);
+        tile::for_each_span(loc, usize::MAX, at, size, |start, len| {
+            all = all && mem.defined(space, aiv, start, len);
         })?;
         Ok(all)
     }

@@ -6,6 +6,7 @@
 
 use super::{ExecCtx, Flow};
 use crate::ir::{Op, ParamKind};
+use crate::sim::gm::Arg;
 use crate::sim::numeric;
 use crate::sim::trace::{Mem, SyncInfo};
 
@@ -36,10 +37,15 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<Flow, String
             let line_no = off / 64;
             if !cx.core.dcache.contains_key(&(tensor.0, line_no)) {
                 // The line is fetched from GM as it is now; the whole line is written back.
-                let len = cx.args[tensor.0 as usize]
-                    .tensor()
-                    .map(|t| t.data.len())
-                    .unwrap_or(0);
+                let len = match &cx.args[tensor.0 as usize] {
+                    Arg::Tensor(t) => t.data.len(),
+                    _ => {
+                        return Err(format!(
+                            "scalar write into argument {}, which is not an owned GM tensor (a borrowed input is read-only)",
+                            tensor.0
+                        ))
+                    }
+                };
                 let start = line_no * 64;
                 let end = (start + 64).min(len);
                 let mut line = [0u8; 64];
@@ -96,7 +102,7 @@ fn element(
         _ => return Err(format!("argument {param} is not a GM tensor")),
     };
     let len = cx.args[param as usize]
-        .tensor()
+        .as_gm()
         .map(|t| t.len())
         .unwrap_or(0);
     if idx < 0 || idx as usize >= len {

@@ -15,6 +15,9 @@ trait Scratch: Float + Send + Sync + 'static {
     fn from_f64(v: f64) -> Self;
     /// `n` zeroed values from the core's pool.
     fn take(pool: &mut ScratchPool, n: usize) -> Vec<Self>;
+    /// `n` values of unspecified content from the core's pool, for a caller that overwrites
+    /// every one before reading it.
+    fn take_dirty(pool: &mut ScratchPool, n: usize) -> Vec<Self>;
     /// Gives a buffer back to the pool.
     fn give(pool: &mut ScratchPool, v: Vec<Self>);
     /// Decodes a whole buffer (f32: the dtype is matched once).
@@ -70,6 +73,9 @@ impl Scratch for f32 {
     fn take(pool: &mut ScratchPool, n: usize) -> Vec<Self> {
         pool.f32s(n)
     }
+    fn take_dirty(pool: &mut ScratchPool, n: usize) -> Vec<Self> {
+        pool.f32s_to_overwrite(n)
+    }
     fn give(pool: &mut ScratchPool, v: Vec<Self>) {
         pool.put_f32s(v)
     }
@@ -105,6 +111,9 @@ impl Scratch for f64 {
     fn take(pool: &mut ScratchPool, n: usize) -> Vec<Self> {
         pool.f64s(n)
     }
+    fn take_dirty(pool: &mut ScratchPool, n: usize) -> Vec<Self> {
+        pool.f64s(n)
+    }
     fn give(pool: &mut ScratchPool, v: Vec<Self>) {
         pool.put_f64s(v)
     }
@@ -118,7 +127,8 @@ fn load<F: Scratch>(
 ) -> Result<Vec<F>, String> {
     let aiv = cx.own_aiv();
     cx.require_defined(loc, aiv, (0, 0), (rows, cols), "a vector op")?;
-    let mut out = F::take(&mut cx.core.pool, rows * cols);
+    // Every element is decoded below before it is read.
+    let mut out = F::take_dirty(&mut cx.core.pool, rows * cols);
     let (dtype, es) = (loc.ty.dtype, loc.es());
     // Decoded straight from the tile's runs into row-major scratch.
     let r = cx.read_runs(loc, aiv, (0, 0), (rows, cols), |b, run| {
@@ -188,29 +198,62 @@ fn same(a: (usize, usize), b: (usize, usize), what: &str) -> Result<(), String> 
     Ok(())
 }
 
-#[inline]
-fn binary<F: Float>(op: BinaryOp, a: F, b: F) -> F {
+/// `x[i] = op(x[i], y[i])`, the op matched once so each loop vectorises.
+fn zip_apply<F: Float>(op: BinaryOp, x: &mut [F], y: &[F]) {
+    macro_rules! go {
+        ($f:expr) => {
+            for (p, q) in x.iter_mut().zip(y) {
+                *p = $f(*p, *q);
+            }
+        };
+    }
     match op {
-        BinaryOp::Add => a + b,
-        BinaryOp::Sub => a - b,
-        BinaryOp::Mul => a * b,
-        BinaryOp::Div => a / b,
-        BinaryOp::Max => a.max(b),
-        BinaryOp::Min => a.min(b),
+        BinaryOp::Add => go!(|a: F, b: F| a + b),
+        BinaryOp::Sub => go!(|a: F, b: F| a - b),
+        BinaryOp::Mul => go!(|a: F, b: F| a * b),
+        BinaryOp::Div => go!(|a: F, b: F| a / b),
+        BinaryOp::Max => go!(|a: F, b: F| a.max(b)),
+        BinaryOp::Min => go!(|a: F, b: F| a.min(b)),
     }
 }
 
-#[inline]
-fn unary<F: Float>(op: UnaryOp, x: F) -> F {
+/// `x[i] = op(x[i], k)`, the op matched once.
+fn scalar_apply<F: Float>(op: BinaryOp, x: &mut [F], k: F) {
+    macro_rules! go {
+        ($f:expr) => {
+            for p in x.iter_mut() {
+                *p = $f(*p, k);
+            }
+        };
+    }
     match op {
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Ln => x.ln(),
-        UnaryOp::Abs => x.abs(),
-        UnaryOp::Neg => -x,
-        UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Rsqrt => x.sqrt().recip(),
-        UnaryOp::Recip => x.recip(),
-        UnaryOp::Relu => x.max(F::zero()),
+        BinaryOp::Add => go!(|a: F, b: F| a + b),
+        BinaryOp::Sub => go!(|a: F, b: F| a - b),
+        BinaryOp::Mul => go!(|a: F, b: F| a * b),
+        BinaryOp::Div => go!(|a: F, b: F| a / b),
+        BinaryOp::Max => go!(|a: F, b: F| a.max(b)),
+        BinaryOp::Min => go!(|a: F, b: F| a.min(b)),
+    }
+}
+
+/// `x[i] = op(x[i])`, the op matched once.
+fn unary_apply<F: Float>(op: UnaryOp, x: &mut [F]) {
+    macro_rules! go {
+        ($f:expr) => {
+            for p in x.iter_mut() {
+                *p = $f(*p);
+            }
+        };
+    }
+    match op {
+        UnaryOp::Exp => go!(|v: F| v.exp()),
+        UnaryOp::Ln => go!(|v: F| v.ln()),
+        UnaryOp::Abs => go!(|v: F| v.abs()),
+        UnaryOp::Neg => go!(|v: F| -v),
+        UnaryOp::Sqrt => go!(|v: F| v.sqrt()),
+        UnaryOp::Rsqrt => go!(|v: F| v.sqrt().recip()),
+        UnaryOp::Recip => go!(|v: F| v.recip()),
+        UnaryOp::Relu => go!(|v: F| v.max(F::zero())),
     }
 }
 
@@ -305,7 +348,7 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             let (r, c) = s.valid()?;
             same(s.valid()?, d.valid()?, "unary")?;
             let mut v = load::<F>(cx, &s, r, c)?;
-            v.iter_mut().for_each(|x| *x = unary(*u, *x));
+            unary_apply(*u, &mut v);
             store(cx, &d, r, c, v, rint)
         }
         Op::Binary {
@@ -320,9 +363,7 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             let (r, c) = a.valid()?;
             let mut x = load::<F>(cx, &a, r, c)?;
             let y = load::<F>(cx, &bb, r, c)?;
-            x.iter_mut()
-                .zip(&y)
-                .for_each(|(p, q)| *p = binary(*b, *p, *q));
+            zip_apply(*b, &mut x, &y);
             F::give(&mut cx.core.pool, y);
             store(cx, &d, r, c, x, rint)
         }
@@ -337,7 +378,7 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             let k = F::from_f64(cx.scalar(scalar)?);
             let (r, c) = s.valid()?;
             let mut x = load::<F>(cx, &s, r, c)?;
-            x.iter_mut().for_each(|p| *p = binary(*b, *p, k));
+            scalar_apply(*b, &mut x, k);
             store(cx, &d, r, c, x, rint)
         }
         Op::Reduce {
@@ -392,16 +433,14 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
                 Axis::Row => {
                     let v = load::<F>(cx, &o, r, 1)?;
                     for (row, k) in x.chunks_mut(c.max(1)).zip(&v) {
-                        row.iter_mut().for_each(|p| *p = binary(*b, *p, *k));
+                        scalar_apply(*b, row, *k);
                     }
                     F::give(&mut cx.core.pool, v);
                 }
                 Axis::Col => {
                     let v = load::<F>(cx, &o, 1, c)?;
                     for row in x.chunks_mut(c.max(1)) {
-                        row.iter_mut()
-                            .zip(&v)
-                            .for_each(|(p, k)| *p = binary(*b, *p, *k));
+                        zip_apply(*b, row, &v);
                     }
                     F::give(&mut cx.core.pool, v);
                 }
