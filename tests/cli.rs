@@ -1,6 +1,13 @@
-//! The `tileops` binary: `check`, `example` and the default main job, run as a user would.
+//! The `tileops` binary: `check`, `example`, `sim`, `emit` and the default main job, run as a
+//! user would.
 
-use std::path::PathBuf;
+// The ops crate's test support: its g++ syntax check of emitted PTO-ISA C++ is reused here for
+// `tileops emit --op`.
+#[allow(unused_macros, clippy::result_large_err)]
+#[path = "../ops/tests/support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tileops::tile_backend::dsl::KernelBuilder;
@@ -372,7 +379,15 @@ fn emit_op_with_shape_flags() {
 
 #[test]
 fn emit_every_registered_op_with_defaults() {
-    for op in ["matmul", "attention", "gather-matmul", "worked-matmul"] {
+    // The single-launch ops write their three files straight into DIR.
+    for op in [
+        "matmul",
+        "attention",
+        "gather-matmul",
+        "worked-matmul",
+        "paged-gather",
+        "reshape-and-cache",
+    ] {
         let dir = TempDir::new(op);
         let out = tileops(&["emit", "--op", op, "-o", dir.path()]);
         assert_eq!(
@@ -412,9 +427,38 @@ fn emit_op_list_names_ops_and_flags() {
         "gather-matmul:",
         "--block-size",
         "--tkv",
+        "sparse-paged-attention:",
+        "paged-attention:",
+        "paged-gather:",
+        "reshape-and-cache:",
+        "--v-dim",
+        "--kv-heads",
+        "--context-len",
+        "--width",
+        "DIR/<i>-<kernel>/",
     ] {
         assert!(text.contains(needle), "missing {needle}:\n{text}");
     }
+    // Defaults are listed as the builders read them: the DeepSeek decode shape for sparse.
+    let sparse = text
+        .split("\n\n")
+        .find(|s| s.starts_with("sparse-paged-attention:"))
+        .expect("a sparse-paged-attention section");
+    for needle in [
+        "--dtype        q and cache dtype: f32, f16, bf16 [default: bf16]",
+        "[default: 576]",
+        "[default: 512]",
+        "[default: 2048]",
+        "[default: 64]",
+        "[default: false]",
+    ] {
+        assert!(sparse.contains(needle), "missing {needle}:\n{sparse}");
+    }
+    let handoff = text
+        .lines()
+        .find(|l| l.contains("--handoff"))
+        .expect("--handoff listed");
+    assert!(handoff.ends_with("[default: channels]"), "{handoff}");
 }
 
 #[test]
@@ -471,4 +515,276 @@ fn emit_op_that_does_not_compile_exits_1() {
         "{}",
         stdout(&out)
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// tileops emit --op for the ops crate's kernels (tileops_ops::kernels)
+
+/// Every file under `dir`, recursively, sorted.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).expect("readable output dir") {
+            let p = e.expect("dir entry").path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Runs `tileops emit --op OP ARGS... -o DIR` expecting success, then syntax-checks every
+/// emitted C++ file with g++ against the PTO declaration header: kernels with `-D__DAV_CUBE__`
+/// and with `-D__DAV_VEC__`, launchers with `-DTILEOPS_SYNTAX_CHECK`. Returns the files written
+/// (relative to DIR) and stdout. Every file, the merge kernel's vector section included, must
+/// pass.
+fn emit_and_syntax_check(op: &str, args: &[&str]) -> (Vec<String>, String) {
+    let dir = TempDir::new(op);
+    let mut argv = vec!["emit", "--op", op];
+    argv.extend_from_slice(args);
+    argv.extend_from_slice(&["-o", dir.path()]);
+    let out = tileops(&argv);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{argv:?}: stdout:\n{}\nstderr:\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let files = files_under(&dir.0);
+    let mut cpp = 0;
+    for f in &files {
+        assert!(
+            std::fs::metadata(f).map(|m| m.len()).unwrap_or(0) > 0,
+            "{} is empty",
+            f.display()
+        );
+        if f.extension().is_some_and(|e| e == "cpp") {
+            cpp += 1;
+            support::syntax_check(f);
+        }
+    }
+    assert!(cpp >= 2, "{argv:?}: a kernel and a launcher at least");
+    let names = files
+        .iter()
+        .map(|f| {
+            f.strip_prefix(&dir.0)
+                .expect("under the output dir")
+                .to_string_lossy()
+                .replace('\\', "/")
+        })
+        .collect();
+    (names, stdout(&out))
+}
+
+fn names(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn emit_sparse_paged_attention_passes_the_syntax_check() {
+    let (files, _) = emit_and_syntax_check("sparse-paged-attention", &[]);
+    assert_eq!(
+        files,
+        names(&[
+            "0-sparse_attn_bf16/sparse_attn_bf16.cpp",
+            "0-sparse_attn_bf16/sparse_attn_bf16.json",
+            "0-sparse_attn_bf16/sparse_attn_bf16_launcher.cpp",
+            "1-attn_merge_bf16/attn_merge_bf16.cpp",
+            "1-attn_merge_bf16/attn_merge_bf16.json",
+            "1-attn_merge_bf16/attn_merge_bf16_launcher.cpp",
+        ])
+    );
+    // The sink variant of the merge kernel (an extra argument), f16, one row of 16 heads.
+    let (files, out) = emit_and_syntax_check(
+        "sparse-paged-attention",
+        &[
+            "--sink", "true", "--dtype", "f16", "--batch", "1", "--heads", "16", "--topk", "300",
+        ],
+    );
+    assert_eq!(files.len(), 6, "{files:?}");
+    // One row, 300 tokens in chunks of 128: 3 splits, one chunk each.
+    assert!(
+        out.contains("(block_dim 3, batch = 1, topk = 300, splits = 3, chunks_per_split = 1)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn emit_paged_attention_passes_the_syntax_check() {
+    let (files, _) = emit_and_syntax_check("paged-attention", &[]);
+    assert_eq!(
+        files,
+        names(&[
+            "0-paged_attn_f16/paged_attn_f16.cpp",
+            "0-paged_attn_f16/paged_attn_f16.json",
+            "0-paged_attn_f16/paged_attn_f16_launcher.cpp",
+            "1-attn_merge_f16/attn_merge_f16.cpp",
+            "1-attn_merge_f16/attn_merge_f16.json",
+            "1-attn_merge_f16/attn_merge_f16_launcher.cpp",
+        ])
+    );
+}
+
+#[test]
+fn emit_paged_gather_and_reshape_and_cache_pass_the_syntax_check() {
+    let (files, _) = emit_and_syntax_check("paged-gather", &[]);
+    assert_eq!(
+        files,
+        names(&[
+            "paged_gather_bf16_576.cpp",
+            "paged_gather_bf16_576.json",
+            "paged_gather_bf16_576_launcher.cpp",
+        ])
+    );
+    let (files, out) = emit_and_syntax_check(
+        "reshape-and-cache",
+        &["--dtype", "f32", "--tokens", "5", "--width", "576"],
+    );
+    assert_eq!(
+        files,
+        names(&[
+            "reshape_and_cache_f32_576.cpp",
+            "reshape_and_cache_f32_576.json",
+            "reshape_and_cache_f32_576_launcher.cpp",
+        ])
+    );
+    assert!(out.contains("(block_dim 3, n = 5)"), "{out}");
+}
+
+/// Reads DIR/SUB/NAME.json.
+fn manifest(dir: &Path, sub: &str, name: &str) -> serde_json::Value {
+    let path = dir.join(sub).join(format!("{name}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).expect("manifest is JSON")
+}
+
+#[test]
+fn emit_multi_launch_op_writes_one_directory_per_launch_in_order() {
+    let dir = TempDir::new("layout");
+    let out = tileops(&["emit", "--op", "sparse-paged-attention", "-o", dir.path()]);
+    assert_eq!(out.status.code(), Some(0), "stderr:\n{}", stderr(&out));
+    // DIR holds the launch directories only, named <launch index>-<kernel>.
+    let mut entries: Vec<String> = std::fs::read_dir(&dir.0)
+        .expect("output dir")
+        .map(|e| {
+            let e = e.expect("dir entry");
+            assert!(
+                e.path().is_dir(),
+                "{} is not a directory",
+                e.path().display()
+            );
+            e.file_name().to_string_lossy().into_owned()
+        })
+        .collect();
+    entries.sort();
+    assert_eq!(entries, ["0-sparse_attn_bf16", "1-attn_merge_bf16"]);
+    // The DeepSeek decode default: 4 rows x 1 head tile x 8 top-k splits, and 512 rows merged
+    // 16 per block.
+    let split = manifest(&dir.0, "0-sparse_attn_bf16", "sparse_attn_bf16");
+    assert_eq!(split["kernel"], "sparse_attn_bf16");
+    assert_eq!(split["block_dim"], 32);
+    let merge = manifest(&dir.0, "1-attn_merge_bf16", "attn_merge_bf16");
+    assert_eq!(merge["kernel"], "attn_merge_bf16");
+    assert_eq!(merge["block_dim"], 32);
+    let text = stdout(&out);
+    let split_line = text
+        .find("emitted `sparse_attn_bf16`")
+        .expect("split reported");
+    let merge_line = text
+        .find("emitted `attn_merge_bf16`")
+        .expect("merge reported");
+    assert!(split_line < merge_line, "launch order:\n{text}");
+    assert!(
+        text.contains("splits = 8, chunks_per_split = 2") && text.contains("rows = 512"),
+        "the runtime scalars the shape fixes:\n{text}"
+    );
+
+    // Dense: 8 rows x 8 KV heads occupy the 32 clusters without splitting the context.
+    let dir = TempDir::new("layout-paged");
+    let out = tileops(&[
+        "emit",
+        "--op",
+        "paged-attention",
+        "--batch",
+        "2",
+        "--kv-heads",
+        "4",
+        "--heads",
+        "16",
+        "--context-len",
+        "1000",
+        "-o",
+        dir.path(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "stderr:\n{}", stderr(&out));
+    // 2 x 4 = 8 work items want 4 splits of the 8 chunks of 128 tokens.
+    let split = manifest(&dir.0, "0-paged_attn_f16", "paged_attn_f16");
+    assert_eq!(split["block_dim"], 32);
+    let merge = manifest(&dir.0, "1-attn_merge_f16", "attn_merge_f16");
+    assert_eq!(merge["block_dim"], 2);
+}
+
+#[test]
+fn emit_ops_crate_bad_flags_exit_2_naming_the_flag() {
+    let dir = TempDir::new("bad-ops");
+    for (args, needle) in [
+        (
+            vec!["--op", "sparse-paged-attention", "--q", "3"],
+            "op `sparse-paged-attention` has no flag --q; its flags: --dtype, --batch",
+        ),
+        (
+            vec!["--op", "sparse-paged-attention", "--v-dim", "600"],
+            "op `sparse-paged-attention`: --v-dim: must be in 1..=576",
+        ),
+        (
+            vec!["--op", "sparse-paged-attention", "--batch", "0"],
+            "op `sparse-paged-attention`: --batch: must be in 1..=2147483647, got 0",
+        ),
+        (
+            vec!["--op", "sparse-paged-attention", "--sink", "maybe"],
+            "--sink maybe: expected true or false",
+        ),
+        (
+            vec!["--op", "sparse-paged-attention", "--dtype", "i8"],
+            "op `sparse-paged-attention`: --dtype: i8 is not supported: use f32, f16 or bf16",
+        ),
+        (
+            vec!["--op", "paged-attention", "--kv-heads", "3"],
+            "op `paged-attention`: --kv-heads: H = 32 must be a multiple of Hkv = 3",
+        ),
+        (
+            vec!["--op", "paged-attention", "--context-len", "0"],
+            "--context-len: must be in 1..=",
+        ),
+        (
+            vec!["--op", "paged-gather", "--size", "0"],
+            "op `paged-gather`: --size: must be in 1..=",
+        ),
+        (
+            vec!["--op", "paged-gather", "--n", "-4"],
+            "--n -4: expected a non-negative integer",
+        ),
+        (
+            vec!["--op", "reshape-and-cache", "--width", "0"],
+            "op `reshape-and-cache`: --width: must be in 1..=",
+        ),
+    ] {
+        let mut argv = vec!["emit"];
+        argv.extend_from_slice(&args);
+        argv.extend_from_slice(&["-o", dir.path()]);
+        let out = tileops(&argv);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{argv:?}: stderr:\n{err}");
+        assert!(
+            err.contains(needle),
+            "{argv:?}: expected {needle:?} in:\n{err}"
+        );
+        assert!(!dir.0.exists(), "{argv:?} wrote files");
+    }
 }

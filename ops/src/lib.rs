@@ -8,10 +8,11 @@
 //! The ops: [`paged_gather`], [`sparse_paged_attention`], [`paged_attention`],
 //! [`reshape_and_cache`].
 //!
-//! Layout: [`backend`], [`error`], [`runtime`] (kernel cache, launcher, profiling), `bridge`
-//! (candle storage <-> GM tensors, shared argument checks), and one folder per op family with
-//! `mod.rs` (the candle op and its validation), `kernel.rs` (the tile DSL kernels and their host
-//! code) and `reference.rs` (the Reference backend).
+//! Layout: [`backend`], [`error`], [`runtime`] (kernel cache, launcher, profiling), [`kernels`]
+//! (the kernels each op launches and their block counts, built from shape parameters alone: what
+//! `tileops emit --op` writes), `bridge` (candle storage <-> GM tensors, shared argument checks),
+//! and one folder per op family with `mod.rs` (the candle op and its validation), `kernel.rs`
+//! (the tile DSL kernels and their host code) and `reference.rs` (the Reference backend).
 //!
 //! ```
 //! use candle_core::{DType, Device, Tensor};
@@ -34,6 +35,7 @@
 pub mod backend;
 mod bridge;
 pub mod error;
+pub mod kernels;
 pub mod kv_cache;
 pub mod paged_attention;
 pub mod paged_gather;

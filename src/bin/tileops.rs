@@ -12,9 +12,12 @@
 //! - `tileops example NAME`: prints an embedded kernel as JSON, a starting file for `check`/`sim`.
 //! - `tileops emit FILE.json -o DIR [--block-dim N]`: compiles a serialized kernel and writes its
 //!   PTO-ISA package (kernel source, launcher, manifest) for Ascend 950 (dav-c310).
-//! - `tileops emit --op NAME [--FLAG VALUE ...] -o DIR`: the same for a registered op kernel
-//!   built from shape flags (`tileops emit --op list` lists the ops and their flags); an op that
-//!   launches several kernels gets one subdirectory per kernel.
+//! - `tileops emit --op NAME [--FLAG VALUE ...] -o DIR`: the same for a registered op's kernels
+//!   built from shape flags (`tileops emit --op list` lists the ops, their flags and defaults).
+//!   An op with one launch writes its package into DIR; an op that launches several kernels
+//!   (split + merge attention) writes one package per launch into `DIR/<i>-<kernel>/`, `i` the
+//!   launch order from 0 (the layout the Ascend950 backend writes), and nothing at all when one
+//!   of its kernels does not compile.
 
 use anyhow::{anyhow, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -30,6 +33,10 @@ use tile_backend::ir::{
 };
 use tile_backend::kernels::{AttentionParams, GatherMatmulParams, Handoff, MatmulParams};
 use tile_backend::verify::{verify, Report};
+use tileops_ops::kernels::{
+    self, Launch, PagedAttentionShape, PagedGatherShape, ReshapeAndCacheShape, SparseAttentionShape,
+};
+use tileops_ops::OpError;
 
 /// Exit status for a kernel with verifier errors.
 const EXIT_ERRORS: u8 = 1;
@@ -88,8 +95,9 @@ enum Command {
     },
     /// Write the PTO-ISA package (kernel .cpp, launcher .cpp, manifest .json) of a kernel for
     /// Ascend 950 (dav-c310): a serialized kernel (`tileops emit k.json -o out`), or a registered
-    /// op kernel built from shape flags (`tileops emit --op matmul --m 128 --dtype bf16 -o out`;
-    /// `tileops emit --op list` lists the ops and their flags).
+    /// op's kernels built from shape flags (`tileops emit --op matmul --m 128 --dtype bf16 -o
+    /// out`; `tileops emit --op list` lists the ops, their flags and defaults). An op that
+    /// launches several kernels writes one package per launch into `DIR/<i>-<kernel>/`.
     ///
     /// Exit status: 0 on success, 1 when the kernel does not compile or has no PTO form, 2 for
     /// bad input (unreadable file, unknown op or flag, bad value).
@@ -444,7 +452,7 @@ fn emit_cmd(
                 )
             })?;
             let flags = OpFlags::parse(entry, args)?;
-            let launches = (entry.build)(&flags)?;
+            let launches = (entry.build)(&flags).map_err(|e| shape_error(entry.name, e))?;
             flags.check_all_used()?;
             let many = launches.len() > 1;
             (launches, many)
@@ -457,11 +465,19 @@ fn emit_cmd(
                 ));
             };
             let kernel = read_kernel(Path::new(file))?;
-            (vec![(kernel, block_dim.unwrap_or(1))], false)
+            (vec![Launch::new(kernel, block_dim.unwrap_or(1))], false)
         }
     };
+    // Compile and emit every launch before writing anything: an op whose second kernel fails
+    // leaves no half-written package behind.
     let mut text = String::new();
-    for (kernel, blocks) in &launches {
+    let mut packages = Vec::with_capacity(launches.len());
+    for Launch {
+        kernel,
+        block_dim: blocks,
+        ..
+    } in &launches
+    {
         let compiled = match tile_backend::passes::compile(kernel, &arch) {
             Ok(k) => k,
             Err(e) => {
@@ -480,18 +496,26 @@ fn emit_cmd(
                 return Ok(ExitCode::from(EXIT_ERRORS));
             }
         };
+        packages.push(package);
+    }
+    for (i, (package, launch)) in packages.iter().zip(&launches).enumerate() {
         let target = if many {
-            dir.join(&package.name)
+            dir.join(launch_dir(i, &package.name))
         } else {
             dir.to_path_buf()
         };
         let files = package
             .write_to(&target)
             .with_context(|| format!("cannot write the package of `{}`", package.name))?;
+        let scalars: String = launch
+            .scalars
+            .iter()
+            .map(|(name, v)| format!(", {name} = {v}"))
+            .collect();
         let _ = writeln!(
             text,
-            "emitted `{}` for {} (block_dim {blocks}):",
-            package.name, arch.compiler_target
+            "emitted `{}` for {} (block_dim {}{scalars}):",
+            package.name, arch.compiler_target, launch.block_dim
         );
         for f in files {
             let _ = writeln!(text, "  {}", f.display());
@@ -502,12 +526,31 @@ fn emit_cmd(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Kernels an op launches, in order, each with its block_dim.
-type Launches = Vec<(Kernel, u64)>;
+/// The subdirectory of launch `i` (from 0) of a multi-launch op: `<i>-<kernel>`, as the
+/// Ascend950 backend names them (`tileops_ops::runtime::Runner::package`), so the order is in the
+/// name and two launches of one kernel never share a directory.
+fn launch_dir(i: usize, kernel: &str) -> String {
+    format!("{i}-{kernel}")
+}
 
-/// One registered op: its name, what it is, its shape flags (name, meaning, default) and the
-/// function that builds its kernels from them. Adding an op kernel to `tileops emit --op` is
-/// one entry of [`OPS`].
+/// A shape error of an ops-crate op as the command line reports it: the flag (`--v-dim` for the
+/// argument `v_dim`) and the rule.
+fn shape_error(op: &str, e: anyhow::Error) -> anyhow::Error {
+    match e.downcast::<OpError>() {
+        Ok(OpError::Invalid { arg, rule, .. }) => {
+            anyhow!("op `{op}`: --{}: {rule}", arg.replace('_', "-"))
+        }
+        Ok(other) => anyhow!("op `{op}`: {other}"),
+        Err(e) => e,
+    }
+}
+
+/// Kernels an op launches, in order, each with its block_dim.
+type Launches = Vec<Launch>;
+
+/// One registered op: its name, what it is, its shape flags (name, meaning) and the function
+/// that builds its launches from them (reading each flag through [`OpFlags`] with its default,
+/// which `--op list` shows). Adding an op to `tileops emit --op` is one entry of [`OPS`].
 struct OpEntry {
     name: &'static str,
     about: &'static str,
@@ -540,7 +583,7 @@ const OPS: &[OpEntry] = &[
                 tile_k: f.u64("tile-k", d.tile_k)?,
                 dtype: f.dtype("dtype", d.dtype)?,
             };
-            Ok(vec![(tile_backend::kernels::matmul(&p), p.block_dim())])
+            Ok(vec![Launch::new(tile_backend::kernels::matmul(&p), p.block_dim())])
         },
     },
     OpEntry {
@@ -556,14 +599,9 @@ const OPS: &[OpEntry] = &[
         ],
         build: |f| {
             let d = AttentionParams::default();
-            let handoff = match f.str("handoff") {
-                None | Some("channels") => Handoff::Channels,
-                Some("cross-flags") => Handoff::CrossFlags,
-                Some(other) => {
-                    return Err(anyhow!(
-                        "--handoff {other}: expected `channels` or `cross-flags`"
-                    ))
-                }
+            let handoff = match f.choice("handoff", &["channels", "cross-flags"])? {
+                "cross-flags" => Handoff::CrossFlags,
+                _ => Handoff::Channels,
             };
             let p = AttentionParams {
                 ts: f.u64("ts", d.ts)?,
@@ -573,7 +611,10 @@ const OPS: &[OpEntry] = &[
                 batch: f.u64("batch", d.batch)?,
                 handoff,
             };
-            Ok(vec![(tile_backend::kernels::attention_tile(&p), p.block_dim())])
+            Ok(vec![Launch::new(
+                tile_backend::kernels::attention_tile(&p),
+                p.block_dim(),
+            )])
         },
     },
     OpEntry {
@@ -592,16 +633,12 @@ const OPS: &[OpEntry] = &[
             ("dtype", "f16, bf16, f32 or i8"),
         ],
         build: |f| {
-            let d = match f.str("preset") {
-                None | Some("default") => GatherMatmulParams::default(),
-                Some("int8") => GatherMatmulParams::int8(),
-                Some("upstream-small") => GatherMatmulParams::upstream_small(),
-                Some("upstream-int8") => GatherMatmulParams::upstream_int8(),
-                Some(other) => {
-                    return Err(anyhow!(
-                        "--preset {other}: expected default, int8, upstream-small or upstream-int8"
-                    ))
-                }
+            let presets = ["default", "int8", "upstream-small", "upstream-int8"];
+            let d = match f.choice("preset", &presets)? {
+                "int8" => GatherMatmulParams::int8(),
+                "upstream-small" => GatherMatmulParams::upstream_small(),
+                "upstream-int8" => GatherMatmulParams::upstream_int8(),
+                _ => GatherMatmulParams::default(),
             };
             let p = GatherMatmulParams {
                 m: f.u64("m", d.m)?,
@@ -614,24 +651,136 @@ const OPS: &[OpEntry] = &[
                 tile_n: f.u64("tile-n", d.tile_n)?,
                 dtype: f.dtype("dtype", d.dtype)?,
             };
-            Ok(vec![(tile_backend::kernels::gather_matmul(&p), p.block_dim())])
+            Ok(vec![Launch::new(
+                tile_backend::kernels::gather_matmul(&p),
+                p.block_dim(),
+            )])
         },
     },
     OpEntry {
         name: "worked-matmul",
         about: "the single-tile matmul of docs/tile-ir.md (kernels::worked_matmul)",
         flags: &[],
-        build: |_| Ok(vec![(tile_backend::kernels::worked_matmul(), 1)]),
+        build: |_| Ok(vec![Launch::new(tile_backend::kernels::worked_matmul(), 1)]),
+    },
+    OpEntry {
+        name: "sparse-paged-attention",
+        about: "DeepSeek-V3.2 sparse top-k decode (tileops_ops::sparse_paged_attention): top-k split \
+                kernel, then the merge; defaults are the DeepSeek decode shape",
+        flags: &[
+            ("dtype", "q and cache dtype: f32, f16, bf16"),
+            ("batch", "batch rows B (sets the blocks and the top-k splits)"),
+            ("heads", "query heads H"),
+            ("dqk", "columns of q and of a cache row"),
+            ("v-dim", "V columns, the first v-dim of a cache row (<= dqk)"),
+            ("topk", "valid indices of the fullest row (sets the top-k splits)"),
+            ("block-size", "tokens per cache block"),
+            ("sink", "per-head attention sink: false or true"),
+        ],
+        build: |f| {
+            let d = SparseAttentionShape::default();
+            let s = SparseAttentionShape {
+                dtype: f.dtype("dtype", d.dtype)?,
+                batch: f.usize("batch", d.batch)?,
+                heads: f.usize("heads", d.heads)?,
+                dqk: f.usize("dqk", d.dqk)?,
+                v_dim: f.usize("v-dim", d.v_dim)?,
+                topk: f.usize("topk", d.topk)?,
+                block_size: f.usize("block-size", d.block_size)?,
+                sink: f.bool("sink", d.sink)?,
+            };
+            Ok(kernels::sparse_paged_attention(&s)?)
+        },
+    },
+    OpEntry {
+        name: "paged-attention",
+        about: "vLLM-style dense decode with GQA (tileops_ops::paged_attention): split kernel, then \
+                the merge",
+        flags: &[
+            ("dtype", "q and cache dtype: f32, f16, bf16"),
+            ("batch", "batch rows B (sets the blocks and the splits)"),
+            ("heads", "query heads H"),
+            ("kv-heads", "KV heads Hkv (divides H, at most 128 query heads each)"),
+            ("head-dim", "head dimension D"),
+            ("context-len", "tokens of the longest context (sets the splits)"),
+            ("block-size", "tokens per cache block"),
+        ],
+        build: |f| {
+            let d = PagedAttentionShape::default();
+            let s = PagedAttentionShape {
+                dtype: f.dtype("dtype", d.dtype)?,
+                batch: f.usize("batch", d.batch)?,
+                heads: f.usize("heads", d.heads)?,
+                kv_heads: f.usize("kv-heads", d.kv_heads)?,
+                head_dim: f.usize("head-dim", d.head_dim)?,
+                context_len: f.usize("context-len", d.context_len)?,
+                block_size: f.usize("block-size", d.block_size)?,
+            };
+            Ok(kernels::paged_attention(&s)?)
+        },
+    },
+    OpEntry {
+        name: "paged-gather",
+        about: "rows gathered from a paged source through a block table, GM -> UB -> GM \
+                (tileops_ops::paged_gather)",
+        flags: &[
+            ("dtype", "source dtype: f32, f16, bf16"),
+            ("n", "rows gathered (sets the blocks)"),
+            ("size", "columns gathered per row"),
+        ],
+        build: |f| {
+            let d = PagedGatherShape::default();
+            let s = PagedGatherShape {
+                dtype: f.dtype("dtype", d.dtype)?,
+                n: f.usize("n", d.n)?,
+                size: f.usize("size", d.size)?,
+            };
+            Ok(kernels::paged_gather(&s)?)
+        },
+    },
+    OpEntry {
+        name: "reshape-and-cache",
+        about: "new K/V (or MLA latent) rows written into a paged cache by slot mapping \
+                (tileops_ops::reshape_and_cache)",
+        flags: &[
+            ("dtype", "row and cache dtype: f32, f16, bf16"),
+            ("tokens", "new rows N (sets the blocks)"),
+            ("width", "elements per row (Hkv * D, or the latent width)"),
+        ],
+        build: |f| {
+            let d = ReshapeAndCacheShape::default();
+            let s = ReshapeAndCacheShape {
+                dtype: f.dtype("dtype", d.dtype)?,
+                tokens: f.usize("tokens", d.tokens)?,
+                width: f.usize("width", d.width)?,
+            };
+            Ok(kernels::reshape_and_cache(&s)?)
+        },
     },
 ];
 
-/// `tileops emit --op list`.
+/// `tileops emit --op list`: every op with its flags and their defaults (read back from the
+/// op's builder run without flags, so they are the values it really uses).
 fn op_list() -> String {
-    let mut s = String::from("ops for `tileops emit --op NAME [--FLAG VALUE ...] -o DIR`:\n");
+    let mut s = String::from(
+        "ops for `tileops emit --op NAME [--FLAG VALUE ...] -o DIR` (an op with several \
+         launches writes DIR/<i>-<kernel>/ per launch):\n",
+    );
     for e in OPS {
         let _ = writeln!(s, "\n{}: {}", e.name, e.about);
+        let flags = OpFlags::new(e.name, Default::default());
+        // Only the defaults the builder reads matter here, not its kernels.
+        let _ = (e.build)(&flags);
+        let defaults = flags.defaults.borrow();
         for (flag, what) in e.flags {
-            let _ = writeln!(s, "  --{flag:<12} {what}");
+            match defaults.get(*flag) {
+                Some(d) => {
+                    let _ = writeln!(s, "  --{flag:<12} {what} [default: {d}]");
+                }
+                None => {
+                    let _ = writeln!(s, "  --{flag:<12} {what}");
+                }
+            }
         }
     }
     s
@@ -641,7 +790,10 @@ fn op_list() -> String {
 struct OpFlags {
     op: &'static str,
     values: std::collections::BTreeMap<String, String>,
+    /// Flags the builder read.
     used: std::cell::RefCell<std::collections::BTreeSet<String>>,
+    /// The default of every flag the builder read (for `--op list`).
+    defaults: std::cell::RefCell<std::collections::BTreeMap<String, String>>,
 }
 
 impl OpFlags {
@@ -679,20 +831,29 @@ impl OpFlags {
                 return Err(anyhow!("--{key} is given twice"));
             }
         }
-        Ok(OpFlags {
-            op: entry.name,
-            values,
-            used: Default::default(),
-        })
+        Ok(OpFlags::new(entry.name, values))
     }
 
-    fn str(&self, key: &str) -> Option<&str> {
+    fn new(op: &'static str, values: std::collections::BTreeMap<String, String>) -> OpFlags {
+        OpFlags {
+            op,
+            values,
+            used: Default::default(),
+            defaults: Default::default(),
+        }
+    }
+
+    /// The value given for `key`, noting that the builder read it and its default.
+    fn str(&self, key: &str, default: &dyn std::fmt::Display) -> Option<&str> {
         self.used.borrow_mut().insert(key.to_string());
+        self.defaults
+            .borrow_mut()
+            .insert(key.to_string(), default.to_string());
         self.values.get(key).map(String::as_str)
     }
 
     fn u64(&self, key: &str, default: u64) -> Result<u64> {
-        match self.str(key) {
+        match self.str(key, &default) {
             None => Ok(default),
             Some(v) => v.parse().map_err(|_| {
                 anyhow!(
@@ -703,8 +864,47 @@ impl OpFlags {
         }
     }
 
+    fn usize(&self, key: &str, default: usize) -> Result<usize> {
+        match self.str(key, &default) {
+            None => Ok(default),
+            Some(v) => v.parse().map_err(|_| {
+                anyhow!(
+                    "--{key} {v}: expected a non-negative integer (op `{}`)",
+                    self.op
+                )
+            }),
+        }
+    }
+
+    fn bool(&self, key: &str, default: bool) -> Result<bool> {
+        match self.str(key, &default) {
+            None => Ok(default),
+            Some("true") => Ok(true),
+            Some("false") => Ok(false),
+            Some(v) => Err(anyhow!(
+                "--{key} {v}: expected true or false (op `{}`)",
+                self.op
+            )),
+        }
+    }
+
+    /// One of `choices`; the first is the default.
+    fn choice(&self, key: &str, choices: &[&'static str]) -> Result<&'static str> {
+        let default = choices.first().copied().unwrap_or_default();
+        match self.str(key, &default) {
+            None => Ok(default),
+            Some(v) => choices.iter().copied().find(|c| *c == v).ok_or_else(|| {
+                anyhow!(
+                    "--{key} {v}: expected one of {} (op `{}`)",
+                    choices.join(", "),
+                    self.op
+                )
+            }),
+        }
+    }
+
     fn dtype(&self, key: &str, default: DType) -> Result<DType> {
-        match self.str(key) {
+        match self.str(key, &default) {
             None => Ok(default),
             Some(v) => DType::ALL
                 .into_iter()

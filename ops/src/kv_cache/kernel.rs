@@ -47,7 +47,7 @@ pub struct CacheWrite {
 /// The cache kernel for `dtype` rows of `row` columns. Arguments, in order: scalars `n` (N),
 /// `slots` (rows of the cache); tensors `rows [N, row]`, `slot_mapping [1, N]` (i32),
 /// `cache [slots, row]` (output, written only at the mapped slots).
-fn cache_kernel(dtype: DType, row: u64) -> Kernel {
+pub(crate) fn cache_kernel(dtype: DType, row: u64) -> Kernel {
     let rt = RowTiles::new(dtype, row);
     let mut kb = KernelBuilder::new(format!("reshape_and_cache_{dtype}_{row}"));
     let n = Expr::Param(kb.scalar("n", DType::I64));

@@ -5,6 +5,7 @@
 use crate::error::OpError;
 use crate::runtime::Runner;
 use crate::sparse_attention::kernel::template::{run_attention, AttnCfg, AttnInputs};
+use tile_backend::ir::DType;
 use tile_backend::sim::{GmInput, GmTensor};
 
 const OP: &str = "paged_attention";
@@ -34,6 +35,48 @@ pub struct PagedProblem<'a> {
     pub scale: f32,
 }
 
+/// Most query heads one KV head may serve: a GQA group is one head tile of the template.
+pub(crate) const MAX_GROUP: usize = 128;
+
+/// Query heads per KV head (`H / Hkv`), or the broken rule: `Hkv` must divide `H`, with at most
+/// [`MAX_GROUP`] query heads per KV head.
+pub(crate) fn head_group(heads: usize, kv_heads: usize) -> Result<usize, String> {
+    match heads.checked_div(kv_heads) {
+        Some(group) if group > 0 && group * kv_heads == heads && group <= MAX_GROUP => Ok(group),
+        _ => Err(format!(
+            "H = {heads} must be a multiple of Hkv = {kv_heads} with at most {MAX_GROUP} query heads per KV head"
+        )),
+    }
+}
+
+/// The split kernel's static shape for `heads` query heads over `kv_heads` KV heads of
+/// `head_dim` columns, a `block_size`-token cache of `dtype`: one head tile per KV head (its
+/// `H / Hkv` query heads), K and V gathered from their caches viewed as `[num_blocks *
+/// block_size, Hkv * D]` at column `kv_head * D`. `kv_heads` must divide `heads` (see
+/// [`head_group`]). [`run`] and [`crate::kernels::paged_attention`] both build their kernels
+/// from it.
+pub(crate) fn attn_cfg(
+    dtype: DType,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    block_size: usize,
+) -> AttnCfg {
+    let kv_heads = kv_heads.max(1);
+    AttnCfg::new(
+        "paged_attn",
+        dtype,
+        heads as u64,
+        (heads / kv_heads) as u64,
+        head_dim as u64,
+        head_dim as u64,
+        (kv_heads * head_dim) as u64,
+        head_dim as u64,
+        true,
+        block_size as u64,
+    )
+}
+
 /// Runs dense paged attention: returns `out [B, H, D]` in q's dtype.
 ///
 /// The sparse kernel template with host-generated indices `0..context_len` per sequence: one
@@ -54,15 +97,8 @@ pub fn run(runner: &mut Runner, p: &PagedProblem<'_>) -> Result<GmTensor, OpErro
             ))
         }
     };
-    let hkv = p.num_kv_heads.max(1);
-    let group = h / hkv;
-    if group == 0 || group * hkv != h || group > 128 {
-        return Err(OpError::invalid(
-            OP,
-            "num_kv_heads",
-            format!("H = {h} must be a multiple of Hkv = {hkv} with at most 128 query heads per KV head"),
-        ));
-    }
+    let hkv = p.num_kv_heads;
+    head_group(h, hkv).map_err(|rule| OpError::invalid(OP, "num_kv_heads", rule))?;
     let topk = p.context_lens.iter().copied().max().unwrap_or(0).max(0) as usize;
     let mut indices = Vec::with_capacity(b * topk);
     for _ in 0..b {
@@ -73,18 +109,7 @@ pub fn run(runner: &mut Runner, p: &PagedProblem<'_>) -> Result<GmTensor, OpErro
         .iter()
         .map(|&c| c.clamp(0, topk as i64))
         .collect();
-    let cfg = AttnCfg::new(
-        "paged_attn",
-        p.q.dtype,
-        h as u64,
-        group as u64,
-        d as u64,
-        d as u64,
-        (hkv * d) as u64,
-        d as u64,
-        true,
-        bs as u64,
-    );
+    let cfg = attn_cfg(p.q.dtype, h, hkv, d, bs);
     let mut q = p.q.clone();
     q.shape = vec![b * h, d];
     let mut k = p.k_cache.clone();

@@ -222,7 +222,7 @@ pub(crate) fn block_dim_for(units: usize) -> usize {
 /// The gather kernel for `dtype` rows of `size` columns. Arguments, in order: scalars `n`,
 /// `tokens` (T), `cols` (C), `table_len` (nb), `block_size`; tensors `src [T, C]`,
 /// `indices [1, n]` (i32), `block_table [1, nb]` (i32), `out [n, size]` (output).
-fn gather_kernel(dtype: DType, size: u64) -> Kernel {
+pub(crate) fn gather_kernel(dtype: DType, size: u64) -> Kernel {
     let rt = RowTiles::new(dtype, size);
     let mut kb = KernelBuilder::new(format!("paged_gather_{dtype}_{size}"));
     let n = Expr::Param(kb.scalar("n", DType::I64));

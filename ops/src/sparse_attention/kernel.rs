@@ -4,6 +4,7 @@
 
 use crate::error::OpError;
 use crate::runtime::Runner;
+use tile_backend::ir::DType;
 use tile_backend::sim::{GmInput, GmTensor};
 
 pub(crate) mod template;
@@ -39,6 +40,33 @@ pub struct SparseProblem<'a> {
     pub scale: f32,
     /// Optional per-head attention sink (`[H]`).
     pub sink: Option<Vec<f32>>,
+}
+
+/// The split kernel's static shape for `heads` query heads of `dqk` columns (V: the first
+/// `v_dim`), a `block_size`-token cache of `dtype`: head tiles of at most 128 heads, as even as
+/// possible; the heads of a tile share each gathered K tile (the latent cache has no head
+/// dimension). [`run`] and [`crate::kernels::sparse_paged_attention`] both build their kernels
+/// from it.
+pub(crate) fn attn_cfg(
+    dtype: DType,
+    heads: usize,
+    dqk: usize,
+    v_dim: usize,
+    block_size: usize,
+) -> AttnCfg {
+    let nht = heads.div_ceil(128).max(1);
+    AttnCfg::new(
+        "sparse_attn",
+        dtype,
+        heads as u64,
+        heads.div_ceil(nht) as u64,
+        dqk as u64,
+        v_dim as u64,
+        dqk as u64,
+        0,
+        false,
+        block_size as u64,
+    )
 }
 
 /// Runs sparse attention: returns `out [B, H, v_dim]` (q's dtype) and `lse [B, H]` (f32,
@@ -83,20 +111,7 @@ pub fn run(runner: &mut Runner, p: &SparseProblem<'_>) -> Result<(GmTensor, GmTe
         indices.resize(start + topk, pad);
         counts.push(n as i64);
     }
-    // Head tiles of at most 128 heads, as even as possible.
-    let nht = h.div_ceil(128).max(1);
-    let cfg = AttnCfg::new(
-        "sparse_attn",
-        p.q.dtype,
-        h as u64,
-        h.div_ceil(nht) as u64,
-        dqk as u64,
-        p.v_dim as u64,
-        dqk as u64,
-        0,
-        false,
-        bs as u64,
-    );
+    let cfg = attn_cfg(p.q.dtype, h, dqk, p.v_dim, bs);
     let mut q = p.q.clone();
     q.shape = vec![b * h, dqk];
     let mut kv = p.kv.clone();

@@ -311,12 +311,13 @@ pub fn expect_package(run: impl FnOnce() -> Result<(), OpError>) {
 
 /// Runs `g++ -std=c++17 -fsyntax-only` on an emitted C++ file against the PTO declaration header
 /// (kernels once per core type, launchers with `TILEOPS_SYNTAX_CHECK`); JSON manifests are
-/// skipped. Fails loudly when g++ is missing (CI installs it).
-fn syntax_check(f: &Path) {
+/// skipped. Fails loudly when g++ is missing (CI installs it). Also used by the facade's
+/// `tests/cli.rs` (`tileops emit --op`).
+pub fn syntax_check(f: &Path) {
     if f.extension().and_then(|e| e.to_str()) != Some("cpp") {
         return;
     }
-    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tile-backend/codegen/include");
+    let include = pto_include_dir();
     let launcher = f
         .file_name()
         .and_then(|n| n.to_str())
@@ -340,6 +341,22 @@ fn syntax_check(f: &Path) {
             f.display(),
         );
     }
+}
+
+/// The workspace's `tile-backend/codegen/include` (the PTO declaration header), found from the
+/// manifest directory of the package whose test includes this file (`ops/` or the workspace root).
+fn pto_include_dir() -> std::path::PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .map(|d| d.join("tile-backend/codegen/include"))
+        .find(|d| d.is_dir())
+        .unwrap_or_else(|| {
+            panic!(
+                "no tile-backend/codegen/include above {}",
+                manifest.display()
+            )
+        })
 }
 
 fn file_len(p: &Path) -> u64 {

@@ -1,0 +1,704 @@
+//! The kernels each op launches, built from shape parameters alone (no tensors): what
+//! `tileops emit --op NAME` writes, and what the [`crate::Backend::Ascend950`] backend packages
+//! for a call of that shape.
+//!
+//! Each function validates its shape and returns the op's launches in order ([`Launch`]: the tile
+//! kernel as its builder writes it, the `block_dim` the op launches it on, and the runtime scalar
+//! arguments the shape fixes). The kernels come from the same builders and the same tiling
+//! functions the op uses at run time, so they are the kernels the op would launch. The numbers
+//! that only runtime data decides — batch, top-k width, context length, rows to copy — are
+//! parameters too, because they set the block counts (and, for attention, the top-k splits).
+//!
+//! | op | launches |
+//! | --- | --- |
+//! | [`sparse_paged_attention`] | `sparse_attn_<dtype>` (split), `attn_merge_<dtype>` (merge) |
+//! | [`paged_attention`] | `paged_attn_<dtype>` (split), `attn_merge_<dtype>` (merge) |
+//! | [`paged_gather`] | `paged_gather_<dtype>_<size>` |
+//! | [`reshape_and_cache`] | `reshape_and_cache_<dtype>_<width>` |
+//!
+//! ```
+//! use tileops_ops::kernels::{sparse_paged_attention, SparseAttentionShape};
+//!
+//! // The DeepSeek-V3.2 decode shape: B = 4, H = 128, Dqk = 576, v_dim = 512, top-k 2048, bf16.
+//! let launches = sparse_paged_attention(&SparseAttentionShape::default())?;
+//! assert_eq!(launches.len(), 2); // the top-k split kernel, then the merge
+//! assert_eq!(launches[0].kernel.name, "sparse_attn_bf16");
+//! assert_eq!(launches[0].block_dim, 32); // 4 rows x 1 head tile x 8 top-k splits
+//! assert_eq!(launches[0].scalar("splits"), Some(8));
+//! assert_eq!(launches[1].kernel.name, "attn_merge_bf16");
+//!
+//! let bad = SparseAttentionShape { v_dim: 600, ..Default::default() };
+//! assert!(sparse_paged_attention(&bad).is_err()); // v_dim > Dqk
+//! # Ok::<(), tileops_ops::OpError>(())
+//! ```
+
+use crate::error::OpError;
+use crate::sparse_attention::kernel::template::{
+    attn_merge, attn_split, choose_splits, merge_blocks, AttnCfg, MergeCfg,
+};
+use tile_backend::ir::{DType, Kernel};
+
+/// One kernel launch of an op.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The kernel as its builder writes it (not yet compiled: `tile_backend::passes::compile`
+    /// verifies it, plans its memory and inserts its syncs).
+    pub kernel: Kernel,
+    /// Blocks (clusters of 1 AIC + 2 AIV) the op launches it on.
+    pub block_dim: u64,
+    /// The runtime scalar arguments this shape fixes, by parameter name, in argument order
+    /// (e.g. the top-k `splits` of an attention split kernel, which must agree with its
+    /// `block_dim`). The others (cache sizes, table widths, the scale) come from the call.
+    pub scalars: Vec<(&'static str, i64)>,
+}
+
+impl Launch {
+    /// A launch of `kernel` on `block_dim` blocks, no scalar fixed by the shape.
+    pub fn new(kernel: Kernel, block_dim: u64) -> Self {
+        Launch {
+            kernel,
+            block_dim,
+            scalars: Vec::new(),
+        }
+    }
+
+    /// The value of the runtime scalar `name`, if this shape fixes it.
+    pub fn scalar(&self, name: &str) -> Option<i64> {
+        self.scalars
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, v)| v)
+    }
+}
+
+/// Largest size or count any shape parameter may take: the kernels take these values as
+/// 32-bit scalar arguments (or index GM with them).
+pub const MAX_DIM: usize = i32::MAX as usize;
+
+/// Largest row width (`dqk`, `v_dim`, `head_dim`, gathered `size`, cache `width`): these are
+/// static tile columns, and the builders unroll over column slices and chunks, so an unbounded
+/// width would build an unbounded kernel. The attention kernels stop fitting L1 far below it.
+pub const MAX_WIDTH: usize = 65536;
+
+// ---------------------------------------------------------------------------------------------
+// Shapes
+
+/// The shape of a [`crate::sparse_paged_attention`] call: DeepSeek-V3.2 sparse (DSA) decode in
+/// the absorbed MLA form (`q [batch, heads, dqk]`, a paged latent cache `[num_blocks,
+/// block_size, dqk]` whose first `v_dim` columns are V, `indices [batch, topk]`). The default is
+/// the DeepSeek-V3.2 decode shape: batch 4, 128 heads, Dqk 576, v_dim 512, top-k 2048, block 64,
+/// bf16, no sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SparseAttentionShape {
+    /// Data dtype of `q` and the cache (and of `out`): f32, f16 or bf16.
+    pub dtype: DType,
+    /// Batch rows `B` (runtime: sets the block count and the top-k splits).
+    pub batch: usize,
+    /// Query heads `H`.
+    pub heads: usize,
+    /// Columns of q and of a cache row (`Dqk`, the contraction of Q K^T).
+    pub dqk: usize,
+    /// V columns, the first `v_dim` of a cache row (`1..=dqk`).
+    pub v_dim: usize,
+    /// Valid indices of the fullest row (runtime: sets the top-k splits). The op counts only
+    /// valid ones (not -1, not past `topk_length`); the default 2048 is every entry valid.
+    pub topk: usize,
+    /// Tokens per cache block.
+    pub block_size: usize,
+    /// Whether a per-head attention sink is applied (the merge kernel takes a `sink` argument).
+    pub sink: bool,
+}
+
+impl Default for SparseAttentionShape {
+    fn default() -> Self {
+        SparseAttentionShape {
+            dtype: DType::BF16,
+            batch: 4,
+            heads: 128,
+            dqk: 576,
+            v_dim: 512,
+            topk: 2048,
+            block_size: 64,
+            sink: false,
+        }
+    }
+}
+
+/// The shape of a [`crate::paged_attention`] call: vLLM-style dense decode with GQA (`q [batch,
+/// heads, head_dim]`, K and V caches `[num_blocks, block_size, kv_heads, head_dim]`). The default:
+/// batch 8, 32 heads over 8 KV heads, head_dim 128, context 2048, block 16, f16.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PagedAttentionShape {
+    /// Data dtype of `q` and the caches: f32, f16 or bf16.
+    pub dtype: DType,
+    /// Batch rows `B` (runtime: sets the block count and the splits).
+    pub batch: usize,
+    /// Query heads `H`.
+    pub heads: usize,
+    /// KV heads `Hkv`: divides `H`, with at most 128 query heads per KV head.
+    pub kv_heads: usize,
+    /// Head dimension `D`.
+    pub head_dim: usize,
+    /// Tokens of the longest context (runtime: sets the splits).
+    pub context_len: usize,
+    /// Tokens per cache block.
+    pub block_size: usize,
+}
+
+impl Default for PagedAttentionShape {
+    fn default() -> Self {
+        PagedAttentionShape {
+            dtype: DType::F16,
+            batch: 8,
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 128,
+            context_len: 2048,
+            block_size: 16,
+        }
+    }
+}
+
+/// The shape of a [`crate::paged_gather`] call (`src [T, C]`, `indices [1, n]`; result `[n,
+/// size]`). Only the dtype and `size` are static; `n` sets the block count. The default gathers
+/// the 2048 top-k rows of a DeepSeek latent cache (576 bf16 columns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PagedGatherShape {
+    /// Dtype of `src` and the result: f32, f16 or bf16.
+    pub dtype: DType,
+    /// Rows gathered (`n`, the indices; runtime: sets the block count).
+    pub n: usize,
+    /// Columns gathered per row (`size <= C`).
+    pub size: usize,
+}
+
+impl Default for PagedGatherShape {
+    fn default() -> Self {
+        PagedGatherShape {
+            dtype: DType::BF16,
+            n: 2048,
+            size: 576,
+        }
+    }
+}
+
+/// The shape of a [`crate::reshape_and_cache`] call (`rows [tokens, ...]` written into a paged
+/// cache of rows of `width` elements). Only the dtype and `width` are static; `tokens` sets the
+/// block count. The default appends one token per sequence of the dense decode default (8 rows
+/// of Hkv 8 x D 128 = 1024 f16 elements).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReshapeAndCacheShape {
+    /// Dtype of the rows and the cache: f32, f16 or bf16.
+    pub dtype: DType,
+    /// New rows `N` (runtime: sets the block count).
+    pub tokens: usize,
+    /// Elements per row (the product of the trailing dims: `Hkv * D`, or the MLA latent width).
+    pub width: usize,
+}
+
+impl Default for ReshapeAndCacheShape {
+    fn default() -> Self {
+        ReshapeAndCacheShape {
+            dtype: DType::F16,
+            tokens: 8,
+            width: 1024,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Launches
+
+/// The launches of [`crate::sparse_paged_attention`] for `shape`: the top-k split kernel on
+/// `batch * head_tiles * splits` blocks, then the merge kernel. Errors: a size of 0 or above
+/// [`MAX_DIM`] ([`MAX_WIDTH`] for `dqk` and `v_dim`), `v_dim > dqk`, a dtype other than
+/// f32/f16/bf16, `batch * heads` above [`MAX_DIM`].
+pub fn sparse_paged_attention(shape: &SparseAttentionShape) -> Result<Vec<Launch>, OpError> {
+    const OP: &str = "sparse_paged_attention";
+    let s = shape;
+    data_dtype(OP, s.dtype)?;
+    for (arg, v) in [
+        ("batch", s.batch),
+        ("heads", s.heads),
+        ("topk", s.topk),
+        ("block_size", s.block_size),
+    ] {
+        dim(OP, arg, v)?;
+    }
+    width(OP, "dqk", s.dqk)?;
+    width(OP, "v_dim", s.v_dim)?;
+    if s.v_dim > s.dqk {
+        return Err(OpError::invalid(
+            OP,
+            "v_dim",
+            format!(
+                "must be in 1..={} (V is the first v_dim of the dqk = {} cache columns), got {}",
+                s.dqk, s.dqk, s.v_dim
+            ),
+        ));
+    }
+    let cfg =
+        crate::sparse_attention::kernel::attn_cfg(s.dtype, s.heads, s.dqk, s.v_dim, s.block_size);
+    attention_launches(OP, &cfg, s.batch, s.topk, s.sink)
+}
+
+/// The launches of [`crate::paged_attention`] for `shape`: the split kernel (the sparse
+/// template with one head tile per KV head and a separate V cache) on `batch * kv_heads *
+/// splits` blocks, then the merge kernel. Errors: a size of 0 or above [`MAX_DIM`]
+/// ([`MAX_WIDTH`] for `head_dim`), `heads % kv_heads != 0` or more than 128 query heads per KV
+/// head, a dtype other than f32/f16/bf16, `batch * heads` above [`MAX_DIM`].
+pub fn paged_attention(shape: &PagedAttentionShape) -> Result<Vec<Launch>, OpError> {
+    const OP: &str = "paged_attention";
+    let s = shape;
+    data_dtype(OP, s.dtype)?;
+    for (arg, v) in [
+        ("batch", s.batch),
+        ("heads", s.heads),
+        ("kv_heads", s.kv_heads),
+        ("context_len", s.context_len),
+        ("block_size", s.block_size),
+    ] {
+        dim(OP, arg, v)?;
+    }
+    width(OP, "head_dim", s.head_dim)?;
+    crate::paged_attention::kernel::head_group(s.heads, s.kv_heads)
+        .map_err(|rule| OpError::invalid(OP, "kv_heads", rule))?;
+    let cfg = crate::paged_attention::kernel::attn_cfg(
+        s.dtype,
+        s.heads,
+        s.kv_heads,
+        s.head_dim,
+        s.block_size,
+    );
+    attention_launches(OP, &cfg, s.batch, s.context_len, false)
+}
+
+/// The launch of [`crate::paged_gather`] for `shape`: one row-copy kernel on as many blocks as
+/// give every AIV a row (at most 32). Errors: `n` 0 or above [`MAX_DIM`], `size` 0 or above
+/// [`MAX_WIDTH`], a dtype other than f32/f16/bf16.
+pub fn paged_gather(shape: &PagedGatherShape) -> Result<Vec<Launch>, OpError> {
+    const OP: &str = "paged_gather";
+    data_dtype(OP, shape.dtype)?;
+    dim(OP, "n", shape.n)?;
+    width(OP, "size", shape.size)?;
+    let kernel = crate::paged_gather::kernel::gather_kernel(shape.dtype, shape.size as u64);
+    Ok(vec![Launch {
+        kernel,
+        block_dim: crate::paged_gather::kernel::block_dim_for(shape.n) as u64,
+        scalars: vec![("n", shape.n as i64)],
+    }])
+}
+
+/// The launch of [`crate::reshape_and_cache`] for `shape`: one row-copy kernel on as many
+/// blocks as give every AIV a row (at most 32). Errors: `tokens` 0 or above [`MAX_DIM`],
+/// `width` 0 or above [`MAX_WIDTH`], a dtype other than f32/f16/bf16.
+pub fn reshape_and_cache(shape: &ReshapeAndCacheShape) -> Result<Vec<Launch>, OpError> {
+    const OP: &str = "reshape_and_cache";
+    data_dtype(OP, shape.dtype)?;
+    dim(OP, "tokens", shape.tokens)?;
+    width(OP, "width", shape.width)?;
+    let kernel = crate::kv_cache::kernel::cache_kernel(shape.dtype, shape.width as u64);
+    Ok(vec![Launch {
+        kernel,
+        block_dim: crate::paged_gather::kernel::block_dim_for(shape.tokens) as u64,
+        scalars: vec![("n", shape.tokens as i64)],
+    }])
+}
+
+/// The two launches of the attention template for `batch` rows whose fullest row counts
+/// `longest` valid tokens: the launch arithmetic of `template::run_attention`, step for step
+/// (chunks of the fullest row, [`choose_splits`] over `batch * nht` work items, split blocks
+/// `batch * nht * splits`, merge blocks [`merge_blocks`] of `batch * heads` rows). The test
+/// `launches_match_what_the_ops_launch` holds the two together.
+fn attention_launches(
+    op: &'static str,
+    cfg: &AttnCfg,
+    batch: usize,
+    longest: usize,
+    sink: bool,
+) -> Result<Vec<Launch>, OpError> {
+    let nht = cfg.nht as usize;
+    let rows = batch
+        .checked_mul(cfg.heads as usize)
+        .filter(|&r| r <= MAX_DIM)
+        .ok_or_else(|| {
+            OpError::invalid(
+                op,
+                "batch",
+                format!(
+                    "batch {batch} x {} heads must be at most {MAX_DIM} rows (the kernels take \
+                     it as a 32-bit scalar)",
+                    cfg.heads
+                ),
+            )
+        })?;
+    let max_chunks = longest.div_ceil(cfg.chunk as usize);
+    let (splits, cps) = choose_splits(batch * nht, max_chunks);
+    // rows <= MAX_DIM bounds batch * nht (< 2^31) and splits <= 32: no overflow in u64. (The
+    // code generator refuses a block_dim above 2^32 - 1.)
+    let split_blocks = batch as u64 * nht as u64 * splits as u64;
+    let mcfg = MergeCfg {
+        dtype: cfg.dtype,
+        v_dim: cfg.v_dim,
+        sink,
+    };
+    Ok(vec![
+        Launch {
+            kernel: attn_split(cfg),
+            block_dim: split_blocks,
+            scalars: vec![
+                ("batch", batch as i64),
+                ("topk", longest as i64),
+                ("splits", splits as i64),
+                ("chunks_per_split", cps as i64),
+            ],
+        },
+        Launch {
+            kernel: attn_merge(&mcfg),
+            block_dim: merge_blocks(rows) as u64,
+            scalars: vec![("rows", rows as i64), ("splits", splits as i64)],
+        },
+    ])
+}
+
+/// A data dtype the ops take.
+fn data_dtype(op: &'static str, dtype: DType) -> Result<(), OpError> {
+    if matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        Ok(())
+    } else {
+        Err(OpError::invalid(
+            op,
+            "dtype",
+            format!("{dtype} is not supported: use f32, f16 or bf16"),
+        ))
+    }
+}
+
+/// A size or count: `1..=MAX_DIM`.
+fn dim(op: &'static str, arg: &'static str, v: usize) -> Result<(), OpError> {
+    if (1..=MAX_DIM).contains(&v) {
+        Ok(())
+    } else {
+        Err(OpError::invalid(
+            op,
+            arg,
+            format!("must be in 1..={MAX_DIM}, got {v}"),
+        ))
+    }
+}
+
+/// A row width: `1..=MAX_WIDTH`.
+fn width(op: &'static str, arg: &'static str, v: usize) -> Result<(), OpError> {
+    if (1..=MAX_WIDTH).contains(&v) {
+        Ok(())
+    } else {
+        Err(OpError::invalid(
+            op,
+            arg,
+            format!("must be in 1..={MAX_WIDTH} (static tile columns), got {v}"),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{profile, Runner};
+    use tile_backend::sim::GmTensor;
+
+    /// Kernel names and block_dims of what the op launched, inside `profile`.
+    fn launched(run: impl FnOnce() -> Result<(), OpError>) -> Vec<(String, u64)> {
+        let (r, records) = profile(run);
+        if let Err(e) = r {
+            panic!("the op failed: {e}");
+        }
+        records
+            .iter()
+            .map(|l| (l.kernel.clone(), l.block_dim as u64))
+            .collect()
+    }
+
+    fn planned(launches: &[Launch]) -> Vec<(String, u64)> {
+        launches
+            .iter()
+            .map(|l| (l.kernel.name.clone(), l.block_dim))
+            .collect()
+    }
+
+    /// Valid tokens `0..len` of each row, -1 after (so the fullest row counts `max(lens)`).
+    fn indices(lens: &[usize], topk: usize) -> Vec<i64> {
+        lens.iter()
+            .flat_map(|&n| (0..topk).map(move |t| if t < n { t as i64 } else { -1 }))
+            .collect()
+    }
+
+    #[test]
+    fn launches_match_what_the_ops_launch() {
+        use crate::sparse_attention::kernel::{self as sparse, SparseProblem};
+        // Sparse: one batch row (many splits) and three rows, with and without a sink.
+        for (batch, heads, lens, sink) in [
+            (1usize, 16usize, vec![300usize], false),
+            (3, 20, vec![40, 200, 7], true),
+        ] {
+            let (dqk, v_dim, bs, topk, nblk) = (64, 32, 16, 320, 20);
+            let shape = SparseAttentionShape {
+                dtype: DType::BF16,
+                batch,
+                heads,
+                dqk,
+                v_dim,
+                topk: lens.iter().copied().max().unwrap_or(0),
+                block_size: bs,
+                sink,
+            };
+            let problem = SparseProblem {
+                q: GmTensor::zeros(DType::BF16, &[batch, heads, dqk]),
+                kv: GmTensor::zeros(DType::BF16, &[nblk, bs, dqk]),
+                indices: indices(&lens, topk),
+                topk,
+                topk_length: None,
+                block_table: (0..batch * nblk).map(|i| (i % nblk) as i64).collect(),
+                max_blocks: nblk,
+                block_size: bs,
+                v_dim,
+                scale: 0.1,
+                sink: sink.then(|| vec![0.5; heads]),
+            };
+            let got = launched(|| {
+                sparse::run(&mut Runner::sim("sparse_paged_attention"), &problem).map(|_| ())
+            });
+            let want = sparse_paged_attention(&shape).expect("a valid shape");
+            assert_eq!(got, planned(&want), "sparse {shape:?}");
+            assert_eq!(want[1].kernel.params.iter().any(|p| p.name == "sink"), sink);
+            let splits = want[0].scalar("splits").expect("splits");
+            assert_eq!(want[1].scalar("splits"), Some(splits));
+            assert_eq!(want[1].scalar("rows"), Some((batch * heads) as i64));
+        }
+
+        // Dense: GQA 4 query heads per KV head, ragged contexts.
+        use crate::paged_attention::kernel::{self as paged, PagedProblem};
+        let (batch, heads, hkv, d, bs, nblk) = (2, 8, 2, 32, 16, 8);
+        let lens = [40i64, 70];
+        let problem = PagedProblem {
+            q: GmTensor::zeros(DType::F16, &[batch, heads, d]),
+            k_cache: GmTensor::zeros(DType::F16, &[nblk, bs, hkv, d]),
+            v_cache: GmTensor::zeros(DType::F16, &[nblk, bs, hkv, d]),
+            block_table: (0..batch * nblk).map(|i| (i % nblk) as i64).collect(),
+            max_blocks: nblk,
+            context_lens: lens.to_vec(),
+            block_size: bs,
+            num_kv_heads: hkv,
+            scale: 0.2,
+        };
+        let got =
+            launched(|| paged::run(&mut Runner::sim("paged_attention"), &problem).map(|_| ()));
+        let shape = PagedAttentionShape {
+            dtype: DType::F16,
+            batch,
+            heads,
+            kv_heads: hkv,
+            head_dim: d,
+            context_len: 70,
+            block_size: bs,
+        };
+        assert_eq!(got, planned(&paged_attention(&shape).expect("valid")));
+
+        // Gather and cache write: block_dim from the row count, kernels keyed by dtype and width.
+        use crate::kv_cache::kernel::{self as cache, CacheWrite};
+        use crate::paged_gather::kernel::{self as gather, GatherProblem};
+        let g = GatherProblem {
+            src: GmTensor::zeros(DType::F32, &[16, 24]),
+            indices: vec![0, 3, 5, 7, 9],
+            block_table: vec![1, 0, 3, 2, 5, 4, 7, 6],
+            block_size: 2,
+            size: 20,
+        };
+        let got = launched(|| gather::run(&mut Runner::sim("paged_gather"), &g).map(|_| ()));
+        let shape = PagedGatherShape {
+            dtype: DType::F32,
+            n: 5,
+            size: 20,
+        };
+        assert_eq!(got, planned(&paged_gather(&shape).expect("valid")));
+
+        let mut c = GmTensor::zeros(DType::F16, &[4, 4, 2, 8]);
+        let w = CacheWrite {
+            rows: GmTensor::zeros(DType::F16, &[7, 2, 8]),
+            slot_mapping: vec![0, 5, -1, 9, 2, 15, 11],
+        };
+        let got = launched(|| cache::run(&mut Runner::sim("reshape_and_cache"), &mut c, &w));
+        let shape = ReshapeAndCacheShape {
+            dtype: DType::F16,
+            tokens: 7,
+            width: 16,
+        };
+        assert_eq!(got, planned(&reshape_and_cache(&shape).expect("valid")));
+    }
+
+    #[test]
+    fn defaults_are_the_documented_shapes() {
+        let sparse = sparse_paged_attention(&SparseAttentionShape::default()).expect("valid");
+        // 4 rows x 1 head tile: 8 splits of 2 chunks of 128 tokens occupy the 32 clusters.
+        assert_eq!(planned(&sparse)[0], ("sparse_attn_bf16".to_string(), 32));
+        assert_eq!(sparse[0].scalar("chunks_per_split"), Some(2));
+        // 512 rows, 16 per block.
+        assert_eq!(planned(&sparse)[1], ("attn_merge_bf16".to_string(), 32));
+        let paged = paged_attention(&PagedAttentionShape::default()).expect("valid");
+        // 8 rows x 8 KV heads = 64 work items: one split each.
+        assert_eq!(planned(&paged)[0], ("paged_attn_f16".to_string(), 64));
+        assert_eq!(paged[0].scalar("splits"), Some(1));
+        let g = paged_gather(&PagedGatherShape::default()).expect("valid");
+        assert_eq!(planned(&g), [("paged_gather_bf16_576".to_string(), 32)]);
+        let c = reshape_and_cache(&ReshapeAndCacheShape::default()).expect("valid");
+        assert_eq!(planned(&c), [("reshape_and_cache_f16_1024".to_string(), 4)]);
+    }
+
+    fn expect_invalid(r: Result<Vec<Launch>, OpError>, op: &str, arg: &str, needle: &str) {
+        match r {
+            Err(e @ OpError::Invalid { .. }) => {
+                let msg = e.to_string();
+                assert!(
+                    msg.starts_with(&format!("{op}: argument `{arg}`: ")) && msg.contains(needle),
+                    "{msg}"
+                );
+            }
+            Err(e) => panic!("expected Invalid({op}, {arg}), got {e}"),
+            Ok(l) => panic!("expected Invalid({op}, {arg}), got {} launches", l.len()),
+        }
+    }
+
+    #[test]
+    fn bad_shapes_name_the_argument_and_rule() {
+        let sp = SparseAttentionShape::default();
+        let sparse = |s: SparseAttentionShape| sparse_paged_attention(&s);
+        let op = "sparse_paged_attention";
+        expect_invalid(
+            sparse(SparseAttentionShape { v_dim: 577, ..sp }),
+            op,
+            "v_dim",
+            "1..=576",
+        );
+        expect_invalid(
+            sparse(SparseAttentionShape { batch: 0, ..sp }),
+            op,
+            "batch",
+            "got 0",
+        );
+        expect_invalid(
+            sparse(SparseAttentionShape { topk: 0, ..sp }),
+            op,
+            "topk",
+            "got 0",
+        );
+        expect_invalid(
+            sparse(SparseAttentionShape { dqk: 0, ..sp }),
+            op,
+            "dqk",
+            "got 0",
+        );
+        expect_invalid(
+            sparse(SparseAttentionShape {
+                dqk: MAX_WIDTH + 1,
+                v_dim: 16,
+                ..sp
+            }),
+            op,
+            "dqk",
+            "1..=65536",
+        );
+        expect_invalid(
+            sparse(SparseAttentionShape {
+                dtype: DType::I8,
+                ..sp
+            }),
+            op,
+            "dtype",
+            "i8",
+        );
+        expect_invalid(
+            sparse(SparseAttentionShape {
+                batch: MAX_DIM,
+                ..sp
+            }),
+            op,
+            "batch",
+            "32-bit",
+        );
+        expect_invalid(
+            sparse(SparseAttentionShape {
+                heads: MAX_DIM + 1,
+                ..sp
+            }),
+            op,
+            "heads",
+            "1..=2147483647",
+        );
+        let pa = PagedAttentionShape::default();
+        let op = "paged_attention";
+        for (heads, kv_heads) in [(32, 3), (1024, 4)] {
+            expect_invalid(
+                paged_attention(&PagedAttentionShape {
+                    heads,
+                    kv_heads,
+                    ..pa
+                }),
+                op,
+                "kv_heads",
+                "multiple of Hkv",
+            );
+        }
+        expect_invalid(
+            paged_attention(&PagedAttentionShape { kv_heads: 0, ..pa }),
+            op,
+            "kv_heads",
+            "got 0",
+        );
+        expect_invalid(
+            paged_attention(&PagedAttentionShape {
+                context_len: 0,
+                ..pa
+            }),
+            op,
+            "context_len",
+            "got 0",
+        );
+        let pg = PagedGatherShape::default();
+        expect_invalid(
+            paged_gather(&PagedGatherShape { size: 0, ..pg }),
+            "paged_gather",
+            "size",
+            "got 0",
+        );
+        expect_invalid(
+            paged_gather(&PagedGatherShape { n: 0, ..pg }),
+            "paged_gather",
+            "n",
+            "got 0",
+        );
+        expect_invalid(
+            paged_gather(&PagedGatherShape {
+                size: MAX_WIDTH + 1,
+                ..pg
+            }),
+            "paged_gather",
+            "size",
+            "static tile columns",
+        );
+        let rc = ReshapeAndCacheShape::default();
+        expect_invalid(
+            reshape_and_cache(&ReshapeAndCacheShape { width: 0, ..rc }),
+            "reshape_and_cache",
+            "width",
+            "got 0",
+        );
+        expect_invalid(
+            reshape_and_cache(&ReshapeAndCacheShape {
+                dtype: DType::I32,
+                ..rc
+            }),
+            "reshape_and_cache",
+            "dtype",
+            "f32, f16 or bf16",
+        );
+    }
+}
