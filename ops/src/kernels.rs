@@ -451,9 +451,13 @@ mod tests {
                 block_size: bs,
                 sink,
             };
+            let (q, kv) = (
+                GmTensor::zeros(DType::BF16, &[batch, heads, dqk]),
+                GmTensor::zeros(DType::BF16, &[nblk, bs, dqk]),
+            );
             let problem = SparseProblem {
-                q: GmTensor::zeros(DType::BF16, &[batch, heads, dqk]),
-                kv: GmTensor::zeros(DType::BF16, &[nblk, bs, dqk]),
+                q: q.as_input(),
+                kv: kv.as_input(),
                 indices: indices(&lens, topk),
                 topk,
                 topk_length: None,
@@ -479,10 +483,14 @@ mod tests {
         use crate::paged_attention::kernel::{self as paged, PagedProblem};
         let (batch, heads, hkv, d, bs, nblk) = (2, 8, 2, 32, 16, 8);
         let lens = [40i64, 70];
+        let (q, kc) = (
+            GmTensor::zeros(DType::F16, &[batch, heads, d]),
+            GmTensor::zeros(DType::F16, &[nblk, bs, hkv, d]),
+        );
         let problem = PagedProblem {
-            q: GmTensor::zeros(DType::F16, &[batch, heads, d]),
-            k_cache: GmTensor::zeros(DType::F16, &[nblk, bs, hkv, d]),
-            v_cache: GmTensor::zeros(DType::F16, &[nblk, bs, hkv, d]),
+            q: q.as_input(),
+            k_cache: kc.as_input(),
+            v_cache: kc.as_input(),
             block_table: (0..batch * nblk).map(|i| (i % nblk) as i64).collect(),
             max_blocks: nblk,
             context_lens: lens.to_vec(),
@@ -506,8 +514,9 @@ mod tests {
         // Gather and cache write: block_dim from the row count, kernels keyed by dtype and width.
         use crate::kv_cache::kernel::{self as cache, CacheWrite};
         use crate::paged_gather::kernel::{self as gather, GatherProblem};
+        let src = GmTensor::zeros(DType::F32, &[16, 24]);
         let g = GatherProblem {
-            src: GmTensor::zeros(DType::F32, &[16, 24]),
+            src: src.as_input(),
             indices: vec![0, 3, 5, 7, 9],
             block_table: vec![1, 0, 3, 2, 5, 4, 7, 6],
             block_size: 2,
