@@ -3,7 +3,6 @@
 use super::numeric;
 use super::SimError;
 use crate::ir::{DType, Expr, ExprEnv, Kernel, ParamId, ParamKind, VarId};
-use std::collections::HashMap;
 
 /// A GM tensor argument: dtype, shape and little-endian bytes.
 #[derive(Debug, Clone, PartialEq)]
@@ -286,7 +285,8 @@ fn take_page(spare: &mut Vec<Page>) -> Page {
 /// One block's view of GM: reads see the arguments plus this block's own writes.
 #[derive(Default)]
 pub(crate) struct Overlay {
-    pages: HashMap<(u32, usize), Page>,
+    /// Pages by (argument, page index); foldhash: this map is hit on every GM access.
+    pages: foldhash::HashMap<(u32, usize), Page>,
     /// Recycled pages not in use yet (see [`take_page`]).
     spare: Vec<Page>,
     atomics: Vec<AtomicAdd>,

@@ -7,10 +7,10 @@ use super::trace::{Access, BlockTrace, Event, OpRecord, SyncInfo};
 use super::SimError;
 use crate::arch::Arch;
 use crate::ir::{CoreKind, Expr, ExprEnv, Kernel, Op, OpLoc, ParamId, Stmt, TileId, VarId};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// Op locations keyed by the op's address inside the kernel.
-pub(crate) type OpLocs = HashMap<usize, OpLoc>;
+pub(crate) type OpLocs = foldhash::HashMap<usize, OpLoc>;
 
 pub(crate) fn op_locations(kernel: &Kernel) -> OpLocs {
     kernel
@@ -24,7 +24,7 @@ pub(crate) fn op_locations(kernel: &Kernel) -> OpLocs {
 pub(crate) struct CoreRt<'a> {
     pub id: CoreId,
     pub vars: Vec<Option<i64>>,
-    pub valid: HashMap<TileId, (u64, u64)>,
+    pub valid: foldhash::HashMap<TileId, (u64, u64)>,
     /// Scalar writes held per 64-byte line until kernel end: (param, line) -> bytes.
     pub dcache: BTreeMap<(u32, usize), [u8; 64]>,
     pub args: &'a [Arg<'a>],
@@ -119,7 +119,7 @@ pub(crate) fn run_block<'k>(
         .map(|&id| CoreRt {
             id,
             vars: vec![None; kernel.vars.len()],
-            valid: HashMap::new(),
+            valid: foldhash::HashMap::default(),
             dcache: BTreeMap::new(),
             args,
             block,

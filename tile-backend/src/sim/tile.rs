@@ -507,6 +507,8 @@ type Side = (Geom, usize, usize, bool);
 /// blocks of at most 16 x 16 elements of `N` bytes: the row-major side is touched as
 /// contiguous row pieces, the column-major side as contiguous column pieces, and the block is
 /// transposed through a small buffer.
+// `i` and `j` index the block's two axes at once; an iterator over one would hide the other.
+#[allow(clippy::needless_range_loop)]
 fn transpose_blocks<const N: usize>(
     src: &[u8],
     sa: usize,
@@ -523,7 +525,8 @@ fn transpose_blocks<const N: usize>(
     } else {
         (gd, dr0, dc0, gs, sr0, sc0)
     };
-    let mut blk = [[0u8; N]; B * B];
+    // blk[j][i]: column j of the block, contiguous like a column piece.
+    let mut blk = [[[0u8; N]; B]; B];
     let mut r = 0;
     while r < rows {
         let h = B.min(col_side.row_segment(col_r0 + r).0).min(rows - r);
@@ -538,26 +541,26 @@ fn transpose_blocks<const N: usize>(
                 for i in 0..h {
                     let o = sa + row_at(i) * N;
                     for (j, e) in src[o..o + w * N].chunks_exact(N).enumerate() {
-                        blk[j * B + i].copy_from_slice(e);
+                        blk[j][i].copy_from_slice(e);
                     }
                 }
-                for j in 0..w {
+                for (j, col) in blk.iter().enumerate().take(w) {
                     let o = da + col_at(j) * N;
-                    for (i, e) in dst[o..o + h * N].chunks_exact_mut(N).enumerate() {
-                        e.copy_from_slice(&blk[j * B + i]);
+                    for (e, v) in dst[o..o + h * N].chunks_exact_mut(N).zip(&col[..h]) {
+                        e.copy_from_slice(v);
                     }
                 }
             } else {
-                for j in 0..w {
+                for (j, col) in blk.iter_mut().enumerate().take(w) {
                     let o = sa + col_at(j) * N;
-                    for (i, e) in src[o..o + h * N].chunks_exact(N).enumerate() {
-                        blk[i * B + j].copy_from_slice(e);
+                    for (v, e) in col[..h].iter_mut().zip(src[o..o + h * N].chunks_exact(N)) {
+                        v.copy_from_slice(e);
                     }
                 }
                 for i in 0..h {
                     let o = da + row_at(i) * N;
                     for (j, e) in dst[o..o + w * N].chunks_exact_mut(N).enumerate() {
-                        e.copy_from_slice(&blk[i * B + j]);
+                        e.copy_from_slice(&blk[j][i]);
                     }
                 }
             }
@@ -814,3 +817,7 @@ pub(crate) fn encode_dense(
         },
     ))
 }
+
+#[cfg(test)]
+#[path = "tile_tests.rs"]
+mod tests;
