@@ -159,21 +159,29 @@ impl BlockMem {
         if end > bits.len() * 64 {
             return false;
         }
-        let mut b = start;
-        while b < end {
-            let (w, o) = (b / 64, b % 64);
-            let n = (64 - o).min(end - b);
-            let mask = if n == 64 {
+        if len == 0 {
+            return true;
+        }
+        // A partial first word, whole words (compared in bulk), a partial last word.
+        let word_mask = |w: usize| {
+            let lo = (w * 64).max(start) - w * 64;
+            let hi = ((w + 1) * 64).min(end) - w * 64;
+            if hi - lo == 64 {
                 u64::MAX
             } else {
-                ((1u64 << n) - 1) << o
-            };
-            if bits[w] & mask != mask {
-                return false;
+                ((1u64 << (hi - lo)) - 1) << lo
             }
-            b += n;
+        };
+        let (w0, w1) = (start / 64, (end - 1) / 64);
+        let m0 = word_mask(w0);
+        if bits[w0] & m0 != m0 {
+            return false;
         }
-        true
+        if w1 == w0 {
+            return true;
+        }
+        let m1 = word_mask(w1);
+        bits[w1] & m1 == m1 && bits[w0 + 1..w1].iter().all(|&b| b == u64::MAX)
     }
 
     /// The buffer of `space` that `core` owns; a Vec buffer needs the AIV.
@@ -221,21 +229,29 @@ impl BlockMem {
 /// Marks `len` bytes at `start` in written bits `bits` as written (`defined`) or poison.
 pub(crate) fn mark_bits(bits: &mut [u64], start: usize, len: usize, defined: bool) {
     let end = (start + len).min(bits.len() * 64);
-    let mut b = start;
-    while b < end {
-        let (w, o) = (b / 64, b % 64);
-        let n = (64 - o).min(end - b);
-        if n == 64 {
-            bits[w] = if defined { u64::MAX } else { 0 };
+    if start >= end {
+        return;
+    }
+    let set = |bits: &mut [u64], w: usize| {
+        let lo = (w * 64).max(start) - w * 64;
+        let hi = ((w + 1) * 64).min(end) - w * 64;
+        let mask = if hi - lo == 64 {
+            u64::MAX
         } else {
-            let mask = ((1u64 << n) - 1) << o;
-            if defined {
-                bits[w] |= mask;
-            } else {
-                bits[w] &= !mask;
-            }
+            ((1u64 << (hi - lo)) - 1) << lo
+        };
+        if defined {
+            bits[w] |= mask;
+        } else {
+            bits[w] &= !mask;
         }
-        b += n;
+    };
+    // A partial first word, whole words (filled in bulk), a partial last word.
+    let (w0, w1) = (start / 64, (end - 1) / 64);
+    set(bits, w0);
+    if w1 > w0 {
+        bits[w0 + 1..w1].fill(if defined { u64::MAX } else { 0 });
+        set(bits, w1);
     }
 }
 
@@ -402,5 +418,52 @@ impl ScratchPool {
     /// Returns an i32 buffer.
     pub fn put_i32s(&mut self, v: Vec<i32>) {
         self.i32s.put(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bit `b` of a shadow array, one byte of the buffer each.
+    fn bit(bits: &[u64], b: usize) -> bool {
+        bits[b / 64] >> (b % 64) & 1 == 1
+    }
+
+    #[test]
+    fn marks_and_checks_agree_with_a_bit_by_bit_model() {
+        let arch = Arch::ascend950();
+        let mut mem = BlockMem::new(&arch);
+        let words = mem.init[0].len();
+        let mut model = vec![false; words * 64];
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        for step in 0..4000 {
+            // Short and long ranges around word edges, inside the first few KiB.
+            let start = next(4096);
+            let len = if step % 3 == 0 { next(700) } else { next(130) };
+            let defined = next(3) != 0;
+            mark_bits(&mut mem.init[0], start, len, defined);
+            for b in start..(start + len).min(model.len()) {
+                model[b] = defined;
+            }
+            let (s, l) = (next(4096), next(300));
+            let want = (s..s + l).all(|b| model[b]);
+            assert_eq!(
+                mem.defined(MemSpace::Mat, 0, s, l),
+                want,
+                "defined({s}, {l})"
+            );
+            assert!((0..4096 + 700).all(|b| bit(&mem.init[0], b) == model[b]));
+        }
+        // Past the end of the buffer nothing is defined; an empty range always is.
+        let cap = words * 64;
+        assert!(!mem.defined(MemSpace::Mat, 0, cap - 1, 2));
+        assert!(mem.defined(MemSpace::Mat, 0, cap, 0));
     }
 }

@@ -3,7 +3,8 @@
 use super::ExecCtx;
 use crate::ir::{c0, DType, Layout, Op};
 use crate::sim::numeric;
-use crate::sim::tile::{Order, TileLoc};
+use crate::sim::state::mark_bits;
+use crate::sim::tile::{self, Order, TileLoc};
 
 fn round_up(v: usize, to: usize) -> usize {
     v.div_ceil(to.max(1)) * to.max(1)
@@ -223,6 +224,12 @@ fn matmul_f32(
             }
             None => None,
         };
+        if bias.is_none()
+            && all_defined
+            && gemm_into_acc(cx, lc, (mp, kp, np), &af, (&bf, b_order), *accumulate)?
+        {
+            return Ok(());
+        }
         if *accumulate {
             cx.read_f32(lc, 0, (0, 0), (mp, np), &mut c)?;
         }
@@ -250,6 +257,93 @@ fn matmul_f32(
     pool.put_f32s(bf);
     pool.put_f32s(c);
     r
+}
+
+/// The product accumulated straight into an f32 NZ Acc tile with 16 x 16 boxes, one `gemm` per
+/// 16-column strip (a strip is a row-major `[rows, 16]` matrix in the buffer), so the Acc is
+/// neither decoded nor encoded. False (nothing done) when the tile is not of that form.
+fn gemm_into_acc(
+    cx: &mut ExecCtx<'_, '_, '_>,
+    lc: &TileLoc,
+    (mp, kp, np): (usize, usize, usize),
+    af: &[f32],
+    (bf, b_order): (&[f32], Order),
+    accumulate: bool,
+) -> Result<bool, String> {
+    let boxes16 = lc.ty.fractal.is_some_and(|f| f.rows == 16 && f.cols == 16);
+    let rows = lc.rows();
+    if lc.ty.dtype != DType::F32
+        || lc.ty.layout != Layout::NZ
+        || !boxes16
+        || rows % 16 != 0
+        || np % 16 != 0
+        || mp > rows
+        || np > lc.cols()
+        || kp == 0
+        || mp == 0
+        || af.len() < mp * kp
+        || bf.len() < kp * np
+    {
+        return Ok(false);
+    }
+    let space = lc.space();
+    cx.mem
+        .touch(space, 0, lc.addr, lc.addr + lc.ty.bytes() as usize);
+    let (buf, bits) = cx.mem.buf_bits_mut(space, 0)?;
+    let end = lc.addr + lc.ty.bytes() as usize;
+    let base = buf.as_mut_ptr() as usize + lc.addr;
+    if end > buf.len() || base % std::mem::align_of::<f32>() != 0 {
+        return Ok(false);
+    }
+    for strip in 0..np / 16 {
+        // Column `strip * 16 + j` of row `r` is element `strip * rows * 16 + r * 16 + j`.
+        let first = strip * rows * 16;
+        let b_first = match b_order {
+            Order::RowMajor => strip * 16,
+            Order::ColMajor => strip * 16 * kp,
+        };
+        let (b_cs, b_rs) = match b_order {
+            Order::RowMajor => (1, np as isize),
+            Order::ColMajor => (kp as isize, 1),
+        };
+        // SAFETY: the tile's bytes `lc.addr .. end` lie inside `buf` (checked above) and its
+        // base is f32-aligned (checked above; every strip starts a multiple of 4 bytes further).
+        // The gemm writes elements `first + r * 16 + j` for r < mp <= rows and j < 16, all below
+        // `first + rows * 16 <= rows * lc.cols()`, i.e. inside the tile. `af` holds mp*kp
+        // row-major values (row stride kp); B's strip reads `b_first + p * b_rs + j * b_cs` for
+        // p < kp, j < 16, below kp * np (checked `bf.len() >= kp * np`). The destination is the
+        // block's Acc buffer, which aliases neither scratch vector, and it is read only with
+        // `read_dst` (accumulate), where the whole region is defined (the caller checked).
+        unsafe {
+            let dst = (base as *mut f32).add(first);
+            gemm::gemm(
+                mp,
+                16,
+                kp,
+                dst,
+                1,
+                16,
+                accumulate,
+                af.as_ptr(),
+                1,
+                kp as isize,
+                bf.as_ptr().add(b_first),
+                b_cs,
+                b_rs,
+                1.0f32,
+                1.0f32,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+    }
+    tile::for_each_span(lc, buf.len(), (0, 0), (mp, np), |start, len| {
+        mark_bits(bits, start, len, true)
+    })?;
+    cx.note_acc(lc, (mp, np), accumulate);
+    Ok(true)
 }
 
 fn decode_int8(dtype: DType, b: u8) -> i32 {

@@ -106,6 +106,15 @@ impl<'k> ExecCtx<'k, '_, '_> {
         }
     }
 
+    /// Records a matmul's in-place accumulator access (traced runs only): the region read when
+    /// accumulating, and written.
+    pub fn note_acc(&mut self, loc: &TileLoc, size: (usize, usize), accumulate: bool) {
+        if accumulate {
+            self.note_region(loc, 0, (0, 0), size, false);
+        }
+        self.note_region(loc, 0, (0, 0), size, true);
+    }
+
     /// Reads GM bytes through this block's overlay.
     pub fn gm_read(&mut self, p: ParamId, off: usize, out: &mut [u8]) -> Result<(), String> {
         self.gm.read(self.args, p, off, out)?;
