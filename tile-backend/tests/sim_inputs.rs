@@ -93,3 +93,22 @@ fn a_kernel_that_writes_a_borrowed_input_fails_and_an_owned_one_is_written() {
     let want: Vec<f32> = x.to_f32().iter().map(|v| v * 2.0).collect();
     assert_eq!(args[0].tensor().expect("x").to_f32(), want);
 }
+
+#[test]
+fn a_scalar_write_into_a_borrowed_input_is_an_error() {
+    // The cube writes element 3 of an int32 input `x` through its data cache.
+    let mut kb = KernelBuilder::new("poke");
+    let x = kb.input("x", DType::I32, [16u64]);
+    kb.cube(|c| c.write_scalar(x, 3, 42));
+    let k = passes::compile(&kb.build(), &Arch::ascend950()).expect("the kernel compiles");
+    let x = GmTensor::from_i64(DType::I32, &[16], &[0; 16]);
+    let mut args = vec![Arg::Input(x.as_input())];
+    let e = run(&k, &mut args).expect_err("a scalar write into a borrowed input is an error");
+    assert!(
+        matches!(&e, SimError::Op { why, .. } if why.contains("borrowed input is read-only")),
+        "{e}"
+    );
+    let mut args = vec![Arg::Tensor(x)];
+    run(&k, &mut args).expect("an owned input may be written");
+    assert_eq!(args[0].tensor().expect("x").to_i64()[3], 42);
+}
