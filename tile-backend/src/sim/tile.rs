@@ -713,6 +713,52 @@ fn for_each_strip(
     }
 }
 
+/// The region of a tile as pairs of contiguous pieces when its layout maps onto a dense matrix
+/// of `order` strip by strip (see [`for_each_strip`]): `f(bytes, elems)` with a byte range of the
+/// tile's buffer and the element range of the dense matrix holding the same values. False
+/// (calling nothing) otherwise. Shared by [`decode_dense`] and [`encode_dense`].
+fn for_each_dense_piece(
+    buf_len: usize,
+    loc: &TileLoc,
+    at: (usize, usize),
+    size: (usize, usize),
+    order: Order,
+    dense_len: usize,
+    mut f: impl FnMut(std::ops::Range<usize>, std::ops::Range<usize>),
+) -> Result<bool, String> {
+    check_region(loc, buf_len, at.0, at.1, size.0, size.1)?;
+    if dense_len < size.0 * size.1 {
+        return Err(format!(
+            "{dense_len} f32s for a {}x{} region",
+            size.0, size.1
+        ));
+    }
+    let es = loc.es();
+    let dense_line = match order {
+        Order::RowMajor => size.1,
+        Order::ColMajor => size.0,
+    };
+    Ok(for_each_strip(
+        &Geom::new(loc.ty),
+        at,
+        size,
+        order,
+        |e, lines, stride, d0, w| {
+            let start = loc.addr + e * es;
+            if w == stride && (lines == 1 || dense_line == w) {
+                // The strip and its dense image are both contiguous.
+                let n = lines * w;
+                f(start..start + n * es, d0..d0 + n);
+            } else {
+                for i in 0..lines {
+                    let (s, d) = (start + i * stride * es, d0 + i * dense_line);
+                    f(s..s + w * es, d..d + w);
+                }
+            }
+        },
+    ))
+}
+
 /// Decodes the region of a tile straight into a dense f32 matrix of `order` when the layout
 /// maps onto it strip by strip (see [`for_each_strip`]); false (nothing read) otherwise.
 pub(crate) fn decode_dense(
@@ -723,45 +769,10 @@ pub(crate) fn decode_dense(
     order: Order,
     out: &mut [f32],
 ) -> Result<bool, String> {
-    check_region(loc, buf.len(), at.0, at.1, size.0, size.1)?;
-    let geo = Geom::new(loc.ty);
-    let (dtype, es) = (loc.ty.dtype, loc.es());
-    let dense_line = match order {
-        Order::RowMajor => size.1,
-        Order::ColMajor => size.0,
-    };
-    if out.len() < size.0 * size.1 {
-        return Err(format!(
-            "{} f32s for a {}x{} region",
-            out.len(),
-            size.0,
-            size.1
-        ));
-    }
-    Ok(for_each_strip(
-        &geo,
-        at,
-        size,
-        order,
-        |e, lines, stride, d0, w| {
-            let start = loc.addr + e * es;
-            if w == stride && (lines == 1 || dense_line == w) {
-                // The strip and its dense image are both contiguous.
-                let n = lines * w;
-                crate::sim::numeric::decode_f32(
-                    dtype,
-                    &buf[start..start + n * es],
-                    &mut out[d0..d0 + n],
-                );
-            } else {
-                for i in 0..lines {
-                    let s = start + i * stride * es;
-                    let d = d0 + i * dense_line;
-                    crate::sim::numeric::decode_f32(dtype, &buf[s..s + w * es], &mut out[d..d + w]);
-                }
-            }
-        },
-    ))
+    let dtype = loc.ty.dtype;
+    for_each_dense_piece(buf.len(), loc, at, size, order, out.len(), |b, d| {
+        crate::sim::numeric::decode_f32(dtype, &buf[b], &mut out[d])
+    })
 }
 
 /// Encodes a dense f32 matrix of `order` into the region of a tile (rounding to its dtype) when
@@ -774,48 +785,11 @@ pub(crate) fn encode_dense(
     order: Order,
     vals: &[f32],
 ) -> Result<bool, String> {
-    check_region(loc, buf.len(), at.0, at.1, size.0, size.1)?;
-    let geo = Geom::new(loc.ty);
-    let (dtype, es) = (loc.ty.dtype, loc.es());
-    let dense_line = match order {
-        Order::RowMajor => size.1,
-        Order::ColMajor => size.0,
-    };
-    if vals.len() < size.0 * size.1 {
-        return Err(format!(
-            "{} f32s for a {}x{} region",
-            vals.len(),
-            size.0,
-            size.1
-        ));
-    }
-    Ok(for_each_strip(
-        &geo,
-        at,
-        size,
-        order,
-        |e, lines, stride, d0, w| {
-            let start = loc.addr + e * es;
-            if w == stride && (lines == 1 || dense_line == w) {
-                let n = lines * w;
-                crate::sim::numeric::encode_f32(
-                    dtype,
-                    &vals[d0..d0 + n],
-                    &mut buf[start..start + n * es],
-                );
-            } else {
-                for i in 0..lines {
-                    let s = start + i * stride * es;
-                    let d = d0 + i * dense_line;
-                    crate::sim::numeric::encode_f32(
-                        dtype,
-                        &vals[d..d + w],
-                        &mut buf[s..s + w * es],
-                    );
-                }
-            }
-        },
-    ))
+    let dtype = loc.ty.dtype;
+    let len = buf.len();
+    for_each_dense_piece(len, loc, at, size, order, vals.len(), |b, d| {
+        crate::sim::numeric::encode_f32(dtype, &vals[d], &mut buf[b])
+    })
 }
 
 #[cfg(test)]
