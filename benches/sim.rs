@@ -40,7 +40,8 @@ fn bench_matmul(c: &mut Criterion) {
     group.sample_size(20);
     group.bench_function("tilesim_fp16", |b| {
         b.iter(|| {
-            let mut a = args.clone();
+            // `Arg` is not `Clone` (an `Arg::InOut` is a unique borrow); these are all owned.
+            let mut a: Vec<sim::Arg> = args.iter().filter_map(sim::Arg::try_clone).collect();
             if let Err(e) = sim::run(&kernel, &arch, &mut a, opts) {
                 panic!("simulation failed: {e}");
             }

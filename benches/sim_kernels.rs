@@ -35,6 +35,16 @@ fn inputs(kernel: &Kernel, seed: u64) -> Vec<Arg<'static>> {
     }
 }
 
+/// A copy of generated arguments (all owned: `Arg` is not `Clone` because of `Arg::InOut`).
+fn copy(args: &[Arg<'static>]) -> Vec<Arg<'static>> {
+    args.iter()
+        .map(|a| match a.try_clone() {
+            Some(a) => a,
+            None => panic!("generated arguments are owned"),
+        })
+        .collect()
+}
+
 /// Runs the kernel on `args` in place. The outputs are plain stores, so running again on the
 /// same arguments recomputes the same results; the inputs are not copied per iteration (as a
 /// candle op would not copy its input tensors).
@@ -102,7 +112,7 @@ fn bench_gather_matmul(c: &mut Criterion) {
 
         let mut group = c.benchmark_group(format!("gather_matmul_128x{size}x2048_{dtype}"));
         group.sample_size(10);
-        let mut sim_args = args.clone();
+        let mut sim_args = copy(&args);
         group.bench_function("tilesim", |b| {
             b.iter(|| {
                 simulate(&kernel, &arch, &mut sim_args, p.block_dim());
@@ -153,7 +163,7 @@ fn bench_attention_tile(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("attention_tile_128x128x128_b8_f16");
     group.sample_size(10);
-    let mut sim_args = args.clone();
+    let mut sim_args = copy(&args);
     group.bench_function("tilesim", |b| {
         b.iter(|| {
             simulate(&kernel, &arch, &mut sim_args, p.block_dim());

@@ -8,7 +8,7 @@ use bytemuck::{cast_slice, cast_slice_mut, Pod};
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, DType as CDType, Layout, Storage, Tensor};
 use tile_backend::ir::DType;
-use tile_backend::sim::{GmInput, GmTensor};
+use tile_backend::sim::{GmInOut, GmInput, GmTensor};
 
 /// The tile dtype of a candle data dtype (f32, f16, bf16).
 pub fn data_dtype(op: &'static str, arg: &'static str, d: CDType) -> Result<DType, OpError> {
@@ -67,19 +67,41 @@ pub fn gm_input<'s>(
     Ok(GmInput { dtype, shape, data })
 }
 
-/// A data tensor (f32/f16/bf16) of CPU storage as a GM tensor of the same dtype and shape.
-pub fn gm_from_storage(
+/// The bytes of elements `a..b` of `v`, or an error naming the argument when the layout's range
+/// is not inside the storage.
+fn bytes_mut<'v, T: Pod>(
     op: &'static str,
     arg: &'static str,
-    s: &CpuStorage,
+    v: &'v mut [T],
+    a: usize,
+    b: usize,
+) -> Result<&'v mut [u8], OpError> {
+    let len = v.len();
+    v.get_mut(a..b).map(cast_slice_mut::<T, u8>).ok_or_else(|| {
+        OpError::invalid(
+            op,
+            arg,
+            format!("its layout spans elements {a}..{b} of a {len}-element storage"),
+        )
+    })
+}
+
+/// A data tensor (f32/f16/bf16) of CPU storage as a kernel argument borrowing the storage's
+/// bytes mutably (no copy: the simulator reads the candle buffer and writes the kernel's
+/// results into it in place). The argument has the layout's shape; a kernel may view it with
+/// any shape of the same element count.
+pub fn gm_inout<'s>(
+    op: &'static str,
+    arg: &'static str,
+    s: &'s mut CpuStorage,
     layout: &Layout,
-) -> Result<GmTensor, OpError> {
+) -> Result<GmInOut<'s>, OpError> {
     let (a, b) = contiguous(op, arg, layout)?;
     let shape = layout.shape().dims().to_vec();
-    let (dtype, data): (DType, Vec<u8>) = match s {
-        CpuStorage::F32(v) => (DType::F32, cast_slice(&v[a..b]).to_vec()),
-        CpuStorage::F16(v) => (DType::F16, cast_slice(&v[a..b]).to_vec()),
-        CpuStorage::BF16(v) => (DType::BF16, cast_slice(&v[a..b]).to_vec()),
+    let (dtype, data): (DType, &mut [u8]) = match s {
+        CpuStorage::F32(v) => (DType::F32, bytes_mut(op, arg, v, a, b)?),
+        CpuStorage::F16(v) => (DType::F16, bytes_mut(op, arg, v, a, b)?),
+        CpuStorage::BF16(v) => (DType::BF16, bytes_mut(op, arg, v, a, b)?),
         other => {
             return Err(OpError::invalid(
                 op,
@@ -91,25 +113,7 @@ pub fn gm_from_storage(
             ))
         }
     };
-    Ok(GmTensor { dtype, shape, data })
-}
-
-/// A data tensor as a GM tensor (see [`gm_from_storage`]).
-#[allow(dead_code)] // for kernel host code and tests
-pub fn gm_from_tensor(
-    op: &'static str,
-    arg: &'static str,
-    t: &Tensor,
-) -> Result<GmTensor, OpError> {
-    let (storage, layout) = t.storage_and_layout();
-    match &*storage {
-        Storage::Cpu(s) => gm_from_storage(op, arg, s, layout),
-        _ => Err(OpError::invalid(
-            op,
-            arg,
-            "must be on the CPU device (the simulator and the reference run on the host)",
-        )),
-    }
+    Ok(GmInOut { dtype, shape, data })
 }
 
 /// The integer values of an index tensor (I32, I64, U32, U8; any shape, made contiguous), for host-side
@@ -411,41 +415,4 @@ pub(crate) fn runner(op: &'static str, backend: crate::Backend) -> crate::runtim
 pub(crate) fn storage_addr(t: &Tensor) -> usize {
     let (s, _) = t.storage_and_layout();
     std::ptr::from_ref::<Storage>(&s) as usize
-}
-
-/// Copies a GM tensor's bytes back into the contiguous range of `layout` in `dst` (same dtype).
-pub(crate) fn write_storage(
-    op: &'static str,
-    dst: &mut CpuStorage,
-    layout: &Layout,
-    src: &GmTensor,
-) -> Result<(), OpError> {
-    let (a, b) = contiguous(op, "cache", layout)?;
-    let bytes: &mut [u8] = match (dst, src.dtype) {
-        (CpuStorage::F32(v), DType::F32) => cast_slice_mut(&mut v[a..b]),
-        (CpuStorage::F16(v), DType::F16) => cast_slice_mut(&mut v[a..b]),
-        (CpuStorage::BF16(v), DType::BF16) => cast_slice_mut(&mut v[a..b]),
-        (d, _) => {
-            return Err(OpError::Package {
-                op,
-                why: format!(
-                    "the kernel returned a {} tensor for a {:?} destination",
-                    src.dtype,
-                    d.dtype()
-                ),
-            })
-        }
-    };
-    if bytes.len() != src.data.len() {
-        return Err(OpError::Package {
-            op,
-            why: format!(
-                "the kernel returned {} bytes for a {}-byte destination",
-                src.data.len(),
-                bytes.len()
-            ),
-        });
-    }
-    bytes.copy_from_slice(&src.data);
-    Ok(())
 }

@@ -531,11 +531,12 @@ mod tests {
         assert_eq!(got, planned(&paged_gather(&shape).expect("valid")));
 
         let mut c = GmTensor::zeros(DType::F16, &[4, 4, 2, 8]);
+        let rows = GmTensor::zeros(DType::F16, &[7, 2, 8]);
         let w = CacheWrite {
-            rows: GmTensor::zeros(DType::F16, &[7, 2, 8]),
+            rows: rows.as_input(),
             slot_mapping: vec![0, 5, -1, 9, 2, 15, 11],
         };
-        let got = launched(|| cache::run(&mut Runner::sim("reshape_and_cache"), &mut c, &w));
+        let got = launched(|| cache::run(&mut Runner::sim("reshape_and_cache"), c.as_inout(), &w));
         let shape = ReshapeAndCacheShape {
             dtype: DType::F16,
             tokens: 7,

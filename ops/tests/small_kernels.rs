@@ -240,7 +240,7 @@ fn gather_rejects_malformed_problems() {
 }
 
 /// Plain Rust: row i of rows goes to cache row slot[i] (skipping -1).
-fn cache_expected(cache: &GmTensor, w: &CacheWrite) -> Vec<u8> {
+fn cache_expected(cache: &GmTensor, w: &CacheWrite<'_>) -> Vec<u8> {
     let n = w.slot_mapping.len();
     let row_bytes = w.rows.data.len() / n.max(1);
     let mut out = cache.data.clone();
@@ -254,11 +254,11 @@ fn cache_expected(cache: &GmTensor, w: &CacheWrite) -> Vec<u8> {
     out
 }
 
-fn check_cache(cache: &GmTensor, w: &CacheWrite) {
+fn check_cache(cache: &GmTensor, w: &CacheWrite<'_>) {
     let mut got = cache.clone();
-    let (r, records) = profile(|| kv::run(&mut Runner::sim("reshape_and_cache"), &mut got, w));
+    let (r, records) =
+        profile(|| kv::run(&mut Runner::sim("reshape_and_cache"), got.as_inout(), w));
     r.expect("the cache write runs");
-    assert_eq!(got.shape, cache.shape, "the cache keeps its shape");
     assert!(
         got.data == cache_expected(cache, w),
         "cache contents differ"
@@ -292,8 +292,9 @@ fn cache_write_with_padding_slots_in_place() {
         // [num_blocks 6, block_size 16, Hkv 2, D 24]: rows of 48 elements.
         let cache = random_tensor(&mut rng, dtype, &[6, 16, 2, 24]);
         let n = 37;
+        let rows = random_tensor(&mut rng, dtype, &[n, 2, 24]);
         let w = CacheWrite {
-            rows: random_tensor(&mut rng, dtype, &[n, 2, 24]),
+            rows: rows.as_input(),
             slot_mapping: slot_mapping(&mut rng, 96, n, true),
         };
         check_cache(&cache, &w);
@@ -311,20 +312,23 @@ fn cache_write_spans_blocks_decode_and_prefill() {
     let mut table: Vec<i64> = (0..8).collect();
     rng.shuffle(&mut table);
     let slot = |t: usize| table[t / 64] * 64 + (t % 64) as i64;
+    let prefill_rows = random_tensor(&mut rng, dtype, &[150, 576]);
     let prefill = CacheWrite {
-        rows: random_tensor(&mut rng, dtype, &[150, 576]),
+        rows: prefill_rows.as_input(),
         slot_mapping: (40..190).map(slot).collect(),
     };
     check_cache(&cache, &prefill);
+    let decode_rows = random_tensor(&mut rng, dtype, &[4, 576]);
     let decode = CacheWrite {
-        rows: random_tensor(&mut rng, dtype, &[4, 576]),
+        rows: decode_rows.as_input(),
         slot_mapping: vec![slot(7), -1, slot(300), slot(511)],
     };
     check_cache(&cache, &decode);
     // f32, rows that are not a multiple of 8 elements.
     let cache = random_tensor(&mut rng, DType::F32, &[5, 10, 13]);
+    let rows = random_tensor(&mut rng, DType::F32, &[23, 13]);
     let w = CacheWrite {
-        rows: random_tensor(&mut rng, DType::F32, &[23, 13]),
+        rows: rows.as_input(),
         slot_mapping: slot_mapping(&mut rng, 50, 23, true),
     };
     check_cache(&cache, &w);
@@ -334,8 +338,9 @@ fn cache_write_spans_blocks_decode_and_prefill() {
 fn cache_write_of_only_padding_touches_nothing() {
     let mut rng = Rng(70);
     let cache = random_tensor(&mut rng, DType::F16, &[2, 4, 16]);
+    let rows = random_tensor(&mut rng, DType::F16, &[3, 16]);
     let w = CacheWrite {
-        rows: random_tensor(&mut rng, DType::F16, &[3, 16]),
+        rows: rows.as_input(),
         slot_mapping: vec![-1, -1, -1],
     };
     check_cache(&cache, &w);
@@ -345,11 +350,14 @@ fn cache_write_of_only_padding_touches_nothing() {
 fn cache_write_rejects_malformed_problems() {
     let mut rng = Rng(71);
     let mut cache = random_tensor(&mut rng, DType::F16, &[2, 4, 16]);
+    let before = cache.clone();
+    let rows = random_tensor(&mut rng, DType::F16, &[2, 16]);
     let w = CacheWrite {
-        rows: random_tensor(&mut rng, DType::F16, &[2, 16]),
+        rows: rows.as_input(),
         slot_mapping: vec![0, 8],
     };
-    let e = kv::run(&mut Runner::sim("reshape_and_cache"), &mut cache, &w).expect_err("slot 8");
+    let e =
+        kv::run(&mut Runner::sim("reshape_and_cache"), cache.as_inout(), &w).expect_err("slot 8");
     assert!(
         matches!(
             e,
@@ -360,12 +368,15 @@ fn cache_write_rejects_malformed_problems() {
         ),
         "{e}"
     );
+    let rows = random_tensor(&mut rng, DType::F32, &[2, 16]);
     let w = CacheWrite {
-        rows: random_tensor(&mut rng, DType::F32, &[2, 16]),
+        rows: rows.as_input(),
         slot_mapping: vec![0, 1],
     };
-    let e = kv::run(&mut Runner::sim("reshape_and_cache"), &mut cache, &w).expect_err("dtype");
+    let e =
+        kv::run(&mut Runner::sim("reshape_and_cache"), cache.as_inout(), &w).expect_err("dtype");
     assert!(matches!(e, OpError::Invalid { arg: "cache", .. }), "{e}");
+    assert_eq!(cache, before, "a rejected call writes nothing");
 }
 
 fn package_dir(name: &str) -> std::path::PathBuf {
@@ -406,13 +417,14 @@ fn ascend950_path_writes_packages_and_reports_no_device() {
     let dir = package_dir("cache");
     let mut cache = random_tensor(&mut rng, DType::BF16, &[4, 8, 32]);
     let before = cache.clone();
+    let rows = random_tensor(&mut rng, DType::BF16, &[5, 32]);
     let w = CacheWrite {
-        rows: random_tensor(&mut rng, DType::BF16, &[5, 32]),
+        rows: rows.as_input(),
         slot_mapping: vec![3, 9, -1, 31, 0],
     };
     let (r, records) = profile(|| {
         let mut runner = Runner::package("reshape_and_cache", &dir);
-        kv::run(&mut runner, &mut cache, &w).expect("packaging the cache write works");
+        kv::run(&mut runner, cache.as_inout(), &w).expect("packaging the cache write works");
         runner.finish()
     });
     assert!(matches!(r, Err(OpError::DeviceUnavailable { .. })), "{r:?}");

@@ -22,6 +22,15 @@
 //! cache row keeps its value (the in-place update). Valid slots are distinct (checked by the op
 //! layer), so no two cores write the same row. Only the dtype and the row width are static;
 //! `N` and the cache's slot count are runtime scalars.
+//!
+//! # Host side: no copy of the cache
+//!
+//! [`run`] takes the cache as a [`GmInOut`], a mutable borrow of the caller's bytes (the op
+//! layer borrows candle's storage), and passes it as [`Arg::InOut`] viewed as `[slots, row]`
+//! (only the shape changes, no byte moves); the rows are borrowed too ([`Arg::Input`]). The
+//! simulator reads both in place and merges the kernel's writes straight into the cache, so a
+//! call costs O(N rows), not O(cache size). For the Ascend 950 the launch only writes the
+//! package and the cache is left as it was.
 
 use crate::bridge::gm_i32;
 use crate::error::OpError;
@@ -29,16 +38,17 @@ use crate::paged_gather::kernel::{block_dim_for, emit_row_copy, RowPlan, RowTile
 use crate::runtime::{compiled, Runner};
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::{DType, Expr, Kernel};
-use tile_backend::sim::{Arg, GmTensor};
+use tile_backend::sim::{Arg, GmInOut, GmInput};
 
 const OP: &str = "reshape_and_cache";
 
 /// One validated cache write: row `i` of `rows` goes to physical slot `slot_mapping[i]` of
 /// `cache` (slot = block * block_size + offset); a slot of -1 skips the row (padding tokens).
 #[derive(Debug, Clone)]
-pub struct CacheWrite {
-    /// New rows `[N, row]` (row = Hkv * D, or the MLA latent width), the cache's dtype.
-    pub rows: GmTensor,
+pub struct CacheWrite<'a> {
+    /// New rows `[N, ...]` (the trailing dims multiply to row = Hkv * D, or the MLA latent
+    /// width), the cache's dtype; borrowed, not copied.
+    pub rows: GmInput<'a>,
     /// Destination slots, `N` of them, each `-1` or in `0..num_blocks * block_size` (checked);
     /// no two valid slots are equal (checked: the result would depend on the order).
     pub slot_mapping: Vec<i64>,
@@ -70,7 +80,7 @@ pub(crate) fn cache_kernel(dtype: DType, row: u64) -> Kernel {
 
 /// Checks the shapes the kernel's arguments depend on (the op layer validated the values), so
 /// a malformed call is an error, never a panic. Returns `(N, row, slots)`.
-fn check(cache: &GmTensor, w: &CacheWrite) -> Result<(usize, usize, usize), OpError> {
+fn check(cache: &GmInOut<'_>, w: &CacheWrite<'_>) -> Result<(usize, usize, usize), OpError> {
     if !matches!(w.rows.dtype, DType::F32 | DType::F16 | DType::BF16) {
         return Err(OpError::invalid(
             OP,
@@ -110,7 +120,7 @@ fn check(cache: &GmTensor, w: &CacheWrite) -> Result<(usize, usize, usize), OpEr
     if row == 0 {
         return Err(OpError::invalid(OP, "rows", "rows must not be empty"));
     }
-    let total = cache.len();
+    let total: usize = cache.shape.iter().product();
     if total % row != 0 {
         return Err(OpError::invalid(
             OP,
@@ -136,46 +146,36 @@ fn check(cache: &GmTensor, w: &CacheWrite) -> Result<(usize, usize, usize), OpEr
     Ok((n, row, slots))
 }
 
-/// Writes `w.rows` into `cache` (`[num_blocks, block_size, row]` or any shape whose trailing
-/// dims multiply to `row`), in place.
-pub fn run(runner: &mut Runner, cache: &mut GmTensor, w: &CacheWrite) -> Result<(), OpError> {
-    let (n, row, slots) = check(cache, w)?;
+/// Writes `w.rows` into `cache` (`[num_blocks, block_size, row]` or any shape whose element
+/// count is a whole number of rows), in place: the kernel writes the borrowed bytes directly,
+/// only the `N` mapped rows change, nothing is copied. On an error before the launch (a malformed
+/// call) nothing is written; with a packaging runner nothing runs and the cache is unchanged.
+pub fn run(runner: &mut Runner, cache: GmInOut<'_>, w: &CacheWrite<'_>) -> Result<(), OpError> {
+    let (n, row, slots) = check(&cache, w)?;
     if n == 0 || w.slot_mapping.iter().all(|&s| s < 0) {
         return Ok(());
     }
     let dtype = w.rows.dtype;
     let key = format!("{OP}/{dtype}/{row}");
     let kernel = compiled(OP, &key, || cache_kernel(dtype, row as u64))?;
-    let rows = GmTensor {
+    // The kernel sees rows as [N, row] and the cache as [slots, row]: new shapes over the same
+    // borrowed bytes.
+    let rows = GmInput {
         dtype,
         shape: vec![n, row],
-        data: w.rows.data.clone(),
+        data: w.rows.data,
     };
-    // The kernel sees the cache as [slots, row]: move its bytes in, and back out whatever
-    // happens, so the caller's tensor keeps its shape.
-    let shape = std::mem::take(&mut cache.shape);
-    let flat = GmTensor {
+    let cache = GmInOut {
         dtype,
         shape: vec![slots, row],
-        data: std::mem::take(&mut cache.data),
+        data: cache.data,
     };
-    let mut args = vec![
+    let mut args = [
         Arg::Int(n as i64),
         Arg::Int(slots as i64),
-        Arg::Tensor(rows),
+        Arg::Input(rows),
         Arg::Tensor(gm_i32(&[1, n], &w.slot_mapping)),
-        Arg::Tensor(flat),
+        Arg::InOut(cache),
     ];
-    let launched = runner.launch(&kernel, block_dim_for(n), &mut args);
-    cache.shape = shape;
-    match args.pop() {
-        Some(Arg::Tensor(t)) => cache.data = t.data,
-        _ => {
-            return Err(OpError::Package {
-                op: OP,
-                why: "the launcher lost the cache argument".into(),
-            })
-        }
-    }
-    launched
+    runner.launch(&kernel, block_dim_for(n), &mut args)
 }

@@ -1,5 +1,10 @@
 //! `reshape_and_cache`: writes new K/V (or MLA latent) rows into a paged cache at the slots of a
 //! slot mapping, in place (a candle in-place op).
+//!
+//! On [`Backend::TileSim`] the kernel runs on the cache's candle storage itself: the storage is
+//! lent to the simulator as an [`Arg::InOut`](tile_backend::sim::Arg::InOut) and the rows as an
+//! [`Arg::Input`](tile_backend::sim::Arg::Input), so a call costs O(N rows), never a copy of the
+//! cache (a decode step writes a few rows into a cache of tens of MB).
 
 pub mod kernel;
 mod reference;
@@ -163,7 +168,8 @@ fn validate(rows: &Tensor, cache: &Tensor, slot_mapping: &Tensor) -> Result<Vali
     })
 }
 
-/// The in-place candle op running the tile kernel (simulated, or packaged for the Ascend 950).
+/// The in-place candle op running the tile kernel (simulated, or packaged for the Ascend 950)
+/// directly on the cache's storage: O(N rows) per call, whatever the cache size.
 struct CacheOp {
     v: Validated,
     backend: Backend,
@@ -179,24 +185,19 @@ impl CacheOp {
         rl: &Layout,
     ) -> Result<(), OpError> {
         let v = &self.v;
-        let mut cache = bridge::gm_from_storage(OP, "cache", cs, cl)?;
+        // Both are borrowed from candle's storage: the kernel writes the N mapped rows of the
+        // cache in place, and no byte of the cache is copied in or out.
+        let mut cache = bridge::gm_inout(OP, "cache", cs, cl)?;
         cache.shape = vec![v.num_blocks, v.block_size, v.width];
-        let mut rows = bridge::gm_from_storage(OP, "rows", rs, rl)?;
+        let mut rows = bridge::gm_input(OP, "rows", rs, rl)?;
         rows.shape = vec![v.n, v.width];
         let w = CacheWrite {
             rows,
             slot_mapping: v.slot_mapping.clone(),
         };
         let mut runner = bridge::runner(OP, self.backend);
-        kernel::run(&mut runner, &mut cache, &w)?;
-        runner.finish()?;
-        bridge::expect_shape(
-            OP,
-            &cache.shape,
-            &[v.num_blocks, v.block_size, v.width],
-            "cache",
-        )?;
-        bridge::write_storage(OP, cs, cl, &cache)
+        kernel::run(&mut runner, cache, &w)?;
+        runner.finish()
     }
 }
 

@@ -2,8 +2,8 @@
 //! `paged_gather` through a block table.
 
 use crate::support::*;
-use candle_core::DType;
-use tileops_ops::{paged_gather, reshape_and_cache, Backend};
+use candle_core::{DType, Device, Tensor};
+use tileops_ops::{paged_gather, reshape_and_cache, Backend, OpError};
 
 /// Writes `n` rows of shape `row` into a `[num_blocks, block_size, ...row]` cache for one
 /// sequence whose block table is `table`; token `i` goes to its slot, except the padding rows in
@@ -104,3 +104,122 @@ for_each_backend!(
     round_trip_bf16_latent,
     mostly_padding
 );
+
+/// The raw little-endian bytes of a data tensor (f32, f16, bf16), NaN payloads included.
+fn raw_bytes(t: &Tensor) -> Vec<u8> {
+    let t = t.flatten_all().expect("flattening a test tensor");
+    match t.dtype() {
+        DType::F32 => t
+            .to_vec1::<f32>()
+            .expect("reading f32")
+            .iter()
+            .flat_map(|v| v.to_bits().to_le_bytes())
+            .collect(),
+        DType::F16 => t
+            .to_vec1::<half::f16>()
+            .expect("reading f16")
+            .iter()
+            .flat_map(|v| v.to_bits().to_le_bytes())
+            .collect(),
+        DType::BF16 => t
+            .to_vec1::<half::bf16>()
+            .expect("reading bf16")
+            .iter()
+            .flat_map(|v| v.to_bits().to_le_bytes())
+            .collect(),
+        other => panic!("no raw bytes for {other:?}"),
+    }
+}
+
+/// `n` bytes of a pattern full of values a float conversion would change: NaNs with payloads
+/// (quiet and signalling, both signs), infinities, -0.0 and subnormals of `dtype`, mixed with
+/// random bits.
+fn odd_bytes(rng: &mut Rng, dtype: DType, n: usize) -> Vec<u8> {
+    let specials: &[u64] = match dtype {
+        DType::F32 => &[
+            0x7fc0_1234,
+            0xffa5_5a5a,
+            0x7f80_0001,
+            0x8000_0000,
+            0x0000_0001,
+            0x7f80_0000,
+        ],
+        _ => &[
+            0x7e5a, 0xfd01, 0x7f81, 0x8000, 0x0001, 0x7c00, 0x7c01, 0xffff,
+        ],
+    };
+    let es = dtype.size_in_bytes();
+    let mut out = Vec::with_capacity(n * es);
+    for i in 0..n {
+        let bits = if i % 3 == 0 {
+            specials[rng.below(specials.len())]
+        } else {
+            rng.next_u64()
+        };
+        out.extend_from_slice(&bits.to_le_bytes()[..es]);
+    }
+    out
+}
+
+/// The cache is a view (`narrow`) into a larger contiguous buffer whose every element is an odd
+/// bit pattern (NaN payloads, -0.0, subnormals); the rows carry such patterns too. After the
+/// write, the written slots hold the rows' bytes and every other byte of the whole buffer (the
+/// rest of the cache, and the blocks before and after the view) is bit-identical. Ascend950:
+/// nothing runs, so the whole buffer is unchanged.
+fn untouched_bytes_are_bit_exact(backend: Backend) {
+    for (seed, dtype) in [(21, DType::F32), (22, DType::F16), (23, DType::BF16)] {
+        let mut rng = Rng::new(seed);
+        let (num_blocks, block_size, hkv, d) = (5, 8, 2, 12);
+        let width = hkv * d;
+        let es = dtype.size_in_bytes();
+        // One spare block before and after the cache's view.
+        let total = (num_blocks + 2) * block_size * width;
+        let before = odd_bytes(&mut rng, dtype, total);
+        let parent = Tensor::from_raw_buffer(
+            &before,
+            dtype,
+            &[num_blocks + 2, block_size, hkv, d],
+            &Device::Cpu,
+        )
+        .expect("building the buffer");
+        let cache = parent.narrow(0, 1, num_blocks).expect("the cache view");
+        let n = 7;
+        let row_bytes = odd_bytes(&mut rng, dtype, n * width);
+        let rows = Tensor::from_raw_buffer(&row_bytes, dtype, &[n, hkv, d], &Device::Cpu)
+            .expect("building the rows");
+        let slots: Vec<i64> = vec![3, -1, 39, 0, 17, -1, 22];
+        let slot_t = ints(&slots, &[n], DType::I32);
+        let r = reshape_and_cache(&rows, &cache, &slot_t, Some(backend));
+        let mut want = before.clone();
+        match backend {
+            Backend::Ascend950 => {
+                assert!(
+                    matches!(r, Err(OpError::DeviceUnavailable { .. })),
+                    "{dtype:?}: {r:?}"
+                );
+            }
+            _ => {
+                r.unwrap_or_else(|e| panic!("{backend:?} {dtype:?}: {e}"));
+                let rb = width * es;
+                // Slot s of the view is row s + block_size of the buffer.
+                for (i, &s) in slots.iter().enumerate() {
+                    if s >= 0 {
+                        let at = (s as usize + block_size) * rb;
+                        want[at..at + rb].copy_from_slice(&row_bytes[i * rb..(i + 1) * rb]);
+                    }
+                }
+            }
+        }
+        let got = raw_bytes(&parent);
+        assert_eq!(got.len(), want.len());
+        if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
+            let row = i / (width * es);
+            panic!(
+                "{backend:?} {dtype:?}: byte {i} (buffer row {row}) is {:#04x}, want {:#04x} (was {:#04x})",
+                got[i], want[i], before[i]
+            );
+        }
+    }
+}
+
+for_each_backend!(untouched_bytes_are_bit_exact);

@@ -62,6 +62,16 @@ impl GmTensor {
         }
     }
 
+    /// This tensor as a borrowed kernel argument the kernel may read and write in place
+    /// ([`Arg::InOut`]: not copied; its writes land in `self.data`).
+    pub fn as_inout(&mut self) -> GmInOut<'_> {
+        GmInOut {
+            dtype: self.dtype,
+            shape: self.shape.clone(),
+            data: &mut self.data,
+        }
+    }
+
     /// The elements decoded to f32.
     pub fn to_f32(&self) -> Vec<f32> {
         let mut out = vec![0.0; self.len()];
@@ -91,8 +101,23 @@ pub struct GmInput<'a> {
     pub data: &'a [u8],
 }
 
+/// A GM tensor borrowed mutably from the caller: the simulator reads its bytes in place and
+/// merges the kernel's writes (and atomic adds) straight into them, so a large tensor updated
+/// in place (a KV cache) is neither copied in nor copied back per launch. It behaves exactly like
+/// an owned [`Arg::Tensor`] (same reads, writes, races and hazards); it may bind an input or an
+/// output parameter.
+#[derive(Debug, PartialEq)]
+pub struct GmInOut<'a> {
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions (the kernel's view: any shape of the right element count may be given).
+    pub shape: Vec<usize>,
+    /// `product(shape) * size_of(dtype)` little-endian bytes, read and written in place.
+    pub data: &'a mut [u8],
+}
+
 /// Dtype, shape and bytes of a tensor argument, owned ([`Arg::Tensor`]) or borrowed
-/// ([`Arg::Input`]).
+/// ([`Arg::Input`], [`Arg::InOut`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GmSlice<'x> {
     /// Element type.
@@ -116,19 +141,24 @@ impl GmSlice<'_> {
 }
 
 /// A kernel argument.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Not `Clone`: an [`Arg::InOut`] holds a unique borrow (see [`Arg::try_clone`]).
+#[derive(Debug, PartialEq)]
 pub enum Arg<'a> {
     /// A GM tensor the kernel may read and write (outputs are written back into it).
     Tensor(GmTensor),
     /// A read-only GM tensor borrowed from the caller (inputs only; not copied).
     Input(GmInput<'a>),
+    /// A GM tensor borrowed mutably from the caller, read and written in place (input or
+    /// output; not copied). Same semantics as [`Arg::Tensor`].
+    InOut(GmInOut<'a>),
     /// An integer scalar.
     Int(i64),
     /// A float scalar.
     Float(f64),
 }
 
-impl Arg<'_> {
+impl<'a> Arg<'a> {
     /// The owned tensor, if this is one.
     pub fn tensor(&self) -> Option<&GmTensor> {
         match self {
@@ -150,7 +180,40 @@ impl Arg<'_> {
                 shape: &t.shape,
                 data: t.data,
             }),
+            Arg::InOut(t) => Some(GmSlice {
+                dtype: t.dtype,
+                shape: &t.shape,
+                data: &*t.data,
+            }),
             _ => None,
+        }
+    }
+
+    /// The bytes of a tensor argument the kernel may write (owned or [`Arg::InOut`]); `None`
+    /// for a borrowed input or a scalar.
+    fn writable_bytes(&mut self) -> Option<&mut [u8]> {
+        match self {
+            Arg::Tensor(t) => Some(&mut t.data),
+            Arg::InOut(t) => Some(&mut *t.data),
+            _ => None,
+        }
+    }
+
+    /// True for a tensor argument the kernel may write: owned ([`Arg::Tensor`]) or borrowed
+    /// mutably ([`Arg::InOut`]).
+    pub fn is_writable(&self) -> bool {
+        matches!(self, Arg::Tensor(_) | Arg::InOut(_))
+    }
+
+    /// A copy of this argument, or `None` for an [`Arg::InOut`] (a unique borrow cannot be
+    /// shared). Borrowed inputs stay borrowed.
+    pub fn try_clone(&self) -> Option<Arg<'a>> {
+        match self {
+            Arg::Tensor(t) => Some(Arg::Tensor(t.clone())),
+            Arg::Input(t) => Some(Arg::Input(t.clone())),
+            Arg::InOut(_) => None,
+            Arg::Int(v) => Some(Arg::Int(*v)),
+            Arg::Float(v) => Some(Arg::Float(*v)),
         }
     }
 }
@@ -204,7 +267,7 @@ pub(crate) fn check_args(kernel: &Kernel, args: &[Arg]) -> Result<(), SimError> 
         let tensor = match a {
             Arg::Input(_) if matches!(p.kind, ParamKind::Tensor { output: true, .. }) => {
                 return Err(bad(
-                    "is an output: pass an owned tensor (Arg::Tensor), not a borrowed input".into(),
+                    "is an output: pass an owned tensor (Arg::Tensor) or a mutable borrow (Arg::InOut), not a borrowed input".into(),
                 ));
             }
             _ => a.as_gm(),
@@ -316,10 +379,11 @@ impl Overlay {
         Ok(t)
     }
 
-    /// [`Self::check`] for a write: the argument must be owned, not a borrowed input.
+    /// [`Self::check`] for a write: the argument must be owned or borrowed mutably, not a
+    /// borrowed input.
     fn check_writable(args: &[Arg<'_>], p: ParamId, off: usize, len: usize) -> Result<(), String> {
         Self::check(args, p, off, len)?;
-        if let Some(Arg::Input(_)) = args.get(p.0 as usize) {
+        if args.get(p.0 as usize).is_some_and(|a| !a.is_writable()) {
             return Err(format!(
                 "GM write into argument {}, a read-only borrowed input",
                 p.0
@@ -428,11 +492,11 @@ impl Overlay {
         pages.sort_by_key(|(k, _)| *k);
         for ((param, page), pg) in &pages {
             let (param, page) = (*param, *page);
-            let Some(Arg::Tensor(t)) = args.get_mut(param as usize) else {
+            let Some(data) = args.get_mut(param as usize).and_then(Arg::writable_bytes) else {
                 continue;
             };
             let start = page * PAGE;
-            let len = PAGE.min(t.data.len().saturating_sub(start));
+            let len = PAGE.min(data.len().saturating_sub(start));
             for (w, bits) in pg.dirty.iter().enumerate() {
                 let lo = w * 64;
                 if *bits == 0 || lo >= len {
@@ -440,11 +504,11 @@ impl Overlay {
                 }
                 let hi = (lo + 64).min(len);
                 if *bits == u64::MAX {
-                    t.data[start + lo..start + hi].copy_from_slice(&pg.data[lo..hi]);
+                    data[start + lo..start + hi].copy_from_slice(&pg.data[lo..hi]);
                 } else {
                     for i in lo..hi {
                         if bits >> (i - lo) & 1 == 1 {
-                            t.data[start + i] = pg.data[i];
+                            data[start + i] = pg.data[i];
                         }
                     }
                 }
@@ -457,13 +521,13 @@ impl Overlay {
             pool.extend(self.spare.into_iter().take(room));
         }
         for a in self.atomics {
-            let Some(Arg::Tensor(t)) = args.get_mut(a.param as usize) else {
+            let Some(data) = args.get_mut(a.param as usize).and_then(Arg::writable_bytes) else {
                 continue;
             };
             let es = a.dtype.size_bytes() as usize;
             for (i, add) in a.bytes.chunks_exact(es).enumerate() {
                 let o = a.byte_off + i * es;
-                let cur = &mut t.data[o..o + es];
+                let cur = &mut data[o..o + es];
                 if a.dtype.is_float() {
                     let v = numeric::decode_one(a.dtype, cur) + numeric::decode_one(a.dtype, add);
                     numeric::encode_one(a.dtype, v, cur);

@@ -2,6 +2,7 @@
 //! and a summary of what the outputs hold (for `tileops sim` and tests).
 
 use super::gm::{eval_shape, Arg, GmTensor};
+use super::numeric;
 use super::SimError;
 use crate::ir::{Kernel, ParamKind};
 
@@ -122,15 +123,17 @@ pub struct OutputStats {
     pub checksum: u64,
 }
 
-/// Summaries of the kernel's output tensors in `args`.
+/// Summaries of the kernel's output tensors in `args` (owned or [`Arg::InOut`]).
 pub fn output_stats(kernel: &Kernel, args: &[Arg]) -> Vec<OutputStats> {
     kernel
         .params
         .iter()
         .zip(args)
         .filter_map(|(p, a)| match (&p.kind, a) {
-            (ParamKind::Tensor { output: true, .. }, Arg::Tensor(t)) => {
-                let vals = t.to_f32();
+            (ParamKind::Tensor { output: true, .. }, a) if a.is_writable() => {
+                let t = a.as_gm()?;
+                let mut vals = vec![0.0f32; t.len()];
+                numeric::decode_f32(t.dtype, t.data, &mut vals);
                 let finite: Vec<f64> = vals
                     .iter()
                     .filter(|v| v.is_finite())
@@ -142,7 +145,7 @@ pub fn output_stats(kernel: &Kernel, args: &[Arg]) -> Vec<OutputStats> {
                 Some(OutputStats {
                     name: p.name.clone(),
                     dtype: t.dtype,
-                    shape: t.shape.clone(),
+                    shape: t.shape.to_vec(),
                     min: finite.iter().cloned().fold(f64::INFINITY, f64::min),
                     max: finite.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
                     mean: if finite.is_empty() {

@@ -28,7 +28,7 @@ mod tile;
 pub mod timeline;
 pub mod trace;
 
-pub use gm::{Arg, GmInput, GmSlice, GmTensor};
+pub use gm::{Arg, GmInOut, GmInput, GmSlice, GmTensor};
 
 use crate::arch::Arch;
 use crate::ir::{Kernel, OpLoc};

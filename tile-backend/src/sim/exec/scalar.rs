@@ -6,7 +6,6 @@
 
 use super::{ExecCtx, Flow};
 use crate::ir::{Op, ParamKind};
-use crate::sim::gm::Arg;
 use crate::sim::numeric;
 use crate::sim::trace::{Mem, SyncInfo};
 
@@ -37,11 +36,11 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<Flow, String
             let line_no = off / 64;
             if !cx.core.dcache.contains_key(&(tensor.0, line_no)) {
                 // The line is fetched from GM as it is now; the whole line is written back.
-                let len = match &cx.args[tensor.0 as usize] {
-                    Arg::Tensor(t) => t.data.len(),
+                let len = match cx.args.get(tensor.0 as usize) {
+                    Some(a) if a.is_writable() => a.as_gm().map_or(0, |t| t.data.len()),
                     _ => {
                         return Err(format!(
-                            "scalar write into argument {}, which is not an owned GM tensor (a borrowed input is read-only)",
+                            "scalar write into argument {}, which is not a writable GM tensor (a borrowed input is read-only)",
                             tensor.0
                         ))
                     }
