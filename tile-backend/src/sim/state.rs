@@ -337,9 +337,18 @@ impl<T: Clone + Default> Free<T> {
         v
     }
 
-    /// `n` values, those already in a free buffer left as they are (no fill).
+    /// `n` values, those already in a free buffer left as they are: the shortest free buffer
+    /// holding at least `n` values is cut to `n` (no fill); failing that the longest one is
+    /// extended (only the new values are filled).
     fn take_dirty(&mut self, n: usize) -> Vec<T> {
-        let mut v = self.0.pop().unwrap_or_default();
+        let fits = (0..self.0.len())
+            .filter(|&i| self.0[i].len() >= n)
+            .min_by_key(|&i| self.0[i].len());
+        let pick = fits.or_else(|| (0..self.0.len()).max_by_key(|&i| self.0[i].len()));
+        let mut v = match pick {
+            Some(i) => self.0.swap_remove(i),
+            None => Vec::new(),
+        };
         v.resize(n, T::default());
         v
     }

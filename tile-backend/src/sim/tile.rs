@@ -385,6 +385,18 @@ pub(crate) fn read_region(
     let es = loc.es();
     out.clear();
     out.resize(size.0 * size.1 * es, 0);
+    // Strip by strip when the layout maps onto row-major (ND, NZ): whole strips, no runs.
+    if for_each_dense_piece(
+        buf.len(),
+        loc,
+        at,
+        size,
+        Order::RowMajor,
+        size.0 * size.1,
+        |b, d| out[d.start * es..d.end * es].copy_from_slice(&buf[b]),
+    )? {
+        return Ok(());
+    }
     for_each_run(loc, buf.len(), at, size, |run| {
         let src = &buf[run.buf..run.buf + run.len * es];
         if run.stride == 1 {
@@ -773,6 +785,30 @@ pub(crate) fn decode_dense(
     for_each_dense_piece(buf.len(), loc, at, size, order, out.len(), |b, d| {
         crate::sim::numeric::decode_f32(dtype, &buf[b], &mut out[d])
     })
+}
+
+/// Copies row-major element bytes `data` (same dtype as the tile) into the region of a tile
+/// strip by strip when its layout maps onto row-major (ND, NZ); false (nothing written)
+/// otherwise. Marks nothing. A strip of an NZ tile is written front to back, so a gathered or
+/// loaded tile is filled in storage order rather than row by row across every box.
+pub(crate) fn write_dense_bytes(
+    buf: &mut [u8],
+    loc: &TileLoc,
+    at: (usize, usize),
+    size: (usize, usize),
+    data: &[u8],
+) -> Result<bool, String> {
+    let es = loc.es();
+    let len = buf.len();
+    for_each_dense_piece(
+        len,
+        loc,
+        at,
+        size,
+        Order::RowMajor,
+        data.len() / es,
+        |b, d| buf[b].copy_from_slice(&data[d.start * es..d.end * es]),
+    )
 }
 
 /// Encodes a dense f32 matrix of `order` into the region of a tile (rounding to its dtype) when

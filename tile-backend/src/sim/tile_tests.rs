@@ -2,7 +2,7 @@
 //!
 //! The reference for every check is `TileType::element_offset` (ASCEND950.md §3), applied one
 //! element at a time; the fast paths under test are `for_each_run`, `for_each_span`,
-//! `read_region`, `decode_dense`, `encode_dense` and `copy_between` (including the blocked
+//! `read_region`, `decode_dense`, `encode_dense`, `write_dense_bytes` and `copy_between` (including the blocked
 //! `transpose_blocks` between row-major and column-major layouts). Values are decoded and
 //! encoded with the same `numeric` routines one element at a time, so only placement is tested.
 //!
@@ -422,7 +422,31 @@ fn dense_case(
         same_bytes(&got, &want, &loc, region)
             .map_err(|e| ctx(format!("encode_dense (returned {wrote}): {e}")))?;
     }
-    Ok(())
+    // Row-major element bytes copied in (more than needed: the extra ones must be ignored).
+    let ctx = |e: String| format!("{}, region {size:?} at {at:?}: {e}", describe(&loc));
+    let es = loc.es();
+    let data = rng.bytes((n + 2) * es);
+    let mut got = buf.clone();
+    let wrote = write_dense_bytes(&mut got, &loc, at, size, &data).map_err(ctx)?;
+    let want = match wrote {
+        true => {
+            let ((r0, c0), (h, w)) = region;
+            let mut want = buf.clone();
+            for i in 0..h {
+                for j in 0..w {
+                    let (o, d) = (off(&loc, r0 + i, c0 + j), (i * w + j) * es);
+                    want[o..o + es].copy_from_slice(&data[d..d + es]);
+                }
+            }
+            want
+        }
+        false if MAPPED.contains(&(ty.layout, Order::RowMajor)) => {
+            return Err(ctx("write_dense_bytes declined a row-major layout".into()))
+        }
+        false => buf.clone(),
+    };
+    same_bytes(&got, &want, &loc, region)
+        .map_err(|e| ctx(format!("write_dense_bytes (returned {wrote}): {e}")))
 }
 
 /// `copy_between` of one region between two tiles of one dtype.

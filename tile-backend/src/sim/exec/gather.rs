@@ -68,8 +68,9 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
     let ies = iv.dtype.size_bytes() as usize;
     let bes = bv.dtype.size_bytes() as usize;
     let es = src_dtype.size_bytes() as usize;
-    let mut row = cx.core.pool.bytes();
-    row.resize(size * es, 0);
+    // All rows land in one row-major buffer, written into the tile at once (strip by strip).
+    let mut rows = cx.core.pool.bytes();
+    rows.resize(n * size * es, 0);
     for i in 0..n {
         let t = numeric::decode_i64(iv.dtype, &ibytes[i * ies..(i + 1) * ies]);
         if t < 0 || (t / bs) as usize >= nb {
@@ -88,12 +89,13 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
                 ))
             }
         };
-        cx.gm_read(*src, (phys * t_cols + col0 as usize) * es, &mut row)?;
-        cx.write_bytes(&loc, 0, (i, 0), (1, size), &row)?;
+        let row = &mut rows[i * size * es..(i + 1) * size * es];
+        cx.gm_read(*src, (phys * t_cols + col0 as usize) * es, row)?;
     }
+    let r = cx.write_bytes(&loc, 0, (0, 0), (n, size), &rows);
     let pool = &mut cx.core.pool;
-    pool.put_bytes(row);
+    pool.put_bytes(rows);
     pool.put_bytes(ibytes);
     pool.put_bytes(bbytes);
-    Ok(())
+    r
 }

@@ -89,6 +89,18 @@ impl View {
         (lo >= 0 && hi as u64 <= len as u64).then_some((self.offset, self.stride))
     }
 
+    /// For an ND window with a non-negative row stride: the element index of each row's first
+    /// element of the `rows x cols` top-left region, after checking the region's first and last
+    /// elements (every other one lies between them). `None` when the element-wise path must run.
+    fn nd_rows(&self, rows: usize, cols: usize) -> Result<Option<(usize, usize)>, String> {
+        if self.layout != Layout::ND || self.stride < 0 || rows == 0 || cols == 0 {
+            return Ok(None);
+        }
+        let first = self.index(0, 0)?;
+        self.index(rows - 1, cols - 1)?;
+        Ok(Some((first, self.stride as usize)))
+    }
+
     /// Elements of the window's tensor.
     fn tensor_len(&self, cx: &ExecCtx<'_, '_, '_>) -> usize {
         cx.args
@@ -121,6 +133,12 @@ impl View {
                 }
             }
             cx.core.pool.put_bytes(col);
+            return Ok(out);
+        }
+        if let Some((first, stride)) = self.nd_rows(rows, cols)? {
+            for (r, row) in out.chunks_exact_mut(cols * es).enumerate() {
+                cx.gm_read(self.param, (first + r * stride) * es, row)?;
+            }
             return Ok(out);
         }
         for r in 0..rows {
@@ -173,6 +191,17 @@ impl View {
             }
             cx.core.pool.put_bytes(col);
             return res;
+        }
+        if let Some((first, stride)) = self.nd_rows(rows, cols)? {
+            for (r, bytes) in data.chunks_exact(cols * es).take(rows).enumerate() {
+                let at = (first + r * stride) * es;
+                if atomic {
+                    cx.gm_atomic_add(self.param, at, self.dtype, bytes)?;
+                } else {
+                    cx.gm_write(self.param, at, bytes)?;
+                }
+            }
+            return Ok(());
         }
         for r in 0..rows {
             let mut c = 0;

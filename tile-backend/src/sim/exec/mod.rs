@@ -205,6 +205,65 @@ impl<'k> ExecCtx<'k, '_, '_> {
         Ok(())
     }
 
+    /// The `rows x cols` top-left region of an f32 ND tile in place: `f(slab, pitch)` sees row
+    /// `i` of the region at `slab[i * pitch..i * pitch + cols]` (`pitch` = the tile's columns).
+    /// The region is then marked written (and noted read when `read`: the caller checked it is
+    /// defined). `None`, with nothing done, when the tile is not f32 ND, the region is empty or
+    /// outside it, or its bytes are not f32-aligned: the caller takes the scratch path.
+    pub fn f32_nd_in_place<R>(
+        &mut self,
+        loc: &TileLoc,
+        aiv: u8,
+        (rows, cols): (usize, usize),
+        read: bool,
+        f: impl FnOnce(&mut [f32], usize) -> R,
+    ) -> Result<Option<R>, String> {
+        let Some((start, end, pitch)) = f32_nd_slab(loc, (rows, cols)) else {
+            return Ok(None);
+        };
+        let space = loc.space();
+        self.mem
+            .touch(space, aiv, loc.addr, loc.addr + loc.ty.bytes() as usize);
+        let (buf, bits) = self.mem.buf_bits_mut(space, aiv)?;
+        let len = buf.len();
+        let Some(Ok(slab)) = buf
+            .get_mut(start..end)
+            .map(bytemuck::try_cast_slice_mut::<u8, f32>)
+        else {
+            return Ok(None);
+        };
+        let out = f(slab, pitch);
+        tile::for_each_span(loc, len, (0, 0), (rows, cols), |s, n| {
+            mark_bits(bits, s, n, true)
+        })?;
+        if read {
+            self.note_region(loc, aiv, (0, 0), (rows, cols), false);
+        }
+        self.note_region(loc, aiv, (0, 0), (rows, cols), true);
+        Ok(Some(out))
+    }
+
+    /// The `rows x cols` top-left region of an f32 ND tile read in place (see
+    /// [`Self::f32_nd_in_place`]; the caller checked it is defined). `None` as there.
+    pub fn f32_nd_view<R>(
+        &mut self,
+        loc: &TileLoc,
+        aiv: u8,
+        (rows, cols): (usize, usize),
+        f: impl FnOnce(&[f32], usize) -> R,
+    ) -> Result<Option<R>, String> {
+        let Some((start, end, pitch)) = f32_nd_slab(loc, (rows, cols)) else {
+            return Ok(None);
+        };
+        let buf = self.mem.buf(loc.space(), aiv)?;
+        let Some(Ok(slab)) = buf.get(start..end).map(bytemuck::try_cast_slice::<u8, f32>) else {
+            return Ok(None);
+        };
+        let out = f(slab, pitch);
+        self.note_region(loc, aiv, (0, 0), (rows, cols), false);
+        Ok(Some(out))
+    }
+
     /// Reads a region decoded to f32, row-major, into `out`.
     pub fn read_f32(
         &mut self,
@@ -280,6 +339,32 @@ impl<'k> ExecCtx<'k, '_, '_> {
         r
     }
 
+    /// Writes a region with `fill(buffer)`, a strip-by-strip writer that returns false (having
+    /// written nothing) when the tile's layout does not map onto its data; when it wrote, the
+    /// region is marked written span by span. Returns what `fill` returned.
+    fn write_dense(
+        &mut self,
+        loc: &TileLoc,
+        aiv: u8,
+        at: (usize, usize),
+        size: (usize, usize),
+        fill: impl FnOnce(&mut [u8]) -> Result<bool, String>,
+    ) -> Result<bool, String> {
+        let space = loc.space();
+        self.mem
+            .touch(space, aiv, loc.addr, loc.addr + loc.ty.bytes() as usize);
+        let (buf, bits) = self.mem.buf_bits_mut(space, aiv)?;
+        if !fill(buf)? {
+            return Ok(false);
+        }
+        let len = buf.len();
+        tile::for_each_span(loc, len, at, size, |start, n| {
+            mark_bits(bits, start, n, true)
+        })?;
+        self.note_region(loc, aiv, at, size, true);
+        Ok(true)
+    }
+
     /// Writes row-major f32 values into a region, encoded (rounded) to the tile's dtype.
     pub fn write_f32(
         &mut self,
@@ -299,16 +384,9 @@ impl<'k> ExecCtx<'k, '_, '_> {
             ));
         }
         // Strip by strip when the layout maps onto row-major (ND, NZ).
-        let space = loc.space();
-        self.mem
-            .touch(space, aiv, loc.addr, loc.addr + loc.ty.bytes() as usize);
-        let (buf, bits) = self.mem.buf_bits_mut(space, aiv)?;
-        if tile::encode_dense(buf, loc, at, size, Order::RowMajor, vals)? {
-            let len = buf.len();
-            tile::for_each_span(loc, len, at, size, |start, n| {
-                mark_bits(bits, start, n, true)
-            })?;
-            self.note_region(loc, aiv, at, size, true);
+        if self.write_dense(loc, aiv, at, size, |buf| {
+            tile::encode_dense(buf, loc, at, size, Order::RowMajor, vals)
+        })? {
             return Ok(());
         }
         self.write_runs(loc, aiv, at, size, |b, run| {
@@ -346,6 +424,12 @@ impl<'k> ExecCtx<'k, '_, '_> {
                 size.0,
                 size.1
             ));
+        }
+        // Strip by strip when the layout maps onto row-major (ND, NZ), marked span by span.
+        if self.write_dense(loc, aiv, at, size, |buf| {
+            tile::write_dense_bytes(buf, loc, at, size, data)
+        })? {
+            return Ok(());
         }
         self.write_runs(loc, aiv, at, size, |dst, run| {
             if run.stride == 1 {
@@ -493,4 +577,17 @@ impl<'k> ExecCtx<'k, '_, '_> {
             },
         }
     }
+}
+
+/// Byte range and row pitch of the `rows x cols` top-left region of an f32 ND tile, from the
+/// first element of its first row to the last of its last row; `None` when the tile is not f32
+/// ND or the region is empty or larger than the tile.
+fn f32_nd_slab(loc: &TileLoc, (rows, cols): (usize, usize)) -> Option<(usize, usize, usize)> {
+    let nd_f32 = loc.ty.dtype == crate::ir::DType::F32 && loc.ty.layout == crate::ir::Layout::ND;
+    if !nd_f32 || rows == 0 || cols == 0 || rows > loc.rows() || cols > loc.cols() {
+        return None;
+    }
+    let pitch = loc.cols();
+    let end = loc.addr + ((rows - 1) * pitch + cols) * 4;
+    Some((loc.addr, end, pitch))
 }

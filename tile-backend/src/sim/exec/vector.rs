@@ -332,11 +332,184 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
                 _ => true,
             };
             if float(cx, &dst)? && src_float {
+                if in_place_f32(cx, op)? {
+                    return Ok(());
+                }
                 run::<f32>(cx, op)
             } else {
                 run::<f64>(cx, op)
             }
         }
+    }
+}
+
+/// Whether two resolved tiles are the same bytes of the same type (an op written in place).
+fn same_tile(a: &TileLoc, b: &TileLoc) -> bool {
+    a.addr == b.addr && a.ty == b.ty
+}
+
+/// Calls `f` on each of the `rows` rows (`cols` values, `pitch` apart) of a slab.
+fn rows_of(
+    slab: &mut [f32],
+    pitch: usize,
+    rows: usize,
+    cols: usize,
+    mut f: impl FnMut(usize, &mut [f32]),
+) {
+    if cols == pitch {
+        for (i, row) in slab.chunks_exact_mut(cols).take(rows).enumerate() {
+            f(i, row);
+        }
+    } else {
+        for i in 0..rows {
+            f(i, &mut slab[i * pitch..i * pitch + cols]);
+        }
+    }
+}
+
+/// The f32 ops whose destination is an f32 ND tile computed in place in the UB (the tile is
+/// also the first operand, or a reduction reads one): no decode into scratch and encode back,
+/// the same arithmetic as [`run`], the same poison checks and marks. False (nothing done) for
+/// any other form, which [`run`] then takes.
+fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<bool, String> {
+    let aiv = cx.own_aiv();
+    match op {
+        Op::Unary { op: u, dst, src } => {
+            let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
+            let (r, c) = s.valid()?;
+            if !same_tile(&s, &d) || d.valid()? != (r, c) {
+                return Ok(false);
+            }
+            cx.require_defined(&s, aiv, (0, 0), (r, c), "a vector op")?;
+            let done = cx.f32_nd_in_place(&d, aiv, (r, c), true, |slab, pitch| {
+                rows_of(slab, pitch, r, c, |_, row| unary_apply(*u, row))
+            })?;
+            Ok(done.is_some())
+        }
+        Op::BinaryScalar {
+            op: b,
+            dst,
+            src,
+            scalar,
+        } => {
+            let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
+            let (r, c) = s.valid()?;
+            if !same_tile(&s, &d) || d.valid()? != (r, c) {
+                return Ok(false);
+            }
+            let k = cx.scalar(scalar)? as f32;
+            cx.require_defined(&s, aiv, (0, 0), (r, c), "a vector op")?;
+            let done = cx.f32_nd_in_place(&d, aiv, (r, c), true, |slab, pitch| {
+                rows_of(slab, pitch, r, c, |_, row| scalar_apply(*b, row, k))
+            })?;
+            Ok(done.is_some())
+        }
+        Op::Binary {
+            op: b,
+            dst,
+            lhs,
+            rhs,
+        } => {
+            let (a, bb, d) = (cx.tile(lhs)?, cx.tile(rhs)?, cx.tile(dst)?);
+            let (r, c) = a.valid()?;
+            if !same_tile(&a, &d) || d.valid()? != (r, c) || bb.valid()? != (r, c) {
+                return Ok(false);
+            }
+            if super::f32_nd_slab(&d, (r, c)).is_none() {
+                return Ok(false);
+            }
+            cx.require_defined(&a, aiv, (0, 0), (r, c), "a vector op")?;
+            let y = load::<f32>(cx, &bb, r, c)?;
+            let done = cx.f32_nd_in_place(&d, aiv, (r, c), true, |slab, pitch| {
+                rows_of(slab, pitch, r, c, |i, row| {
+                    zip_apply(*b, row, &y[i * c..(i + 1) * c])
+                })
+            });
+            f32::give(&mut cx.core.pool, y);
+            Ok(done?.is_some())
+        }
+        Op::Broadcast {
+            op: b,
+            axis,
+            dst,
+            src,
+            operand,
+        } => {
+            let (s, o, d) = (cx.tile(src)?, cx.tile(operand)?, cx.tile(dst)?);
+            let (r, c) = s.valid()?;
+            if !same_tile(&s, &d)
+                || d.valid()? != (r, c)
+                || super::f32_nd_slab(&d, (r, c)).is_none()
+            {
+                return Ok(false);
+            }
+            cx.require_defined(&s, aiv, (0, 0), (r, c), "a vector op")?;
+            let (vr, vc) = match axis {
+                Axis::Row => (r, 1),
+                Axis::Col => (1, c),
+            };
+            let v = load::<f32>(cx, &o, vr, vc)?;
+            let done = cx.f32_nd_in_place(&d, aiv, (r, c), true, |slab, pitch| {
+                rows_of(slab, pitch, r, c, |i, row| match axis {
+                    Axis::Row => scalar_apply(*b, row, v[i]),
+                    Axis::Col => zip_apply(*b, row, &v),
+                })
+            });
+            f32::give(&mut cx.core.pool, v);
+            Ok(done?.is_some())
+        }
+        Op::Fill { dst, value } => {
+            let d = cx.tile(dst)?;
+            let (r, c) = d.valid()?;
+            let k = cx.scalar(value)? as f32;
+            let done = cx.f32_nd_in_place(&d, aiv, (r, c), false, |slab, pitch| {
+                rows_of(slab, pitch, r, c, |_, row| row.fill(k))
+            })?;
+            Ok(done.is_some())
+        }
+        Op::Reduce {
+            op: red,
+            axis,
+            dst,
+            src,
+        } => {
+            let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
+            let (r, c) = s.valid()?;
+            if super::f32_nd_slab(&s, (r, c)).is_none() {
+                return Ok(false);
+            }
+            cx.require_defined(&s, aiv, (0, 0), (r, c), "a vector op")?;
+            let (init, f): (f32, fn(f32, f32) -> f32) = match red {
+                ReduceOp::Sum => (0.0, |a, b| a + b),
+                ReduceOp::Max => (f32::NEG_INFINITY, |a, b| a.max(b)),
+                ReduceOp::Min => (f32::INFINITY, |a, b| a.min(b)),
+            };
+            let n = match axis {
+                Axis::Row => r,
+                Axis::Col => c,
+            };
+            let mut out = f32::take(&mut cx.core.pool, n);
+            out.fill(init);
+            let done = cx.f32_nd_view(&s, aiv, (r, c), |slab, pitch| {
+                for i in 0..r {
+                    let row = &slab[i * pitch..i * pitch + c];
+                    match axis {
+                        Axis::Row => out[i] = row.iter().fold(init, |a, b| f(a, *b)),
+                        Axis::Col => out.iter_mut().zip(row).for_each(|(a, b)| *a = f(*a, *b)),
+                    }
+                }
+            })?;
+            if done.is_none() {
+                f32::give(&mut cx.core.pool, out);
+                return Ok(false);
+            }
+            match axis {
+                Axis::Row => store(cx, &d, r, 1, out, RoundMode::Rint)?,
+                Axis::Col => store(cx, &d, 1, c, out, RoundMode::Rint)?,
+            }
+            Ok(true)
+        }
+        _ => Ok(false),
     }
 }
 
