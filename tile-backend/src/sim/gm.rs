@@ -486,6 +486,20 @@ impl Overlay {
         Ok(())
     }
 
+    /// Gives the recycled pages this block did not use back to the shared pool at once (a
+    /// finished block keeps its overlay until the launch merges, and idle spares held that long
+    /// would empty the pool for the blocks still running).
+    pub fn shed_spare(&mut self) {
+        if self.spare.is_empty() {
+            return;
+        }
+        if let Ok(mut pool) = PAGE_POOL.lock() {
+            let room = POOL_PAGES.saturating_sub(pool.len());
+            pool.extend(self.spare.drain(..).take(room));
+        }
+        self.spare.clear();
+    }
+
     /// Applies this block's writes, then its atomic adds, to the arguments.
     pub fn merge_into(self, args: &mut [Arg]) {
         let mut pages: Vec<_> = self.pages.into_iter().collect();

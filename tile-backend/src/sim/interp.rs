@@ -191,6 +191,7 @@ pub(crate) fn run_block<'k>(
     for core in cores {
         core.pool.give_back();
     }
+    gm.shed_spare();
     Ok(BlockResult {
         gm,
         ops_executed,

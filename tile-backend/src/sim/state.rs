@@ -388,6 +388,12 @@ impl ScratchPool {
         self.bytes.take(0)
     }
 
+    /// `n` bytes of unspecified value (left from earlier ops), for a caller that overwrites
+    /// every one before reading it.
+    pub fn bytes_to_overwrite(&mut self, n: usize) -> Vec<u8> {
+        self.bytes.take_dirty(n)
+    }
+
     /// Returns a byte buffer.
     pub fn put_bytes(&mut self, v: Vec<u8>) {
         self.bytes.put(v)

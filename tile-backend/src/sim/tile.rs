@@ -383,7 +383,7 @@ pub(crate) fn read_region(
     out: &mut Vec<u8>,
 ) -> Result<(), String> {
     let es = loc.es();
-    out.clear();
+    // Every byte is overwritten below: only a shortfall is filled.
     out.resize(size.0 * size.1 * es, 0);
     // Strip by strip when the layout maps onto row-major (ND, NZ): whole strips, no runs.
     if for_each_dense_piece(

@@ -69,8 +69,8 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
     let bes = bv.dtype.size_bytes() as usize;
     let es = src_dtype.size_bytes() as usize;
     // All rows land in one row-major buffer, written into the tile at once (strip by strip).
-    let mut rows = cx.core.pool.bytes();
-    rows.resize(n * size * es, 0);
+    // Every row is read into below.
+    let mut rows = cx.core.pool.bytes_to_overwrite(n * size * es);
     for i in 0..n {
         let t = numeric::decode_i64(iv.dtype, &ibytes[i * ies..(i + 1) * ies]);
         if t < 0 || (t / bs) as usize >= nb {

@@ -118,8 +118,8 @@ impl View {
         cols: usize,
     ) -> Result<Vec<u8>, String> {
         let es = self.dtype.size_bytes() as usize;
-        let mut out = cx.core.pool.bytes();
-        out.resize(rows * cols * es, 0);
+        // Every element of the region is read into below (each path covers all of it).
+        let mut out = cx.core.pool.bytes_to_overwrite(rows * cols * es);
         if let Some((offset, stride)) = self.dn_columns(rows, cols, self.tensor_len(cx)) {
             // DN: each column is one contiguous GM run, scattered down the row-major region.
             let mut col = cx.core.pool.bytes();
@@ -271,7 +271,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
                         loc.ty.dtype, view.dtype
                     ));
                 }
-                let mut b = cx.core.pool.bytes();
+                let mut b = cx.core.pool.bytes_to_overwrite(rows * cols * loc.es());
                 let aiv = cx.own_aiv();
                 cx.read_bytes(&loc, aiv, (0, 0), (rows, cols), &mut b)?;
                 b
