@@ -11,6 +11,34 @@ use half::{bf16, f16};
 /// into the caller (ops decode many short runs); the others are out of line.
 #[inline(always)]
 pub fn decode_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) {
+    // Whole elements seen as native integers when the bytes are aligned for them (always, for
+    // buffers the simulator allocates): plain loops the compiler vectorises. The byte-wise loops
+    // below are the fallback, with the same results.
+    #[cfg(target_endian = "little")]
+    match dtype {
+        DType::F32 => {
+            if let Ok(v) = bytemuck::try_cast_slice::<u8, f32>(bytes_of_whole(bytes, 4)) {
+                let n = v.len().min(out.len());
+                out[..n].copy_from_slice(&v[..n]);
+                return;
+            }
+        }
+        DType::F16 | DType::BF16 => {
+            if let Ok(v) = bytemuck::try_cast_slice::<u8, u16>(bytes_of_whole(bytes, 2)) {
+                if dtype == DType::BF16 {
+                    for (o, h) in out.iter_mut().zip(v) {
+                        *o = f32::from_bits((*h as u32) << 16);
+                    }
+                } else {
+                    for (o, h) in out.iter_mut().zip(v) {
+                        *o = f16_to_f32(*h);
+                    }
+                }
+                return;
+            }
+        }
+        _ => {}
+    }
     match dtype {
         DType::F32 => {
             for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
@@ -29,6 +57,110 @@ pub fn decode_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) {
         }
         _ => decode_f32_other(dtype, bytes, out),
     }
+}
+
+/// Decodes `lines` lines of `width` elements, line `i` starting `i * stride` elements into
+/// `bytes`, into `out` with line `i` at `i * out_line`: one dtype dispatch for a whole strip.
+pub fn decode_f32_lines(
+    dtype: DType,
+    bytes: &[u8],
+    (lines, width, stride): (usize, usize, usize),
+    out: &mut [f32],
+    out_line: usize,
+) {
+    let es = dtype.size_bytes() as usize;
+    #[cfg(target_endian = "little")]
+    match dtype {
+        DType::F32 => {
+            if let Ok(v) = bytemuck::try_cast_slice::<u8, f32>(bytes_of_whole(bytes, 4)) {
+                for i in 0..lines {
+                    out[i * out_line..i * out_line + width]
+                        .copy_from_slice(&v[i * stride..i * stride + width]);
+                }
+                return;
+            }
+        }
+        DType::BF16 | DType::F16 => {
+            if let Ok(v) = bytemuck::try_cast_slice::<u8, u16>(bytes_of_whole(bytes, 2)) {
+                for i in 0..lines {
+                    let src = &v[i * stride..i * stride + width];
+                    let dst = &mut out[i * out_line..i * out_line + width];
+                    if dtype == DType::BF16 {
+                        for (o, h) in dst.iter_mut().zip(src) {
+                            *o = f32::from_bits((*h as u32) << 16);
+                        }
+                    } else {
+                        for (o, h) in dst.iter_mut().zip(src) {
+                            *o = f16_to_f32(*h);
+                        }
+                    }
+                }
+                return;
+            }
+        }
+        _ => {}
+    }
+    for i in 0..lines {
+        let b = i * stride * es;
+        decode_f32(
+            dtype,
+            &bytes[b..b + width * es],
+            &mut out[i * out_line..i * out_line + width],
+        );
+    }
+}
+
+/// Encodes `lines` lines of `width` values (line `i` at `i * src_line` of `src`) into `bytes`,
+/// line `i` starting `i * stride` elements in: the inverse of [`decode_f32_lines`].
+pub fn encode_f32_lines(
+    dtype: DType,
+    src: &[f32],
+    src_line: usize,
+    bytes: &mut [u8],
+    (lines, width, stride): (usize, usize, usize),
+) {
+    let es = dtype.size_bytes() as usize;
+    #[cfg(target_endian = "little")]
+    {
+        let whole = bytes.len() / es * es;
+        match dtype {
+            DType::F32 => {
+                if let Ok(v) = bytemuck::try_cast_slice_mut::<u8, f32>(&mut bytes[..whole]) {
+                    for i in 0..lines {
+                        v[i * stride..i * stride + width]
+                            .copy_from_slice(&src[i * src_line..i * src_line + width]);
+                    }
+                    return;
+                }
+            }
+            DType::BF16 => {
+                if let Ok(v) = bytemuck::try_cast_slice_mut::<u8, u16>(&mut bytes[..whole]) {
+                    for i in 0..lines {
+                        let dst = &mut v[i * stride..i * stride + width];
+                        for (h, x) in dst.iter_mut().zip(&src[i * src_line..i * src_line + width]) {
+                            *h = bf16::from_f32(*x).to_bits();
+                        }
+                    }
+                    return;
+                }
+            }
+            _ => {}
+        }
+    }
+    for i in 0..lines {
+        let b = i * stride * es;
+        encode_f32(
+            dtype,
+            &src[i * src_line..i * src_line + width],
+            &mut bytes[b..b + width * es],
+        );
+    }
+}
+
+/// The leading whole `es`-byte elements of `bytes`.
+#[cfg(target_endian = "little")]
+fn bytes_of_whole(bytes: &[u8], es: usize) -> &[u8] {
+    &bytes[..bytes.len() / es * es]
 }
 
 /// [`decode_f32`] for the integer and fp8 dtypes.
@@ -189,6 +321,28 @@ pub fn encode_i64(dtype: DType, v: i64, out: &mut [u8]) {
 /// are inlined into the caller).
 #[inline(always)]
 pub fn encode_f32(dtype: DType, src: &[f32], bytes: &mut [u8]) {
+    // As in `decode_f32`: aligned whole elements as native integers, byte-wise loops otherwise.
+    #[cfg(target_endian = "little")]
+    match dtype {
+        DType::F32 => {
+            let whole = bytes.len() / 4 * 4;
+            if let Ok(v) = bytemuck::try_cast_slice_mut::<u8, f32>(&mut bytes[..whole]) {
+                let n = v.len().min(src.len());
+                v[..n].copy_from_slice(&src[..n]);
+                return;
+            }
+        }
+        DType::BF16 => {
+            let whole = bytes.len() / 2 * 2;
+            if let Ok(v) = bytemuck::try_cast_slice_mut::<u8, u16>(&mut bytes[..whole]) {
+                for (h, x) in v.iter_mut().zip(src) {
+                    *h = bf16::from_f32(*x).to_bits();
+                }
+                return;
+            }
+        }
+        _ => {}
+    }
     match dtype {
         DType::F32 => {
             for (v, b) in src.iter().zip(bytes.chunks_exact_mut(4)) {

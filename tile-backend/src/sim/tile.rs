@@ -725,18 +725,38 @@ fn for_each_strip(
     }
 }
 
-/// The region of a tile as pairs of contiguous pieces when its layout maps onto a dense matrix
-/// of `order` strip by strip (see [`for_each_strip`]): `f(bytes, elems)` with a byte range of the
-/// tile's buffer and the element range of the dense matrix holding the same values. False
-/// (calling nothing) otherwise. Shared by [`decode_dense`] and [`encode_dense`].
-fn for_each_dense_piece(
+/// One strip of a tile region and its image in a dense matrix: `lines` lines of `width`
+/// elements, line `i` at tile byte `start + i * stride * es` and dense element
+/// `dense + i * dense_line`. A strip whose lines follow each other in both is given as one line.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DenseStrip {
+    pub start: usize,
+    pub lines: usize,
+    pub stride: usize,
+    pub dense: usize,
+    pub dense_line: usize,
+    pub width: usize,
+}
+
+impl DenseStrip {
+    /// The tile bytes the strip spans (first element of its first line to last of its last).
+    pub fn bytes(&self, es: usize) -> std::ops::Range<usize> {
+        let n = (self.lines.max(1) - 1) * self.stride + self.width;
+        self.start..self.start + n * es
+    }
+}
+
+/// The region of a tile as strips (see [`DenseStrip`]) when its layout maps onto a dense matrix
+/// of `order` strip by strip (see [`for_each_strip`]); false (calling nothing) otherwise. The
+/// region is checked against the tile and a `buf_len`-byte buffer, and `dense_len` must hold it.
+fn for_each_dense_strip(
     buf_len: usize,
     loc: &TileLoc,
     at: (usize, usize),
     size: (usize, usize),
     order: Order,
     dense_len: usize,
-    mut f: impl FnMut(std::ops::Range<usize>, std::ops::Range<usize>),
+    mut f: impl FnMut(DenseStrip),
 ) -> Result<bool, String> {
     check_region(loc, buf_len, at.0, at.1, size.0, size.1)?;
     if dense_len < size.0 * size.1 {
@@ -756,19 +776,54 @@ fn for_each_dense_piece(
         size,
         order,
         |e, lines, stride, d0, w| {
-            let start = loc.addr + e * es;
-            if w == stride && (lines == 1 || dense_line == w) {
-                // The strip and its dense image are both contiguous.
-                let n = lines * w;
-                f(start..start + n * es, d0..d0 + n);
-            } else {
-                for i in 0..lines {
-                    let (s, d) = (start + i * stride * es, d0 + i * dense_line);
-                    f(s..s + w * es, d..d + w);
-                }
+            if lines == 0 || w == 0 {
+                return;
             }
+            let start = loc.addr + e * es;
+            let strip = if w == stride && (lines == 1 || dense_line == w) {
+                // The strip and its dense image are both contiguous: one line.
+                DenseStrip {
+                    start,
+                    lines: 1,
+                    stride,
+                    dense: d0,
+                    dense_line,
+                    width: lines * w,
+                }
+            } else {
+                DenseStrip {
+                    start,
+                    lines,
+                    stride,
+                    dense: d0,
+                    dense_line,
+                    width: w,
+                }
+            };
+            f(strip)
         },
     ))
+}
+
+/// [`for_each_dense_strip`] line by line: `f(bytes, elems)` with a byte range of the tile's
+/// buffer and the element range of the dense matrix holding the same values. Shared by the byte
+/// copies ([`read_region`], [`write_dense_bytes`]).
+fn for_each_dense_piece(
+    buf_len: usize,
+    loc: &TileLoc,
+    at: (usize, usize),
+    size: (usize, usize),
+    order: Order,
+    dense_len: usize,
+    mut f: impl FnMut(std::ops::Range<usize>, std::ops::Range<usize>),
+) -> Result<bool, String> {
+    let es = loc.es();
+    for_each_dense_strip(buf_len, loc, at, size, order, dense_len, |st| {
+        for i in 0..st.lines {
+            let (s, d) = (st.start + i * st.stride * es, st.dense + i * st.dense_line);
+            f(s..s + st.width * es, d..d + st.width);
+        }
+    })
 }
 
 /// Decodes the region of a tile straight into a dense f32 matrix of `order` when the layout
@@ -782,8 +837,15 @@ pub(crate) fn decode_dense(
     out: &mut [f32],
 ) -> Result<bool, String> {
     let dtype = loc.ty.dtype;
-    for_each_dense_piece(buf.len(), loc, at, size, order, out.len(), |b, d| {
-        crate::sim::numeric::decode_f32(dtype, &buf[b], &mut out[d])
+    let es = loc.es();
+    for_each_dense_strip(buf.len(), loc, at, size, order, out.len(), |st| {
+        crate::sim::numeric::decode_f32_lines(
+            dtype,
+            &buf[st.bytes(es)],
+            (st.lines, st.width, st.stride),
+            &mut out[st.dense..],
+            st.dense_line,
+        )
     })
 }
 
@@ -823,8 +885,15 @@ pub(crate) fn encode_dense(
 ) -> Result<bool, String> {
     let dtype = loc.ty.dtype;
     let len = buf.len();
-    for_each_dense_piece(len, loc, at, size, order, vals.len(), |b, d| {
-        crate::sim::numeric::encode_f32(dtype, &vals[d], &mut buf[b])
+    let es = loc.es();
+    for_each_dense_strip(len, loc, at, size, order, vals.len(), |st| {
+        crate::sim::numeric::encode_f32_lines(
+            dtype,
+            &vals[st.dense..],
+            st.dense_line,
+            &mut buf[st.bytes(es)],
+            (st.lines, st.width, st.stride),
+        )
     })
 }
 
