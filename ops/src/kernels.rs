@@ -34,7 +34,7 @@
 
 use crate::error::OpError;
 use crate::sparse_attention::kernel::template::{
-    attn_merge, attn_split, choose_splits, merge_blocks, AttnCfg, MergeCfg,
+    attn_merge, attn_split, merge_blocks, split_plan, AttnCfg, MergeCfg, SplitPlan,
 };
 use tile_backend::ir::{DType, Kernel};
 
@@ -306,9 +306,8 @@ pub fn reshape_and_cache(shape: &ReshapeAndCacheShape) -> Result<Vec<Launch>, Op
 }
 
 /// The two launches of the attention template for `batch` rows whose fullest row counts
-/// `longest` valid tokens: the launch arithmetic of `template::run_attention`, step for step
-/// (chunks of the fullest row, [`choose_splits`] over `batch * nht` work items, split blocks
-/// `batch * nht * splits`, merge blocks [`merge_blocks`] of `batch * heads` rows). The test
+/// `longest` valid tokens: the split kernel's [`split_plan`] (the one `template::run_attention`
+/// launches from) and merge blocks [`merge_blocks`] of `batch * heads` rows. The test
 /// `launches_match_what_the_ops_launch` holds the two together.
 fn attention_launches(
     op: &'static str,
@@ -317,7 +316,6 @@ fn attention_launches(
     longest: usize,
     sink: bool,
 ) -> Result<Vec<Launch>, OpError> {
-    let nht = cfg.nht as usize;
     let rows = batch
         .checked_mul(cfg.heads as usize)
         .filter(|&r| r <= MAX_DIM)
@@ -332,11 +330,13 @@ fn attention_launches(
                 ),
             )
         })?;
-    let max_chunks = longest.div_ceil(cfg.chunk as usize);
-    let (splits, cps) = choose_splits(batch * nht, max_chunks);
     // rows <= MAX_DIM bounds batch * nht (< 2^31) and splits <= 32: no overflow in u64. (The
     // code generator refuses a block_dim above 2^32 - 1.)
-    let split_blocks = batch as u64 * nht as u64 * splits as u64;
+    let SplitPlan {
+        splits,
+        cps,
+        blocks: split_blocks,
+    } = split_plan(cfg, batch, longest);
     let mcfg = MergeCfg {
         dtype: cfg.dtype,
         v_dim: cfg.v_dim,

@@ -752,6 +752,29 @@ pub(crate) fn choose_splits(items: usize, max_chunks: usize) -> (usize, usize) {
     (max_chunks.div_ceil(cps), cps)
 }
 
+/// How the split kernel is launched for `batch` rows whose fullest row counts `longest` valid
+/// tokens: top-k `splits`, chunks per split `cps` ([`choose_splits`] over `batch * nht` work
+/// items of that row's chunks) and `blocks = batch * nht * splits`. [`run_attention`] and the
+/// `emit --op` registry (`crate::kernels`) both launch from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SplitPlan {
+    pub splits: usize,
+    pub cps: usize,
+    pub blocks: u64,
+}
+
+/// The [`SplitPlan`] of a call.
+pub(crate) fn split_plan(cfg: &AttnCfg, batch: usize, longest: usize) -> SplitPlan {
+    let nht = cfg.nht as usize;
+    let max_chunks = longest.div_ceil(cfg.chunk as usize);
+    let (splits, cps) = choose_splits(batch * nht, max_chunks);
+    SplitPlan {
+        splits,
+        cps,
+        blocks: batch as u64 * nht as u64 * splits as u64,
+    }
+}
+
 /// Runs the split kernel and the merge kernel: returns `out [batch*heads, v_dim]` (data dtype)
 /// and `lse [batch*heads]` f32.
 pub(crate) fn run_attention(
@@ -769,8 +792,11 @@ pub(crate) fn run_attention(
         ));
     }
     let max_count = inp.counts.iter().copied().max().unwrap_or(0).max(0) as usize;
-    let max_chunks = max_count.div_ceil(cfg.chunk as usize);
-    let (splits, cps) = choose_splits(inp.batch * cfg.nht as usize, max_chunks);
+    let SplitPlan {
+        splits,
+        cps,
+        blocks,
+    } = split_plan(cfg, inp.batch, max_count);
     let tokens = inp.kv.shape.first().copied().unwrap_or(0);
     let kernel = compiled(op, &cfg.key(), || attn_split(cfg))?;
     let as_i32 = |shape: &[usize], v: &[i64]| GmTensor::from_i64(DType::I32, shape, v);
@@ -797,8 +823,7 @@ pub(crate) fn run_attention(
     let ws = splits * rows;
     args.push(Arg::Tensor(GmTensor::zeros(DType::F32, &[ws, v_dim])));
     args.push(Arg::Tensor(GmTensor::zeros(DType::F32, &[ws])));
-    let blocks = inp.batch * cfg.nht as usize * splits;
-    runner.launch(&kernel, blocks, &mut args)?;
+    runner.launch(&kernel, blocks as usize, &mut args)?;
     let n = args.len();
     let lse_ws = take(op, &mut args, n - 1)?;
     let o_ws = take(op, &mut args, n - 2)?;
