@@ -821,7 +821,11 @@ pub(crate) fn run_attention(
     )));
     args.push(Arg::Tensor(as_i32(&[inp.batch], &inp.counts)));
     let ws = splits * rows;
-    args.push(Arg::Tensor(GmTensor::zeros(DType::F32, &[ws, v_dim])));
+    args.push(Arg::Tensor(GmTensor {
+        dtype: DType::F32,
+        shape: vec![ws, v_dim],
+        data: workspace::zeroed(ws * v_dim * 4),
+    }));
     args.push(Arg::Tensor(GmTensor::zeros(DType::F32, &[ws])));
     runner.launch(&kernel, blocks as usize, &mut args)?;
     let n = args.len();
@@ -866,5 +870,32 @@ pub(crate) fn run_attention(
     let n = margs.len();
     let lse = take(op, &mut margs, n - 1)?;
     let out = take(op, &mut margs, n - 2)?;
+    if let Ok(o_ws) = take(op, &mut margs, 2) {
+        workspace::keep(o_ws.data);
+    }
     Ok((out, lse))
+}
+
+/// The split workspace's bytes, kept between calls on a thread: a fresh multi-megabyte
+/// allocation per decode step (8.4 MB at the DeepSeek shape) costs a page fault per 4 KiB on
+/// first touch. A thread holds at most one such buffer (the largest it needed last).
+mod workspace {
+    use std::cell::RefCell;
+
+    thread_local! {
+        static KEPT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// `len` zero bytes, in the kept buffer when there is one.
+    pub(super) fn zeroed(len: usize) -> Vec<u8> {
+        let mut v = KEPT.with(|k| std::mem::take(&mut *k.borrow_mut()));
+        v.clear();
+        v.resize(len, 0);
+        v
+    }
+
+    /// Keeps `v` for the next call on this thread.
+    pub(super) fn keep(v: Vec<u8>) {
+        KEPT.with(|k| *k.borrow_mut() = v);
+    }
 }
