@@ -516,6 +516,82 @@ fn scaling_tile_with_n_not_a_multiple_of_16_fails_the_syntax_check() {
     expect_static_assert(&p, "PTO: Scaling Tile N must be a multiple of 16");
 }
 
+/// A vector kernel: load `x` [16, 32] of `src` into UB, then `body` on (x tile, an `out` tile).
+fn vector_op_kernel(
+    name: &str,
+    src: DType,
+    out: TileType,
+    body: impl FnOnce(&mut tile_backend::dsl::Body<'_>, TileId, TileId),
+) -> Kernel {
+    let (r, c) = (16u64, 32u64);
+    let mut kb = KernelBuilder::new(name);
+    let x = kb.input("x", src, [r, c]);
+    let tx = kb.tile("tx", TileType::new(MemSpace::Vec, src, r, c, Layout::ND));
+    let to = kb.tile("to", out);
+    kb.vector(|v| {
+        v.load(tx, GmView::nd(x, 0, r, c, c));
+        body(v, tx, to);
+    });
+    kb.build()
+}
+
+#[test]
+fn a_vector_op_in_a_dtype_its_instruction_lacks_fails_the_syntax_check() {
+    // Row reductions have no bf16 form on Ascend 950 (a5/TRowReduce.hpp); the verifier's
+    // vector-dtype rule and the header's static_assert both say so.
+    let row_max = |dt: DType| {
+        let per_row = TileType::new(MemSpace::Vec, dt, 16, 16, Layout::ND).valid(16, 1);
+        vector_op_kernel("row_max", dt, per_row, |v, x, o| v.row_max(o, x))
+    };
+    for dt in [DType::F32, DType::F16] {
+        let k = row_max(dt);
+        let report = tile_backend::verify::verify(&k);
+        assert!(report.is_ok(), "{report}");
+        assert_syntax_ok(&package_unverified(&k));
+    }
+    let k = row_max(DType::BF16);
+    let report = tile_backend::verify::verify(&k);
+    assert!(
+        report
+            .errors()
+            .any(|d| d.message.contains("row_max on bf16") && d.message.contains("TROWMAX")),
+        "{report}"
+    );
+    let p = package_unverified(&k);
+    assert!(p.kernel_cpp.contains("TROWMAX("), "{}", p.kernel_cpp);
+    expect_static_assert(&p, "PTO: TROWMAX/TROWMIN support half, float");
+
+    // TCVT has no int32 -> half on Ascend 950 (a5/TCvt.hpp, docs/isa/TCVT.md); int32 -> float is.
+    let cast = |to: DType| {
+        let out = TileType::new(MemSpace::Vec, to, 16, 32, Layout::ND);
+        vector_op_kernel("cast", DType::I32, out, |v, x, o| {
+            v.cast(o, x, RoundMode::Rint)
+        })
+    };
+    let ok = cast(DType::F32);
+    assert!(tile_backend::verify::verify(&ok).is_ok());
+    assert_syntax_ok(&package_unverified(&ok));
+    let bad = cast(DType::F16);
+    assert!(!tile_backend::verify::verify(&bad).is_ok());
+    expect_static_assert(
+        &package_unverified(&bad),
+        "PTO: TCVT does not implement this source -> destination element type pair on A5",
+    );
+
+    // TMUL has no 8-bit integer form: the same kernel in int32 compiles.
+    let mul = |dt: DType| {
+        let out = TileType::new(MemSpace::Vec, dt, 16, 32, Layout::ND);
+        vector_op_kernel("mul", dt, out, |v, x, o| v.mul(o, x, x))
+    };
+    assert!(tile_backend::verify::verify(&mul(DType::I32)).is_ok());
+    assert_syntax_ok(&package_unverified(&mul(DType::I32)));
+    assert!(!tile_backend::verify::verify(&mul(DType::I8)).is_ok());
+    expect_static_assert(
+        &package_unverified(&mul(DType::I8)),
+        "PTO: TMUL does not support this element type on A5",
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Every IR op kind has an emission path
 

@@ -177,6 +177,11 @@ AICORE void softmax_rows(__gm__ float* x, __gm__ half* y, int valid_cols)
     using RowH = Tile<TileType::Vec, half, R, C, BLayout::RowMajor, R, C>;
     using Red = Tile<TileType::Vec, float, R, 1, BLayout::ColMajor, R, 1>;
     using ColRed = Tile<TileType::Vec, float, 1, C, BLayout::RowMajor, 1, C>;
+    using RowB = Tile<TileType::Vec, bfloat16_t, R, C, BLayout::RowMajor, R, C>;
+    using ColB = Tile<TileType::Vec, bfloat16_t, 1, C, BLayout::RowMajor, 1, C>;
+    using RedB = Tile<TileType::Vec, bfloat16_t, R, 1, BLayout::ColMajor, R, 1>;
+    using Row8 = Tile<TileType::Vec, int8_t, R, C, BLayout::RowMajor, R, C>;
+    using Red8 = Tile<TileType::Vec, int8_t, R, 32, BLayout::RowMajor, R, 1>;
     GX gx(x, Shape<1, 1, 1, R, DYNAMIC>(valid_cols));
     GY gy(y);
     Row t(valid_cols);
@@ -186,6 +191,11 @@ AICORE void softmax_rows(__gm__ float* x, __gm__ half* y, int valid_cols)
     Red mx;
     Red sm;
     ColRed cm;
+    RowB tb;
+    ColB cb;
+    RedB rb;
+    Row8 t8;
+    Red8 r8;
     TASSIGN(t, 0x0);
     TASSIGN(e, 0x8000);
     TASSIGN(tmp, 0x10000);
@@ -193,6 +203,11 @@ AICORE void softmax_rows(__gm__ float* x, __gm__ half* y, int valid_cols)
     TASSIGN(sm, 0x18100);
     TASSIGN(th, 0x19000);
     TASSIGN(cm, 0x1d000);
+    TASSIGN(tb, 0x20000);
+    TASSIGN(cb, 0x24000);
+    TASSIGN(rb, 0x24100);
+    TASSIGN(t8, 0x25000);
+    TASSIGN(r8, 0x27000);
     TLOAD(t, gx);
     set_flag(PIPE_MTE2, PIPE_V, EVENT_ID0);
     wait_flag(PIPE_MTE2, PIPE_V, EVENT_ID0);
@@ -217,6 +232,19 @@ AICORE void softmax_rows(__gm__ float* x, __gm__ half* y, int valid_cols)
     TDIVS(e, e, 2.0f);
     TEXPANDS(th, half(0.0f));
     TCVT(th, e, RoundMode::CAST_RINT);
+    // Forms A5 has in bf16 and 8-bit integers (the row reductions, TMUL and TDIV lack some).
+    TCVT(tb, e, RoundMode::CAST_RINT);
+    TCOLMAX(cb, tb);
+    TCOLEXPANDSUB(tb, tb, cb);
+    TROWEXPANDDIV(tb, tb, rb);
+    TMUL(tb, tb, tb);
+    TNEG(tb, tb);
+    TADD(t8, t8, t8);
+    TMAXS(t8, t8, static_cast<int8_t>(0));
+    TROWMAX(r8, t8, t8);
+    TABS(t8, t8);
+    TCVT(th, tb, RoundMode::CAST_RINT);
+    TCVT(th, t8, RoundMode::CAST_RINT);
     pipe_barrier(PIPE_V);
     set_flag(PIPE_V, PIPE_MTE3, EVENT_ID1);
     wait_flag(PIPE_V, PIPE_MTE3, EVENT_ID1);
@@ -462,6 +490,94 @@ const BAD_KERNELS: &[Bad] = &[
         body: "Tile<TileType::Vec, float, 8, 32, BLayout::ColMajor, 8, 32> s;
                Tile<TileType::Vec, float, 1, 32> m; TCOLMAX(m, s);",
         message: "PTO: column reduction input and output must be ND",
+    },
+    // --- element types of the vector instructions (A5 implementations; the verifier's
+    //     vector-dtype rule mirrors these, from the same machine-model table) ---------------------
+    Bad {
+        name: "trowmax_bf16",
+        body: "Tile<TileType::Vec, bfloat16_t, 8, 32> s;
+               Tile<TileType::Vec, bfloat16_t, 8, 16, BLayout::RowMajor, 8, 1> m; TROWMAX(m, s, s);",
+        message: "PTO: TROWMAX/TROWMIN support half, float, int32, int16, int8, uint8, int64, uint64 (no bf16)",
+    },
+    Bad {
+        name: "trowsum_int8",
+        body: "Tile<TileType::Vec, int8_t, 8, 32> s;
+               Tile<TileType::Vec, int8_t, 8, 32, BLayout::RowMajor, 8, 1> m; TROWSUM(m, s, s);",
+        message: "PTO: TROWSUM supports half, float, int32, int16, int64, uint64 (no bf16, no 8-bit)",
+    },
+    Bad {
+        name: "tcolmax_fp8",
+        body: "Tile<TileType::Vec, float8_e4m3_t, 8, 32> s;
+               Tile<TileType::Vec, float8_e4m3_t, 1, 32> m; TCOLMAX(m, s);",
+        message: "PTO: column reductions support int8, uint8",
+    },
+    Bad {
+        name: "texp_bf16",
+        body: "Tile<TileType::Vec, bfloat16_t, 8, 32> t; TEXP(t, t);",
+        message: "PTO: TEXP does not support this element type on A5 (supported: half, float)",
+    },
+    Bad {
+        name: "tabs_uint8",
+        body: "Tile<TileType::Vec, uint8_t, 8, 32> t; TABS(t, t);",
+        message: "PTO: TABS does not support this element type on A5",
+    },
+    Bad {
+        name: "tneg_int8",
+        body: "Tile<TileType::Vec, int8_t, 8, 32> t; TNEG(t, t);",
+        message: "PTO: TNEG does not support this element type on A5",
+    },
+    Bad {
+        name: "trelu_bf16",
+        body: "Tile<TileType::Vec, bfloat16_t, 8, 32> t; TRELU(t, t);",
+        message: "PTO: TRELU does not support this element type on A5 (supported: int32_t, half, float)",
+    },
+    Bad {
+        name: "tmul_int8",
+        body: "Tile<TileType::Vec, int8_t, 8, 32> t; TMUL(t, t, t);",
+        message: "PTO: TMUL does not support this element type on A5",
+    },
+    Bad {
+        name: "tmuls_uint8",
+        body: "Tile<TileType::Vec, uint8_t, 8, 32> t; TMULS(t, t, static_cast<uint8_t>(2));",
+        message: "PTO: TMULS does not support this element type on A5",
+    },
+    Bad {
+        name: "tdiv_bf16",
+        body: "Tile<TileType::Vec, bfloat16_t, 8, 32> t; TDIV(t, t, t);",
+        message: "PTO: TDIV does not support this element type on A5",
+    },
+    Bad {
+        name: "tdivs_bf16",
+        body: "Tile<TileType::Vec, bfloat16_t, 8, 32> t; TDIVS(t, t, bfloat16_t(2.0f));",
+        message: "PTO: TDIVS does not support this element type on A5",
+    },
+    Bad {
+        name: "tadd_fp8",
+        body: "Tile<TileType::Vec, float8_e5m2_t, 8, 32> t; TADD(t, t, t);",
+        message: "PTO: TADD does not support this element type on A5",
+    },
+    Bad {
+        name: "texpands_fp8",
+        body: "Tile<TileType::Vec, float8_e4m3_t, 8, 32> t; TEXPANDS(t, float8_e4m3_t{});",
+        message: "PTO: TEXPANDS does not support this element type on A5",
+    },
+    Bad {
+        name: "trowexpandadd_int64",
+        body: "Tile<TileType::Vec, int64_t, 8, 32> t;
+               Tile<TileType::Vec, int64_t, 8, 4, BLayout::RowMajor, 8, 1> m; TROWEXPANDADD(t, t, m);",
+        message: "PTO: TROWEXPANDADD does not support this element type on A5",
+    },
+    Bad {
+        name: "tcvt_int32_to_half",
+        body: "Tile<TileType::Vec, int32_t, 8, 32> s; Tile<TileType::Vec, half, 8, 32> d;
+               TCVT(d, s, RoundMode::CAST_RINT);",
+        message: "PTO: TCVT does not implement this source -> destination element type pair on A5",
+    },
+    Bad {
+        name: "tcvt_half_to_bf16",
+        body: "Tile<TileType::Vec, half, 8, 32> s; Tile<TileType::Vec, bfloat16_t, 8, 32> d;
+               TCVT(d, s, RoundMode::CAST_RINT);",
+        message: "PTO: TCVT does not implement this source -> destination element type pair on A5",
     },
     // --- move paths -------------------------------------------------------------------------------
     Bad {

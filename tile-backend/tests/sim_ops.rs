@@ -96,6 +96,10 @@ fn elementwise_ops_round_once_per_op() {
             (BinaryOp::Max, f32::max),
             (BinaryOp::Min, f32::min),
         ] {
+            if dt == DType::BF16 && op == BinaryOp::Div {
+                // Ascend 950's TDIV has no bf16 form (the verifier's vector-dtype rule).
+                continue;
+            }
             let (r, c) = (8u64, 32u64);
             let k = vector_kernel(
                 dt,

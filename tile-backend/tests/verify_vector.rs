@@ -232,11 +232,12 @@ fn vector_dtypes() {
         Rule::VectorDtype,
         &["cast does not convert 64-bit i64 (`a`)"],
     );
-    // Integer abs/relu/add and a float <-> int cast are fine.
+    // Integer abs/relu/add and an int -> float cast are fine (i32 -> f32: Ascend 950's TCVT has
+    // no i32 -> f16, see `casts_are_the_pairs_tcvt_implements`).
     let r = vec3(
         vt(I32, 8, 8),
         vt(I32, 8, 8),
-        vt(F16, 8, 16).valid(8, 8),
+        vt(F32, 8, 8),
         |v, [a, b, c]| {
             v.unary(UnaryOp::Abs, a, b);
             v.unary(UnaryOp::Relu, a, a);
@@ -245,6 +246,343 @@ fn vector_dtypes() {
         },
     );
     expect_clean(&r);
+}
+
+/// A tile of `dt` with `cols` columns (ND rows must be 32-byte aligned: 32 covers every dtype).
+fn vtile(dt: DType) -> TileType {
+    vt(dt, 8, 32)
+}
+
+/// A per-row tile for a row reduction of `dt`: [8, 1] valid in a 32-byte-wide allocation.
+fn per_row(dt: DType) -> TileType {
+    vt(dt, 8, 32).valid(8, 1)
+}
+
+/// Runs `f` on tiles `a` (destination-sized), `b` (source), `c` of dtype `dt`.
+fn same3(dt: DType, f: impl FnOnce(&mut Body<'_>, [TileId; 3])) -> Report {
+    vec3(vtile(dt), vtile(dt), vtile(dt), f)
+}
+
+/// Asserts the instruction-dtype error of `op` on `dt` naming the instruction and the dtypes it
+/// takes, and that it is the op's only dtype diagnostic.
+fn expect_unsupported(r: &Report, op: &str, dt: DType, inst: &str, takes: &str) {
+    let on = format!("{op} on {dt} ");
+    let by = format!("PTO {inst} on Ascend 950 takes {takes} only");
+    expect_err(r, Rule::VectorDtype, &[&on, &by]);
+    let n = r.errors().filter(|d| d.rule == Rule::VectorDtype).count();
+    assert_eq!(n, 1, "one vector-dtype error expected:\n{r}");
+}
+
+#[test]
+fn row_reductions_have_no_bf16_form() {
+    // TROWMAX: a5/TRowReduce.hpp takes half, float, int32, int16, int8, uint8 (+64-bit).
+    let r = vec3(vtile(BF16), per_row(BF16), vtile(BF16), |v, [s, m, _]| {
+        v.row_max(m, s)
+    });
+    expect_unsupported(
+        &r,
+        "row_max",
+        BF16,
+        "TROWMAX",
+        "f32, f16, i32, i8, u8, i64, u64",
+    );
+    expect_err(&r, Rule::VectorDtype, &["`a`", "cast to f32 first"]);
+    let r = vec3(vtile(BF16), per_row(BF16), vtile(BF16), |v, [s, m, _]| {
+        v.reduce(ReduceOp::Min, Axis::Row, m, s)
+    });
+    expect_unsupported(
+        &r,
+        "row_min",
+        BF16,
+        "TROWMIN",
+        "f32, f16, i32, i8, u8, i64, u64",
+    );
+    let r = vec3(vtile(BF16), per_row(BF16), vtile(BF16), |v, [s, m, _]| {
+        v.row_sum(m, s)
+    });
+    expect_unsupported(&r, "row_sum", BF16, "TROWSUM", "f32, f16, i32, i64, u64");
+    // TROWSUM has no 8-bit form either (TROWMAX has).
+    let r = vec3(vtile(I8), per_row(I8), vtile(I8), |v, [s, m, _]| {
+        v.row_sum(m, s)
+    });
+    expect_unsupported(&r, "row_sum", I8, "TROWSUM", "f32, f16, i32, i64, u64");
+    expect_err(&r, Rule::VectorDtype, &["cast to i32 first"]);
+    // Controls: the same reductions in supported dtypes.
+    for dt in [F32, F16] {
+        let r = vec3(vtile(dt), per_row(dt), vtile(dt), |v, [s, m, _]| {
+            v.row_max(m, s);
+            v.reduce(ReduceOp::Min, Axis::Row, m, s);
+            v.row_sum(m, s);
+        });
+        expect_clean(&r);
+    }
+    let r = vec3(vtile(I8), per_row(I8), vtile(I8), |v, [s, m, _]| {
+        v.row_max(m, s)
+    });
+    expect_clean(&r);
+    // Column reductions do take bf16 (a5/TColReduceOps.hpp).
+    let r = vec3(vtile(BF16), vt(BF16, 1, 32), vtile(BF16), |v, [s, m, _]| {
+        v.col_max(m, s);
+        v.col_sum(m, s);
+    });
+    expect_clean(&r);
+}
+
+#[test]
+fn transcendental_ops_take_f32_and_f16_only() {
+    for (op, inst) in [
+        (UnaryOp::Exp, "TEXP"),
+        (UnaryOp::Ln, "TLOG"),
+        (UnaryOp::Sqrt, "TSQRT"),
+        (UnaryOp::Rsqrt, "TRSQRT"),
+        (UnaryOp::Recip, "TRECIP"),
+    ] {
+        let name = format!("{op:?}").to_lowercase();
+        let r = same3(BF16, |v, [a, b, _]| v.unary(op, a, b));
+        let takes = if op == UnaryOp::Recip {
+            "f32, f16, i32"
+        } else {
+            "f32, f16"
+        };
+        expect_unsupported(&r, &name, BF16, inst, takes);
+        for dt in [F32, F16] {
+            expect_clean(&same3(dt, |v, [a, b, _]| v.unary(op, a, b)));
+        }
+    }
+}
+
+#[test]
+fn abs_neg_and_relu_follow_their_instruction() {
+    // TABS: float, half, int32, int16, int8 on A5 -- no bf16, no u8.
+    let r = same3(BF16, |v, [a, b, _]| v.unary(UnaryOp::Abs, a, b));
+    expect_unsupported(&r, "abs", BF16, "TABS", "f32, f16, i32, i8");
+    let r = same3(U8, |v, [a, b, _]| v.unary(UnaryOp::Abs, a, b));
+    expect_unsupported(&r, "abs", U8, "TABS", "f32, f16, i32, i8");
+    expect_clean(&same3(I8, |v, [a, b, _]| v.unary(UnaryOp::Abs, a, b)));
+    // TNEG is TMULS by -1: no 8-bit integers, bf16 fine.
+    let r = same3(I8, |v, [a, b, _]| v.unary(UnaryOp::Neg, a, b));
+    expect_unsupported(&r, "neg", I8, "TNEG", "f32, f16, bf16, i32, i64, u64");
+    expect_clean(&same3(BF16, |v, [a, b, _]| v.unary(UnaryOp::Neg, a, b)));
+    // TRELU: half, float, int32.
+    for dt in [BF16, I8] {
+        let r = same3(dt, |v, [a, b, _]| v.unary(UnaryOp::Relu, a, b));
+        expect_unsupported(&r, "relu", dt, "TRELU", "f32, f16, i32");
+    }
+    expect_clean(&same3(I32, |v, [a, b, _]| v.unary(UnaryOp::Relu, a, b)));
+}
+
+#[test]
+fn multiplication_and_division_follow_their_instruction() {
+    // TMUL / TMULS: no 8-bit integers.
+    for dt in [I8, U8] {
+        let r = same3(dt, |v, [a, b, c]| v.mul(a, b, c));
+        expect_unsupported(&r, "mul", dt, "TMUL", "f32, f16, bf16, i32, i64, u64");
+        let r = same3(dt, |v, [a, b, _]| v.muls(a, b, 3.0));
+        expect_unsupported(&r, "muls", dt, "TMULS", "f32, f16, bf16, i32, i64, u64");
+    }
+    expect_clean(&same3(BF16, |v, [a, b, c]| {
+        v.mul(a, b, c);
+        v.muls(a, b, 0.5);
+    }));
+    // TDIV / TDIVS: no bf16.
+    let r = same3(BF16, |v, [a, b, c]| v.binary(BinaryOp::Div, a, b, c));
+    expect_unsupported(&r, "div", BF16, "TDIV", "f32, f16, i32, i64, u64");
+    expect_err(&r, Rule::VectorDtype, &["cast to f32 first"]);
+    let r = same3(BF16, |v, [a, b, _]| {
+        v.binary_scalar(BinaryOp::Div, a, b, 2.0)
+    });
+    expect_unsupported(&r, "divs", BF16, "TDIVS", "f32, f16, i32, i64, u64");
+    expect_clean(&same3(F16, |v, [a, b, c]| {
+        v.binary(BinaryOp::Div, a, b, c);
+        v.binary_scalar(BinaryOp::Div, a, b, 2.0);
+    }));
+}
+
+#[test]
+fn ops_whose_instruction_takes_every_vector_dtype_stay_legal() {
+    // TADD/TSUB/TMAX/TMIN and their scalar forms, the row/column broadcasts (division included:
+    // a5/TRowExpandDiv.hpp takes bf16 and 8-bit), TROWEXPAND/TCOLEXPAND and TEXPANDS.
+    for dt in [BF16, I8, U8] {
+        let r = vec3(vtile(dt), per_row(dt), vtile(dt), |v, [a, m, c]| {
+            for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Max, BinaryOp::Min] {
+                v.binary(op, a, a, c);
+                v.binary_scalar(op, a, a, 1.0);
+            }
+            for op in [BinaryOp::Add, BinaryOp::Mul, BinaryOp::Max] {
+                v.broadcast(op, Axis::Row, a, a, m);
+            }
+            v.expand(Axis::Row, c, m);
+            v.fill(c, 1.0);
+        });
+        expect_clean(&r);
+    }
+    let r = vec3(vtile(BF16), per_row(BF16), vtile(BF16), |v, [a, m, _]| {
+        v.broadcast(BinaryOp::Div, Axis::Row, a, a, m)
+    });
+    expect_clean(&r);
+}
+
+#[test]
+fn casts_are_the_pairs_tcvt_implements() {
+    // Not on Ascend 950 (a5/TCvt.hpp, docs/isa/TCVT.md): i32 -> f16 (A2/A3 only), f16 -> bf16,
+    // f32 -> i8, and same-type copies other than f32 -> f32.
+    for (from, to, reach, through) in [
+        (I32, F16, "f32, u8, i64", Some("f32")),
+        (F16, BF16, "f32, i32, i8, u8", Some("f32")),
+        (
+            F32,
+            I8,
+            "f32, f16, bf16, i32, i64, f8e4m3, f8e5m2",
+            Some("f16"),
+        ),
+        (F16, F16, "f32, i32, i8, u8", None),
+        (U8, F32, "f16", Some("f16")),
+    ] {
+        let r = vec3(
+            vt(to, 8, 32),
+            vt(from, 8, 32),
+            vtile(F32),
+            |v, [d, s, _]| v.cast(d, s, RoundMode::Rint),
+        );
+        let what = format!("cast {from} -> {to} (`b` -> `a`)");
+        let reach = format!("from {from} it converts to {reach} only");
+        let d = expect_err(
+            &r,
+            Rule::VectorDtype,
+            &[
+                &what,
+                &format!("PTO TCVT on Ascend 950 does not convert {from} to {to}"),
+                &reach,
+            ],
+        );
+        match through {
+            Some(m) => assert!(d.message.contains(&format!("cast through {m}")), "{d}"),
+            None => assert!(
+                !d.message.contains("cast through") && d.message.contains("drop it"),
+                "{d}"
+            ),
+        }
+    }
+    // Controls: the conversions the kernels use and their reverse paths.
+    for (from, to) in [
+        (F32, F16),
+        (F32, BF16),
+        (F32, F32),
+        (BF16, F16),
+        (F16, I8),
+        (I8, F16),
+        (I32, F32),
+        (F32, I32),
+        (F32, F8E4M3),
+        (F8E5M2, F32),
+    ] {
+        let r = vec3(
+            vt(to, 8, 32),
+            vt(from, 8, 32),
+            vtile(F32),
+            |v, [d, s, _]| v.cast(d, s, RoundMode::Rint),
+        );
+        expect_clean(&r);
+    }
+}
+
+#[test]
+fn every_vector_instruction_has_a_dtype_row() {
+    // Each instruction the code generator emits for a vector op is in the machine's table, so an
+    // op cannot slip past `vector-dtype` because its instruction was forgotten.
+    let arch = tile_backend::arch::Arch::ascend950();
+    let mut kb = KernelBuilder::new("v");
+    let a = kb.tile("a", vtile(F32));
+    let r = |t: TileId| TileRef::from(t);
+    let mut ops = vec![];
+    for op in [
+        UnaryOp::Exp,
+        UnaryOp::Ln,
+        UnaryOp::Abs,
+        UnaryOp::Neg,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Recip,
+        UnaryOp::Relu,
+    ] {
+        ops.push(Op::Unary {
+            op,
+            dst: r(a),
+            src: r(a),
+        });
+    }
+    for op in [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Max,
+        BinaryOp::Min,
+    ] {
+        ops.push(Op::Binary {
+            op,
+            dst: r(a),
+            lhs: r(a),
+            rhs: r(a),
+        });
+        ops.push(Op::BinaryScalar {
+            op,
+            dst: r(a),
+            src: r(a),
+            scalar: ScalarArg::Const(1.0),
+        });
+        for axis in [Axis::Row, Axis::Col] {
+            ops.push(Op::Broadcast {
+                op,
+                axis,
+                dst: r(a),
+                src: r(a),
+                operand: r(a),
+            });
+        }
+    }
+    for axis in [Axis::Row, Axis::Col] {
+        for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+            ops.push(Op::Reduce {
+                op,
+                axis,
+                dst: r(a),
+                src: r(a),
+            });
+        }
+        ops.push(Op::Expand {
+            axis,
+            dst: r(a),
+            src: r(a),
+        });
+    }
+    ops.push(Op::Fill {
+        dst: r(a),
+        value: ScalarArg::Const(0.0),
+    });
+    let k = kb.build();
+    let mut seen = std::collections::BTreeSet::new();
+    for op in &ops {
+        let inst = tile_backend::codegen::pto::instruction(&k, op);
+        assert!(
+            arch.instruction_dtypes(inst).is_some(),
+            "{inst} has no row in Arch::vector_dtypes"
+        );
+        seen.insert(inst);
+    }
+    assert_eq!(seen.len(), ops.len(), "one instruction per op form");
+    assert_eq!(
+        arch.vector_dtypes.len(),
+        seen.len(),
+        "no stale rows: {seen:?}"
+    );
+    let cast = Op::Cast {
+        dst: r(a),
+        src: r(a),
+        round: RoundMode::Rint,
+    };
+    assert_eq!(tile_backend::codegen::pto::instruction(&k, &cast), "TCVT");
+    assert!(arch.can_cast(F32, F32) && !arch.can_cast(I32, F16));
 }
 
 // ---------------------------------------------------------------- reduce-pad

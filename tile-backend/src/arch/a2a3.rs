@@ -1,7 +1,10 @@
-//! Ascend A2/A3 (910B/910C, `dav-c220`): capacities, C0 and rates. Its own move tables are not
-//! transcribed yet; it borrows the 950 table (flagged by `rules_documented = false`).
+//! Ascend A2/A3 (910B/910C, `dav-c220`): capacities, C0 and rates. Its own move and vector-dtype
+//! tables are not transcribed yet; it borrows the 950 tables (flagged by `rules_documented = false`).
 
-use super::{move_table_950, Arch, Figure, LoadRule, MatmulDtypes, Rates, SpaceSpec, Target};
+use super::{
+    cast_pairs_950, move_table_950, vector_dtypes_950, Arch, Figure, LoadRule, MatmulDtypes, Rates,
+    SpaceSpec, Target,
+};
 use crate::ir::{DType, Layout, MemSpace};
 
 const KIB: u64 = 1024;
@@ -81,6 +84,8 @@ pub(super) fn arch() -> Arch {
         flag_events: 8,
         cross_flags: 32,
         gather_dtypes: vec![DType::F32, DType::F16, DType::BF16, DType::I8],
+        vector_dtypes: vector_dtypes_950(),
+        cast_pairs: cast_pairs_950(),
         rates: Rates {
             clock_ghz: Figure::assumed(1.8),
             clusters: Figure::assumed(24.0),

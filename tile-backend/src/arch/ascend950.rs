@@ -1,8 +1,8 @@
 //! Ascend 950 (A5, `dav-c310`): ASCEND950.md §2-§6, §10.
 
 use super::{
-    Arch, Figure, LayoutRule, LoadRule, MatmulDtypes, MoveRule, Rates, ScaleRule, ShapeRel, Sku,
-    SpaceSpec, Target,
+    cast_pairs_950, vector_dtypes_950, Arch, Figure, LayoutRule, LoadRule, MatmulDtypes, MoveRule,
+    Rates, ScaleRule, ShapeRel, Sku, SpaceSpec, Target,
 };
 use crate::ir::{DType, Layout, MemSpace, Pipe};
 
@@ -42,6 +42,8 @@ pub(super) fn arch(sku: Sku) -> Arch {
         flag_events: 8,
         cross_flags: 32,
         gather_dtypes: vec![DType::F32, DType::F16, DType::BF16, DType::I8],
+        vector_dtypes: vector_dtypes_950(),
+        cast_pairs: cast_pairs_950(),
         rates: rates_950(sku),
         rules_documented: true,
     }

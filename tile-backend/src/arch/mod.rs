@@ -4,6 +4,7 @@
 mod a2a3;
 mod ascend950;
 mod rates;
+mod vector_dtypes;
 
 pub use rates::{Basis, Figure, Rates};
 
@@ -150,6 +151,15 @@ pub struct MatmulDtypes {
     pub acc: DType,
 }
 
+/// The element types one PTO vector instruction accepts (all its tile operands share one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VectorDtypes {
+    /// The PTO-ISA instruction, spelled as the code generator emits it (`TROWMAX`).
+    pub instruction: String,
+    /// The element types it takes.
+    pub dtypes: Vec<DType>,
+}
+
 /// Capacity and alignment of one on-chip space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpaceSpec {
@@ -196,6 +206,10 @@ pub struct Arch {
     pub cross_flags: u8,
     /// Dtypes `gather_in_l1` accepts for its source.
     pub gather_dtypes: Vec<DType>,
+    /// Element types of the vector instructions (an instruction without a row is unrestricted).
+    pub vector_dtypes: Vec<VectorDtypes>,
+    /// The (source, destination) dtype pairs the vector conversion (TCVT) performs.
+    pub cast_pairs: Vec<(DType, DType)>,
     /// Rates for the cost model.
     pub rates: Rates,
     /// True where the rule tables are transcribed from documentation for this target; false where
@@ -269,6 +283,20 @@ impl Arch {
         v
     }
 
+    /// The element types the vector instruction `instruction` takes; `None` where the machine
+    /// description states no limit.
+    pub fn instruction_dtypes(&self, instruction: &str) -> Option<&[DType]> {
+        self.vector_dtypes
+            .iter()
+            .find(|r| r.instruction == instruction)
+            .map(|r| r.dtypes.as_slice())
+    }
+
+    /// Whether the vector conversion turns `src` into `dst`.
+    pub fn can_cast(&self, src: DType, dst: DType) -> bool {
+        self.cast_pairs.contains(&(src, dst))
+    }
+
     /// The layout a space requires for cube operands (`None` where any layout is allowed).
     pub fn required_layout(&self, space: MemSpace) -> Option<Layout> {
         match space {
@@ -317,3 +345,4 @@ impl Arch {
 }
 
 pub(crate) use ascend950::move_table_950;
+pub(crate) use vector_dtypes::{cast_pairs_950, vector_dtypes_950};

@@ -1,9 +1,12 @@
-//! Vector ops: operands in UB, matching dtypes and shapes; reductions take the layouts PTO's
-//! TROW*/TCOL* accept and pad correctly; fillpad and set_validshape are meaningful.
+//! Vector ops: operands in UB, matching dtypes and shapes, each in a dtype its PTO instruction
+//! takes on the target (the machine model's instruction -> dtypes table); reductions take the
+//! layouts PTO's TROW*/TCOL* accept and pad correctly; fillpad and set_validshape are meaningful.
 
 use super::{static_dim, Ctx, Rule};
+use crate::codegen::pto::instruction;
 use crate::ir::{
-    Axis, BinaryOp, Layout, MemSpace, Op, PadValue, ReduceOp, TileDecl, TileRef, UnaryOp, ValidDim,
+    Axis, BinaryOp, DType, Layout, MemSpace, Op, PadValue, ReduceOp, TileDecl, TileRef, UnaryOp,
+    ValidDim,
 };
 
 fn vec_tile<'a>(cx: &mut Ctx<'a>, r: &TileRef, role: &str) -> Option<&'a TileDecl> {
@@ -103,6 +106,22 @@ fn check_one(cx: &mut Ctx<'_>, d: &TileDecl, axis: Axis, full: &TileDecl) {
 }
 
 pub(super) fn check(cx: &mut Ctx<'_>, op: &Op) {
+    let first = cx.diags.len();
+    check_operands(cx, op);
+    // The instruction's own dtype list is checked once the operands are otherwise sound, so an op
+    // already rejected for its dtype (mixed operands, fp8, integer division, ...) reports that once.
+    let rejected = cx.diags[first..].iter().any(|d| {
+        matches!(
+            d.rule,
+            Rule::VectorDtype | Rule::VectorSpace | Rule::UnknownTile
+        )
+    });
+    if !rejected {
+        instruction_dtype(cx, op);
+    }
+}
+
+fn check_operands(cx: &mut Ctx<'_>, op: &Op) {
     match op {
         Op::Unary { op, dst, src } => {
             let (Some(d), Some(s)) = (
@@ -346,4 +365,113 @@ fn div_float(cx: &mut Ctx<'_>, op: BinaryOp, t: &TileDecl) {
             ),
         );
     }
+}
+
+/// The op as the tile DSL spells it, for diagnostics (`row_max`, `exp`, `muls`, `row_broadcast_div`).
+fn op_label(op: &Op) -> String {
+    let axis = |a: &Axis| match a {
+        Axis::Row => "row",
+        Axis::Col => "col",
+    };
+    let binary = |b: &BinaryOp| format!("{b:?}").to_lowercase();
+    match op {
+        Op::Unary { op, .. } => format!("{op:?}").to_lowercase(),
+        Op::Binary { op, .. } => binary(op),
+        Op::BinaryScalar { op, .. } => format!("{}s", binary(op)),
+        Op::Reduce { op, axis: a, .. } => {
+            format!("{}_{}", axis(a), format!("{op:?}").to_lowercase())
+        }
+        Op::Broadcast { op, axis: a, .. } => format!("{}_broadcast_{}", axis(a), binary(op)),
+        Op::Expand { axis: a, .. } => format!("{}_expand", axis(a)),
+        other => other.name().to_string(),
+    }
+}
+
+/// The dtypes a vector op's instruction takes on the target (`Arch::instruction_dtypes`, from the
+/// PTO-ISA A5 sources) and, for a cast, the conversions TCVT performs (`Arch::cast_pairs`).
+fn instruction_dtype(cx: &mut Ctx<'_>, op: &Op) {
+    let kernel = cx.kernel;
+    let arch = cx.arch;
+    let decl = |r: &TileRef| kernel.try_tile(r.tile);
+    let inst = instruction(kernel, op);
+    let machine = cx.machine();
+    let names =
+        |ds: &mut dyn Iterator<Item = DType>| ds.map(|d| d.name()).collect::<Vec<_>>().join(", ");
+    let operand = match op {
+        Op::Cast { dst, src, .. } => {
+            let (Some(d), Some(s)) = (decl(dst), decl(src)) else {
+                return;
+            };
+            let (from, to) = (s.ty.dtype, d.ty.dtype);
+            if arch.can_cast(from, to) {
+                return;
+            }
+            let targets = names(
+                &mut arch
+                    .cast_pairs
+                    .iter()
+                    .filter(|(a, _)| *a == from)
+                    .map(|(_, b)| *b),
+            );
+            let reach = if targets.is_empty() {
+                format!("it converts nothing from {from}")
+            } else {
+                format!("from {from} it converts to {targets} only")
+            };
+            let hint = if from == to {
+                "; a same-dtype cast converts nothing: drop it".to_string()
+            } else {
+                DType::ALL
+                    .iter()
+                    .find(|m| arch.can_cast(from, **m) && arch.can_cast(**m, to))
+                    .map(|m| format!("; cast through {m} (two casts)"))
+                    .unwrap_or_default()
+            };
+            cx.error(
+                Rule::VectorDtype,
+                format!(
+                    "cast {from} -> {to} (`{}` -> `{}`): PTO {inst} on {machine} does not convert {from} to {to}; {reach}{hint}",
+                    s.name, d.name
+                ),
+            );
+            return;
+        }
+        Op::Fill { dst, .. } => dst,
+        Op::Unary { src, .. }
+        | Op::BinaryScalar { src, .. }
+        | Op::Reduce { src, .. }
+        | Op::Broadcast { src, .. }
+        | Op::Expand { src, .. } => src,
+        Op::Binary { lhs, .. } => lhs,
+        _ => return,
+    };
+    let Some(t) = decl(operand) else { return };
+    let dt = t.ty.dtype;
+    let Some(allowed) = arch.instruction_dtypes(inst) else {
+        return;
+    };
+    if allowed.contains(&dt) {
+        return;
+    }
+    // Suggest a dtype the instruction takes that a single cast reaches, preferring f32 for float
+    // data and i32 for integers.
+    let order: &[DType] = if dt.is_float() {
+        &[DType::F32, DType::F16, DType::BF16, DType::I32]
+    } else {
+        &[DType::I32, DType::F32, DType::F16, DType::BF16]
+    };
+    let hint = order
+        .iter()
+        .find(|m| allowed.contains(m) && arch.can_cast(dt, **m))
+        .map(|m| format!("cast to {m} first"))
+        .unwrap_or_else(|| "convert the data to one of them first".to_string());
+    cx.error(
+        Rule::VectorDtype,
+        format!(
+            "{} on {dt} (`{}`): PTO {inst} on {machine} takes {} only; {hint}",
+            op_label(op),
+            t.name,
+            names(&mut allowed.iter().copied())
+        ),
+    );
 }

@@ -1612,8 +1612,27 @@ PTO_INST RecordEvent TINSERT(
 #define TILEOPS_PTO_SAME(NAME, A, B)                                                  \
     static_assert(std::is_same_v<typename A::DType, typename B::DType>, "PTO: " #NAME \
                                                                         " requires equal element types")
+// Element types of each instruction's A5 implementation: the static_asserts of
+// include/pto/npu/a5/<Instr>.hpp and the "Constraints" of docs/isa/<INSTR>.md. The message names the
+// instruction and lists the accepted types.
+#define TILEOPS_PTO_STR(...) #__VA_ARGS__
+#define TILEOPS_PTO_DTYPES(NAME, T, ...)                                                   \
+    static_assert(detail::is_one_of_v<typename T::DType, __VA_ARGS__>,                     \
+        "PTO: " #NAME " does not support this element type on A5 (supported: " TILEOPS_PTO_STR(__VA_ARGS__) ")")
+// a5/TAdd.hpp, TSub.hpp, TMax.hpp, TMin.hpp, TAddS.hpp, TSubS.hpp, TMaxs.hpp, TMins.hpp, TExpandS.hpp;
+// the column reductions (a5/TColReduceOps.hpp TColReduceCheck).
+#define TILEOPS_PTO_ARITH_TYPES \
+    int8_t, uint8_t, int16_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t, half, bfloat16_t, float
+// a5/TMul.hpp, TMulS.hpp (and TNEG, which A5 lowers to TMULS(dst, src, -1)): no 8-bit integers.
+#define TILEOPS_PTO_MUL_TYPES int16_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t, half, bfloat16_t, float
+// a5/TDiv.hpp, TDivS.hpp (tile / scalar form): no 8-bit integers, no bfloat16.
+#define TILEOPS_PTO_DIV_TYPES int16_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t, half, float
+// a5/TRowExpand<Op>.hpp and a5/TColExpandBinOp.hpp: 8/16/32-bit, bfloat16 included, no 64-bit.
+#define TILEOPS_PTO_EXPAND_TYPES int8_t, uint8_t, int16_t, uint16_t, int32_t, uint32_t, half, bfloat16_t, float
 
-#define TILEOPS_PTO_BINARY(NAME)                                                                                \
+// TAND / TOR take any 1-, 2- or 4-byte element type (a5/TAnd.hpp, TOr.hpp): the bool argument says
+// whether a type list is checked.
+#define TILEOPS_PTO_BINARY(NAME, CHECKED, ...)                                                                  \
     template <typename TileDataDst, typename TileDataSrc0, typename TileDataSrc1, typename... WaitEvents>      \
     PTO_INST RecordEvent NAME(TileDataDst& dst, TileDataSrc0& src0, TileDataSrc1& src1, WaitEvents&... events) \
     {                                                                                                           \
@@ -1622,19 +1641,21 @@ PTO_INST RecordEvent TINSERT(
         TILEOPS_PTO_VEC(NAME, TileDataSrc1);                                                                    \
         TILEOPS_PTO_SAME(NAME, TileDataDst, TileDataSrc0);                                                      \
         TILEOPS_PTO_SAME(NAME, TileDataDst, TileDataSrc1);                                                      \
+        static_assert(!CHECKED || detail::is_one_of_v<typename TileDataDst::DType, __VA_ARGS__>,               \
+            "PTO: " #NAME " does not support this element type on A5 (supported: " TILEOPS_PTO_STR(__VA_ARGS__) ")"); \
         (void)dst;                                                                                              \
         (void)src0;                                                                                             \
         (void)src1;                                                                                             \
         TSYNC(events...);                                                                                       \
         return {};                                                                                              \
     }
-TILEOPS_PTO_BINARY(TADD)
-TILEOPS_PTO_BINARY(TSUB)
-TILEOPS_PTO_BINARY(TMUL)
-TILEOPS_PTO_BINARY(TMAX)
-TILEOPS_PTO_BINARY(TMIN)
-TILEOPS_PTO_BINARY(TAND)
-TILEOPS_PTO_BINARY(TOR)
+TILEOPS_PTO_BINARY(TADD, true, TILEOPS_PTO_ARITH_TYPES)
+TILEOPS_PTO_BINARY(TSUB, true, TILEOPS_PTO_ARITH_TYPES)
+TILEOPS_PTO_BINARY(TMUL, true, TILEOPS_PTO_MUL_TYPES)
+TILEOPS_PTO_BINARY(TMAX, true, TILEOPS_PTO_ARITH_TYPES)
+TILEOPS_PTO_BINARY(TMIN, true, TILEOPS_PTO_ARITH_TYPES)
+TILEOPS_PTO_BINARY(TAND, false, void)
+TILEOPS_PTO_BINARY(TOR, false, void)
 #undef TILEOPS_PTO_BINARY
 
 template <auto PrecisionType = DivAlgorithm::DEFAULT, typename TileDataDst, typename TileDataSrc0,
@@ -1646,6 +1667,7 @@ PTO_INST RecordEvent TDIV(TileDataDst& dst, TileDataSrc0& src0, TileDataSrc1& sr
     TILEOPS_PTO_VEC(TDIV, TileDataSrc1);
     TILEOPS_PTO_SAME(TDIV, TileDataDst, TileDataSrc0);
     TILEOPS_PTO_SAME(TDIV, TileDataDst, TileDataSrc1);
+    TILEOPS_PTO_DTYPES(TDIV, TileDataDst, TILEOPS_PTO_DIV_TYPES);
     (void)dst;
     (void)src0;
     (void)src1;
@@ -1653,7 +1675,7 @@ PTO_INST RecordEvent TDIV(TileDataDst& dst, TileDataSrc0& src0, TileDataSrc1& sr
     return {};
 }
 
-#define TILEOPS_PTO_SCALAR(NAME)                                                                             \
+#define TILEOPS_PTO_SCALAR(NAME, ...)                                                                        \
     template <typename TileDataDst, typename TileDataSrc, typename... WaitEvents>                            \
     PTO_INST RecordEvent NAME(                                                                               \
         TileDataDst& dst, TileDataSrc& src0, typename TileDataSrc::DType scalar, WaitEvents&... events)      \
@@ -1661,17 +1683,18 @@ PTO_INST RecordEvent TDIV(TileDataDst& dst, TileDataSrc0& src0, TileDataSrc1& sr
         TILEOPS_PTO_VEC(NAME, TileDataDst);                                                                  \
         TILEOPS_PTO_VEC(NAME, TileDataSrc);                                                                  \
         TILEOPS_PTO_SAME(NAME, TileDataDst, TileDataSrc);                                                    \
+        TILEOPS_PTO_DTYPES(NAME, TileDataDst, __VA_ARGS__);                                                  \
         (void)dst;                                                                                           \
         (void)src0;                                                                                          \
         (void)scalar;                                                                                        \
         TSYNC(events...);                                                                                    \
         return {};                                                                                           \
     }
-TILEOPS_PTO_SCALAR(TADDS)
-TILEOPS_PTO_SCALAR(TSUBS)
-TILEOPS_PTO_SCALAR(TMULS)
-TILEOPS_PTO_SCALAR(TMAXS)
-TILEOPS_PTO_SCALAR(TMINS)
+TILEOPS_PTO_SCALAR(TADDS, TILEOPS_PTO_ARITH_TYPES)
+TILEOPS_PTO_SCALAR(TSUBS, TILEOPS_PTO_ARITH_TYPES)
+TILEOPS_PTO_SCALAR(TMULS, TILEOPS_PTO_MUL_TYPES)
+TILEOPS_PTO_SCALAR(TMAXS, TILEOPS_PTO_ARITH_TYPES)
+TILEOPS_PTO_SCALAR(TMINS, TILEOPS_PTO_ARITH_TYPES)
 #undef TILEOPS_PTO_SCALAR
 
 template <auto PrecisionType = DivAlgorithm::DEFAULT, typename TileDataDst, typename TileDataSrc,
@@ -1682,6 +1705,7 @@ PTO_INST RecordEvent TDIVS(
     TILEOPS_PTO_VEC(TDIVS, TileDataDst);
     TILEOPS_PTO_VEC(TDIVS, TileDataSrc);
     TILEOPS_PTO_SAME(TDIVS, TileDataDst, TileDataSrc);
+    TILEOPS_PTO_DTYPES(TDIVS, TileDataDst, TILEOPS_PTO_DIV_TYPES);
     (void)dst;
     (void)src0;
     (void)scalar;
@@ -1704,24 +1728,26 @@ PTO_INST RecordEvent TDIVS(
     return {};
 }
 
-#define TILEOPS_PTO_UNARY(NAME)                                                                        \
+#define TILEOPS_PTO_UNARY(NAME, ...)                                                                   \
     template <typename TileDataDst, typename TileDataSrc, typename... WaitEvents>                      \
     PTO_INST RecordEvent NAME(TileDataDst& dst, TileDataSrc& src, WaitEvents&... events)               \
     {                                                                                                  \
         TILEOPS_PTO_VEC(NAME, TileDataDst);                                                            \
         TILEOPS_PTO_VEC(NAME, TileDataSrc);                                                            \
         TILEOPS_PTO_SAME(NAME, TileDataDst, TileDataSrc);                                              \
+        TILEOPS_PTO_DTYPES(NAME, TileDataSrc, __VA_ARGS__);                                            \
         (void)dst;                                                                                     \
         (void)src;                                                                                     \
         TSYNC(events...);                                                                              \
         return {};                                                                                     \
     }
-TILEOPS_PTO_UNARY(TABS)
-TILEOPS_PTO_UNARY(TNEG)
-TILEOPS_PTO_UNARY(TRELU)
+// a5/TUnaryOp.hpp: TABS_IMPL (no bfloat16, no uint8), TNEG_IMPL (= TMULS by -1), TRELU_IMPL.
+TILEOPS_PTO_UNARY(TABS, int8_t, int16_t, int32_t, half, float)
+TILEOPS_PTO_UNARY(TNEG, TILEOPS_PTO_MUL_TYPES)
+TILEOPS_PTO_UNARY(TRELU, int32_t, half, float)
 #undef TILEOPS_PTO_UNARY
 
-#define TILEOPS_PTO_UNARY_ALGO(NAME, ALGO)                                                                    \
+#define TILEOPS_PTO_UNARY_ALGO(NAME, ALGO, ...)                                                               \
     template <auto PrecisionType = ALGO::DEFAULT, typename TileDataDst, typename TileDataSrc,                \
         typename... WaitEvents>                                                                               \
     PTO_INST RecordEvent NAME(TileDataDst& dst, TileDataSrc& src, WaitEvents&... events)                      \
@@ -1729,18 +1755,19 @@ TILEOPS_PTO_UNARY(TRELU)
         TILEOPS_PTO_VEC(NAME, TileDataDst);                                                                   \
         TILEOPS_PTO_VEC(NAME, TileDataSrc);                                                                   \
         TILEOPS_PTO_SAME(NAME, TileDataDst, TileDataSrc);                                                     \
-        static_assert(detail::is_one_of_v<typename TileDataSrc::DType, float, half>,                          \
-            "PTO: " #NAME " supports only float and half");                                                   \
+        TILEOPS_PTO_DTYPES(NAME, TileDataSrc, __VA_ARGS__);                                                   \
         (void)dst;                                                                                            \
         (void)src;                                                                                            \
         TSYNC(events...);                                                                                     \
         return {};                                                                                            \
     }
-TILEOPS_PTO_UNARY_ALGO(TEXP, ExpAlgorithm)
-TILEOPS_PTO_UNARY_ALGO(TLOG, LogAlgorithm)
-TILEOPS_PTO_UNARY_ALGO(TSQRT, SqrtAlgorithm)
-TILEOPS_PTO_UNARY_ALGO(TRECIP, RecipAlgorithm)
-TILEOPS_PTO_UNARY_ALGO(TRSQRT, RsqrtAlgorithm)
+// a5/TUnaryOp.hpp TUnaryCheck (TEXP, TLOG, TSQRT), a5/TRsqrt.hpp; TRECIP is TDIVS(dst, 1, src)
+// and docs/isa/TRECIP.md lists float, half, int32_t, int16_t.
+TILEOPS_PTO_UNARY_ALGO(TEXP, ExpAlgorithm, half, float)
+TILEOPS_PTO_UNARY_ALGO(TLOG, LogAlgorithm, half, float)
+TILEOPS_PTO_UNARY_ALGO(TSQRT, SqrtAlgorithm, half, float)
+TILEOPS_PTO_UNARY_ALGO(TRECIP, RecipAlgorithm, int16_t, int32_t, half, float)
+TILEOPS_PTO_UNARY_ALGO(TRSQRT, RsqrtAlgorithm, half, float)
 #undef TILEOPS_PTO_UNARY_ALGO
 
 template <typename TileData, typename... WaitEvents>
@@ -1748,6 +1775,7 @@ PTO_INST RecordEvent TEXPANDS(TileData& dst, typename TileData::DType scalar, Wa
 {
     static_assert(TileData::Loc == TileType::Vec || TileData::Loc == TileType::Mat,
         "PTO: TEXPANDS destination must be a Vec (or Mat) tile");
+    TILEOPS_PTO_DTYPES(TEXPANDS, TileData, TILEOPS_PTO_ARITH_TYPES);
     (void)dst;
     (void)scalar;
     TSYNC(events...);
@@ -1756,7 +1784,7 @@ PTO_INST RecordEvent TEXPANDS(TileData& dst, typename TileData::DType scalar, Wa
 
 // Row reductions: src ND [R, C] -> dst [R, 1] (ND, or DN with one column); tmp is a Vec scratch tile.
 namespace detail {
-template <typename Out, typename In>
+template <typename Out, typename In, bool Sum>
 constexpr void check_row_reduce()
 {
     static_assert(Out::Loc == TileType::Vec && In::Loc == TileType::Vec, "PTO: row reductions work on Vec tiles");
@@ -1765,8 +1793,13 @@ constexpr void check_row_reduce()
         "PTO: row reduction output must be ND, or DN with exactly one column");
     static_assert(std::is_same_v<typename Out::DType, typename In::DType>,
         "PTO: row reduction input and output element types must match");
-    static_assert(is_one_of_v<typename In::DType, half, float, int32_t, int16_t, int8_t, uint8_t>,
-        "PTO: row reductions support half, float, int32, int16, int8, uint8 (no bf16)");
+    // a5/TRowReduce.hpp: TRowMax/TRowMin static_asserts, 64-bit through TROW*_IMPL's Int64 paths.
+    static_assert(Sum || is_one_of_v<typename In::DType, half, float, int32_t, int16_t, int8_t, uint8_t, int64_t,
+                             uint64_t>,
+        "PTO: TROWMAX/TROWMIN support half, float, int32, int16, int8, uint8, int64, uint64 (no bf16)");
+    // a5/TRowReduce.hpp: TRowSum static_assert (no 8-bit, no bf16), 64-bit through TROWSUM_IMPL.
+    static_assert(!Sum || is_one_of_v<typename In::DType, half, float, int32_t, int16_t, int64_t, uint64_t>,
+        "PTO: TROWSUM supports half, float, int32, int16, int64, uint64 (no bf16, no 8-bit)");
 }
 template <typename Out, typename In>
 constexpr void check_col_reduce()
@@ -1775,13 +1808,17 @@ constexpr void check_col_reduce()
     static_assert(is_nd_v<In> && is_nd_v<Out>, "PTO: column reduction input and output must be ND");
     static_assert(std::is_same_v<typename Out::DType, typename In::DType>,
         "PTO: column reduction input and output element types must match");
+    // a5/TColReduceOps.hpp TColReduceCheck.
+    static_assert(is_one_of_v<typename In::DType, TILEOPS_PTO_ARITH_TYPES>,
+        "PTO: column reductions support int8, uint8, int16, uint16, int32, uint32, int64, uint64, half, bfloat16, "
+        "float");
 }
 } // namespace detail
 
 template <typename TileDataOut, typename TileDataIn, typename TileDataTmp, typename... WaitEvents>
 PTO_INST RecordEvent TROWMAX(TileDataOut& dst, TileDataIn& src, TileDataTmp& tmp, WaitEvents&... events)
 {
-    detail::check_row_reduce<TileDataOut, TileDataIn>();
+    detail::check_row_reduce<TileDataOut, TileDataIn, false>();
     (void)dst;
     (void)src;
     (void)tmp;
@@ -1791,7 +1828,7 @@ PTO_INST RecordEvent TROWMAX(TileDataOut& dst, TileDataIn& src, TileDataTmp& tmp
 template <typename TileDataOut, typename TileDataIn, typename TileDataTmp, typename... WaitEvents>
 PTO_INST RecordEvent TROWMIN(TileDataOut& dst, TileDataIn& src, TileDataTmp& tmp, WaitEvents&... events)
 {
-    detail::check_row_reduce<TileDataOut, TileDataIn>();
+    detail::check_row_reduce<TileDataOut, TileDataIn, false>();
     (void)dst;
     (void)src;
     (void)tmp;
@@ -1801,7 +1838,7 @@ PTO_INST RecordEvent TROWMIN(TileDataOut& dst, TileDataIn& src, TileDataTmp& tmp
 template <typename TileDataOut, typename TileDataIn, typename TileDataTmp, typename... WaitEvents>
 PTO_INST RecordEvent TROWSUM(TileDataOut& dst, TileDataIn& src, TileDataTmp& tmp, WaitEvents&... events)
 {
-    detail::check_row_reduce<TileDataOut, TileDataIn>();
+    detail::check_row_reduce<TileDataOut, TileDataIn, true>();
     (void)dst;
     (void)src;
     (void)tmp;
@@ -1854,6 +1891,9 @@ PTO_INST RecordEvent TROWEXPAND(TileDataDst& dst, TileDataSrc& src, WaitEvents&.
 {
     TILEOPS_PTO_VEC(TROWEXPAND, TileDataDst);
     TILEOPS_PTO_VEC(TROWEXPAND, TileDataSrc);
+    static_assert(sizeof(typename TileDataSrc::DType) == 1 || sizeof(typename TileDataSrc::DType) == 2 ||
+                      sizeof(typename TileDataSrc::DType) == 4 || sizeof(typename TileDataSrc::DType) == 8,
+        "PTO: TROWEXPAND element type must be 1, 2, 4 or 8 bytes (b8/b16/b32/b64)");
     (void)dst;
     (void)src;
     TSYNC(events...);
@@ -1864,6 +1904,9 @@ PTO_INST RecordEvent TCOLEXPAND(TileDataDst& dst, TileDataSrc& src, WaitEvents&.
 {
     TILEOPS_PTO_VEC(TCOLEXPAND, TileDataDst);
     TILEOPS_PTO_VEC(TCOLEXPAND, TileDataSrc);
+    static_assert(sizeof(typename TileDataSrc::DType) == 1 || sizeof(typename TileDataSrc::DType) == 2 ||
+                      sizeof(typename TileDataSrc::DType) == 4 || sizeof(typename TileDataSrc::DType) == 8,
+        "PTO: TCOLEXPAND element type must be 1, 2, 4 or 8 bytes (b8/b16/b32/b64)");
     (void)dst;
     (void)src;
     TSYNC(events...);
@@ -1879,6 +1922,7 @@ PTO_INST RecordEvent TCOLEXPAND(TileDataDst& dst, TileDataSrc& src, WaitEvents&.
         TILEOPS_PTO_VEC(NAME, TileDataSrc1);                                                                    \
         TILEOPS_PTO_SAME(NAME, TileDataDst, TileDataSrc0);                                                      \
         TILEOPS_PTO_SAME(NAME, TileDataDst, TileDataSrc1);                                                      \
+        TILEOPS_PTO_DTYPES(NAME, TileDataDst, TILEOPS_PTO_EXPAND_TYPES);                                        \
         (void)dst;                                                                                              \
         (void)src0;                                                                                             \
         (void)src1;                                                                                             \
@@ -1895,6 +1939,7 @@ PTO_INST RecordEvent TCOLEXPAND(TileDataDst& dst, TileDataSrc& src, WaitEvents&.
         TILEOPS_PTO_VEC(NAME, TileDataSrc0);                                                                      \
         TILEOPS_PTO_VEC(NAME, TileDataSrc1);                                                                      \
         TILEOPS_PTO_SAME(NAME, TileDataDst, TileDataSrc0);                                                        \
+        TILEOPS_PTO_DTYPES(NAME, TileDataDst, TILEOPS_PTO_EXPAND_TYPES);                                          \
         (void)dst;                                                                                                \
         (void)src0;                                                                                               \
         (void)src1;                                                                                               \
@@ -1930,6 +1975,7 @@ PTO_INST RecordEvent TROWEXPANDDIV(TileDataDst& dst, TileDataSrc0& src0, TileDat
     TILEOPS_PTO_VEC(TROWEXPANDDIV, TileDataSrc0);
     TILEOPS_PTO_VEC(TROWEXPANDDIV, TileDataSrc1);
     TILEOPS_PTO_SAME(TROWEXPANDDIV, TileDataDst, TileDataSrc0);
+    TILEOPS_PTO_DTYPES(TROWEXPANDDIV, TileDataDst, TILEOPS_PTO_EXPAND_TYPES);
     (void)dst;
     (void)src0;
     (void)src1;
@@ -1945,6 +1991,7 @@ PTO_INST RecordEvent TROWEXPANDDIV(
     TILEOPS_PTO_VEC(TROWEXPANDDIV, TileDataSrc0);
     TILEOPS_PTO_VEC(TROWEXPANDDIV, TileDataSrc1);
     TILEOPS_PTO_SAME(TROWEXPANDDIV, TileDataDst, TileDataSrc0);
+    TILEOPS_PTO_DTYPES(TROWEXPANDDIV, TileDataDst, TILEOPS_PTO_EXPAND_TYPES);
     (void)dst;
     (void)src0;
     (void)src1;
@@ -1960,6 +2007,7 @@ PTO_INST RecordEvent TCOLEXPANDDIV(TileDataDst& dst, TileDataSrc0& src0, TileDat
     TILEOPS_PTO_VEC(TCOLEXPANDDIV, TileDataSrc0);
     TILEOPS_PTO_VEC(TCOLEXPANDDIV, TileDataSrc1);
     TILEOPS_PTO_SAME(TCOLEXPANDDIV, TileDataDst, TileDataSrc0);
+    TILEOPS_PTO_DTYPES(TCOLEXPANDDIV, TileDataDst, TILEOPS_PTO_EXPAND_TYPES);
     (void)dst;
     (void)src0;
     (void)src1;
@@ -1968,6 +2016,28 @@ PTO_INST RecordEvent TCOLEXPANDDIV(TileDataDst& dst, TileDataSrc0& src0, TileDat
 }
 
 // Conversions. RoundMode is a runtime argument; NeedSetCtrl is the first template parameter.
+// The conversions A5 implements (one castData overload per pair in a5/TCvt.hpp; the A5 column of
+// "Supported Conversions" in docs/isa/TCVT.md). Not on A5: int32 -> half, half -> bfloat16,
+// float -> 8-bit integers, same-type copies other than float -> float.
+namespace detail {
+template <typename D, typename S>
+constexpr bool a5_cvt_v =
+    (std::is_same_v<S, float> &&
+        is_one_of_v<D, float, half, bfloat16_t, int16_t, int32_t, int64_t, float8_e4m3_t, float8_e5m2_t, hifloat8_t>) ||
+    (std::is_same_v<S, half> && is_one_of_v<D, float, int32_t, int16_t, int8_t, uint8_t, hifloat8_t>) ||
+    (std::is_same_v<S, bfloat16_t> && is_one_of_v<D, float, int32_t, half>) ||
+    (std::is_same_v<S, int16_t> && is_one_of_v<D, uint8_t, half, float, uint32_t, int32_t>) ||
+    (std::is_same_v<S, int32_t> && is_one_of_v<D, float, int16_t, uint16_t, int64_t, uint8_t>) ||
+    (std::is_same_v<S, int64_t> && is_one_of_v<D, float, int32_t>) ||
+    (std::is_same_v<S, uint8_t> && is_one_of_v<D, half, uint16_t>) ||
+    (std::is_same_v<S, int8_t> && is_one_of_v<D, half, int16_t, int32_t>) ||
+    (std::is_same_v<S, uint32_t> && is_one_of_v<D, uint8_t, uint16_t, int16_t>) ||
+    (is_one_of_v<S, float8_e4m3_t, float8_e5m2_t, hifloat8_t> && std::is_same_v<D, float>);
+} // namespace detail
+#define TILEOPS_PTO_CVT(D, S)                                                                   \
+    static_assert(detail::a5_cvt_v<typename D::DType, typename S::DType>,                      \
+        "PTO: TCVT does not implement this source -> destination element type pair on A5 "      \
+        "(see docs/isa/TCVT.md, Supported Conversions)")
 template <bool NeedSetCtrl = true, typename TileDataD, typename TileDataS, typename TmpTileData,
     typename... WaitEvents>
 PTO_INST RecordEvent TCVT(
@@ -1975,6 +2045,7 @@ PTO_INST RecordEvent TCVT(
 {
     TILEOPS_PTO_VEC(TCVT, TileDataD);
     TILEOPS_PTO_VEC(TCVT, TileDataS);
+    TILEOPS_PTO_CVT(TileDataD, TileDataS);
     (void)dst;
     (void)src;
     (void)tmp;
@@ -1989,6 +2060,7 @@ PTO_INST RecordEvent TCVT(TileDataD& dst, TileDataS& src, TmpTileData& tmp, Roun
 {
     TILEOPS_PTO_VEC(TCVT, TileDataD);
     TILEOPS_PTO_VEC(TCVT, TileDataS);
+    TILEOPS_PTO_CVT(TileDataD, TileDataS);
     (void)dst;
     (void)src;
     (void)tmp;
@@ -2002,6 +2074,7 @@ PTO_INST RecordEvent TCVT(
 {
     TILEOPS_PTO_VEC(TCVT, TileDataD);
     TILEOPS_PTO_VEC(TCVT, TileDataS);
+    TILEOPS_PTO_CVT(TileDataD, TileDataS);
     (void)dst;
     (void)src;
     (void)mode;
@@ -2014,6 +2087,7 @@ PTO_INST RecordEvent TCVT(TileDataD& dst, TileDataS& src, RoundMode mode, WaitEv
 {
     TILEOPS_PTO_VEC(TCVT, TileDataD);
     TILEOPS_PTO_VEC(TCVT, TileDataS);
+    TILEOPS_PTO_CVT(TileDataD, TileDataS);
     (void)dst;
     (void)src;
     (void)mode;
@@ -2074,6 +2148,13 @@ PTO_INST RecordEvent TRESHAPE(TileDataOut& dst, TileDataIn& src, WaitEvents&... 
 
 #undef TILEOPS_PTO_VEC
 #undef TILEOPS_PTO_SAME
+#undef TILEOPS_PTO_STR
+#undef TILEOPS_PTO_DTYPES
+#undef TILEOPS_PTO_CVT
+#undef TILEOPS_PTO_ARITH_TYPES
+#undef TILEOPS_PTO_MUL_TYPES
+#undef TILEOPS_PTO_DIV_TYPES
+#undef TILEOPS_PTO_EXPAND_TYPES
 
 } // namespace pto
 
