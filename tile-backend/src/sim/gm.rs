@@ -439,6 +439,43 @@ impl Overlay {
         bytes: &[u8],
     ) -> Result<(), String> {
         Self::check_writable(args, p, off, bytes.len())?;
+        self.write_checked(p, off, bytes);
+        Ok(())
+    }
+
+    /// Writes `rows` rows of `row` bytes each, row `i` from `data[i * row..]` to byte
+    /// `off + i * pitch` of tensor `p`: [`Self::write`] row by row, with the whole span (first
+    /// row's start to last row's end) checked once.
+    pub fn write_rows(
+        &mut self,
+        args: &[Arg],
+        p: ParamId,
+        (off, pitch): (usize, usize),
+        (rows, row): (usize, usize),
+        data: &[u8],
+    ) -> Result<(), String> {
+        if rows == 0 || row == 0 {
+            return Ok(());
+        }
+        if data.len() < rows * row {
+            return Err(format!(
+                "{} B of data for {rows} rows of {row} B",
+                data.len()
+            ));
+        }
+        let span = (rows - 1)
+            .checked_mul(pitch)
+            .and_then(|x| x.checked_add(row))
+            .ok_or_else(|| format!("a GM write of {rows} rows {pitch} B apart overflows"))?;
+        Self::check_writable(args, p, off, span)?;
+        for (i, bytes) in data.chunks_exact(row).take(rows).enumerate() {
+            self.write_checked(p, off + i * pitch, bytes);
+        }
+        Ok(())
+    }
+
+    /// [`Self::write`] after its check.
+    fn write_checked(&mut self, p: ParamId, off: usize, bytes: &[u8]) {
         let mut pos = 0;
         while pos < bytes.len() {
             let abs = off + pos;
@@ -464,7 +501,6 @@ impl Overlay {
             }
             pos += n;
         }
-        Ok(())
     }
 
     /// Records an atomic add of `bytes` (elements of `dtype`) at `off`, applied at merge.

@@ -181,7 +181,14 @@ impl BlockMem {
             return true;
         }
         let m1 = word_mask(w1);
-        bits[w1] & m1 == m1 && bits[w0 + 1..w1].iter().all(|&b| b == u64::MAX)
+        // Whole words eight at a time (an AND that vectorises), then the rest.
+        let mid = &bits[w0 + 1..w1];
+        let mut eights = mid.chunks_exact(8);
+        bits[w1] & m1 == m1
+            && eights
+                .by_ref()
+                .all(|c| c.iter().fold(u64::MAX, |a, &b| a & b) == u64::MAX)
+            && eights.remainder().iter().all(|&b| b == u64::MAX)
     }
 
     /// The buffer of `space` that `core` owns; a Vec buffer needs the AIV.

@@ -193,13 +193,12 @@ impl View {
             return res;
         }
         if let Some((first, stride)) = self.nd_rows(rows, cols)? {
+            if !atomic {
+                let (off, pitch, row) = (first * es, stride * es, cols * es);
+                return cx.gm_write_rows(self.param, (off, pitch), (rows, row), data);
+            }
             for (r, bytes) in data.chunks_exact(cols * es).take(rows).enumerate() {
-                let at = (first + r * stride) * es;
-                if atomic {
-                    cx.gm_atomic_add(self.param, at, self.dtype, bytes)?;
-                } else {
-                    cx.gm_write(self.param, at, bytes)?;
-                }
+                cx.gm_atomic_add(self.param, (first + r * stride) * es, self.dtype, bytes)?;
             }
             return Ok(());
         }

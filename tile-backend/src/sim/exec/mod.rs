@@ -133,6 +133,25 @@ impl<'k> ExecCtx<'k, '_, '_> {
         Ok(())
     }
 
+    /// Writes GM rows into this block's overlay ([`Overlay::write_rows`]: `rows` rows of `row`
+    /// bytes, `pitch` bytes apart from `off`).
+    pub fn gm_write_rows(
+        &mut self,
+        p: ParamId,
+        (off, pitch): (usize, usize),
+        (rows, row): (usize, usize),
+        data: &[u8],
+    ) -> Result<(), String> {
+        self.gm
+            .write_rows(self.args, p, (off, pitch), (rows, row), data)?;
+        if let Some(r) = &mut self.rec {
+            for i in 0..rows {
+                r.touch(Mem::Gm(p.0), off + i * pitch, row, true);
+            }
+        }
+        Ok(())
+    }
+
     /// Records an atomic add into GM.
     pub fn gm_atomic_add(
         &mut self,
