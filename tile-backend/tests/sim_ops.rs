@@ -1129,3 +1129,35 @@ fn out_of_range_gm_access_is_an_error_not_a_read() {
     .unwrap_err();
     assert!(err.to_string().contains("outside argument"), "{err}");
 }
+
+#[test]
+fn out_of_range_gm_store_is_an_error_and_writes_nothing() {
+    // A 16-row tile stored through a 16-row window into an 8-row output: the simulator refuses
+    // the whole store and the output keeps its bytes.
+    let dt = DType::F32;
+    let mut kb = KernelBuilder::new("oob_store");
+    let x = kb.input("x", dt, [16, 16]);
+    let o = kb.output("o", dt, [8, 16]);
+    let t = kb.tile("t", vec_tile(dt, 16, 16));
+    kb.vector(|v| {
+        v.if_(Expr::SubBlockIdx.eq_(0), |v| {
+            v.load(t, GmView::nd(x, 0, 16, 16, 16));
+            v.store(GmView::nd(o, 0, 16, 16, 16), t);
+        });
+    });
+    let k = plan(kb.build());
+    let before = values(8 * 16, 9);
+    let mut args = vec![
+        Arg::Tensor(GmTensor::from_f32(dt, &[16, 16], &values(16 * 16, 8))),
+        Arg::Tensor(GmTensor::from_f32(dt, &[8, 16], &before)),
+    ];
+    let err = sim::run(
+        &k,
+        &Arch::ascend950(),
+        &mut args,
+        SimOptions { block_dim: 1 },
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("outside argument"), "{err}");
+    assert_eq!(out(&args, 1), before);
+}
