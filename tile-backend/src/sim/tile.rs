@@ -761,7 +761,7 @@ fn for_each_dense_strip(
     check_region(loc, buf_len, at.0, at.1, size.0, size.1)?;
     if dense_len < size.0 * size.1 {
         return Err(format!(
-            "{dense_len} f32s for a {}x{} region",
+            "{dense_len} dense elements for a {}x{} region",
             size.0, size.1
         ));
     }
@@ -779,28 +779,21 @@ fn for_each_dense_strip(
             if lines == 0 || w == 0 {
                 return;
             }
-            let start = loc.addr + e * es;
-            let strip = if w == stride && (lines == 1 || dense_line == w) {
-                // The strip and its dense image are both contiguous: one line.
-                DenseStrip {
-                    start,
-                    lines: 1,
-                    stride,
-                    dense: d0,
-                    dense_line,
-                    width: lines * w,
-                }
+            // A strip whose lines follow each other in both the tile and the dense matrix is
+            // one line.
+            let (lines, width) = if w == stride && (lines == 1 || dense_line == w) {
+                (1, lines * w)
             } else {
-                DenseStrip {
-                    start,
-                    lines,
-                    stride,
-                    dense: d0,
-                    dense_line,
-                    width: w,
-                }
+                (lines, w)
             };
-            f(strip)
+            f(DenseStrip {
+                start: loc.addr + e * es,
+                lines,
+                stride,
+                dense: d0,
+                dense_line,
+                width,
+            })
         },
     ))
 }

@@ -343,6 +343,15 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
     }
 }
 
+/// A reduction's starting value and step.
+fn reduction<F: Float>(red: ReduceOp) -> (F, fn(F, F) -> F) {
+    match red {
+        ReduceOp::Sum => (F::zero(), |a, b| a + b),
+        ReduceOp::Max => (F::neg_infinity(), |a, b| a.max(b)),
+        ReduceOp::Min => (F::infinity(), |a, b| a.min(b)),
+    }
+}
+
 /// Whether two resolved tiles are the same bytes of the same type (an op written in place).
 fn same_tile(a: &TileLoc, b: &TileLoc) -> bool {
     a.addr == b.addr && a.ty == b.ty
@@ -479,11 +488,7 @@ fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<bool, String> {
                 return Ok(false);
             }
             cx.require_defined(&s, aiv, (0, 0), (r, c), "a vector op")?;
-            let (init, f): (f32, fn(f32, f32) -> f32) = match red {
-                ReduceOp::Sum => (0.0, |a, b| a + b),
-                ReduceOp::Max => (f32::NEG_INFINITY, |a, b| a.max(b)),
-                ReduceOp::Min => (f32::INFINITY, |a, b| a.min(b)),
-            };
+            let (init, f) = reduction::<f32>(*red);
             let n = match axis {
                 Axis::Row => r,
                 Axis::Col => c,
@@ -563,11 +568,7 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
             let (r, c) = s.valid()?;
             let x = load::<F>(cx, &s, r, c)?;
-            let (init, f): (F, fn(F, F) -> F) = match red {
-                ReduceOp::Sum => (F::zero(), |a, b| a + b),
-                ReduceOp::Max => (F::neg_infinity(), |a, b| a.max(b)),
-                ReduceOp::Min => (F::infinity(), |a, b| a.min(b)),
-            };
+            let (init, f) = reduction::<F>(*red);
             match axis {
                 Axis::Row => {
                     let mut out = F::take(&mut cx.core.pool, r);
