@@ -306,8 +306,9 @@ pub fn reshape_and_cache(shape: &ReshapeAndCacheShape) -> Result<Vec<Launch>, Op
 }
 
 /// The two launches of the attention template for `batch` rows whose fullest row counts
-/// `longest` valid tokens: the split kernel's [`split_plan`] (the one `template::run_attention`
-/// launches from) and merge blocks [`merge_blocks`] of `batch * heads` rows. The test
+/// `longest` valid tokens on the Ascend 950: the split kernel's [`split_plan`] for the device's
+/// clusters (the plan `template::run_attention` launches from when packaging or profiling) and
+/// merge blocks [`merge_blocks`] of `batch * heads` rows. The test
 /// `launches_match_what_the_ops_launch` holds the two together.
 fn attention_launches(
     op: &'static str,
@@ -336,7 +337,7 @@ fn attention_launches(
         splits,
         cps,
         blocks: split_blocks,
-    } = split_plan(cfg, batch, longest);
+    } = split_plan(cfg, batch, longest, crate::runtime::device_clusters());
     let mcfg = MergeCfg {
         dtype: cfg.dtype,
         v_dim: cfg.v_dim,

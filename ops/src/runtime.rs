@@ -34,6 +34,12 @@ pub fn arch() -> &'static Arch {
     ARCH.get_or_init(Arch::ascend950)
 }
 
+/// Clusters of the Ascend 950 (one block runs on each at a time): the grid an op's launch plan
+/// fills on the device.
+pub fn device_clusters() -> usize {
+    (arch().rates.clusters.value as usize).max(1)
+}
+
 /// The compiled kernel for `key` (verified, memory planned, syncs inserted), built with `build`
 /// and compiled on first use, then shared. `key` must determine the kernel: every static
 /// parameter `build` reads belongs in it.
@@ -151,6 +157,19 @@ impl Runner {
             .map(PathBuf::from)
             .unwrap_or_else(|| std::env::temp_dir().join("tileops-packages"));
         base.join(op).join(format!("{}-{call}", std::process::id()))
+    }
+
+    /// How many blocks the launch target runs at once, which an op's launch plan sizes its grid
+    /// for (e.g. how many top-k splits attention uses): the Ascend 950's clusters when the launch
+    /// is packaged for the device, or profiled (the cost estimate must be the device launch's);
+    /// otherwise the simulator's worker threads. The kernel is the same either way; only the
+    /// number of blocks and the work per block change. On the CPU, blocks beyond the threads
+    /// add per-block work (setup, the split workspace and its merge) and no parallelism.
+    pub fn concurrent_blocks(&self) -> usize {
+        match self.mode {
+            Mode::Sim if !profiling() => rayon::current_num_threads().max(1),
+            _ => device_clusters(),
+        }
     }
 
     /// True when launches actually run (the outputs are meaningful).

@@ -62,8 +62,6 @@ pub(crate) const M_INIT: f64 = -1e30;
 pub(crate) const MAX_SPLITS: u64 = 32;
 /// Global rows each AIV of the merge kernel owns.
 pub(crate) const MERGE_ROWS: u64 = 8;
-/// Clusters of an Ascend 950 (the split heuristic aims to occupy all of them).
-pub(crate) const CLUSTERS: usize = 32;
 
 /// `v` rounded up to a multiple of `m`.
 pub(crate) fn round_up(v: u64, m: u64) -> u64 {
@@ -741,10 +739,12 @@ fn take(op: &'static str, args: &mut [Arg<'_>], i: usize) -> Result<GmTensor, Op
 }
 
 /// Top-k splits and chunks per split for `batch * nht` work items of up to `max_chunks` chunks:
-/// enough splits to occupy every cluster, none of them empty.
-pub(crate) fn choose_splits(items: usize, max_chunks: usize) -> (usize, usize) {
+/// enough splits to occupy the `concurrent` blocks the target runs at once
+/// ([`Runner::concurrent_blocks`]), none of them empty.
+pub(crate) fn choose_splits(items: usize, max_chunks: usize, concurrent: usize) -> (usize, usize) {
     let max_chunks = max_chunks.max(1);
-    let want = CLUSTERS
+    let want = concurrent
+        .max(1)
         .div_ceil(items.max(1))
         .clamp(1, MAX_SPLITS as usize);
     let splits = want.min(max_chunks);
@@ -753,8 +753,9 @@ pub(crate) fn choose_splits(items: usize, max_chunks: usize) -> (usize, usize) {
 }
 
 /// How the split kernel is launched for `batch` rows whose fullest row counts `longest` valid
-/// tokens: top-k `splits`, chunks per split `cps` ([`choose_splits`] over `batch * nht` work
-/// items of that row's chunks) and `blocks = batch * nht * splits`. [`run_attention`] and the
+/// tokens on a target running `concurrent` blocks at once: top-k `splits`, chunks per split
+/// `cps` ([`choose_splits`] over `batch * nht` work items of that row's chunks) and `blocks =
+/// batch * nht * splits`. [`run_attention`] and the
 /// `emit --op` registry (`crate::kernels`) both launch from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SplitPlan {
@@ -764,10 +765,15 @@ pub(crate) struct SplitPlan {
 }
 
 /// The [`SplitPlan`] of a call.
-pub(crate) fn split_plan(cfg: &AttnCfg, batch: usize, longest: usize) -> SplitPlan {
+pub(crate) fn split_plan(
+    cfg: &AttnCfg,
+    batch: usize,
+    longest: usize,
+    concurrent: usize,
+) -> SplitPlan {
     let nht = cfg.nht as usize;
     let max_chunks = longest.div_ceil(cfg.chunk as usize);
-    let (splits, cps) = choose_splits(batch * nht, max_chunks);
+    let (splits, cps) = choose_splits(batch * nht, max_chunks, concurrent);
     SplitPlan {
         splits,
         cps,
@@ -796,7 +802,7 @@ pub(crate) fn run_attention(
         splits,
         cps,
         blocks,
-    } = split_plan(cfg, inp.batch, max_count);
+    } = split_plan(cfg, inp.batch, max_count, runner.concurrent_blocks());
     let tokens = inp.kv.shape.first().copied().unwrap_or(0);
     let kernel = compiled(op, &cfg.key(), || attn_split(cfg))?;
     let as_i32 = |shape: &[usize], v: &[i64]| GmTensor::from_i64(DType::I32, shape, v);
@@ -897,5 +903,59 @@ mod workspace {
     /// Keeps `v` for the next call on this thread.
     pub(super) fn keep(v: Vec<u8>) {
         KEPT.with(|k| *k.borrow_mut() = v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{device_clusters, profile};
+
+    #[test]
+    fn splits_fill_the_blocks_the_target_runs_at_once() {
+        // DeepSeek decode: 4 rows x 1 head tile, 16 chunks each.
+        assert_eq!(
+            choose_splits(4, 16, 32),
+            (8, 2),
+            "the Ascend 950's 32 clusters"
+        );
+        assert_eq!(
+            choose_splits(4, 16, 2),
+            (1, 16),
+            "two CPU threads: a block per row"
+        );
+        assert_eq!(
+            choose_splits(1, 16, 2),
+            (2, 8),
+            "one row still splits for two threads"
+        );
+        assert_eq!(
+            choose_splits(1, 3, 32),
+            (3, 1),
+            "never more splits than chunks"
+        );
+        assert_eq!(choose_splits(3, 5, 32), (5, 1));
+        assert_eq!(
+            choose_splits(0, 0, 0),
+            (1, 1),
+            "degenerate inputs still give one split"
+        );
+        for (items, chunks, concurrent) in [(1, 40, 32), (7, 33, 5), (2, 1, 2), (64, 9, 32)] {
+            let (splits, cps) = choose_splits(items, chunks, concurrent);
+            assert!(splits * cps >= chunks, "every chunk is covered");
+            assert!((splits - 1) * cps < chunks, "no split is empty");
+            assert!(splits <= MAX_SPLITS as usize);
+        }
+    }
+
+    #[test]
+    fn the_simulator_plans_for_its_threads_and_profiling_for_the_device() {
+        let runner = Runner::sim("test");
+        assert_eq!(runner.concurrent_blocks(), rayon::current_num_threads());
+        let (inside, _) = profile(|| Runner::sim("test").concurrent_blocks());
+        assert_eq!(inside, device_clusters());
+        assert_eq!(device_clusters(), 32);
+        let dir = std::env::temp_dir();
+        assert_eq!(Runner::package("test", &dir).concurrent_blocks(), 32);
     }
 }

@@ -259,9 +259,11 @@ fn matmul_f32(
     r
 }
 
-/// The product accumulated straight into an f32 NZ Acc tile with 16 x 16 boxes, one `gemm` per
-/// 16-column strip (a strip is a row-major `[rows, 16]` matrix in the buffer), so the Acc is
-/// neither decoded nor encoded. False (nothing done) when the tile is not of that form.
+/// The product accumulated straight into an f32 NZ Acc tile with 16 x 16 boxes, strip by strip
+/// (a 16-column strip is a row-major `[rows, 16]` matrix in the buffer, so the Acc is neither
+/// decoded nor encoded): each strip of B is laid out as a row-major `[kp, 16]` panel and
+/// [`strip_gemm`] accumulates `A · panel` into it. False (nothing done) when the tile is not of
+/// that form.
 fn gemm_into_acc(
     cx: &mut ExecCtx<'_, '_, '_>,
     lc: &TileLoc,
@@ -287,63 +289,137 @@ fn gemm_into_acc(
         return Ok(false);
     }
     let space = lc.space();
-    cx.mem
-        .touch(space, 0, lc.addr, lc.addr + lc.ty.bytes() as usize);
-    let (buf, bits) = cx.mem.buf_bits_mut(space, 0)?;
     let end = lc.addr + lc.ty.bytes() as usize;
-    let base = buf.as_mut_ptr() as usize + lc.addr;
-    if end > buf.len() || base % std::mem::align_of::<f32>() != 0 {
+    let mut panel = cx.core.pool.f32s_to_overwrite(kp * 16);
+    cx.mem.touch(space, 0, lc.addr, end);
+    let (buf, bits) = cx.mem.buf_bits_mut(space, 0)?;
+    let Some(Ok(acc)) = buf
+        .get_mut(lc.addr..end)
+        .map(bytemuck::try_cast_slice_mut::<u8, f32>)
+    else {
+        cx.core.pool.put_f32s(panel);
         return Ok(false);
-    }
+    };
     for strip in 0..np / 16 {
+        // B's columns strip*16 .. strip*16 + 16 as a row-major [kp, 16] panel.
+        match b_order {
+            Order::RowMajor => {
+                for (p, row) in panel.chunks_exact_mut(16).enumerate() {
+                    let at = p * np + strip * 16;
+                    row.copy_from_slice(&bf[at..at + 16]);
+                }
+            }
+            Order::ColMajor => {
+                for j in 0..16 {
+                    let col = &bf[(strip * 16 + j) * kp..(strip * 16 + j + 1) * kp];
+                    for (row, v) in panel.chunks_exact_mut(16).zip(col) {
+                        row[j] = *v;
+                    }
+                }
+            }
+        }
         // Column `strip * 16 + j` of row `r` is element `strip * rows * 16 + r * 16 + j`.
         let first = strip * rows * 16;
-        let b_first = match b_order {
-            Order::RowMajor => strip * 16,
-            Order::ColMajor => strip * 16 * kp,
-        };
-        let (b_cs, b_rs) = match b_order {
-            Order::RowMajor => (1, np as isize),
-            Order::ColMajor => (kp as isize, 1),
-        };
-        // SAFETY: the tile's bytes `lc.addr .. end` lie inside `buf` (checked above) and its
-        // base is f32-aligned (checked above; every strip starts a multiple of 4 bytes further).
-        // The gemm writes elements `first + r * 16 + j` for r < mp <= rows and j < 16, all below
-        // `first + rows * 16 <= rows * lc.cols()`, i.e. inside the tile. `af` holds mp*kp
-        // row-major values (row stride kp); B's strip reads `b_first + p * b_rs + j * b_cs` for
-        // p < kp, j < 16, below kp * np (checked `bf.len() >= kp * np`). The destination is the
-        // block's Acc buffer, which aliases neither scratch vector, and it is read only with
-        // `read_dst` (accumulate), where the whole region is defined (the caller checked).
-        unsafe {
-            let dst = (base as *mut f32).add(first);
-            gemm::gemm(
-                mp,
-                16,
-                kp,
-                dst,
-                1,
-                16,
-                accumulate,
-                af.as_ptr(),
-                1,
-                kp as isize,
-                bf.as_ptr().add(b_first),
-                b_cs,
-                b_rs,
-                1.0f32,
-                1.0f32,
-                false,
-                false,
-                false,
-                gemm::Parallelism::None,
-            );
-        }
+        strip_gemm(
+            &mut acc[first..first + mp * 16],
+            &af[..mp * kp],
+            &panel,
+            kp,
+            accumulate,
+        );
     }
     tile::for_each_span(lc, buf.len(), (0, 0), (mp, np), |start, len| {
         mark_bits(bits, start, len, true)
     })?;
+    cx.core.pool.put_f32s(panel);
     cx.note_acc(lc, (mp, np), accumulate);
     Ok(true)
+}
+
+/// `c (+)= a · b` for `c` a row-major `[m, 16]` strip, `a` row-major `[m, k]` and `b` a
+/// row-major `[k, 16]` panel (`m = c.len() / 16`), summing over `k` in order for each element.
+/// Runs the fused multiply-add form on x86-64 CPUs with AVX2 and FMA (chosen at run time), the
+/// portable form elsewhere.
+fn strip_gemm(c: &mut [f32], a: &[f32], b: &[f32], k: usize, accumulate: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: `strip_gemm_fma` requires only that the CPU supports AVX2 and FMA, which was
+        // checked just above; its arguments are ordinary slices it indexes with bounds checks.
+        unsafe { strip_gemm_fma(c, a, b, k, accumulate) };
+        return;
+    }
+    strip_gemm_body::<false>(c, a, b, k, accumulate);
+}
+
+/// [`strip_gemm`] compiled for AVX2 + FMA.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn strip_gemm_fma(c: &mut [f32], a: &[f32], b: &[f32], k: usize, accumulate: bool) {
+    strip_gemm_body::<true>(c, a, b, k, accumulate)
+}
+
+/// The body of [`strip_gemm`]: six rows at a time (then one), their 6 x 16 sums held in twelve
+/// 8-lane registers over the whole `k`, enough independent sums to keep the multiply-add units
+/// busy (`FUSED`: one rounding per multiply-add).
+#[inline(always)]
+fn strip_gemm_body<const FUSED: bool>(
+    c: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    k: usize,
+    accumulate: bool,
+) {
+    const R: usize = 6;
+    let b = &b[..k * 16];
+    let m = c.len() / 16;
+    let whole = m / R * R;
+    let (c_main, c_tail) = c.split_at_mut(whole * 16);
+    let (a_main, a_tail) = a.split_at(whole * k);
+    for (c6, a6) in c_main
+        .chunks_exact_mut(R * 16)
+        .zip(a_main.chunks_exact(R * k))
+    {
+        rows_times_panel::<FUSED, R>(c6, a6, b, k, accumulate);
+    }
+    for (c1, a1) in c_tail.chunks_exact_mut(16).zip(a_tail.chunks_exact(k)) {
+        rows_times_panel::<FUSED, 1>(c1, a1, b, k, accumulate);
+    }
+}
+
+/// `R` rows of [`strip_gemm_body`]: `c` is `[R, 16]`, `a` is `[R, k]`.
+#[inline(always)]
+fn rows_times_panel<const FUSED: bool, const R: usize>(
+    c: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    k: usize,
+    accumulate: bool,
+) {
+    let mut acc = [[0f32; 16]; R];
+    if accumulate {
+        for (s, row) in acc.iter_mut().zip(c.chunks_exact(16)) {
+            s.copy_from_slice(row);
+        }
+    }
+    let a: [&[f32]; R] = std::array::from_fn(|r| &a[r * k..(r + 1) * k]);
+    for (p, bp) in b.chunks_exact(16).enumerate() {
+        for r in 0..R {
+            let x = a[r][p];
+            for j in 0..16 {
+                acc[r][j] = if FUSED {
+                    x.mul_add(bp[j], acc[r][j])
+                } else {
+                    acc[r][j] + x * bp[j]
+                };
+            }
+        }
+    }
+    for (s, row) in acc.iter().zip(c.chunks_exact_mut(16)) {
+        row.copy_from_slice(s);
+    }
 }
 
 fn decode_int8(dtype: DType, b: u8) -> i32 {
@@ -403,6 +479,98 @@ fn gemm_f32(
             false,
             false,
             gemm::Parallelism::None,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `c (+)= a · b` in f64, for the strip kernel's shapes.
+    fn model(c: &[f32], a: &[f32], b: &[f32], k: usize, accumulate: bool) -> Vec<f64> {
+        let m = c.len() / 16;
+        let mut out = vec![0f64; m * 16];
+        for i in 0..m {
+            for j in 0..16 {
+                let mut s = if accumulate {
+                    c[i * 16 + j] as f64
+                } else {
+                    0.0
+                };
+                for p in 0..k {
+                    s += a[i * k + p] as f64 * b[p * 16 + j] as f64;
+                }
+                out[i * 16 + j] = s;
+            }
+        }
+        out
+    }
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        (0..n as u32)
+            .map(|i| {
+                let h = (i ^ seed).wrapping_mul(2_654_435_761).rotate_left(13);
+                (h % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn strip_kernel_matches_the_f64_product_on_every_row_count() {
+        // Row counts around the six-row step, depths from one to a full K slice.
+        for m in [1usize, 5, 6, 7, 12, 13, 64, 128] {
+            for k in [1usize, 15, 16, 64, 130] {
+                for accumulate in [false, true] {
+                    let a = values(m * k, 1);
+                    let b = values(k * 16, 2);
+                    let c0 = values(m * 16, 3);
+                    let want = model(&c0, &a, &b, k, accumulate);
+                    let mut portable = c0.clone();
+                    strip_gemm_body::<false>(&mut portable, &a, &b, k, accumulate);
+                    let mut dispatched = c0.clone();
+                    strip_gemm(&mut dispatched, &a, &b, k, accumulate);
+                    for (name, got) in [("portable", &portable), ("dispatched", &dispatched)] {
+                        for (e, (g, w)) in got.iter().zip(&want).enumerate() {
+                            let tol = 1e-5 * (k as f64 + 1.0);
+                            assert!(
+                                (*g as f64 - w).abs() <= tol,
+                                "{name} m={m} k={k} acc={accumulate}: [{}, {}] {g} vs {w}",
+                                e / 16,
+                                e % 16
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn fused_and_portable_strip_kernels_agree_on_exact_sums() {
+        if !(std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma"))
+        {
+            return;
+        }
+        // Small integers: every product and partial sum is exact, so the two forms agree bit for
+        // bit exactly when they add the same terms.
+        let (m, k) = (13, 37);
+        let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
+        let b: Vec<f32> = (0..k * 16).map(|i| (i % 5) as f32 - 2.0).collect();
+        let mut fused = vec![1.0f32; m * 16];
+        let mut portable = fused.clone();
+        // SAFETY: AVX2 and FMA were detected above.
+        unsafe { strip_gemm_fma(&mut fused, &a, &b, k, true) };
+        strip_gemm_body::<false>(&mut portable, &a, &b, k, true);
+        assert_eq!(fused, portable);
+        assert_eq!(
+            fused,
+            model(&vec![1.0; m * 16], &a, &b, k, true)
+                .iter()
+                .map(|v| *v as f32)
+                .collect::<Vec<_>>()
         );
     }
 }
