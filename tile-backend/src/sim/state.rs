@@ -1,7 +1,8 @@
 //! Per-block machine state: on-chip buffers of the AIC and both AIVs, cross-core flags.
 
 use crate::arch::Arch;
-use crate::ir::MemSpace;
+use crate::ir::{MemSpace, TileType};
+use crate::sim::tile::{self, TileLoc};
 use std::collections::VecDeque;
 use std::fmt;
 
@@ -45,6 +46,40 @@ pub(crate) struct BlockMem {
     init: [Vec<u64>; 8],
     /// Byte extent `[lo, hi)` of each buffer written since it was fresh (`lo >= hi`: none).
     dirty: [(usize, usize); 8],
+    /// L1 -> L0A/L0B moves whose bytes are not copied yet ([`BlockMem::defer_move`]).
+    deferred: Vec<DeferredMove>,
+}
+
+/// An L1 -> L0A/L0B move whose bytes are not copied yet: its destination region reads as its
+/// source region until the copy is made ([`BlockMem::defer_move`]).
+#[derive(Debug, Clone)]
+pub(crate) struct DeferredMove {
+    /// The source (Mat) tile's type, address and the region's first element.
+    pub src: (TileType, usize, (usize, usize)),
+    /// The destination (Left/Right) tile's type, address and the region's first element.
+    pub dst: (TileType, usize, (usize, usize)),
+    /// Rows and columns of the region.
+    pub size: (usize, usize),
+    /// Byte spans `[lo, hi)` the region covers in the source and destination buffers.
+    pub src_span: (usize, usize),
+    pub dst_span: (usize, usize),
+}
+
+impl DeferredMove {
+    fn overlaps(span: (usize, usize), lo: usize, hi: usize) -> bool {
+        span.0 < hi && lo < span.1
+    }
+
+    /// Whether this move's destination region holds all of `other`'s (same tile).
+    fn covers(&self, other: &DeferredMove) -> bool {
+        let ((t, a, (r0, c0)), (ot, oa, (or0, oc0))) = (&self.dst, &other.dst);
+        t == ot
+            && a == oa
+            && *r0 <= *or0
+            && *c0 <= *oc0
+            && or0 + other.size.0 <= r0 + self.size.0
+            && oc0 + other.size.1 <= c0 + self.size.1
+    }
 }
 
 /// Spaces of the buffers, in slot order.
@@ -75,6 +110,7 @@ impl BlockMem {
             bufs: cap.map(|n| vec![FRESH_BYTE; n]),
             init: cap.map(|n| vec![0u64; n.div_ceil(64)]),
             dirty: [(usize::MAX, 0); 8],
+            deferred: Vec::new(),
         }
     }
 
@@ -93,6 +129,8 @@ impl BlockMem {
     /// Restores the written extents to fresh bytes and poison and keeps the buffers for the
     /// next block this thread runs.
     pub fn give_back(mut self) {
+        // A block's L0 contents are never read after it ends: pending copies are dropped.
+        self.deferred.clear();
         for i in 0..8 {
             let (lo, hi) = self.dirty[i];
             if lo >= hi {
@@ -135,6 +173,13 @@ impl BlockMem {
     /// Notes that bytes `[lo, hi)` of a buffer may change (data or written bits); call before
     /// writing them.
     pub fn touch(&mut self, space: MemSpace, aiv: u8, lo: usize, hi: usize) {
+        if !self.deferred.is_empty() {
+            // A pending copy reading these bytes, or landing on them, is made first.
+            self.settle(|m| match space {
+                MemSpace::Mat => DeferredMove::overlaps(m.src_span, lo, hi),
+                _ => m.dst.0.space == space && DeferredMove::overlaps(m.dst_span, lo, hi),
+            });
+        }
         if let Some(i) = Self::slot(space, aiv) {
             let d = &mut self.dirty[i];
             d.0 = d.0.min(lo);
@@ -191,9 +236,85 @@ impl BlockMem {
             && eights.remainder().iter().all(|&b| b == u64::MAX)
     }
 
-    /// The buffer of `space` that `core` owns; a Vec buffer needs the AIV.
-    pub fn buf(&self, space: MemSpace, aiv: u8) -> Result<&[u8], String> {
+    /// The buffer of `space` that `core` owns, to read; a Vec buffer needs the AIV. Pending
+    /// moves into it are copied first.
+    pub fn buf(&mut self, space: MemSpace, aiv: u8) -> Result<&[u8], String> {
+        self.settle_into(space);
         Ok(&self.bufs[Self::slot_of(space, aiv)?])
+    }
+
+    /// The byte length of the buffer of `space` (no pending copy is made).
+    pub fn buf_len(&self, space: MemSpace, aiv: u8) -> Result<usize, String> {
+        Ok(self.bufs[Self::slot_of(space, aiv)?].len())
+    }
+
+    /// Records an L1 -> L0A/L0B copy without making it (the cube's L0 operands are read only by
+    /// matmul, which can decode the source region instead; see [`BlockMem::deferred_source`]).
+    /// The regions must have been checked against both tiles and both buffers, with equal
+    /// element sizes. A pending move this one overwrites entirely is dropped; one it overwrites
+    /// in part is copied first. The caller marks the destination's written bits.
+    pub fn defer_move(&mut self, m: DeferredMove) {
+        self.deferred.retain(|o| !m.covers(o));
+        self.touch(m.dst.0.space, 0, m.dst_span.0, m.dst_span.1);
+        self.deferred.push(m);
+    }
+
+    /// Where a region of an L0A/L0B tile can be read from while its move is pending: the
+    /// source tile's type, address and the region's first element in it.
+    pub fn deferred_source(
+        &self,
+        dst: &TileLoc,
+        at: (usize, usize),
+        size: (usize, usize),
+    ) -> Option<(TileType, usize, (usize, usize))> {
+        self.deferred.iter().rev().find_map(|m| {
+            let ((t, a, (r0, c0)), (st, sa, (sr0, sc0))) = (&m.dst, &m.src);
+            let inside = *t == *dst.ty
+                && *a == dst.addr
+                && at.0 >= *r0
+                && at.1 >= *c0
+                && at.0 + size.0 <= r0 + m.size.0
+                && at.1 + size.1 <= c0 + m.size.1;
+            inside.then(|| (st.clone(), *sa, (sr0 + at.0 - r0, sc0 + at.1 - c0)))
+        })
+    }
+
+    /// Makes the pending copies into `space`.
+    fn settle_into(&mut self, space: MemSpace) {
+        if !self.deferred.is_empty() {
+            self.settle(|m| m.dst.0.space == space);
+        }
+    }
+
+    /// Makes (and forgets) the pending copies `pick` selects.
+    fn settle(&mut self, pick: impl Fn(&DeferredMove) -> bool) {
+        let mut i = 0;
+        while i < self.deferred.len() {
+            if !pick(&self.deferred[i]) {
+                i += 1;
+                continue;
+            }
+            let m = self.deferred.swap_remove(i);
+            let (Some(si), Some(di)) = (Self::slot(m.src.0.space, 0), Self::slot(m.dst.0.space, 0))
+            else {
+                continue;
+            };
+            if si == di {
+                continue;
+            }
+            let (src, dst) = if si < di {
+                let (a, b) = self.bufs.split_at_mut(di);
+                (&a[si], &mut b[0])
+            } else {
+                let (a, b) = self.bufs.split_at_mut(si);
+                (&b[0], &mut a[di])
+            };
+            let s = TileLoc::of_type(&m.src.0, m.src.1);
+            let d = TileLoc::of_type(&m.dst.0, m.dst.1);
+            // Cannot fail: `defer_move` takes only regions checked against both tiles and
+            // buffers, with equal element sizes, in two different buffers.
+            let _ = tile::copy_between(src, &s, m.src.2, dst, &d, m.dst.2, m.size);
+        }
     }
 
     /// A buffer and its written bits, mutable together.
@@ -214,6 +335,7 @@ impl BlockMem {
         src: (MemSpace, u8),
         dst: (MemSpace, u8),
     ) -> Result<Option<(&[u8], &mut [u8], &mut [u64])>, String> {
+        self.settle_into(src.0);
         let (si, di) = (Self::slot_of(src.0, src.1)?, Self::slot_of(dst.0, dst.1)?);
         if si == di {
             return Ok(None);

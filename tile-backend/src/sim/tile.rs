@@ -27,7 +27,17 @@ pub(crate) struct TileLoc<'k> {
     name: &'k str,
 }
 
-impl TileLoc<'_> {
+impl<'k> TileLoc<'k> {
+    /// A fully valid, unnamed tile of type `ty` at `addr` (a deferred move's source).
+    pub fn of_type(ty: &'k TileType, addr: usize) -> Self {
+        TileLoc {
+            ty,
+            addr,
+            valid: Some((ty.rows as usize, ty.cols as usize)),
+            name: "",
+        }
+    }
+
     /// The tile's name.
     pub fn name(&self) -> &str {
         self.name
@@ -188,7 +198,7 @@ impl Geom {
     }
 }
 
-fn check_region(
+pub(crate) fn check_region(
     loc: &TileLoc,
     buf_len: usize,
     r0: usize,

@@ -1,7 +1,7 @@
 //! Cube matmul (TMATMUL / TMATMUL_ACC): whole fractals, f32 accumulation (int32 for int8).
 
 use super::ExecCtx;
-use crate::ir::{c0, DType, Layout, Op};
+use crate::ir::{c0, DType, Layout, Op, TileType};
 use crate::sim::numeric;
 use crate::sim::state::mark_bits;
 use crate::sim::tile::{self, Order, TileLoc};
@@ -203,13 +203,33 @@ fn matmul_f32(
         pool.f32s_to_overwrite(mp * np),
     );
     let r = (|| {
-        cx.read_f32(la, 0, (0, 0), (mp, kp), &mut af)?;
-        // A column-major B (the Right tile is ZN) is decoded as it lies, strip by strip.
-        let b_order = match lb.ty.layout {
+        // An operand whose L1 -> L0 move is pending is decoded from the move's source region
+        // (the same values), which is then never copied into L0.
+        match cx.operand_source(la, (0, 0), (mp, kp)) {
+            Some((ty, addr, at)) => {
+                cx.read_f32(&TileLoc::of_type(&ty, addr), 0, at, (mp, kp), &mut af)?
+            }
+            None => cx.read_f32(la, 0, (0, 0), (mp, kp), &mut af)?,
+        }
+        // B is decoded in the order its bytes lie, strip by strip (a ZN Right tile or a ZN view
+        // column-major, an NZ source row-major).
+        let order = |ty: &TileType| match ty.layout {
             Layout::ZN | Layout::DN => Order::ColMajor,
             _ => Order::RowMajor,
         };
-        cx.read_f32_ordered(lb, 0, (0, 0), (kp, np), b_order, &mut bf)?;
+        let b_order = match cx.operand_source(lb, (0, 0), (kp, np)) {
+            Some((ty, addr, at)) => {
+                let o = order(&ty);
+                let src = TileLoc::of_type(&ty, addr);
+                cx.read_f32_ordered(&src, 0, at, (kp, np), o, &mut bf)?;
+                o
+            }
+            None => {
+                let o = order(lb.ty);
+                cx.read_f32_ordered(lb, 0, (0, 0), (kp, np), o, &mut bf)?;
+                o
+            }
+        };
         let bias_vals = match bias {
             Some(t) => {
                 let lt = cx.tile(t)?;

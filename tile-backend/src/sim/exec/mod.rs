@@ -10,11 +10,11 @@ mod vector;
 use super::gm::{Arg, Overlay};
 use super::interp::CoreRt;
 use super::numeric;
-use super::state::{mark_bits, BlockMem, CoreId, CrossFlags};
+use super::state::{mark_bits, BlockMem, CoreId, CrossFlags, DeferredMove};
 use super::tile::{self, Order, Run, TileLoc};
 use super::trace::{Mem, OpRecord, SyncInfo};
 use crate::arch::Arch;
-use crate::ir::{Kernel, Op, OpFamily, ParamId, ScalarArg, TileRef};
+use crate::ir::{Kernel, MemSpace, Op, OpFamily, ParamId, ScalarArg, TileRef};
 
 /// Whether an op completed or must wait.
 pub(crate) enum Flow {
@@ -94,11 +94,7 @@ impl<'k> ExecCtx<'k, '_, '_> {
         if let Some(r) = &mut self.rec {
             let mem = Mem::Chip {
                 space: loc.space(),
-                aiv: if loc.space() == crate::ir::MemSpace::Vec {
-                    aiv
-                } else {
-                    0
-                },
+                aiv: if loc.space() == MemSpace::Vec { aiv } else { 0 },
             };
             let _ = tile::for_each_span(loc, usize::MAX, at, size, |start, len| {
                 r.touch(mem, start, len, write)
@@ -478,6 +474,12 @@ impl<'k> ExecCtx<'k, '_, '_> {
             return Ok(false);
         }
         let dspace = d.space();
+        if self.rec.is_none()
+            && s.space() == MemSpace::Mat
+            && matches!(dspace, MemSpace::Left | MemSpace::Right)
+        {
+            return self.defer_l0_move(s, s_at, d, d_at, size);
+        }
         self.mem
             .touch(dspace, d_aiv, d.addr, d.addr + d.ty.bytes() as usize);
         let Some((src, dst, bits)) = self.mem.src_dst((s.space(), s_aiv), (dspace, d_aiv))? else {
@@ -490,6 +492,62 @@ impl<'k> ExecCtx<'k, '_, '_> {
         self.note_region(s, s_aiv, s_at, size, false);
         self.note_region(d, d_aiv, d_at, size, true);
         Ok(true)
+    }
+
+    /// An L1 -> L0A/L0B copy of a defined region, recorded rather than made (untraced runs):
+    /// the destination's written bits are marked now, its bytes are copied only if something
+    /// other than a matmul operand read reaches them ([`BlockMem::defer_move`]). A matmul reads
+    /// the source region instead ([`ExecCtx::operand_source`]), which saves a pass over every
+    /// operand.
+    fn defer_l0_move(
+        &mut self,
+        s: &TileLoc,
+        s_at: (usize, usize),
+        d: &TileLoc,
+        d_at: (usize, usize),
+        size: (usize, usize),
+    ) -> Result<bool, String> {
+        let (sspace, dspace) = (s.space(), d.space());
+        let (s_len, d_len) = (self.mem.buf_len(sspace, 0)?, self.mem.buf_len(dspace, 0)?);
+        tile::check_region(s, s_len, s_at.0, s_at.1, size.0, size.1)?;
+        tile::check_region(d, d_len, d_at.0, d_at.1, size.0, size.1)?;
+        if size.0 == 0 || size.1 == 0 {
+            return Ok(true);
+        }
+        let span = |loc: &TileLoc, len: usize, at: (usize, usize)| {
+            let (mut lo, mut hi) = (usize::MAX, 0);
+            tile::for_each_span(loc, len, at, size, |start, n| {
+                lo = lo.min(start);
+                hi = hi.max(start + n);
+            })
+            .map(|_| (lo, hi))
+        };
+        let src_span = span(s, s_len, s_at)?;
+        let dst_span = span(d, d_len, d_at)?;
+        self.mem.defer_move(DeferredMove {
+            src: (s.ty.clone(), s.addr, s_at),
+            dst: (d.ty.clone(), d.addr, d_at),
+            size,
+            src_span,
+            dst_span,
+        });
+        let (_, bits) = self.mem.buf_bits_mut(dspace, 0)?;
+        tile::for_each_span(d, usize::MAX, d_at, size, |start, len| {
+            mark_bits(bits, start, len, true)
+        })?;
+        Ok(true)
+    }
+
+    /// The tile a matmul operand region can be decoded from: the L1 source of a pending move
+    /// into it (the same values; see [`ExecCtx::defer_l0_move`]), else the operand tile itself.
+    /// The source's type is returned owned with its address and the region's first element.
+    pub fn operand_source(
+        &self,
+        loc: &TileLoc,
+        at: (usize, usize),
+        size: (usize, usize),
+    ) -> Option<(crate::ir::TileType, usize, (usize, usize))> {
+        self.mem.deferred_source(loc, at, size)
     }
 
     /// [`ExecCtx::write_bytes`] for a copy: element `i` (row-major) of the region becomes

@@ -343,13 +343,64 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
     }
 }
 
-/// A reduction's starting value and step.
-fn reduction<F: Float>(red: ReduceOp) -> (F, fn(F, F) -> F) {
-    match red {
-        ReduceOp::Sum => (F::zero(), |a, b| a + b),
-        ReduceOp::Max => (F::neg_infinity(), |a, b| a.max(b)),
-        ReduceOp::Min => (F::infinity(), |a, b| a.min(b)),
+/// Calls `$go!(init, step)` with the reduction's starting value and step as an inlined closure,
+/// so each use is compiled (and vectorised) per op rather than calling a step per element.
+macro_rules! with_reduction {
+    ($red:expr, $F:ty, $go:ident) => {
+        match $red {
+            ReduceOp::Sum => $go!(<$F>::zero(), |a: $F, b: $F| a + b),
+            ReduceOp::Max => $go!(<$F>::neg_infinity(), |a: $F, b: $F| a.max(b)),
+            ReduceOp::Min => $go!(<$F>::infinity(), |a: $F, b: $F| a.min(b)),
+        }
+    };
+}
+
+/// The reduction of one row: eight interleaved partial results (element `i` goes to lane `i %
+/// 8`), combined pairwise in a fixed order, so the order is the same on every host and the
+/// loop vectorises. An empty row gives the starting value.
+fn reduce_row<F: Float>(red: ReduceOp, row: &[F]) -> F {
+    macro_rules! go {
+        ($init:expr, $f:expr) => {{
+            let f = $f;
+            let mut acc = [$init; 8];
+            let mut chunks = row.chunks_exact(8);
+            for c in chunks.by_ref() {
+                for j in 0..8 {
+                    acc[j] = f(acc[j], c[j]);
+                }
+            }
+            for (a, v) in acc.iter_mut().zip(chunks.remainder()) {
+                *a = f(*a, *v);
+            }
+            let q = [
+                f(acc[0], acc[4]),
+                f(acc[1], acc[5]),
+                f(acc[2], acc[6]),
+                f(acc[3], acc[7]),
+            ];
+            f(f(q[0], q[2]), f(q[1], q[3]))
+        }};
     }
+    with_reduction!(red, F, go)
+}
+
+/// Folds every row of `rows` (`cols` values each, `pitch` apart) into `out` column by column,
+/// `out` starting at the reduction's starting value.
+fn reduce_cols<F: Float>(red: ReduceOp, slab: &[F], pitch: usize, rows: usize, out: &mut [F]) {
+    macro_rules! go {
+        ($init:expr, $f:expr) => {{
+            let f = $f;
+            out.fill($init);
+            let cols = out.len();
+            for i in 0..rows {
+                let row = &slab[i * pitch..i * pitch + cols];
+                for (a, b) in out.iter_mut().zip(row) {
+                    *a = f(*a, *b);
+                }
+            }
+        }};
+    }
+    with_reduction!(red, F, go)
 }
 
 /// Whether two resolved tiles are the same bytes of the same type (an op written in place).
@@ -488,21 +539,18 @@ fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<bool, String> {
                 return Ok(false);
             }
             cx.require_defined(&s, aiv, (0, 0), (r, c), "a vector op")?;
-            let (init, f) = reduction::<f32>(*red);
             let n = match axis {
                 Axis::Row => r,
                 Axis::Col => c,
             };
             let mut out = f32::take(&mut cx.core.pool, n);
-            out.fill(init);
-            let done = cx.f32_nd_view(&s, aiv, (r, c), |slab, pitch| {
-                for i in 0..r {
-                    let row = &slab[i * pitch..i * pitch + c];
-                    match axis {
-                        Axis::Row => out[i] = row.iter().fold(init, |a, b| f(a, *b)),
-                        Axis::Col => out.iter_mut().zip(row).for_each(|(a, b)| *a = f(*a, *b)),
+            let done = cx.f32_nd_view(&s, aiv, (r, c), |slab, pitch| match axis {
+                Axis::Row => {
+                    for (i, o) in out.iter_mut().enumerate() {
+                        *o = reduce_row(*red, &slab[i * pitch..i * pitch + c]);
                     }
                 }
+                Axis::Col => reduce_cols(*red, slab, pitch, r, &mut out),
             })?;
             if done.is_none() {
                 f32::give(&mut cx.core.pool, out);
@@ -568,25 +616,18 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
             let (r, c) = s.valid()?;
             let x = load::<F>(cx, &s, r, c)?;
-            let (init, f) = reduction::<F>(*red);
             match axis {
                 Axis::Row => {
                     let mut out = F::take(&mut cx.core.pool, r);
-                    out.fill(init);
-                    if c > 0 {
-                        for (o, row) in out.iter_mut().zip(x.chunks(c)) {
-                            *o = row.iter().fold(init, |a, b| f(a, *b));
-                        }
+                    for (i, o) in out.iter_mut().enumerate() {
+                        *o = reduce_row(*red, &x[i * c..i * c + c]);
                     }
                     F::give(&mut cx.core.pool, x);
                     store(cx, &d, r, 1, out, rint)
                 }
                 Axis::Col => {
                     let mut out = F::take(&mut cx.core.pool, c);
-                    out.fill(init);
-                    for row in x.chunks(c.max(1)).take(r) {
-                        out.iter_mut().zip(row).for_each(|(a, b)| *a = f(*a, *b));
-                    }
+                    reduce_cols(*red, &x, c, r, &mut out);
                     F::give(&mut cx.core.pool, x);
                     store(cx, &d, 1, c, out, rint)
                 }
