@@ -314,3 +314,23 @@ fn the_reference_kernels_give_the_same_bits_with_moves_deferred_and_copied() {
         assert_eq!(outputs(false), outputs(true), "{}", kernel.name);
     }
 }
+
+#[test]
+fn a_decoded_operand_is_reused_only_while_its_l1_bytes_are_unchanged() {
+    // The same A region feeds three matmuls: the second reuses the first's decode (A · B twice),
+    // the third follows a reload of A's L1 tile with A2 and must see A2.
+    let k = kernel(|q, p| {
+        q.mov(p.b0, p.b1);
+        q.mov(p.a0, p.a1);
+        q.matmul(p.acc, p.a0, p.b0);
+        q.mov(p.a0, p.a1);
+        q.matmul_acc(p.acc, p.a0, p.b0);
+        q.load(p.a1, GmView::nd(p.a2, 0, M, K, K));
+        q.mov(p.a0, p.a1);
+        q.matmul_acc(p.acc, p.a0, p.b0);
+    });
+    check("reused decode", &k, |r| {
+        let (ab, a2b) = (product(&r.a, &r.b), product(&r.a2, &r.b));
+        ab.iter().zip(&a2b).map(|(x, y)| x + x + y).collect()
+    });
+}

@@ -48,6 +48,23 @@ pub(crate) struct BlockMem {
     dirty: [(usize, usize); 8],
     /// L1 -> L0A/L0B moves whose bytes are not copied yet ([`BlockMem::defer_move`]).
     deferred: Vec<DeferredMove>,
+    /// Decoded L1 regions kept while their bytes are unchanged ([`BlockMem::keep_decoded`]).
+    decoded: Vec<Decoded>,
+}
+
+/// Most decoded L1 regions a block keeps (the oldest is dropped first).
+const DECODED_MAX: usize = 16;
+
+/// A region of an L1 tile decoded to row-major f32, valid while its bytes are unchanged.
+#[derive(Debug)]
+struct Decoded {
+    ty: TileType,
+    addr: usize,
+    at: (usize, usize),
+    size: (usize, usize),
+    /// Byte span `[lo, hi)` of the region in L1.
+    span: (usize, usize),
+    vals: Vec<f32>,
 }
 
 /// An L1 -> L0A/L0B move whose bytes are not copied yet: its destination region reads as its
@@ -111,6 +128,7 @@ impl BlockMem {
             init: cap.map(|n| vec![0u64; n.div_ceil(64)]),
             dirty: [(usize::MAX, 0); 8],
             deferred: Vec::new(),
+            decoded: Vec::new(),
         }
     }
 
@@ -129,8 +147,10 @@ impl BlockMem {
     /// Restores the written extents to fresh bytes and poison and keeps the buffers for the
     /// next block this thread runs.
     pub fn give_back(mut self) {
-        // A block's L0 contents are never read after it ends: pending copies are dropped.
+        // A block's L0 contents are never read after it ends: pending copies are dropped, and
+        // so are decoded L1 regions.
         self.deferred.clear();
+        self.decoded.clear();
         for i in 0..8 {
             let (lo, hi) = self.dirty[i];
             if lo >= hi {
@@ -173,6 +193,10 @@ impl BlockMem {
     /// Notes that bytes `[lo, hi)` of a buffer may change (data or written bits); call before
     /// writing them.
     pub fn touch(&mut self, space: MemSpace, aiv: u8, lo: usize, hi: usize) {
+        if space == MemSpace::Mat && !self.decoded.is_empty() {
+            self.decoded
+                .retain(|d| !DeferredMove::overlaps(d.span, lo, hi));
+        }
         if !self.deferred.is_empty() {
             // A pending copy reading these bytes, or landing on them, is made first.
             self.settle(|m| match space {
@@ -277,6 +301,47 @@ impl BlockMem {
                 && at.1 + size.1 <= c0 + m.size.1;
             inside.then(|| (st.clone(), *sa, (sr0 + at.0 - r0, sc0 + at.1 - c0)))
         })
+    }
+
+    /// The row-major f32 values of an L1 region decoded earlier ([`BlockMem::keep_decoded`]),
+    /// when its bytes have not been written since; taken out of the store (give them back with
+    /// `keep_decoded`).
+    pub fn take_decoded(
+        &mut self,
+        ty: &TileType,
+        addr: usize,
+        at: (usize, usize),
+        size: (usize, usize),
+    ) -> Option<Vec<f32>> {
+        let i = self
+            .decoded
+            .iter()
+            .position(|d| d.addr == addr && d.at == at && d.size == size && d.ty == *ty)?;
+        Some(self.decoded.remove(i).vals)
+    }
+
+    /// Keeps the row-major f32 values of an L1 region (byte span `span`) until a write reaches
+    /// those bytes or the block ends, for [`BlockMem::take_decoded`]. An operand read again and
+    /// again (Q's K slices across chunks, P across the V slices) is then decoded once.
+    pub fn keep_decoded(
+        &mut self,
+        ty: &TileType,
+        addr: usize,
+        (at, size): ((usize, usize), (usize, usize)),
+        span: (usize, usize),
+        vals: Vec<f32>,
+    ) {
+        if self.decoded.len() >= DECODED_MAX {
+            self.decoded.remove(0);
+        }
+        self.decoded.push(Decoded {
+            ty: ty.clone(),
+            addr,
+            at,
+            size,
+            span,
+            vals,
+        });
     }
 
     /// Makes the pending copies into `space`.

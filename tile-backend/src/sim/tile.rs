@@ -596,6 +596,21 @@ fn transpose_blocks<const N: usize>(
 /// hold exactly the elements of the `rows x cols` region at `(r0, c0)`, merged where they
 /// follow each other: the bytes a check or a written-mark needs, without the element order. A
 /// whole NZ tile, or a run of full-width NZ column strips, is one range.
+/// The byte span `[lo, hi)` covering a region of a tile (its first to its last byte).
+pub(crate) fn region_span(
+    loc: &TileLoc,
+    buf_len: usize,
+    at: (usize, usize),
+    size: (usize, usize),
+) -> Result<(usize, usize), String> {
+    let (mut lo, mut hi) = (usize::MAX, 0);
+    for_each_span(loc, buf_len, at, size, |start, n| {
+        lo = lo.min(start);
+        hi = hi.max(start + n);
+    })?;
+    Ok((lo.min(hi), hi))
+}
+
 pub(crate) fn for_each_span(
     loc: &TileLoc,
     buf_len: usize,

@@ -202,13 +202,25 @@ fn matmul_f32(
         pool.f32s_to_overwrite(kp * np),
         pool.f32s_to_overwrite(mp * np),
     );
+    let mut keep_a = None;
     let r = (|| {
         // An operand whose L1 -> L0 move is pending is decoded from the move's source region
         // (the same values), which is then never copied into L0.
+        // A's values are kept per source region while its bytes are unchanged, so an A read
+        // again (Q's K slices in every chunk, P for every V slice) is decoded once.
         match cx.operand_source(la, (0, 0), (mp, kp)) {
-            Some((ty, addr, at)) => {
-                cx.read_f32(&TileLoc::of_type(&ty, addr), 0, at, (mp, kp), &mut af)?
-            }
+            Some((ty, addr, at)) => match cx.mem.take_decoded(&ty, addr, at, (mp, kp)) {
+                Some(kept) => {
+                    let old = std::mem::replace(&mut af, kept);
+                    cx.core.pool.put_f32s(old);
+                    keep_a = Some((ty, addr, at));
+                }
+                None => {
+                    let src = TileLoc::of_type(&ty, addr);
+                    cx.read_f32(&src, 0, at, (mp, kp), &mut af)?;
+                    keep_a = Some((ty, addr, at));
+                }
+            },
             None => cx.read_f32(la, 0, (0, 0), (mp, kp), &mut af)?,
         }
         // B is decoded in the order its bytes lie, strip by strip (a ZN Right tile or a ZN view
@@ -272,8 +284,15 @@ fn matmul_f32(
             r
         }
     })();
+    match keep_a {
+        Some((ty, addr, at)) if r.is_ok() => {
+            let len = cx.mem.buf_len(ty.space, 0)?;
+            let span = tile::region_span(&TileLoc::of_type(&ty, addr), len, at, (mp, kp))?;
+            cx.mem.keep_decoded(&ty, addr, (at, (mp, kp)), span, af);
+        }
+        _ => cx.core.pool.put_f32s(af),
+    }
     let pool = &mut cx.core.pool;
-    pool.put_f32s(af);
     pool.put_f32s(bf);
     pool.put_f32s(c);
     r

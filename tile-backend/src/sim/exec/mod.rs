@@ -514,16 +514,8 @@ impl<'k> ExecCtx<'k, '_, '_> {
         if size.0 == 0 || size.1 == 0 {
             return Ok(true);
         }
-        let span = |loc: &TileLoc, len: usize, at: (usize, usize)| {
-            let (mut lo, mut hi) = (usize::MAX, 0);
-            tile::for_each_span(loc, len, at, size, |start, n| {
-                lo = lo.min(start);
-                hi = hi.max(start + n);
-            })
-            .map(|_| (lo, hi))
-        };
-        let src_span = span(s, s_len, s_at)?;
-        let dst_span = span(d, d_len, d_at)?;
+        let src_span = tile::region_span(s, s_len, s_at, size)?;
+        let dst_span = tile::region_span(d, d_len, d_at, size)?;
         self.mem.defer_move(DeferredMove {
             src: (s.ty.clone(), s.addr, s_at),
             dst: (d.ty.clone(), d.addr, d_at),
