@@ -548,7 +548,8 @@ impl<T: Clone + Default> Free<T> {
     }
 
     fn put(&mut self, v: Vec<T>) {
-        if self.0.len() < POOL_DEPTH {
+        // An unallocated vector is not worth a slot.
+        if self.0.len() < POOL_DEPTH && v.capacity() > 0 {
             self.0.push(v);
         }
     }

@@ -197,11 +197,8 @@ fn matmul_f32(
     let pool = &mut cx.core.pool;
     // Every element is written before it is read: A and B are decoded over their whole
     // regions, and C is read (accumulate) or written by the gemm without being read.
-    let (mut af, mut bf, mut c) = (
-        pool.f32s_to_overwrite(mp * kp),
-        pool.f32s_to_overwrite(kp * np),
-        pool.f32s_to_overwrite(mp * np),
-    );
+    // (C's scratch is taken only off the fast path, A's only when it is not kept already.)
+    let (mut af, mut bf, mut c) = (Vec::new(), pool.f32s_to_overwrite(kp * np), Vec::new());
     let mut keep_a = None;
     let r = (|| {
         // An operand whose L1 -> L0 move is pending is decoded from the move's source region
@@ -211,17 +208,20 @@ fn matmul_f32(
         match cx.operand_source(la, (0, 0), (mp, kp)) {
             Some((ty, addr, at)) => match cx.mem.take_decoded(&ty, addr, at, (mp, kp)) {
                 Some(kept) => {
-                    let old = std::mem::replace(&mut af, kept);
-                    cx.core.pool.put_f32s(old);
+                    af = kept;
                     keep_a = Some((ty, addr, at));
                 }
                 None => {
+                    af = cx.core.pool.f32s_to_overwrite(mp * kp);
                     let src = TileLoc::of_type(&ty, addr);
                     cx.read_f32(&src, 0, at, (mp, kp), &mut af)?;
                     keep_a = Some((ty, addr, at));
                 }
             },
-            None => cx.read_f32(la, 0, (0, 0), (mp, kp), &mut af)?,
+            None => {
+                af = cx.core.pool.f32s_to_overwrite(mp * kp);
+                cx.read_f32(la, 0, (0, 0), (mp, kp), &mut af)?;
+            }
         }
         // B is decoded in the order its bytes lie, strip by strip (a ZN Right tile or a ZN view
         // column-major, an NZ source row-major).
@@ -262,6 +262,7 @@ fn matmul_f32(
         {
             return Ok(());
         }
+        c = cx.core.pool.f32s_to_overwrite(mp * np);
         if *accumulate {
             cx.read_f32(lc, 0, (0, 0), (mp, np), &mut c)?;
         }

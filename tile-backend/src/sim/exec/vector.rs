@@ -20,6 +20,8 @@ trait Scratch: Float + Send + Sync + 'static {
     fn take_dirty(pool: &mut ScratchPool, n: usize) -> Vec<Self>;
     /// Gives a buffer back to the pool.
     fn give(pool: &mut ScratchPool, v: Vec<Self>);
+    /// The vector unit's exponential (f32: [`numeric::exp_f32`]).
+    fn exp_model(self) -> Self;
     /// Decodes a whole buffer (f32: the dtype is matched once).
     fn decode(dtype: DType, bytes: &[u8], out: &mut [Self]) {
         let es = dtype.size_bytes() as usize;
@@ -64,6 +66,9 @@ impl Scratch for f32 {
     fn from_bytes(dtype: DType, b: &[u8]) -> Self {
         numeric::decode_one(dtype, b)
     }
+    fn exp_model(self) -> Self {
+        numeric::exp_f32(self)
+    }
     fn to_bytes(self, dtype: DType, round: RoundMode, out: &mut [u8]) {
         encode_any(dtype, self as f64, round, out)
     }
@@ -95,6 +100,9 @@ impl Scratch for f32 {
 }
 
 impl Scratch for f64 {
+    fn exp_model(self) -> Self {
+        self.exp()
+    }
     fn from_bytes(dtype: DType, b: &[u8]) -> Self {
         if dtype.is_float() {
             numeric::decode_one(dtype, b) as f64
@@ -237,7 +245,7 @@ fn scalar_apply<F: Float>(op: BinaryOp, x: &mut [F], k: F) {
 }
 
 /// `x[i] = op(x[i])`, the op matched once.
-fn unary_apply<F: Float>(op: UnaryOp, x: &mut [F]) {
+fn unary_apply<F: Scratch>(op: UnaryOp, x: &mut [F]) {
     macro_rules! go {
         ($f:expr) => {
             for p in x.iter_mut() {
@@ -246,7 +254,7 @@ fn unary_apply<F: Float>(op: UnaryOp, x: &mut [F]) {
         };
     }
     match op {
-        UnaryOp::Exp => go!(|v: F| v.exp()),
+        UnaryOp::Exp => go!(|v: F| v.exp_model()),
         UnaryOp::Ln => go!(|v: F| v.ln()),
         UnaryOp::Abs => go!(|v: F| v.abs()),
         UnaryOp::Neg => go!(|v: F| -v),
