@@ -530,9 +530,10 @@ impl<'k> ExecCtx<'k, '_, '_> {
         Ok(true)
     }
 
-    /// The tile a matmul operand region can be decoded from: the L1 source of a pending move
-    /// into it (the same values; see [`ExecCtx::defer_l0_move`]), else the operand tile itself.
-    /// The source's type is returned owned with its address and the region's first element.
+    /// The L1 source a matmul operand region can be decoded from while a move into it is
+    /// pending (the same values; see [`ExecCtx::defer_l0_move`]): the source's type (owned), its
+    /// address and the region's first element in it. `None` when the operand tile itself holds
+    /// the values.
     pub fn operand_source(
         &self,
         loc: &TileLoc,

@@ -392,8 +392,8 @@ fn reduce_row<F: Float>(red: ReduceOp, row: &[F]) -> F {
     with_reduction!(red, F, go)
 }
 
-/// Folds every row of `rows` (`cols` values each, `pitch` apart) into `out` column by column,
-/// `out` starting at the reduction's starting value.
+/// Folds `rows` rows of a slab (`out.len()` values each, `pitch` apart) into `out` column by
+/// column, starting from the reduction's starting value.
 fn reduce_cols<F: Float>(red: ReduceOp, slab: &[F], pitch: usize, rows: usize, out: &mut [F]) {
     macro_rules! go {
         ($init:expr, $f:expr) => {{
