@@ -82,11 +82,12 @@ pub(crate) struct DeferredMove {
     pub dst_span: (usize, usize),
 }
 
-impl DeferredMove {
-    fn overlaps(span: (usize, usize), lo: usize, hi: usize) -> bool {
-        span.0 < hi && lo < span.1
-    }
+/// Whether byte span `[span.0, span.1)` meets `[lo, hi)`.
+fn spans_overlap(span: (usize, usize), lo: usize, hi: usize) -> bool {
+    span.0 < hi && lo < span.1
+}
 
+impl DeferredMove {
     /// Whether this move's destination region holds all of `other`'s (same tile).
     fn covers(&self, other: &DeferredMove) -> bool {
         let ((t, a, (r0, c0)), (ot, oa, (or0, oc0))) = (&self.dst, &other.dst);
@@ -194,14 +195,13 @@ impl BlockMem {
     /// writing them.
     pub fn touch(&mut self, space: MemSpace, aiv: u8, lo: usize, hi: usize) {
         if space == MemSpace::Mat && !self.decoded.is_empty() {
-            self.decoded
-                .retain(|d| !DeferredMove::overlaps(d.span, lo, hi));
+            self.decoded.retain(|d| !spans_overlap(d.span, lo, hi));
         }
         if !self.deferred.is_empty() {
             // A pending copy reading these bytes, or landing on them, is made first.
             self.settle(|m| match space {
-                MemSpace::Mat => DeferredMove::overlaps(m.src_span, lo, hi),
-                _ => m.dst.0.space == space && DeferredMove::overlaps(m.dst_span, lo, hi),
+                MemSpace::Mat => spans_overlap(m.src_span, lo, hi),
+                _ => m.dst.0.space == space && spans_overlap(m.dst_span, lo, hi),
             });
         }
         if let Some(i) = Self::slot(space, aiv) {
@@ -364,15 +364,8 @@ impl BlockMem {
             else {
                 continue;
             };
-            if si == di {
+            let Some((src, dst)) = Self::two_bufs(&mut self.bufs, si, di) else {
                 continue;
-            }
-            let (src, dst) = if si < di {
-                let (a, b) = self.bufs.split_at_mut(di);
-                (&a[si], &mut b[0])
-            } else {
-                let (a, b) = self.bufs.split_at_mut(si);
-                (&b[0], &mut a[di])
             };
             let s = TileLoc::of_type(&m.src.0, m.src.1);
             let d = TileLoc::of_type(&m.dst.0, m.dst.1);
@@ -380,6 +373,20 @@ impl BlockMem {
             // buffers, with equal element sizes, in two different buffers.
             let _ = tile::copy_between(src, &s, m.src.2, dst, &d, m.dst.2, m.size);
         }
+    }
+
+    /// Buffer `si` to read and buffer `di` to write at once; `None` when they are the same.
+    fn two_bufs(bufs: &mut [Vec<u8>; 8], si: usize, di: usize) -> Option<(&[u8], &mut [u8])> {
+        if si == di || si >= bufs.len() || di >= bufs.len() {
+            return None;
+        }
+        Some(if si < di {
+            let (a, b) = bufs.split_at_mut(di);
+            (&a[si], &mut b[0])
+        } else {
+            let (a, b) = bufs.split_at_mut(si);
+            (&b[0], &mut a[di])
+        })
     }
 
     /// A buffer and its written bits, mutable together.
@@ -402,21 +409,10 @@ impl BlockMem {
     ) -> Result<Option<(&[u8], &mut [u8], &mut [u64])>, String> {
         self.settle_into(src.0);
         let (si, di) = (Self::slot_of(src.0, src.1)?, Self::slot_of(dst.0, dst.1)?);
-        if si == di {
+        let Some((s_buf, d_buf)) = Self::two_bufs(&mut self.bufs, si, di) else {
             return Ok(None);
-        }
-        let (s_buf, d_buf) = if si < di {
-            let (a, b) = self.bufs.split_at_mut(di);
-            (&a[si], &mut b[0])
-        } else {
-            let (a, b) = self.bufs.split_at_mut(si);
-            (&b[0], &mut a[di])
         };
-        Ok(Some((
-            s_buf.as_slice(),
-            d_buf.as_mut_slice(),
-            &mut self.init[di],
-        )))
+        Ok(Some((s_buf, d_buf, &mut self.init[di])))
     }
 }
 
