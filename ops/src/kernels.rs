@@ -237,8 +237,14 @@ pub fn sparse_paged_attention(shape: &SparseAttentionShape) -> Result<Vec<Launch
             ),
         ));
     }
-    let cfg =
-        crate::sparse_attention::kernel::attn_cfg(s.dtype, s.heads, s.dqk, s.v_dim, s.block_size);
+    let cfg = crate::sparse_attention::kernel::attn_cfg(
+        s.dtype,
+        s.heads,
+        s.dqk,
+        s.v_dim,
+        s.block_size,
+        true,
+    );
     attention_launches(OP, &cfg, s.batch, s.topk, s.sink)
 }
 
@@ -269,6 +275,7 @@ pub fn paged_attention(shape: &PagedAttentionShape) -> Result<Vec<Launch>, OpErr
         s.kv_heads,
         s.head_dim,
         s.block_size,
+        true,
     );
     attention_launches(OP, &cfg, s.batch, s.context_len, false)
 }

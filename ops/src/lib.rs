@@ -47,5 +47,5 @@ pub use error::OpError;
 pub use kv_cache::reshape_and_cache;
 pub use paged_attention::{paged_attention, PagedAttentionParams};
 pub use paged_gather::paged_gather;
-pub use runtime::{profile, LaunchRecord};
+pub use runtime::{profile, LaunchRecord, PlanTarget};
 pub use sparse_attention::{sparse_paged_attention, SparseAttentionParams};

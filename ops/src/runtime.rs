@@ -122,6 +122,21 @@ pub struct Runner {
     op: &'static str,
     mode: Mode,
     launches: usize,
+    plan: Option<PlanTarget>,
+}
+
+/// The machine an op's launch plan (its grid and its kernels' tiling) is made for. The kernels
+/// compute the same thing either way; only the number of blocks, the work per block and the
+/// tile sizes change (and with them the summation order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanTarget {
+    /// The Ascend 950: a grid for its clusters, and tiles double-buffered, since a block's pipes
+    /// run concurrently and the next load overlaps this tile's compute.
+    Device,
+    /// The simulator's CPU execution: a grid for its worker threads (blocks beyond them add
+    /// per-block work and no parallelism), and, since it runs a block's instructions one after
+    /// another, a tile buffered once where that lets it be larger.
+    Cpu,
 }
 
 impl Runner {
@@ -131,6 +146,7 @@ impl Runner {
             op,
             mode: Mode::Sim,
             launches: 0,
+            plan: None,
         }
     }
 
@@ -144,6 +160,7 @@ impl Runner {
                 files: Vec::new(),
             },
             launches: 0,
+            plan: None,
         }
     }
 
@@ -159,17 +176,38 @@ impl Runner {
         base.join(op).join(format!("{}-{call}", std::process::id()))
     }
 
-    /// How many blocks the launch target runs at once, which an op's launch plan sizes its grid
-    /// for (e.g. how many top-k splits attention uses): the Ascend 950's clusters when the launch
-    /// is packaged for the device, or profiled (the cost estimate must be the device launch's);
-    /// otherwise the simulator's worker threads. The kernel is the same either way; only the
-    /// number of blocks and the work per block change. On the CPU, blocks beyond the threads
-    /// add per-block work (setup, the split workspace and its merge) and no parallelism.
-    pub fn concurrent_blocks(&self) -> usize {
-        match self.mode {
-            Mode::Sim if !profiling() => rayon::current_num_threads().max(1),
-            _ => device_clusters(),
+    /// Makes every launch plan for `target`, whatever the runner does: e.g. run the CPU plan's
+    /// kernels traced under [`profile`] to check them for hazards.
+    pub fn plan_for(mut self, target: PlanTarget) -> Self {
+        self.plan = Some(target);
+        self
+    }
+
+    /// The machine launch plans are made for: set by [`Self::plan_for`], else the device when
+    /// the launch is packaged or profiled (the cost estimate must be the device launch's), else
+    /// the CPU.
+    pub fn plan_target(&self) -> PlanTarget {
+        match (self.plan, &self.mode) {
+            (Some(t), _) => t,
+            (None, Mode::Sim) if !profiling() => PlanTarget::Cpu,
+            _ => PlanTarget::Device,
         }
+    }
+
+    /// How many blocks the plan's target runs at once, which an op's launch plan sizes its grid
+    /// for (e.g. how many top-k splits attention uses): the Ascend 950's clusters, or the
+    /// simulator's worker threads (see [`PlanTarget`]).
+    pub fn concurrent_blocks(&self) -> usize {
+        match self.plan_target() {
+            PlanTarget::Cpu => rayon::current_num_threads().max(1),
+            PlanTarget::Device => device_clusters(),
+        }
+    }
+
+    /// Whether the plan's target runs a block's pipes concurrently, so that double buffering
+    /// overlaps loads with compute (see [`PlanTarget`]).
+    pub fn pipes_overlap(&self) -> bool {
+        self.plan_target() == PlanTarget::Device
     }
 
     /// True when launches actually run (the outputs are meaningful).

@@ -6,7 +6,7 @@
 use tile_backend::ir::DType;
 use tile_backend::sim::GmTensor;
 use tileops_ops::paged_attention::kernel::{self as paged, PagedProblem};
-use tileops_ops::runtime::Runner;
+use tileops_ops::runtime::{PlanTarget, Runner};
 use tileops_ops::sparse_attention::kernel::{self as sparse, SparseProblem};
 
 /// xorshift64*: deterministic test data without a dependency.
@@ -128,6 +128,8 @@ struct SparseCase {
     topk_length: bool,
     sink: bool,
     seed: u64,
+    /// Plan the launch for this target instead of the device (the profiled default).
+    plan: Option<PlanTarget>,
 }
 
 impl SparseCase {
@@ -154,6 +156,7 @@ impl SparseCase {
             topk_length: false,
             sink: false,
             seed: 1,
+            plan: None,
         }
     }
 }
@@ -217,6 +220,9 @@ fn run_sparse(c: &SparseCase) {
     };
     let (res, records) = tileops_ops::profile(|| {
         let mut runner = Runner::sim("sparse_paged_attention");
+        if let Some(target) = c.plan {
+            runner = runner.plan_for(target);
+        }
         sparse::run(&mut runner, &p)
     });
     let (out, lse) = res.unwrap_or_else(|e| panic!("{c:?}: {e}"));
@@ -343,6 +349,24 @@ fn sparse_deepseek_shape_b1() {
     run_sparse(&SparseCase {
         invalid: 0,
         ..SparseCase::new(1, 128, 576, 512, 2048, 64, DType::BF16)
+    });
+}
+
+#[test]
+fn sparse_deepseek_shape_f32_cpu_plan() {
+    // The CPU plan's f32 DeepSeek kernel gathers 64-token chunks into one L1 buffer (the device
+    // plan ping-pongs 32-token chunks); 200 tokens make 4 chunks, a tail, and, over the CPU's
+    // splits, chunks that reuse the buffer one after another. Traced: no hazard allowed.
+    run_sparse(&SparseCase {
+        invalid: 1,
+        plan: Some(PlanTarget::Cpu),
+        seed: 11,
+        ..SparseCase::new(1, 128, 576, 512, 200, 64, DType::F32)
+    });
+    run_sparse(&SparseCase {
+        plan: Some(PlanTarget::Cpu),
+        seed: 12,
+        ..SparseCase::new(2, 128, 576, 512, 130, 64, DType::F32)
     });
 }
 

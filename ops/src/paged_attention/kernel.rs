@@ -61,6 +61,7 @@ pub(crate) fn attn_cfg(
     kv_heads: usize,
     head_dim: usize,
     block_size: usize,
+    double_buffer: bool,
 ) -> AttnCfg {
     let kv_heads = kv_heads.max(1);
     AttnCfg::new(
@@ -74,6 +75,7 @@ pub(crate) fn attn_cfg(
         head_dim as u64,
         true,
         block_size as u64,
+        double_buffer,
     )
 }
 
@@ -109,7 +111,7 @@ pub fn run(runner: &mut Runner, p: &PagedProblem<'_>) -> Result<GmTensor, OpErro
         .iter()
         .map(|&c| c.clamp(0, topk as i64))
         .collect();
-    let cfg = attn_cfg(p.q.dtype, h, hkv, d, bs);
+    let cfg = attn_cfg(p.q.dtype, h, hkv, d, bs, runner.pipes_overlap());
     let mut q = p.q.clone();
     q.shape = vec![b * h, d];
     let mut k = p.k_cache.clone();

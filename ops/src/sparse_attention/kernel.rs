@@ -53,6 +53,7 @@ pub(crate) fn attn_cfg(
     dqk: usize,
     v_dim: usize,
     block_size: usize,
+    double_buffer: bool,
 ) -> AttnCfg {
     let nht = heads.div_ceil(128).max(1);
     AttnCfg::new(
@@ -66,6 +67,7 @@ pub(crate) fn attn_cfg(
         0,
         false,
         block_size as u64,
+        double_buffer,
     )
 }
 
@@ -111,7 +113,7 @@ pub fn run(runner: &mut Runner, p: &SparseProblem<'_>) -> Result<(GmTensor, GmTe
         indices.resize(start + topk, pad);
         counts.push(n as i64);
     }
-    let cfg = attn_cfg(p.q.dtype, h, dqk, p.v_dim, bs);
+    let cfg = attn_cfg(p.q.dtype, h, dqk, p.v_dim, bs, runner.pipes_overlap());
     let mut q = p.q.clone();
     q.shape = vec![b * h, dqk];
     let mut kv = p.kv.clone();

@@ -153,6 +153,23 @@ fn deepseek_bf16(backend: Backend) {
     c.run(backend);
 }
 
+/// The DeepSeek head shape in f32 with a short top-k (200: three full 64-token chunks and a
+/// tail; 5% invalid). In f32 the device plan ping-pongs 32-token chunks and the CPU plan
+/// (TileSim outside `profile`) gathers 64-token chunks into one buffer: both run here.
+fn deepseek_f32_short(backend: Backend) {
+    let mut c = Case::new(
+        113,
+        DType::F32,
+        (1, 128, 576, 512),
+        64,
+        200,
+        (8, 10, 12),
+        0.05,
+    );
+    c.scale = 0.13523;
+    c.run(backend);
+}
+
 fn small(backend: Backend, seed: u64, dtype: DType) {
     // topk 100: not a multiple of 64; 10% invalid entries.
     Case::new(seed, dtype, (3, 8, 72, 64), 16, 100, (9, 12, 30), 0.1).run(backend);
@@ -229,6 +246,7 @@ fn shuffled_padded_table(backend: Backend) {
 
 for_each_backend!(
     deepseek_bf16,
+    deepseek_f32_short,
     small_f32,
     small_f16,
     small_bf16,

@@ -232,8 +232,10 @@ impl Part {
 
 /// Runs one case on `backend`:
 /// - Reference: the result matches the oracle `want` (one vector per part).
-/// - TileSim: runs inside `profile`; at least one launch, no launch reports a hazard; the result
-///   matches the oracle and the Reference backend's result, each within the part's tolerance.
+/// - TileSim: runs inside `profile` (the device's launch plan, traced); at least one launch, no
+///   launch reports a hazard; the result matches the oracle and the Reference backend's result,
+///   each within the part's tolerance. Then runs again outside it, as an ordinary call does
+///   (the CPU's launch plan, untraced), and matches the oracle again.
 /// - Ascend950: the call fails with `DeviceUnavailable`, naming a package directory in which
 ///   every launch's files were written.
 pub fn check_backend(
@@ -259,10 +261,13 @@ pub fn check_backend(
                     l.hazards
                 );
             }
-            compare_all("tilesim vs oracle", &got, &want());
+            let want = want();
+            compare_all("tilesim vs oracle", &got, &want);
             let reference = run(Backend::Reference).expect("the Reference backend runs");
             let reference: Vec<Vec<f32>> = reference.into_iter().map(|p| p.values).collect();
             compare_all("tilesim vs reference", &got, &reference);
+            let cpu_plan = run(Backend::TileSim).expect("the TileSim backend runs untraced");
+            compare_all("tilesim (CPU plan, untraced) vs oracle", &cpu_plan, &want);
         }
         Backend::Ascend950 => expect_package(|| run(Backend::Ascend950).map(|_| ())),
     }

@@ -59,6 +59,61 @@ pub fn decode_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) {
     }
 }
 
+/// Copies `lines` lines of `width` f32s from `src` (lines `src_line` apart) to `dst` (lines
+/// `dst_line` apart). Lines of 8 and 16 (an f32 box row, a bf16-width row) are fixed-size moves:
+/// a `memcpy` call per 32-byte line costs more than the bytes.
+pub(crate) fn copy_lines(
+    dst: &mut [f32],
+    dst_line: usize,
+    src: &[f32],
+    src_line: usize,
+    (lines, width): (usize, usize),
+) {
+    let line = |i: usize, l: usize| i * l..i * l + width;
+    match width {
+        8 => {
+            for i in 0..lines {
+                copy8(&mut dst[line(i, dst_line)], &src[line(i, src_line)]);
+            }
+        }
+        16 => {
+            for i in 0..lines {
+                let (d, s) = (&mut dst[line(i, dst_line)], &src[line(i, src_line)]);
+                let (d0, d1) = d.split_at_mut(8);
+                copy8(d0, &s[..8]);
+                copy8(d1, &s[8..]);
+            }
+        }
+        _ => {
+            for i in 0..lines {
+                dst[line(i, dst_line)].copy_from_slice(&src[line(i, src_line)]);
+            }
+        }
+    }
+}
+
+/// `dst.copy_from_slice(src)`, with a 32-byte line (one fractal row of any 16-bit or 32-bit
+/// box) as a fixed-size move instead of a `memcpy` call.
+#[inline(always)]
+pub(crate) fn copy_bytes(dst: &mut [u8], src: &[u8]) {
+    if let (Ok(d), Ok(s)) = (
+        <&mut [u8; 32]>::try_from(&mut *dst),
+        <&[u8; 32]>::try_from(src),
+    ) {
+        *d = *s;
+        return;
+    }
+    dst.copy_from_slice(src);
+}
+
+/// Copies eight f32s with a fixed-size move (slices of another length are left alone).
+#[inline(always)]
+pub(crate) fn copy8(dst: &mut [f32], src: &[f32]) {
+    if let (Ok(d), Ok(s)) = (<&mut [f32; 8]>::try_from(dst), <&[f32; 8]>::try_from(src)) {
+        *d = *s;
+    }
+}
+
 /// Decodes `lines` lines of `width` elements, line `i` starting `i * stride` elements into
 /// `bytes`, into `out` with line `i` at `i * out_line`: one dtype dispatch for a whole strip.
 pub fn decode_f32_lines(
@@ -73,10 +128,7 @@ pub fn decode_f32_lines(
     match dtype {
         DType::F32 => {
             if let Ok(v) = bytemuck::try_cast_slice::<u8, f32>(bytes_of_whole(bytes, 4)) {
-                for i in 0..lines {
-                    out[i * out_line..i * out_line + width]
-                        .copy_from_slice(&v[i * stride..i * stride + width]);
-                }
+                copy_lines(out, out_line, v, stride, (lines, width));
                 return;
             }
         }
@@ -126,10 +178,7 @@ pub fn encode_f32_lines(
         match dtype {
             DType::F32 => {
                 if let Ok(v) = bytemuck::try_cast_slice_mut::<u8, f32>(&mut bytes[..whole]) {
-                    for i in 0..lines {
-                        v[i * stride..i * stride + width]
-                            .copy_from_slice(&src[i * src_line..i * src_line + width]);
-                    }
+                    copy_lines(v, stride, src, src_line, (lines, width));
                     return;
                 }
             }

@@ -1,6 +1,7 @@
 //! Resolving tile references to bytes, and copying regions between a tile's stored layout and
 //! row-major scratch.
 
+use super::numeric::copy_bytes;
 use super::SimError;
 use crate::arch::Arch;
 use crate::ir::{Kernel, Layout, MemSpace, Storage, TileId, TileRef, TileType, ValidDim};
@@ -403,7 +404,7 @@ pub(crate) fn read_region(
         size,
         Order::RowMajor,
         size.0 * size.1,
-        |b, d| out[d.start * es..d.end * es].copy_from_slice(&buf[b]),
+        |b, d| copy_bytes(&mut out[d.start * es..d.end * es], &buf[b]),
     )? {
         return Ok(());
     }
@@ -446,7 +447,7 @@ pub(crate) fn copy_between(
     let (gs, gd) = (Geom::new(s.ty), Geom::new(d.ty));
     let mut copy = |so: usize, dof: usize, n: usize| {
         let (so, dof) = (s.addr + so * es, d.addr + dof * es);
-        dst[dof..dof + n * es].copy_from_slice(&src[so..so + n * es]);
+        copy_bytes(&mut dst[dof..dof + n * es], &src[so..so + n * es]);
     };
     if gs.row_major() && gd.row_major() {
         // Column segments contiguous in both; rows that continue each other in both merge.
@@ -695,6 +696,51 @@ pub(crate) fn for_each_span(
     Ok(())
 }
 
+/// Decodes the `[rows, cols]` region at `at` of an f32 tile (any layout) as `cols / 16`
+/// row-major `[rows, 16]` panels one after another (panel `s` holds columns `16 s .. 16 s + 16`),
+/// the form the matmul's strip kernel takes its B operand in, in one pass over the tile's bytes.
+/// False (nothing read) when the tile is not f32, `cols` is not a multiple of 16 or the buffer
+/// is not 4-byte aligned.
+pub(crate) fn decode_panels_f32(
+    buf: &[u8],
+    loc: &TileLoc,
+    at: (usize, usize),
+    (rows, cols): (usize, usize),
+    out: &mut [f32],
+) -> Result<bool, String> {
+    if loc.ty.dtype != crate::ir::DType::F32 || cols % 16 != 0 {
+        return Ok(false);
+    }
+    check_region(loc, buf.len(), at.0, at.1, rows, cols)?;
+    if out.len() < rows * cols {
+        return Err(format!("{} f32s for a {rows}x{cols} region", out.len()));
+    }
+    let tile_bytes = buf.get(loc.addr..loc.addr + loc.ty.bytes() as usize);
+    let Some(Ok(v)) = tile_bytes.map(bytemuck::try_cast_slice::<u8, f32>) else {
+        return Ok(false);
+    };
+    let geo = Geom::new(loc.ty);
+    for (s, panel) in out.chunks_exact_mut(rows * 16).take(cols / 16).enumerate() {
+        // Element offsets of the panel's 16 columns; a row is f(row) + these.
+        let g: [usize; 16] = std::array::from_fn(|j| geo.g(at.1 + s * 16 + j));
+        let halves_run = (1..16).all(|j| j == 8 || g[j] == g[j - 1] + 1);
+        for (i, row) in panel.chunks_exact_mut(16).enumerate() {
+            let f = geo.f(at.0 + i);
+            if halves_run {
+                // Two runs of eight (an f32 NZ box row, or one ND row): fixed-size copies.
+                let (lo, hi) = row.split_at_mut(8);
+                crate::sim::numeric::copy8(lo, &v[f + g[0]..f + g[0] + 8]);
+                crate::sim::numeric::copy8(hi, &v[f + g[8]..f + g[8] + 8]);
+            } else {
+                for (o, gj) in row.iter_mut().zip(g) {
+                    *o = v[f + gj];
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// Element order of a dense f32 scratch matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Order {
@@ -887,7 +933,7 @@ pub(crate) fn write_dense_bytes(
         size,
         Order::RowMajor,
         data.len() / es,
-        |b, d| buf[b].copy_from_slice(&data[d.start * es..d.end * es]),
+        |b, d| copy_bytes(&mut buf[b], &data[d.start * es..d.end * es]),
     )
 }
 

@@ -861,3 +861,83 @@ proptest! {
             .map_err(TestCaseError::fail)?;
     }
 }
+
+/// `decode_panels_f32` puts element `(r0 + i, c0 + 16 s + j)` at `out[(s * h + i) * 16 + j]`
+/// for every layout and space, at random regions (16-column multiples) and addresses, and
+/// writes nothing past the panels.
+#[test]
+fn panels_match_formula_sweep() {
+    let mut rng = Rng(0x5eed_0005);
+    for &layout in &LAYOUTS {
+        for &space in &SPACES {
+            for (nr, nc) in [(1, 2), (3, 4), (2, 6)] {
+                let ty = tile(space, DType::F32, layout, nr, nc);
+                let (rows, cols) = (ty.rows as usize, ty.cols as usize);
+                if cols < 16 {
+                    continue;
+                }
+                for _ in 0..16 {
+                    let w = 16 * (1 + rng.below(cols / 16));
+                    let c0 = rng.below(cols - w + 1);
+                    let h = 1 + rng.below(rows);
+                    let r0 = rng.below(rows - h + 1);
+                    let addr = 4 * rng.below(8);
+                    // Words, so the bytes are 4-byte aligned as a planned buffer's are.
+                    let words: Vec<u32> = (0..addr / 4 + ty.bytes() as usize / 4 + 4)
+                        .map(|_| rng.next() as u32)
+                        .collect();
+                    let buf: &[u8] = bytemuck::cast_slice(&words);
+                    let loc = loc_at(&ty, addr);
+                    let mut out = vec![f32::from_bits(SENTINEL); h * w + 5];
+                    let what = format!("{} region ({r0}, {c0}) {h}x{w}", describe(&loc));
+                    assert_eq!(
+                        decode_panels_f32(buf, &loc, (r0, c0), (h, w), &mut out),
+                        Ok(true),
+                        "{what}"
+                    );
+                    for s in 0..w / 16 {
+                        for i in 0..h {
+                            for j in 0..16 {
+                                let o = off(&loc, r0 + i, c0 + s * 16 + j);
+                                let want = u32::from_le_bytes([
+                                    buf[o],
+                                    buf[o + 1],
+                                    buf[o + 2],
+                                    buf[o + 3],
+                                ]);
+                                let got = out[(s * h + i) * 16 + j].to_bits();
+                                assert_eq!(got, want, "{what}: panel {s} row {i} column {j}");
+                            }
+                        }
+                    }
+                    assert!(
+                        out[h * w..].iter().all(|v| v.to_bits() == SENTINEL),
+                        "{what}: wrote past the panels"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn panels_are_declined_or_refused_off_their_form() {
+    let words = vec![0u32; 4096];
+    let buf: &[u8] = bytemuck::cast_slice(&words);
+    let mut out = vec![0f32; 1024];
+    // Not f32, or not whole 16-column strips: declined, nothing read.
+    let half = tile(MemSpace::Mat, DType::BF16, Layout::NZ, 2, 2);
+    assert_eq!(
+        decode_panels_f32(buf, &loc_at(&half, 0), (0, 0), (16, 16), &mut out),
+        Ok(false)
+    );
+    let f32_nz = tile(MemSpace::Mat, DType::F32, Layout::NZ, 2, 4);
+    let loc = loc_at(&f32_nz, 0);
+    assert_eq!(
+        decode_panels_f32(buf, &loc, (0, 0), (16, 24), &mut out),
+        Ok(false)
+    );
+    // A region outside the tile, or too little room for it: errors.
+    assert!(decode_panels_f32(buf, &loc, (16, 0), (32, 16), &mut out).is_err());
+    assert!(decode_panels_f32(buf, &loc, (0, 0), (32, 32), &mut out[..100]).is_err());
+}

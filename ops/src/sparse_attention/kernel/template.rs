@@ -101,10 +101,17 @@ pub(crate) struct AttnCfg {
     pub ks: u64,
     /// V slice width of P V (fits L0B double buffered).
     pub ns: u64,
+    /// L1 buffers per gathered tile: 2 (ping-pong: the gather of the next chunk overlaps this
+    /// chunk's matmuls) or 1 (a target that runs a block's pipes one after another, where one
+    /// buffer twice the size halves the chunks instead).
+    pub kv_bufs: u64,
 }
 
 impl AttnCfg {
     /// Chooses the tiling for a problem: head tile, chunk, K and V slices within L1/L0/UB.
+    /// `double_buffer`: whether the target overlaps a block's pipes (the device, and profiling
+    /// for it). Then the gathered tiles are ping-ponged; otherwise (the simulator's CPU runs),
+    /// when the largest chunk fits L1 only once, the tile is buffered once at that size.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         name: &'static str,
@@ -117,19 +124,27 @@ impl AttnCfg {
         head_col_stride: u64,
         separate_v: bool,
         block_size: u64,
+        double_buffer: bool,
     ) -> Self {
         let es = dtype.size_bytes();
         let hg = hg.clamp(1, 128);
         let th = round_up(hg, 32);
         let dp = round_up(dqk, 16);
         let vp = round_up(v_dim, 16);
-        // Chunk: as large as L1 allows (Q + 2 K (+ 2 V) + P), at most 128 (64 for f32).
+        // Chunk: as large as L1 allows (Q + 2 K (+ 2 V) + P, or one K (V) when single buffered),
+        // at most 128 (64 for f32).
         let mut chunk = if es == 2 { 128 } else { 64 };
-        let l1 = |c: u64| {
-            let kv = if separate_v { 4 } else { 2 } * c * dp * es;
+        let l1 = |c: u64, bufs: u64| {
+            let kv = if separate_v { 2 } else { 1 } * bufs * c * dp * es;
             th * dp * es + kv + th * c * es
         };
-        while chunk > 16 && l1(chunk) > 500 * 1024 {
+        let fits = |c: u64, bufs: u64| l1(c, bufs) <= 500 * 1024;
+        let mut kv_bufs = 2;
+        while chunk > 16 && !fits(chunk, 2) {
+            if !double_buffer && fits(chunk, 1) {
+                kv_bufs = 1;
+                break;
+            }
             chunk /= 2;
         }
         // K slice: 2 Q slices + P in L0A (64 KiB).
@@ -161,6 +176,7 @@ impl AttnCfg {
             chunk,
             ks,
             ns,
+            kv_bufs,
         }
     }
 
@@ -258,7 +274,8 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
         ty(Mat, dt, th, dp, NZ).dynamic().pad(PadValue::Zero),
     );
     let kv_ty = ty(Mat, dt, chunk, dp, NZ).dynamic().pad(PadValue::Zero);
-    let k_l1 = kb.tile_group("k_l1", kv_ty.clone(), 2);
+    let kv_bufs = cfg.kv_bufs.clamp(1, 2);
+    let k_l1 = kb.tile_group("k_l1", kv_ty.clone(), kv_bufs as u32);
     let kt_l1 = kb.reinterpret(
         "kt_l1",
         k_l1,
@@ -269,7 +286,7 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
         },
     );
     let v_l1 = if cfg.separate_v {
-        kb.tile_group("v_l1", kv_ty, 2)
+        kb.tile_group("v_l1", kv_ty, kv_bufs as u32)
     } else {
         k_l1
     };
@@ -327,8 +344,10 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
         c.fillpad(q_l1);
         c.set_flag(Mte2, Mte1, 2);
         // Every buffer starts free: the first wait of each event pairs with these sets.
-        for e in 0..2u8 {
+        for e in 0..kv_bufs as u8 {
             c.set_flag(Mte1, Mte2, e);
+        }
+        for e in 0..2u8 {
             c.set_flag(Fix, Mm, e);
             c.set_flag(Fix, Mm, 2 + e);
             c.set_flag(Mm, Mte1, e);
@@ -338,12 +357,15 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
         let col0 = Expr::Var(ht) * cfg.head_col_stride;
         let mut step = |b: &mut Body<'_>, it: Expr, slot: u64| {
             let ev = slot as u8;
+            // The gathered tile's buffer and its MTE1 -> MTE2 event.
+            let kslot = slot % kv_bufs;
+            let kev = kslot as u8;
             let t0 = b.let_("t0", (Expr::Var(c0) + it) * chunk);
             let nv = b.let_("nv", (Expr::Var(cnt) - t0).min(chunk));
             let gather = |b: &mut Body<'_>, dst: TileId, src: ParamId| {
-                b.set_validshape(dst.at(slot), nv, dqk);
+                b.set_validshape(dst.at(kslot), nv, dqk);
                 b.gather_in_l1(Gather {
-                    dst: dst.at(slot),
+                    dst: dst.at(kslot),
                     src,
                     indices: GmView::nd(idx, bi * p(sp.topk) + t0, 1, nv, p(sp.topk)),
                     block_table: GmView::nd(bt, bi * p(sp.maxb), 1, p(sp.maxb), p(sp.maxb)),
@@ -354,13 +376,13 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
                     is_trans: true,
                 });
                 if dqk < dp {
-                    b.fillpad(dst.at(slot));
+                    b.fillpad(dst.at(kslot));
                 } else {
-                    b.if_(Expr::Var(nv).lt(chunk), |t| t.fillpad(dst.at(slot)));
+                    b.if_(Expr::Var(nv).lt(chunk), |t| t.fillpad(dst.at(kslot)));
                 }
             };
             // MTE2: gather this chunk's rows into L1 slot `slot`.
-            b.wait_flag(Mte1, Mte2, ev);
+            b.wait_flag(Mte1, Mte2, kev);
             gather(b, k_l1, kv);
             if let Some(vs) = vsrc {
                 gather(b, v_l1, vs);
@@ -368,13 +390,13 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
             b.set_flag(Mte2, Mte1, ev);
             b.wait_flag(Mte2, Mte1, ev);
             // S = Q K^T, K-sliced; L0 slot x = stage % 2 with events x.
-            b.set_validshape(kt_l1.at(slot), dp, chunk);
+            b.set_validshape(kt_l1.at(kslot), dp, chunk);
             for j in 0..nks {
                 let x = (j % 2) as u8;
                 let (ql, kl) = (q_l0.at(j % 2), kt_l0.at(j % 2));
                 b.wait_flag(Mm, Mte1, x);
                 b.mov(ql.clone(), q_l1).offset(0, j * ks);
-                b.mov(kl.clone(), kt_l1.at(slot)).offset(j * ks, 0);
+                b.mov(kl.clone(), kt_l1.at(kslot)).offset(j * ks, 0);
                 b.set_flag(Mte1, Mm, x);
                 b.wait_flag(Mte1, Mm, x);
                 if j == 0 {
@@ -402,9 +424,9 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
                 let x = xs as u8;
                 let vl = v_l0.at(xs);
                 b.wait_flag(Mm, Mte1, x);
-                b.mov(vl.clone(), v_l1.at(slot)).offset(0, j * ns);
+                b.mov(vl.clone(), v_l1.at(kslot)).offset(0, j * ns);
                 if j == nns - 1 {
-                    b.set_flag(Mte1, Mte2, ev);
+                    b.set_flag(Mte1, Mte2, kev);
                 }
                 b.set_flag(Mte1, Mm, x);
                 b.wait_flag(Mte1, Mm, x);
@@ -424,8 +446,10 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
             }
         };
         ping_pong(c, Expr::Var(iters), &mut step);
-        for e in 0..2u8 {
+        for e in 0..kv_bufs as u8 {
             c.wait_flag(Mte1, Mte2, e);
+        }
+        for e in 0..2u8 {
             c.wait_flag(Fix, Mm, e);
             c.wait_flag(Fix, Mm, 2 + e);
             c.wait_flag(Mm, Mte1, e);
@@ -909,7 +933,7 @@ mod workspace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::{device_clusters, profile};
+    use crate::runtime::{device_clusters, profile, PlanTarget};
 
     #[test]
     fn splits_fill_the_blocks_the_target_runs_at_once() {
@@ -957,5 +981,39 @@ mod tests {
         assert_eq!(device_clusters(), 32);
         let dir = std::env::temp_dir();
         assert_eq!(Runner::package("test", &dir).concurrent_blocks(), 32);
+        // Pipes overlap on the device only; an explicit plan target overrides either way.
+        assert!(!runner.pipes_overlap());
+        assert!(profile(|| Runner::sim("test").pipes_overlap()).0);
+        assert!(Runner::package("test", &dir).pipes_overlap());
+        let device = Runner::sim("test").plan_for(PlanTarget::Device);
+        assert_eq!(
+            (device.concurrent_blocks(), device.pipes_overlap()),
+            (32, true)
+        );
+        let (cpu, _) = profile(|| {
+            let r = Runner::sim("test").plan_for(PlanTarget::Cpu);
+            (r.concurrent_blocks(), r.pipes_overlap())
+        });
+        assert_eq!(cpu, (rayon::current_num_threads(), false));
+    }
+
+    #[test]
+    fn the_cpu_plan_buffers_a_gathered_tile_once_only_to_make_it_larger() {
+        let deepseek = |dt: DType, double: bool| {
+            let c = AttnCfg::new("t", dt, 128, 128, 576, 512, 576, 0, false, 64, double);
+            (c.chunk, c.kv_bufs)
+        };
+        // f32: Q takes 288 KiB of L1, so ping-ponged chunks are 32 tokens; one buffer holds 64.
+        assert_eq!(deepseek(DType::F32, true), (32, 2));
+        assert_eq!(deepseek(DType::F32, false), (64, 1));
+        // bf16 reaches the largest chunk double buffered: both targets get the same kernel.
+        assert_eq!(deepseek(DType::BF16, true), (128, 2));
+        assert_eq!(deepseek(DType::BF16, false), (128, 2));
+        // A problem whose largest chunk fits twice keeps both buffers on the CPU too.
+        let small = AttnCfg::new("t", DType::F32, 8, 8, 64, 64, 64, 0, false, 16, false);
+        assert_eq!((small.chunk, small.kv_bufs), (64, 2));
+        // Separate V (dense GQA) counts both gathered tiles.
+        let dense = AttnCfg::new("t", DType::F32, 128, 128, 384, 384, 384, 0, true, 16, false);
+        assert_eq!((dense.chunk, dense.kv_bufs), (64, 1));
     }
 }

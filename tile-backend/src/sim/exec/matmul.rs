@@ -1,7 +1,7 @@
 //! Cube matmul (TMATMUL / TMATMUL_ACC): whole fractals, f32 accumulation (int32 for int8).
 
 use super::ExecCtx;
-use crate::ir::{c0, DType, Layout, Op, TileType};
+use crate::ir::{c0, DType, Layout, Op};
 use crate::sim::numeric;
 use crate::sim::state::mark_bits;
 use crate::sim::tile::{self, Order, TileLoc};
@@ -224,24 +224,15 @@ fn matmul_f32(
             }
         }
         // B is decoded in the order its bytes lie, strip by strip (a ZN Right tile or a ZN view
-        // column-major, an NZ source row-major).
-        let order = |ty: &TileType| match ty.layout {
-            Layout::ZN | Layout::DN => Order::ColMajor,
-            _ => Order::RowMajor,
+        // column-major, an NZ source row-major), or straight into the strip kernel's panels
+        // when the product goes that way and B is f32.
+        let strips = bias.is_none() && all_defined && strip_acc_fits(lc, (mp, kp, np));
+        let pending = cx.operand_source(lb, (0, 0), (kp, np));
+        let b_src = match &pending {
+            Some((ty, addr, at)) => (TileLoc::of_type(ty, *addr), *at),
+            None => (*lb, (0, 0)),
         };
-        let b_order = match cx.operand_source(lb, (0, 0), (kp, np)) {
-            Some((ty, addr, at)) => {
-                let o = order(&ty);
-                let src = TileLoc::of_type(&ty, addr);
-                cx.read_f32_ordered(&src, 0, at, (kp, np), o, &mut bf)?;
-                o
-            }
-            None => {
-                let o = order(lb.ty);
-                cx.read_f32_ordered(lb, 0, (0, 0), (kp, np), o, &mut bf)?;
-                o
-            }
-        };
+        let mut b_form = read_b(cx, &b_src, (kp, np), strips, &mut bf)?;
         let bias_vals = match bias {
             Some(t) => {
                 let lt = cx.tile(t)?;
@@ -256,12 +247,15 @@ fn matmul_f32(
             }
             None => None,
         };
-        if bias.is_none()
-            && all_defined
-            && gemm_into_acc(cx, lc, (mp, kp, np), &af, (&bf, b_order), *accumulate)?
-        {
+        if strips && gemm_into_acc(cx, lc, (mp, kp, np), &af, (&bf, b_form), *accumulate)? {
             return Ok(());
         }
+        if b_form == BForm::Panels {
+            b_form = read_b(cx, &b_src, (kp, np), false, &mut bf)?;
+        }
+        let BForm::Dense(b_order) = b_form else {
+            return Err("B was not decoded densely".into());
+        };
         c = cx.core.pool.f32s_to_overwrite(mp * np);
         if *accumulate {
             cx.read_f32(lc, 0, (0, 0), (mp, np), &mut c)?;
@@ -299,6 +293,52 @@ fn matmul_f32(
     r
 }
 
+/// How B's f32 values were laid out by [`read_b`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BForm {
+    /// A dense `[kp, np]` matrix in this order.
+    Dense(Order),
+    /// `np / 16` row-major `[kp, 16]` panels, one per 16-column strip.
+    Panels,
+}
+
+/// Decodes B's `[kp, np]` region (at `at` of `src`) into `out`: as panels when `panels` is
+/// asked for and B is f32, otherwise densely in the order its bytes lie.
+fn read_b(
+    cx: &mut ExecCtx<'_, '_, '_>,
+    (src, at): &(TileLoc, (usize, usize)),
+    (kp, np): (usize, usize),
+    panels: bool,
+    out: &mut Vec<f32>,
+) -> Result<BForm, String> {
+    out.resize(kp * np, 0.0);
+    if panels && cx.read_f32_panels(src, 0, *at, (kp, np), out)? {
+        return Ok(BForm::Panels);
+    }
+    let order = match src.ty.layout {
+        Layout::ZN | Layout::DN => Order::ColMajor,
+        _ => Order::RowMajor,
+    };
+    cx.read_f32_ordered(src, 0, *at, (kp, np), order, out)?;
+    Ok(BForm::Dense(order))
+}
+
+/// Whether an `mp x np` product over `kp` can go strip by strip into the Acc tile `lc` (f32
+/// NZ with 16 x 16 boxes, whole 16-column strips).
+fn strip_acc_fits(lc: &TileLoc, (mp, kp, np): (usize, usize, usize)) -> bool {
+    let boxes16 = lc.ty.fractal.is_some_and(|f| f.rows == 16 && f.cols == 16);
+    let rows = lc.rows();
+    lc.ty.dtype == DType::F32
+        && lc.ty.layout == Layout::NZ
+        && boxes16
+        && rows % 16 == 0
+        && np % 16 == 0
+        && mp <= rows
+        && np <= lc.cols()
+        && kp > 0
+        && mp > 0
+}
+
 /// The product accumulated straight into an f32 NZ Acc tile with 16 x 16 boxes, strip by strip
 /// (a 16-column strip is a row-major `[rows, 16]` matrix in the buffer, so the Acc is neither
 /// decoded nor encoded): each strip of B is laid out as a row-major `[kp, 16]` panel and
@@ -309,28 +349,19 @@ fn gemm_into_acc(
     lc: &TileLoc,
     (mp, kp, np): (usize, usize, usize),
     af: &[f32],
-    (bf, b_order): (&[f32], Order),
+    (bf, b_form): (&[f32], BForm),
     accumulate: bool,
 ) -> Result<bool, String> {
-    let boxes16 = lc.ty.fractal.is_some_and(|f| f.rows == 16 && f.cols == 16);
     let rows = lc.rows();
-    if lc.ty.dtype != DType::F32
-        || lc.ty.layout != Layout::NZ
-        || !boxes16
-        || rows % 16 != 0
-        || np % 16 != 0
-        || mp > rows
-        || np > lc.cols()
-        || kp == 0
-        || mp == 0
-        || af.len() < mp * kp
-        || bf.len() < kp * np
-    {
+    if !strip_acc_fits(lc, (mp, kp, np)) || af.len() < mp * kp || bf.len() < kp * np {
         return Ok(false);
     }
     let space = lc.space();
     let end = lc.addr + lc.ty.bytes() as usize;
-    let mut panel = cx.core.pool.f32s_to_overwrite(kp * 16);
+    let mut panel = match b_form {
+        BForm::Panels => Vec::new(),
+        BForm::Dense(_) => cx.core.pool.f32s_to_overwrite(kp * 16),
+    };
     cx.mem.touch(space, 0, lc.addr, end);
     let (buf, bits) = cx.mem.buf_bits_mut(space, 0)?;
     let Some(Ok(acc)) = buf
@@ -342,28 +373,31 @@ fn gemm_into_acc(
     };
     for strip in 0..np / 16 {
         // B's columns strip*16 .. strip*16 + 16 as a row-major [kp, 16] panel.
-        match b_order {
-            Order::RowMajor => {
+        let b_panel: &[f32] = match b_form {
+            BForm::Panels => &bf[strip * kp * 16..(strip + 1) * kp * 16],
+            BForm::Dense(Order::RowMajor) => {
                 for (p, row) in panel.chunks_exact_mut(16).enumerate() {
                     let at = p * np + strip * 16;
                     row.copy_from_slice(&bf[at..at + 16]);
                 }
+                &panel
             }
-            Order::ColMajor => {
+            BForm::Dense(Order::ColMajor) => {
                 for j in 0..16 {
                     let col = &bf[(strip * 16 + j) * kp..(strip * 16 + j + 1) * kp];
                     for (row, v) in panel.chunks_exact_mut(16).zip(col) {
                         row[j] = *v;
                     }
                 }
+                &panel
             }
-        }
+        };
         // Column `strip * 16 + j` of row `r` is element `strip * rows * 16 + r * 16 + j`.
         let first = strip * rows * 16;
         strip_gemm(
             &mut acc[first..first + mp * 16],
             &af[..mp * kp],
-            &panel,
+            b_panel,
             kp,
             accumulate,
         );

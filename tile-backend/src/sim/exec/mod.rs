@@ -291,6 +291,24 @@ impl<'k> ExecCtx<'k, '_, '_> {
         self.read_f32_ordered(loc, aiv, at, size, Order::RowMajor, out)
     }
 
+    /// Reads an f32 region as the strip kernel's B panels (see [`tile::decode_panels_f32`]);
+    /// false (nothing read) when the tile is not of that form.
+    pub fn read_f32_panels(
+        &mut self,
+        loc: &TileLoc,
+        aiv: u8,
+        at: (usize, usize),
+        size: (usize, usize),
+        out: &mut [f32],
+    ) -> Result<bool, String> {
+        let buf = self.mem.buf(loc.space(), aiv)?;
+        if !tile::decode_panels_f32(buf, loc, at, size, out)? {
+            return Ok(false);
+        }
+        self.note_region(loc, aiv, at, size, false);
+        Ok(true)
+    }
+
     /// Reads a region decoded to f32 into `out` in `order`: strip by strip when the layout maps
     /// onto that order (NZ and ND to row-major, ZN and DN to column-major), run by run otherwise.
     pub fn read_f32_ordered(
