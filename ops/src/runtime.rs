@@ -135,7 +135,7 @@ pub enum PlanTarget {
     Device,
     /// The simulator's CPU execution: a grid for its worker threads (blocks beyond them add
     /// per-block work and no parallelism), and, since it runs a block's instructions one after
-    /// another, a tile buffered once where that lets it be larger.
+    /// another, tiles buffered once and so twice as large (fewer, larger operations).
     Cpu,
 }
 

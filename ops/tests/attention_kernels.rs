@@ -353,10 +353,11 @@ fn sparse_deepseek_shape_b1() {
 }
 
 #[test]
-fn sparse_deepseek_shape_f32_cpu_plan() {
+fn sparse_deepseek_shape_cpu_plan() {
     // The CPU plan's f32 DeepSeek kernel gathers 64-token chunks into one L1 buffer (the device
-    // plan ping-pongs 32-token chunks); 200 tokens make 4 chunks, a tail, and, over the CPU's
-    // splits, chunks that reuse the buffer one after another. Traced: no hazard allowed.
+    // plan ping-pongs 32-token chunks) and moves 64-wide K slices through one L0 buffer; 200
+    // tokens make 4 chunks, a tail, and, over the CPU's splits, chunks that reuse the buffers
+    // one after another. Traced: no hazard allowed.
     run_sparse(&SparseCase {
         invalid: 1,
         plan: Some(PlanTarget::Cpu),
@@ -368,6 +369,13 @@ fn sparse_deepseek_shape_f32_cpu_plan() {
         seed: 12,
         ..SparseCase::new(2, 128, 576, 512, 130, 64, DType::F32)
     });
+    // bf16: 128-token chunks and 96-wide K slices on the CPU (64 on the device).
+    run_sparse(&SparseCase {
+        invalid: 1,
+        plan: Some(PlanTarget::Cpu),
+        seed: 13,
+        ..SparseCase::new(1, 128, 576, 512, 300, 64, DType::BF16)
+    });
 }
 
 struct DenseCase {
@@ -378,6 +386,8 @@ struct DenseCase {
     bs: usize,
     ctx: Vec<i64>,
     dtype: DType,
+    /// Plan the launch for this target instead of the device (the profiled default).
+    plan: Option<PlanTarget>,
 }
 
 fn run_dense(c: &DenseCase) {
@@ -411,6 +421,9 @@ fn run_dense(c: &DenseCase) {
     };
     let (res, records) = tileops_ops::profile(|| {
         let mut runner = Runner::sim("paged_attention");
+        if let Some(target) = c.plan {
+            runner = runner.plan_for(target);
+        }
         paged::run(&mut runner, &p)
     });
     let out = res.unwrap_or_else(|e| panic!("dense {:?}: {e}", (c.b, h, c.hkv, c.d, &c.ctx)));
@@ -453,6 +466,7 @@ fn dense_gqa() {
             bs: 16,
             ctx: vec![1, 17, 100],
             dtype,
+            plan: None,
         });
     }
     // 16 sequences: two splits, several chunks each.
@@ -464,6 +478,7 @@ fn dense_gqa() {
         bs: 16,
         ctx: (0..16).map(|i| 1 + i * 23).collect(),
         dtype: DType::F16,
+        plan: None,
     });
     run_dense(&DenseCase {
         b: 1,
@@ -473,7 +488,22 @@ fn dense_gqa() {
         bs: 16,
         ctx: vec![33],
         dtype: DType::BF16,
+        plan: None,
     });
+    // The CPU plan's kernels (single-buffered L1 and L0 tiles), traced: several chunks per
+    // split reuse each buffer one after another.
+    for (group, dtype) in [(4, DType::BF16), (8, DType::F32)] {
+        run_dense(&DenseCase {
+            b: 3,
+            hkv: 2,
+            group,
+            d: 128,
+            bs: 16,
+            ctx: vec![1, 150, 300],
+            dtype,
+            plan: Some(PlanTarget::Cpu),
+        });
+    }
 }
 
 /// The DeepSeek-V3.2 decode step (B=4, H=128, Dqk=576, v_dim=512, top-k 2048, block 64, bf16):

@@ -10,15 +10,16 @@
 //!
 //! ```text
 //! cube   MTE2  Q [hv, Dqk] -> q_l1 Mat NZ [th, dp] (zero padded)
-//!        per chunk c of the split (ping-pong slot s = local chunk % 2):
+//!        per chunk c of the split (slot s = local chunk % bufs; bufs = 2 (ping-pong) on the
+//!        device, 1 in the CPU plan):
 //!        MTE2  gather_in_l1: nv rows (indices[b, c*chunk ..], block table row b) of `dqk`
 //!              columns from column `ht * head_col_stride` -> k_l1[s] Mat NZ [chunk, dp]
 //!              (V likewise into v_l1[s] when the kernel has a separate V cache); zero pad
-//!        per K slice j: MTE1 q_l1[:, j ks..] -> q_l0[j%2] Left; k_l1[s] seen as ZN [dp, chunk]
-//!              (= K^T, same bytes) rows j ks.. -> kt_l0[j%2] Right; M s_acc[s] (+)= q · kt
+//!        per K slice j: MTE1 q_l1[:, j ks..] -> q_l0[j%bufs] Left; k_l1[s] seen as ZN [dp, chunk]
+//!              (= K^T, same bytes) rows j ks.. -> kt_l0[j%bufs] Right; M s_acc[s] (+)= q · kt
 //!        FIX   s_acc[s] -> s_ub (DualModeSplitM: AIV i gets heads i*th/2 ..)      -> channel S
 //!        MTE1  (channel P) p_l1 [th, chunk] -> p_l0 Left
-//!        per V slice j: MTE1 V[:, j ns..] (NZ -> ZN) -> v_l0[j%2] Right; M pv_acc[j%2] = P · V
+//!        per V slice j: MTE1 V[:, j ns..] (NZ -> ZN) -> v_l0[..%bufs] Right; M pv_acc[..%2] = P · V
 //!              FIX pv_acc -> pv_ub (SplitM)                                     -> channel PV
 //! vector (each AIV: r = th/2 heads, f32): s *= scale; tail chunk: columns >= nv := -inf;
 //!        m_new = max(m, rowmax s); alpha = exp(m - m_new); s = exp(s - m_new);
@@ -97,21 +98,22 @@ pub(crate) struct AttnCfg {
     pub th: u64,
     /// Top-k tokens per chunk (rows of a gathered tile).
     pub chunk: u64,
-    /// K slice width of Q K^T (fits L0A double buffered).
+    /// K slice width of Q K^T (`bufs` Q slices fit L0A beside P).
     pub ks: u64,
-    /// V slice width of P V (fits L0B double buffered).
+    /// V slice width of P V (`bufs` V slices fit L0B beside the K^T slices).
     pub ns: u64,
-    /// L1 buffers per gathered tile: 2 (ping-pong: the gather of the next chunk overlaps this
-    /// chunk's matmuls) or 1 (a target that runs a block's pipes one after another, where one
-    /// buffer twice the size halves the chunks instead).
-    pub kv_bufs: u64,
+    /// Buffers per gathered L1 tile and per L0A/L0B operand tile: 2 (ping-pong: the next
+    /// chunk's gather and the next slice's move overlap this one's matmul) or 1 (a target that
+    /// runs a block's instructions one after another, where buffers twice the size halve the
+    /// chunks and slices instead).
+    pub bufs: u64,
 }
 
 impl AttnCfg {
     /// Chooses the tiling for a problem: head tile, chunk, K and V slices within L1/L0/UB.
     /// `double_buffer`: whether the target overlaps a block's pipes (the device, and profiling
-    /// for it). Then the gathered tiles are ping-ponged; otherwise (the simulator's CPU runs),
-    /// when the largest chunk fits L1 only once, the tile is buffered once at that size.
+    /// for it). Then the gathered and L0 operand tiles are ping-ponged; otherwise (the
+    /// simulator's CPU runs) they are buffered once and sized to the room that leaves.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         name: &'static str,
@@ -131,34 +133,29 @@ impl AttnCfg {
         let th = round_up(hg, 32);
         let dp = round_up(dqk, 16);
         let vp = round_up(v_dim, 16);
-        // Chunk: as large as L1 allows (Q + 2 K (+ 2 V) + P, or one K (V) when single buffered),
-        // at most 128 (64 for f32).
+        let bufs = if double_buffer { 2 } else { 1 };
+        // Chunk: as large as L1 allows (Q + `bufs` K (and V) tiles + P), at most 128 (64 for
+        // f32).
         let mut chunk = if es == 2 { 128 } else { 64 };
-        let l1 = |c: u64, bufs: u64| {
+        let l1 = |c: u64| {
             let kv = if separate_v { 2 } else { 1 } * bufs * c * dp * es;
             th * dp * es + kv + th * c * es
         };
-        let fits = |c: u64, bufs: u64| l1(c, bufs) <= 500 * 1024;
-        let mut kv_bufs = 2;
-        while chunk > 16 && !fits(chunk, 2) {
-            if !double_buffer && fits(chunk, 1) {
-                kv_bufs = 1;
-                break;
-            }
+        while chunk > 16 && l1(chunk) > 500 * 1024 {
             chunk /= 2;
         }
-        // K slice: 2 Q slices + P in L0A (64 KiB).
+        // K slice: `bufs` Q slices + P in L0A (64 KiB) ...
         let l0a = 64 * 1024 - th * chunk * es;
-        // ... and 2 K^T slices take at most half of L0B (64 KiB), leaving room for 2 V slices.
-        let ks_max = (l0a / (2 * th * es))
-            .min(32 * 1024 / (2 * chunk * es))
+        // ... and the K^T slices take at most half of L0B (64 KiB), leaving room for V slices.
+        let ks_max = (l0a / (bufs * th * es))
+            .min(32 * 1024 / (bufs * chunk * es))
             .max(16)
             / 16
             * 16;
         let ks = best_slice(dp, ks_max);
-        // V slice: 2 K^T slices + 2 V slices in L0B (64 KiB); at most 128 columns (UB).
-        let l0b = 64 * 1024 - 2 * ks * chunk * es;
-        let ns_max = (l0b / (2 * chunk * es)).clamp(16, 128) / 16 * 16;
+        // V slice: K^T slices + V slices in L0B (64 KiB); at most 128 columns (UB).
+        let l0b = 64 * 1024 - bufs * ks * chunk * es;
+        let ns_max = (l0b / (bufs * chunk * es)).clamp(16, 128) / 16 * 16;
         let ns = best_slice(vp, ns_max);
         AttnCfg {
             name,
@@ -176,7 +173,7 @@ impl AttnCfg {
             chunk,
             ks,
             ns,
-            kv_bufs,
+            bufs,
         }
     }
 
@@ -274,8 +271,8 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
         ty(Mat, dt, th, dp, NZ).dynamic().pad(PadValue::Zero),
     );
     let kv_ty = ty(Mat, dt, chunk, dp, NZ).dynamic().pad(PadValue::Zero);
-    let kv_bufs = cfg.kv_bufs.clamp(1, 2);
-    let k_l1 = kb.tile_group("k_l1", kv_ty.clone(), kv_bufs as u32);
+    let bufs = cfg.bufs.clamp(1, 2);
+    let k_l1 = kb.tile_group("k_l1", kv_ty.clone(), bufs as u32);
     let kt_l1 = kb.reinterpret(
         "kt_l1",
         k_l1,
@@ -286,15 +283,15 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
         },
     );
     let v_l1 = if cfg.separate_v {
-        kb.tile_group("v_l1", kv_ty, kv_bufs as u32)
+        kb.tile_group("v_l1", kv_ty, bufs as u32)
     } else {
         k_l1
     };
     let p_l1 = kb.tile("p_l1", ty(Mat, dt, th, chunk, NZ));
-    let q_l0 = kb.tile_group("q_l0", ty(Left, dt, th, ks, NZ), 2);
+    let q_l0 = kb.tile_group("q_l0", ty(Left, dt, th, ks, NZ), bufs as u32);
     let p_l0 = kb.tile("p_l0", ty(Left, dt, th, chunk, NZ));
-    let kt_l0 = kb.tile_group("kt_l0", ty(Right, dt, ks, chunk, ZN), 2);
-    let v_l0 = kb.tile_group("v_l0", ty(Right, dt, chunk, ns, ZN), 2);
+    let kt_l0 = kb.tile_group("kt_l0", ty(Right, dt, ks, chunk, ZN), bufs as u32);
+    let v_l0 = kb.tile_group("v_l0", ty(Right, dt, chunk, ns, ZN), bufs as u32);
     let s_acc = kb.tile_group("s_acc", ty(Acc, DType::F32, th, chunk, NZ), 2);
     let pv_acc = kb.tile_group("pv_acc", ty(Acc, DType::F32, th, ns, NZ), 2);
     // Vector tiles (per AIV).
@@ -344,13 +341,13 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
         c.fillpad(q_l1);
         c.set_flag(Mte2, Mte1, 2);
         // Every buffer starts free: the first wait of each event pairs with these sets.
-        for e in 0..kv_bufs as u8 {
+        for e in 0..bufs as u8 {
             c.set_flag(Mte1, Mte2, e);
+            c.set_flag(Mm, Mte1, e);
         }
         for e in 0..2u8 {
             c.set_flag(Fix, Mm, e);
             c.set_flag(Fix, Mm, 2 + e);
-            c.set_flag(Mm, Mte1, e);
         }
         c.set_flag(Mm, Mte1, 2);
         c.wait_flag(Mte2, Mte1, 2);
@@ -358,7 +355,7 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
         let mut step = |b: &mut Body<'_>, it: Expr, slot: u64| {
             let ev = slot as u8;
             // The gathered tile's buffer and its MTE1 -> MTE2 event.
-            let kslot = slot % kv_bufs;
+            let kslot = slot % bufs;
             let kev = kslot as u8;
             let t0 = b.let_("t0", (Expr::Var(c0) + it) * chunk);
             let nv = b.let_("nv", (Expr::Var(cnt) - t0).min(chunk));
@@ -389,11 +386,12 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
             }
             b.set_flag(Mte2, Mte1, ev);
             b.wait_flag(Mte2, Mte1, ev);
-            // S = Q K^T, K-sliced; L0 slot x = stage % 2 with events x.
+            // S = Q K^T, K-sliced; L0 slot xs = stage % bufs with MM -> MTE1 event xs.
             b.set_validshape(kt_l1.at(kslot), dp, chunk);
             for j in 0..nks {
-                let x = (j % 2) as u8;
-                let (ql, kl) = (q_l0.at(j % 2), kt_l0.at(j % 2));
+                let xs = j % bufs;
+                let x = xs as u8;
+                let (ql, kl) = (q_l0.at(xs), kt_l0.at(xs));
                 b.wait_flag(Mm, Mte1, x);
                 b.mov(ql.clone(), q_l1).offset(0, j * ks);
                 b.mov(kl.clone(), kt_l1.at(kslot)).offset(j * ks, 0);
@@ -420,8 +418,11 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
             b.mov(p_l0, p_l1);
             b.release(ch_p);
             for j in 0..nns {
-                let xs = (nks + j) % 2;
+                // V's L0 slot (MM -> MTE1 event x) and PV's Acc slot (events 2 + y).
+                let xs = (nks + j) % bufs;
                 let x = xs as u8;
+                let ys = (nks + j) % 2;
+                let y = ys as u8;
                 let vl = v_l0.at(xs);
                 b.wait_flag(Mm, Mte1, x);
                 b.mov(vl.clone(), v_l1.at(kslot)).offset(0, j * ns);
@@ -430,29 +431,29 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
                 }
                 b.set_flag(Mte1, Mm, x);
                 b.wait_flag(Mte1, Mm, x);
-                b.wait_flag(Fix, Mm, 2 + x);
-                b.matmul(pv_acc.at(xs), p_l0, vl);
+                b.wait_flag(Fix, Mm, 2 + y);
+                b.matmul(pv_acc.at(ys), p_l0, vl);
                 b.set_flag(Mm, Mte1, x);
                 if j == nns - 1 {
                     b.set_flag(Mm, Mte1, 2);
                 }
-                b.set_flag(Mm, Fix, 2 + x);
+                b.set_flag(Mm, Fix, 2 + y);
                 b.acquire(ch_pv);
-                b.wait_flag(Mm, Fix, 2 + x);
-                b.mov(pv_ub, pv_acc.at(xs))
+                b.wait_flag(Mm, Fix, 2 + y);
+                b.mov(pv_ub, pv_acc.at(ys))
                     .mode(AccToVecMode::DualModeSplitM);
-                b.set_flag(Fix, Mm, 2 + x);
+                b.set_flag(Fix, Mm, 2 + y);
                 b.push(ch_pv);
             }
         };
         ping_pong(c, Expr::Var(iters), &mut step);
-        for e in 0..kv_bufs as u8 {
+        for e in 0..bufs as u8 {
             c.wait_flag(Mte1, Mte2, e);
+            c.wait_flag(Mm, Mte1, e);
         }
         for e in 0..2u8 {
             c.wait_flag(Fix, Mm, e);
             c.wait_flag(Fix, Mm, 2 + e);
-            c.wait_flag(Mm, Mte1, e);
         }
         c.wait_flag(Mm, Mte1, 2);
     });
@@ -998,22 +999,39 @@ mod tests {
     }
 
     #[test]
-    fn the_cpu_plan_buffers_a_gathered_tile_once_only_to_make_it_larger() {
-        let deepseek = |dt: DType, double: bool| {
-            let c = AttnCfg::new("t", dt, 128, 128, 576, 512, 576, 0, false, 64, double);
-            (c.chunk, c.kv_bufs)
+    fn the_cpu_plan_buffers_tiles_once_and_makes_them_larger() {
+        let tiling = |dt: DType, heads: u64, d: u64, separate_v: bool, double: bool| {
+            let c = AttnCfg::new(
+                "t",
+                dt,
+                heads,
+                heads,
+                d,
+                d.min(512),
+                d,
+                0,
+                separate_v,
+                64,
+                double,
+            );
+            (c.chunk, c.ks, c.ns, c.bufs)
         };
-        // f32: Q takes 288 KiB of L1, so ping-ponged chunks are 32 tokens; one buffer holds 64.
-        assert_eq!(deepseek(DType::F32, true), (32, 2));
-        assert_eq!(deepseek(DType::F32, false), (64, 1));
-        // bf16 reaches the largest chunk double buffered: both targets get the same kernel.
-        assert_eq!(deepseek(DType::BF16, true), (128, 2));
-        assert_eq!(deepseek(DType::BF16, false), (128, 2));
-        // A problem whose largest chunk fits twice keeps both buffers on the CPU too.
-        let small = AttnCfg::new("t", DType::F32, 8, 8, 64, 64, 64, 0, false, 16, false);
-        assert_eq!((small.chunk, small.kv_bufs), (64, 2));
+        // f32 DeepSeek: Q takes 288 KiB of L1, so ping-ponged chunks are 32 tokens; one buffer
+        // holds 64, and one Q slice beside P in L0A can be 64 columns wide instead of 48.
+        assert_eq!(tiling(DType::F32, 128, 576, false, true), (32, 48, 128, 2));
+        assert_eq!(tiling(DType::F32, 128, 576, false, false), (64, 64, 128, 1));
+        // bf16 reaches the largest chunk either way; the CPU's K slices are 96 wide, not 64,
+        // and its V slices 128, not 64.
+        assert_eq!(tiling(DType::BF16, 128, 576, false, true), (128, 64, 64, 2));
+        assert_eq!(
+            tiling(DType::BF16, 128, 576, false, false),
+            (128, 96, 128, 1)
+        );
         // Separate V (dense GQA) counts both gathered tiles.
-        let dense = AttnCfg::new("t", DType::F32, 128, 128, 384, 384, 384, 0, true, 16, false);
-        assert_eq!((dense.chunk, dense.kv_bufs), (64, 1));
+        assert_eq!(tiling(DType::F32, 128, 384, true, true).0, 32);
+        assert_eq!(tiling(DType::F32, 128, 384, true, false).0, 64);
+        // A small problem: the same chunk, single buffered.
+        assert_eq!(tiling(DType::F32, 8, 64, false, true), (64, 64, 64, 2));
+        assert_eq!(tiling(DType::F32, 8, 64, false, false), (64, 64, 64, 1));
     }
 }
