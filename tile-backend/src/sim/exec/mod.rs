@@ -258,6 +258,60 @@ impl<'k> ExecCtx<'k, '_, '_> {
         Ok(Some(out))
     }
 
+    /// [`Self::f32_nd_in_place`] (reading the region first) with the same region of a second f32
+    /// ND tile `other` of the same buffer read in place beside it: `f(slab, pitch, other_slab,
+    /// other_pitch)`. The caller checked both regions are defined. `None`, with nothing done,
+    /// when either tile is not of that form, they lie in different buffers, or their bytes
+    /// overlap.
+    pub fn f32_nd_in_place_with<R>(
+        &mut self,
+        loc: &TileLoc,
+        other: &TileLoc,
+        aiv: u8,
+        (rows, cols): (usize, usize),
+        f: impl FnOnce(&mut [f32], usize, &[f32], usize) -> R,
+    ) -> Result<Option<R>, String> {
+        let (Some((ds, de, dp)), Some((os, oe, op))) = (
+            f32_nd_slab(loc, (rows, cols)),
+            f32_nd_slab(other, (rows, cols)),
+        ) else {
+            return Ok(None);
+        };
+        let space = loc.space();
+        if other.space() != space || (ds < oe && os < de) {
+            return Ok(None);
+        }
+        self.mem
+            .touch(space, aiv, loc.addr, loc.addr + loc.ty.bytes() as usize);
+        let (buf, bits) = self.mem.buf_bits_mut(space, aiv)?;
+        let len = buf.len();
+        if de.max(oe) > len {
+            return Ok(None);
+        }
+        // Disjoint byte ranges of one buffer: split it between them.
+        let (dst, src) = if ds < os {
+            let (lo, hi) = buf.split_at_mut(os);
+            (&mut lo[ds..de], &hi[..oe - os])
+        } else {
+            let (lo, hi) = buf.split_at_mut(ds);
+            (&mut hi[..de - ds], &lo[os..oe])
+        };
+        let (Ok(slab), Ok(other_slab)) = (
+            bytemuck::try_cast_slice_mut::<u8, f32>(dst),
+            bytemuck::try_cast_slice::<u8, f32>(src),
+        ) else {
+            return Ok(None);
+        };
+        let out = f(slab, dp, other_slab, op);
+        tile::for_each_span(loc, len, (0, 0), (rows, cols), |s, n| {
+            mark_bits(bits, s, n, true)
+        })?;
+        self.note_region(other, aiv, (0, 0), (rows, cols), false);
+        self.note_region(loc, aiv, (0, 0), (rows, cols), false);
+        self.note_region(loc, aiv, (0, 0), (rows, cols), true);
+        Ok(Some(out))
+    }
+
     /// The `rows x cols` top-left region of an f32 ND tile read in place (see
     /// [`Self::f32_nd_in_place`]; the caller checked it is defined). `None` as there.
     pub fn f32_nd_view<R>(

@@ -487,6 +487,16 @@ fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<bool, String> {
                 return Ok(false);
             }
             cx.require_defined(&a, aiv, (0, 0), (r, c), "a vector op")?;
+            cx.require_defined(&bb, aiv, (0, 0), (r, c), "a vector op")?;
+            // The other operand read where it lies when it is an f32 ND tile apart from dst.
+            let beside = cx.f32_nd_in_place_with(&d, &bb, aiv, (r, c), |slab, dp, y, yp| {
+                rows_of(slab, dp, r, c, |i, row| {
+                    zip_apply(*b, row, &y[i * yp..i * yp + c])
+                })
+            })?;
+            if beside.is_some() {
+                return Ok(true);
+            }
             let y = load::<f32>(cx, &bb, r, c)?;
             let done = cx.f32_nd_in_place(&d, aiv, (r, c), true, |slab, pitch| {
                 rows_of(slab, pitch, r, c, |i, row| {
