@@ -161,12 +161,19 @@ fn one_tile_attention_matches_softmax_reference() {
 
 #[test]
 fn gather_matmul_matches_paged_reference() {
-    for p in [
+    // A block per gathered tile, and one block for all of them (its gathers after the first
+    // follow its own GM stores: they read the cache through the block's GM overlay).
+    for (p, one_block) in [
         GatherMatmulParams::default(),
         GatherMatmulParams::upstream_small(),
         GatherMatmulParams::int8(),
-    ] {
-        let args = simulate(&gather_matmul(&p), p.block_dim(), 3);
+    ]
+    .into_iter()
+    .flat_map(|p| [(p.clone(), false), (p, true)])
+    .filter(|(p, one_block)| !one_block || p.tiles() > 1)
+    {
+        let blocks = if one_block { 1 } else { p.block_dim() };
+        let args = simulate(&gather_matmul(&p), blocks, 3);
         let q = f(&args, 0);
         let cache = f(&args, 1);
         let idx = args[2].tensor().unwrap().to_i64();
@@ -188,6 +195,12 @@ fn gather_matmul_matches_paged_reference() {
             }
         }
         let atol = if p.dtype == DType::I8 { 0.0 } else { 1e-4 };
-        close(&f(&args, 4), &want, atol, 1e-5, &format!("gather {p:?}"));
+        close(
+            &f(&args, 4),
+            &want,
+            atol,
+            1e-5,
+            &format!("gather {p:?} on {blocks} blocks"),
+        );
     }
 }
