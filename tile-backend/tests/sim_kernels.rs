@@ -169,7 +169,7 @@ fn gather_matmul_matches_paged_reference() {
         GatherMatmulParams::int8(),
     ]
     .into_iter()
-    .flat_map(|p| [(p.clone(), false), (p, true)])
+    .flat_map(|p| [(p, false), (p, true)])
     .filter(|(p, one_block)| !one_block || p.tiles() > 1)
     {
         let blocks = if one_block { 1 } else { p.block_dim() };

@@ -358,9 +358,35 @@ fn gemm_into_acc(
     }
     let space = lc.space();
     let end = lc.addr + lc.ty.bytes() as usize;
-    let mut panel = match b_form {
+    // B as np / 16 row-major [kp, 16] panels, one per 16-column strip, one after another.
+    let mut built = match b_form {
         BForm::Panels => Vec::new(),
-        BForm::Dense(_) => cx.core.pool.f32s_to_overwrite(kp * 16),
+        BForm::Dense(_) => cx.core.pool.f32s_to_overwrite(kp * np),
+    };
+    match b_form {
+        BForm::Panels => {}
+        BForm::Dense(Order::RowMajor) => {
+            for (strip, panel) in built.chunks_exact_mut(kp * 16).enumerate() {
+                for (p, row) in panel.chunks_exact_mut(16).enumerate() {
+                    let at = p * np + strip * 16;
+                    row.copy_from_slice(&bf[at..at + 16]);
+                }
+            }
+        }
+        BForm::Dense(Order::ColMajor) => {
+            for (strip, panel) in built.chunks_exact_mut(kp * 16).enumerate() {
+                for j in 0..16 {
+                    let col = &bf[(strip * 16 + j) * kp..(strip * 16 + j + 1) * kp];
+                    for (row, v) in panel.chunks_exact_mut(16).zip(col) {
+                        row[j] = *v;
+                    }
+                }
+            }
+        }
+    }
+    let panels: &[f32] = match b_form {
+        BForm::Panels => bf,
+        BForm::Dense(_) => &built,
     };
     cx.mem.touch(space, 0, lc.addr, end);
     let (buf, bits) = cx.mem.buf_bits_mut(space, 0)?;
@@ -368,102 +394,118 @@ fn gemm_into_acc(
         .get_mut(lc.addr..end)
         .map(bytemuck::try_cast_slice_mut::<u8, f32>)
     else {
-        cx.core.pool.put_f32s(panel);
+        cx.core.pool.put_f32s(built);
         return Ok(false);
     };
-    for strip in 0..np / 16 {
-        // B's columns strip*16 .. strip*16 + 16 as a row-major [kp, 16] panel.
-        let b_panel: &[f32] = match b_form {
-            BForm::Panels => &bf[strip * kp * 16..(strip + 1) * kp * 16],
-            BForm::Dense(Order::RowMajor) => {
-                for (p, row) in panel.chunks_exact_mut(16).enumerate() {
-                    let at = p * np + strip * 16;
-                    row.copy_from_slice(&bf[at..at + 16]);
-                }
-                &panel
-            }
-            BForm::Dense(Order::ColMajor) => {
-                for j in 0..16 {
-                    let col = &bf[(strip * 16 + j) * kp..(strip * 16 + j + 1) * kp];
-                    for (row, v) in panel.chunks_exact_mut(16).zip(col) {
-                        row[j] = *v;
-                    }
-                }
-                &panel
-            }
-        };
-        // Column `strip * 16 + j` of row `r` is element `strip * rows * 16 + r * 16 + j`.
-        let first = strip * rows * 16;
-        strip_gemm(
-            &mut acc[first..first + mp * 16],
-            &af[..mp * kp],
-            b_panel,
-            kp,
-            accumulate,
-        );
-    }
+    // Column `strip * 16 + j` of row `r` is element `strip * rows * 16 + r * 16 + j`.
+    panels_gemm(
+        acc,
+        rows * 16,
+        &af[..mp * kp],
+        &panels[..kp * np],
+        (mp, kp, np / 16),
+        accumulate,
+    );
     tile::for_each_span(lc, buf.len(), (0, 0), (mp, np), |start, len| {
         mark_bits(bits, start, len, true)
     })?;
-    cx.core.pool.put_f32s(panel);
+    cx.core.pool.put_f32s(built);
     cx.note_acc(lc, (mp, np), accumulate);
     Ok(true)
 }
 
 /// `c (+)= a · b` for `c` a row-major `[m, 16]` strip, `a` row-major `[m, k]` and `b` a
-/// row-major `[k, 16]` panel (`m = c.len() / 16`), summing over `k` in order for each element.
-/// Runs the fused multiply-add form on x86-64 CPUs with AVX2 and FMA (chosen at run time), the
-/// portable form elsewhere.
+/// row-major `[k, 16]` panel (`m = c.len() / 16`): [`panels_gemm`] with one strip.
+#[cfg(test)]
 fn strip_gemm(c: &mut [f32], a: &[f32], b: &[f32], k: usize, accumulate: bool) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: `strip_gemm_fma` requires only that the CPU supports AVX2 and FMA, which was
-        // checked just above; its arguments are ordinary slices it indexes with bounds checks.
-        unsafe { strip_gemm_fma(c, a, b, k, accumulate) };
-        return;
-    }
-    strip_gemm_body::<false>(c, a, b, k, accumulate);
+    let m = c.len() / 16;
+    panels_gemm(c, m * 16, a, b, (m, k, 1), accumulate);
 }
 
-/// [`strip_gemm`] compiled for AVX2 + FMA.
+/// `C (+)= A · B` for `A` row-major `[m, k]` and `B` given as `strips` row-major `[k, 16]`
+/// panels one after another, where strip `s` of `C` (its columns `16 s ..`) is the row-major
+/// `[m, 16]` matrix at `c[s * c_strip ..]`; each element sums over `k` in order. Runs the fused
+/// multiply-add form on x86-64 CPUs with AVX2 and FMA (chosen at run time), the portable form
+/// elsewhere.
+fn panels_gemm(
+    c: &mut [f32],
+    c_strip: usize,
+    a: &[f32],
+    panels: &[f32],
+    dims: (usize, usize, usize),
+    accumulate: bool,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: `panels_gemm_fma` requires only that the CPU supports AVX2 and FMA, which was
+        // checked just above; its arguments are ordinary slices it indexes with bounds checks.
+        unsafe { panels_gemm_fma(c, c_strip, a, panels, dims, accumulate) };
+        return;
+    }
+    panels_gemm_body::<false>(c, c_strip, a, panels, dims, accumulate);
+}
+
+/// [`panels_gemm`] compiled for AVX2 + FMA.
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn strip_gemm_fma(c: &mut [f32], a: &[f32], b: &[f32], k: usize, accumulate: bool) {
-    strip_gemm_body::<true>(c, a, b, k, accumulate)
-}
-
-/// The body of [`strip_gemm`]: six rows at a time (then one), their 6 x 16 sums held in twelve
-/// 8-lane registers over the whole `k`, enough independent sums to keep the multiply-add units
-/// busy (`FUSED`: one rounding per multiply-add).
-#[inline(always)]
-fn strip_gemm_body<const FUSED: bool>(
+unsafe fn panels_gemm_fma(
     c: &mut [f32],
+    c_strip: usize,
     a: &[f32],
-    b: &[f32],
-    k: usize,
+    panels: &[f32],
+    dims: (usize, usize, usize),
     accumulate: bool,
 ) {
-    const R: usize = 6;
-    let b = &b[..k * 16];
-    let m = c.len() / 16;
-    let whole = m / R * R;
-    let (c_main, c_tail) = c.split_at_mut(whole * 16);
-    let (a_main, a_tail) = a.split_at(whole * k);
-    for (c6, a6) in c_main
-        .chunks_exact_mut(R * 16)
-        .zip(a_main.chunks_exact(R * k))
-    {
-        rows_times_panel::<FUSED, R>(c6, a6, b, k, accumulate);
-    }
-    for (c1, a1) in c_tail.chunks_exact_mut(16).zip(a_tail.chunks_exact(k)) {
-        rows_times_panel::<FUSED, 1>(c1, a1, b, k, accumulate);
+    panels_gemm_body::<true>(c, c_strip, a, panels, dims, accumulate)
+}
+
+/// The body of [`panels_gemm`]: blocks of rows of A of about 12 KiB (48 rows at k = 64), which
+/// stay in the L1 cache beside a panel while every strip passes; within a block strip by strip,
+/// and within a strip six rows at a time (then 4, 2, 1: a lone row waits on its multiply-add
+/// latency). A group's 6 x 16 sums are held in twelve 8-lane registers over the whole `k`,
+/// enough independent sums to keep the multiply-add units busy (`FUSED`: one rounding per
+/// multiply-add).
+#[inline(always)]
+fn panels_gemm_body<const FUSED: bool>(
+    c: &mut [f32],
+    c_strip: usize,
+    a: &[f32],
+    panels: &[f32],
+    (m, k, strips): (usize, usize, usize),
+    accumulate: bool,
+) {
+    let block = (12 * 1024 / 4 / k.max(1)).max(6) / 6 * 6;
+    for b0 in (0..m).step_by(block) {
+        let b1 = (b0 + block).min(m);
+        for s in 0..strips {
+            let b = &panels[s * k * 16..(s + 1) * k * 16];
+            let mut r0 = b0;
+            while r0 < b1 {
+                let take = match b1 - r0 {
+                    6.. => 6,
+                    4 | 5 => 4,
+                    2 | 3 => 2,
+                    _ => 1,
+                };
+                let a_rows = &a[r0 * k..(r0 + take) * k];
+                let first = s * c_strip + r0 * 16;
+                let c_rows = &mut c[first..first + take * 16];
+                match take {
+                    6 => rows_times_panel::<FUSED, 6>(c_rows, a_rows, b, k, accumulate),
+                    4 => rows_times_panel::<FUSED, 4>(c_rows, a_rows, b, k, accumulate),
+                    2 => rows_times_panel::<FUSED, 2>(c_rows, a_rows, b, k, accumulate),
+                    _ => rows_times_panel::<FUSED, 1>(c_rows, a_rows, b, k, accumulate),
+                }
+                r0 += take;
+            }
+        }
     }
 }
 
-/// `R` rows of [`strip_gemm_body`]: `c` is `[R, 16]`, `a` is `[R, k]`.
+/// `R` rows of [`panels_gemm_body`] against one panel: `c` is `[R, 16]`, `a` is `[R, k]`.
 #[inline(always)]
 fn rows_times_panel<const FUSED: bool, const R: usize>(
     c: &mut [f32],
@@ -590,39 +632,81 @@ mod tests {
             .collect()
     }
 
+    /// [`panels_gemm`]'s C: `strips` strips of `[m, 16]`, `gap` sentinel rows after each.
+    fn strips_of(m: usize, strips: usize, gap: usize, seed: u32) -> Vec<f32> {
+        let mut c = Vec::new();
+        for s in 0..strips {
+            c.extend(values(m * 16, seed + s as u32));
+            c.extend(std::iter::repeat_n(f32::NAN, gap * 16));
+        }
+        c
+    }
+
     #[test]
-    fn strip_kernel_matches_the_f64_product_on_every_row_count() {
-        // Row counts around the six-row step, depths from one to a full K slice.
-        for m in [1usize, 5, 6, 7, 12, 13, 64, 128] {
+    fn panels_kernel_matches_the_f64_product_on_every_row_count() {
+        // Row counts around the 6/4/2/1-row steps, depths from one to a full K slice, one and
+        // several strips, strips packed and a tile's worth of rows apart.
+        for m in [1usize, 2, 3, 4, 5, 6, 7, 12, 13, 64, 128] {
             for k in [1usize, 15, 16, 64, 130] {
-                for accumulate in [false, true] {
-                    let a = values(m * k, 1);
-                    let b = values(k * 16, 2);
-                    let c0 = values(m * 16, 3);
-                    let want = model(&c0, &a, &b, k, accumulate);
-                    let mut portable = c0.clone();
-                    strip_gemm_body::<false>(&mut portable, &a, &b, k, accumulate);
-                    let mut dispatched = c0.clone();
-                    strip_gemm(&mut dispatched, &a, &b, k, accumulate);
-                    for (name, got) in [("portable", &portable), ("dispatched", &dispatched)] {
-                        for (e, (g, w)) in got.iter().zip(&want).enumerate() {
-                            let tol = 1e-5 * (k as f64 + 1.0);
-                            assert!(
-                                (*g as f64 - w).abs() <= tol,
-                                "{name} m={m} k={k} acc={accumulate}: [{}, {}] {g} vs {w}",
-                                e / 16,
-                                e % 16
-                            );
+                for (strips, gap) in [(1, 0), (3, 0), (2, 5)] {
+                    for accumulate in [false, true] {
+                        let a = values(m * k, 1);
+                        let panels = values(strips * k * 16, 2);
+                        let c0 = strips_of(m, strips, gap, 3);
+                        let pitch = (m + gap) * 16;
+                        let dims = (m, k, strips);
+                        let mut portable = c0.clone();
+                        panels_gemm_body::<false>(
+                            &mut portable,
+                            pitch,
+                            &a,
+                            &panels,
+                            dims,
+                            accumulate,
+                        );
+                        let mut dispatched = c0.clone();
+                        panels_gemm(&mut dispatched, pitch, &a, &panels, dims, accumulate);
+                        for s in 0..strips {
+                            let strip = |c: &[f32]| c[s * pitch..s * pitch + m * 16].to_vec();
+                            let b = &panels[s * k * 16..(s + 1) * k * 16];
+                            let want = model(&strip(&c0), &a, b, k, accumulate);
+                            for (name, got) in
+                                [("portable", &portable), ("dispatched", &dispatched)]
+                            {
+                                for (e, (g, w)) in strip(got).iter().zip(&want).enumerate() {
+                                    let tol = 1e-5 * (k as f64 + 1.0);
+                                    assert!(
+                                        (*g as f64 - w).abs() <= tol,
+                                        "{name} m={m} k={k} strip {s}/{strips} acc={accumulate}: [{}, {}] {g} vs {w}",
+                                        e / 16,
+                                        e % 16
+                                    );
+                                }
+                                let gaps = &got[s * pitch + m * 16..(s + 1) * pitch];
+                                assert!(
+                                    gaps.iter().all(|v| v.is_nan()),
+                                    "{name}: wrote between strips"
+                                );
+                            }
                         }
                     }
                 }
             }
         }
+        // The one-strip form.
+        let (a, b, c0) = (values(7 * 9, 4), values(9 * 16, 5), values(7 * 16, 6));
+        let mut c = c0.clone();
+        strip_gemm(&mut c, &a, &b, 9, true);
+        let want = model(&c0, &a, &b, 9, true);
+        assert!(c
+            .iter()
+            .zip(&want)
+            .all(|(g, w)| (*g as f64 - w).abs() <= 1e-4));
     }
 
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn fused_and_portable_strip_kernels_agree_on_exact_sums() {
+    fn fused_and_portable_panels_kernels_agree_on_exact_sums() {
         if !(std::arch::is_x86_feature_detected!("avx2")
             && std::arch::is_x86_feature_detected!("fma"))
         {
@@ -630,21 +714,27 @@ mod tests {
         }
         // Small integers: every product and partial sum is exact, so the two forms agree bit for
         // bit exactly when they add the same terms.
-        let (m, k) = (13, 37);
+        let (m, k, strips) = (13, 37, 2);
         let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
-        let b: Vec<f32> = (0..k * 16).map(|i| (i % 5) as f32 - 2.0).collect();
-        let mut fused = vec![1.0f32; m * 16];
+        let b: Vec<f32> = (0..strips * k * 16).map(|i| (i % 5) as f32 - 2.0).collect();
+        let mut fused = vec![1.0f32; strips * m * 16];
         let mut portable = fused.clone();
         // SAFETY: AVX2 and FMA were detected above.
-        unsafe { strip_gemm_fma(&mut fused, &a, &b, k, true) };
-        strip_gemm_body::<false>(&mut portable, &a, &b, k, true);
+        unsafe { panels_gemm_fma(&mut fused, m * 16, &a, &b, (m, k, strips), true) };
+        panels_gemm_body::<false>(&mut portable, m * 16, &a, &b, (m, k, strips), true);
         assert_eq!(fused, portable);
-        assert_eq!(
-            fused,
-            model(&vec![1.0; m * 16], &a, &b, k, true)
-                .iter()
-                .map(|v| *v as f32)
-                .collect::<Vec<_>>()
-        );
+        let want: Vec<f32> = (0..strips)
+            .flat_map(|s| {
+                model(
+                    &vec![1.0; m * 16],
+                    &a,
+                    &b[s * k * 16..(s + 1) * k * 16],
+                    k,
+                    true,
+                )
+            })
+            .map(|v| v as f32)
+            .collect();
+        assert_eq!(fused, want);
     }
 }
