@@ -720,6 +720,34 @@ pub(crate) fn decode_panels_f32(
         return Ok(false);
     };
     let geo = Geom::new(loc.ty);
+    // Whole f32 ZN boxes (8 rows x 16 columns, column-major: K^T seen in a gathered NZ K tile):
+    // each box is 128 contiguous values, transposed into 8 rows of its panel at once.
+    let whole_zn_boxes = geo.layout == Layout::ZN
+        && (geo.ir, geo.ic) == (8, 16)
+        && at.0 % 8 == 0
+        && rows % 8 == 0
+        && at.1 % 16 == 0;
+    if whole_zn_boxes {
+        for (s, panel) in out.chunks_exact_mut(rows * 16).take(cols / 16).enumerate() {
+            let g = geo.g(at.1 + s * 16);
+            for (b, block) in panel.chunks_exact_mut(128).enumerate() {
+                let start = geo.f(at.0 + b * 8) + g;
+                let (Some(Ok(bx)), Ok(block)) = (
+                    v.get(start..start + 128).map(<&[f32; 128]>::try_from),
+                    <&mut [f32; 128]>::try_from(block),
+                ) else {
+                    return Err(format!("ZN box at element {start} is outside the tile"));
+                };
+                // Box element (i, j) is bx[j * 8 + i]; panel row i holds the box's row i.
+                for j in 0..16 {
+                    for i in 0..8 {
+                        block[i * 16 + j] = bx[j * 8 + i];
+                    }
+                }
+            }
+        }
+        return Ok(true);
+    }
     for (s, panel) in out.chunks_exact_mut(rows * 16).take(cols / 16).enumerate() {
         // Element offsets of the panel's 16 columns; a row is f(row) + these.
         let g: [usize; 16] = std::array::from_fn(|j| geo.g(at.1 + s * 16 + j));

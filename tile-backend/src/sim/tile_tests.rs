@@ -876,11 +876,19 @@ fn panels_match_formula_sweep() {
                 if cols < 16 {
                     continue;
                 }
-                for _ in 0..16 {
+                for trial in 0..24 {
                     let w = 16 * (1 + rng.below(cols / 16));
                     let c0 = rng.below(cols - w + 1);
                     let h = 1 + rng.below(rows);
                     let r0 = rng.below(rows - h + 1);
+                    // Every third region snapped to whole 8 x 16 boxes (the ZN fast path).
+                    let snap = |v: usize, m: usize| v / m * m;
+                    let (r0, h, c0) = if trial % 3 == 0 {
+                        let h = snap(h, 8).max(8).min(snap(rows, 8));
+                        (snap(rng.below(rows - h + 1), 8), h, snap(c0, 16))
+                    } else {
+                        (r0, h, c0)
+                    };
                     let addr = 4 * rng.below(8);
                     // Words, so the bytes are 4-byte aligned as a planned buffer's are.
                     let words: Vec<u32> = (0..addr / 4 + ty.bytes() as usize / 4 + 4)

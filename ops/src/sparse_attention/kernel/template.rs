@@ -378,7 +378,7 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
                     b.if_(Expr::Var(nv).lt(chunk), |t| t.fillpad(dst.at(kslot)));
                 }
             };
-            // MTE2: gather this chunk's rows into L1 slot `slot`.
+            // MTE2: gather this chunk's rows into L1 buffer `kslot`.
             b.wait_flag(Mte1, Mte2, kev);
             gather(b, k_l1, kv);
             if let Some(vs) = vsrc {
