@@ -106,12 +106,18 @@ pub(crate) fn copy_bytes(dst: &mut [u8], src: &[u8]) {
     dst.copy_from_slice(src);
 }
 
-/// Copies eight f32s with a fixed-size move (slices of another length are left alone).
+/// `dst.copy_from_slice(src)` for eight f32s, as a fixed-size move (other lengths take
+/// `copy_from_slice`).
 #[inline(always)]
 pub(crate) fn copy8(dst: &mut [f32], src: &[f32]) {
-    if let (Ok(d), Ok(s)) = (<&mut [f32; 8]>::try_from(dst), <&[f32; 8]>::try_from(src)) {
+    if let (Ok(d), Ok(s)) = (
+        <&mut [f32; 8]>::try_from(&mut *dst),
+        <&[f32; 8]>::try_from(src),
+    ) {
         *d = *s;
+        return;
     }
+    dst.copy_from_slice(src);
 }
 
 /// Decodes `lines` lines of `width` elements, line `i` starting `i * stride` elements into
