@@ -341,9 +341,9 @@ fn strip_acc_fits(lc: &TileLoc, (mp, kp, np): (usize, usize, usize)) -> bool {
 
 /// The product accumulated straight into an f32 NZ Acc tile with 16 x 16 boxes, strip by strip
 /// (a 16-column strip is a row-major `[rows, 16]` matrix in the buffer, so the Acc is neither
-/// decoded nor encoded): each strip of B is laid out as a row-major `[kp, 16]` panel and
-/// [`strip_gemm`] accumulates `A · panel` into it. False (nothing done) when the tile is not of
-/// that form.
+/// decoded nor encoded): each strip of B is a row-major `[kp, 16]` panel (decoded so, or laid
+/// out so here) and [`panels_gemm`] accumulates `A · panel` into each strip. False (nothing
+/// done) when the tile is not of that form.
 fn gemm_into_acc(
     cx: &mut ExecCtx<'_, '_, '_>,
     lc: &TileLoc,
