@@ -212,43 +212,51 @@ fn fill_and_reductions_read_and_write_f32_tiles_in_place() {
     assert_eq!(&maxes[40..], &[0.0; 24]);
 }
 
-#[test]
-fn an_in_place_op_on_never_written_bytes_is_poison() {
-    // x is loaded over 4 of its 8 valid rows only: exp in place must refuse the rest.
+/// Runs a kernel `[R, C]` x -> z whose AIV 0 section `body(v, x, z, tx, ty)` works on two
+/// f32 ND UB tiles, and returns the simulator's error (`why` it must fail).
+fn poison_error(
+    why: &str,
+    seed: u64,
+    body: impl Fn(&mut Body<'_>, ParamId, ParamId, TileId, TileId),
+) -> String {
     let dt = DType::F32;
     let mut kb = KernelBuilder::new("poison");
     let x = kb.input("x", dt, [R, C]);
     let z = kb.output("z", dt, [R, C]);
-    let tx = kb.tile(
-        "tx",
-        TileType::new(MemSpace::Vec, dt, R, C, Layout::ND).dynamic(),
-    );
-    kb.vector(|v| {
-        v.if_(Expr::SubBlockIdx.eq_(0), |v| {
-            v.set_validshape(tx, 4, C);
-            v.load(tx, GmView::nd(x, 0, 4, C, C));
-            v.set_validshape(tx, R, C);
-            v.exp(tx, tx);
-            v.store(GmView::nd(z, 0, R, C, C), tx);
-        });
-    });
+    let tile = || TileType::new(MemSpace::Vec, dt, R, C, Layout::ND).dynamic();
+    let tx = kb.tile("tx", tile());
+    let ty = kb.tile("ty", tile());
+    kb.vector(|v| v.if_(Expr::SubBlockIdx.eq_(0), |v| body(v, x, z, tx, ty)));
     let k = tile_backend::passes::memory::plan(&kb.build(), &Arch::ascend950()).unwrap();
     let mut args = vec![
         Arg::Tensor(GmTensor::from_f32(
             dt,
             &[R as usize, C as usize],
-            &values((R * C) as usize, 5),
+            &values((R * C) as usize, seed),
         )),
         Arg::Tensor(GmTensor::zeros(dt, &[R as usize, C as usize])),
     ];
-    let err = sim::run(
+    sim::run(
         &k,
         &Arch::ascend950(),
         &mut args,
         SimOptions { block_dim: 1 },
     )
-    .expect_err("exp over never-written rows");
-    let msg = err.to_string();
+    .map(|_| ())
+    .expect_err(why)
+    .to_string()
+}
+
+#[test]
+fn an_in_place_op_on_never_written_bytes_is_poison() {
+    // x is loaded over 4 of its 8 valid rows only: exp in place must refuse the rest.
+    let msg = poison_error("exp over never-written rows", 5, |v, x, z, tx, _| {
+        v.set_validshape(tx, 4, C);
+        v.load(tx, GmView::nd(x, 0, 4, C, C));
+        v.set_validshape(tx, R, C);
+        v.exp(tx, tx);
+        v.store(GmView::nd(z, 0, R, C, C), tx);
+    });
     assert!(
         msg.contains("poison") && msg.contains("tx") && msg.contains("[4, 0]"),
         "{msg}"
@@ -258,15 +266,10 @@ fn an_in_place_op_on_never_written_bytes_is_poison() {
 #[test]
 fn an_in_place_binary_op_with_a_never_written_operand_is_poison() {
     // x is whole, y is loaded over 4 of its 8 valid rows: x += y in place must refuse y's rest.
-    let dt = DType::F32;
-    let mut kb = KernelBuilder::new("poison_rhs");
-    let x = kb.input("x", dt, [R, C]);
-    let z = kb.output("z", dt, [R, C]);
-    let tile = || TileType::new(MemSpace::Vec, dt, R, C, Layout::ND).dynamic();
-    let tx = kb.tile("tx", tile());
-    let ty = kb.tile("ty", tile());
-    kb.vector(|v| {
-        v.if_(Expr::SubBlockIdx.eq_(0), |v| {
+    let msg = poison_error(
+        "y's last 4 rows were never written",
+        6,
+        |v, x, z, tx, ty| {
             v.set_validshape(tx, R, C);
             v.load(tx, GmView::nd(x, 0, R, C, C));
             v.set_validshape(ty, 4, C);
@@ -274,23 +277,7 @@ fn an_in_place_binary_op_with_a_never_written_operand_is_poison() {
             v.set_validshape(ty, R, C);
             v.add(tx, tx, ty);
             v.store(GmView::nd(z, 0, R, C, C), tx);
-        });
-    });
-    let k = tile_backend::passes::memory::plan(&kb.build(), &Arch::ascend950()).unwrap();
-    let mut args = vec![
-        Arg::Tensor(GmTensor::from_f32(
-            dt,
-            &[R as usize, C as usize],
-            &values((R * C) as usize, 6),
-        )),
-        Arg::Tensor(GmTensor::zeros(dt, &[R as usize, C as usize])),
-    ];
-    let err = sim::run(
-        &k,
-        &Arch::ascend950(),
-        &mut args,
-        SimOptions { block_dim: 1 },
-    )
-    .expect_err("y's last 4 rows were never written");
-    assert!(err.to_string().contains("poison"), "{err}");
+        },
+    );
+    assert!(msg.contains("poison"), "{msg}");
 }

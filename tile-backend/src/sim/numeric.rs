@@ -70,18 +70,17 @@ pub(crate) fn copy_lines(
     (lines, width): (usize, usize),
 ) {
     let line = |i: usize, l: usize| i * l..i * l + width;
+    // One loop per width, so each is a loop of fixed-size moves (copy_fixed takes the
+    // `copy_from_slice` path for any other width).
     match width {
         8 => {
             for i in 0..lines {
-                copy8(&mut dst[line(i, dst_line)], &src[line(i, src_line)]);
+                copy_fixed::<8, _>(&mut dst[line(i, dst_line)], &src[line(i, src_line)]);
             }
         }
         16 => {
             for i in 0..lines {
-                let (d, s) = (&mut dst[line(i, dst_line)], &src[line(i, src_line)]);
-                let (d0, d1) = d.split_at_mut(8);
-                copy8(d0, &s[..8]);
-                copy8(d1, &s[8..]);
+                copy_fixed::<16, _>(&mut dst[line(i, dst_line)], &src[line(i, src_line)]);
             }
         }
         _ => {
@@ -92,28 +91,12 @@ pub(crate) fn copy_lines(
     }
 }
 
-/// `dst.copy_from_slice(src)`, with a 32-byte line (one fractal row of any 16-bit or 32-bit
-/// box) as a fixed-size move instead of a `memcpy` call.
+/// `dst.copy_from_slice(src)`, as a fixed-size move when both hold `N` elements (a fractal
+/// row: 32 bytes, 8 or 16 f32s) instead of a `memcpy` call; other lengths take
+/// `copy_from_slice`.
 #[inline(always)]
-pub(crate) fn copy_bytes(dst: &mut [u8], src: &[u8]) {
-    if let (Ok(d), Ok(s)) = (
-        <&mut [u8; 32]>::try_from(&mut *dst),
-        <&[u8; 32]>::try_from(src),
-    ) {
-        *d = *s;
-        return;
-    }
-    dst.copy_from_slice(src);
-}
-
-/// `dst.copy_from_slice(src)` for eight f32s, as a fixed-size move (other lengths take
-/// `copy_from_slice`).
-#[inline(always)]
-pub(crate) fn copy8(dst: &mut [f32], src: &[f32]) {
-    if let (Ok(d), Ok(s)) = (
-        <&mut [f32; 8]>::try_from(&mut *dst),
-        <&[f32; 8]>::try_from(src),
-    ) {
+pub(crate) fn copy_fixed<const N: usize, T: Copy>(dst: &mut [T], src: &[T]) {
+    if let (Ok(d), Ok(s)) = (<&mut [T; N]>::try_from(&mut *dst), <&[T; N]>::try_from(src)) {
         *d = *s;
         return;
     }

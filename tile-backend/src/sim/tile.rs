@@ -1,7 +1,7 @@
 //! Resolving tile references to bytes, and copying regions between a tile's stored layout and
 //! row-major scratch.
 
-use super::numeric::copy_bytes;
+use super::numeric::copy_fixed;
 use super::SimError;
 use crate::arch::Arch;
 use crate::ir::{Kernel, Layout, MemSpace, Storage, TileId, TileRef, TileType, ValidDim};
@@ -404,7 +404,7 @@ pub(crate) fn read_region(
         size,
         Order::RowMajor,
         size.0 * size.1,
-        |b, d| copy_bytes(&mut out[d.start * es..d.end * es], &buf[b]),
+        |b, d| copy_fixed::<32, _>(&mut out[d.start * es..d.end * es], &buf[b]),
     )? {
         return Ok(());
     }
@@ -447,7 +447,7 @@ pub(crate) fn copy_between(
     let (gs, gd) = (Geom::new(s.ty), Geom::new(d.ty));
     let mut copy = |so: usize, dof: usize, n: usize| {
         let (so, dof) = (s.addr + so * es, d.addr + dof * es);
-        copy_bytes(&mut dst[dof..dof + n * es], &src[so..so + n * es]);
+        copy_fixed::<32, _>(&mut dst[dof..dof + n * es], &src[so..so + n * es]);
     };
     if gs.row_major() && gd.row_major() {
         // Column segments contiguous in both; rows that continue each other in both merge.
@@ -757,8 +757,8 @@ pub(crate) fn decode_panels_f32(
             if halves_run {
                 // Two runs of eight (an f32 NZ box row, or one ND row): fixed-size copies.
                 let (lo, hi) = row.split_at_mut(8);
-                crate::sim::numeric::copy8(lo, &v[f + g[0]..f + g[0] + 8]);
-                crate::sim::numeric::copy8(hi, &v[f + g[8]..f + g[8] + 8]);
+                copy_fixed::<8, _>(lo, &v[f + g[0]..f + g[0] + 8]);
+                copy_fixed::<8, _>(hi, &v[f + g[8]..f + g[8] + 8]);
             } else {
                 for (o, gj) in row.iter_mut().zip(g) {
                     *o = v[f + gj];
@@ -961,7 +961,7 @@ pub(crate) fn write_dense_bytes(
         size,
         Order::RowMajor,
         data.len() / es,
-        |b, d| copy_bytes(&mut buf[b], &data[d.start * es..d.end * es]),
+        |b, d| copy_fixed::<32, _>(&mut buf[b], &data[d.start * es..d.end * es]),
     )
 }
 
