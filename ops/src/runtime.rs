@@ -210,6 +210,11 @@ impl Runner {
         self.plan_target() == PlanTarget::Device
     }
 
+    /// How many kernels this runner has launched so far.
+    pub fn launches(&self) -> usize {
+        self.launches
+    }
+
     /// True when launches actually run (the outputs are meaningful).
     pub fn executes(&self) -> bool {
         matches!(self.mode, Mode::Sim)

@@ -38,7 +38,9 @@
 //! Each AIV owns `hm` consecutive global rows `g = b*H + h`: M = max_i lse_i, w_i = exp(lse_i -
 //! M), s = sum w_i, lse = M + ln s, out = sum_i (w_i / s) o_i; sink: out *= 1 / (1 + exp(sink -
 //! lse)); lse = max(lse, fix) where the host's `fix` row is +inf for a row with no valid index
-//! (its out is already 0) and -inf otherwise; out cast to the data dtype.
+//! (its out is already 0) and -inf otherwise; out cast to the data dtype. With one split, f32
+//! data and no sink that is the identity but for the +inf, so a CPU-plan run does not launch it
+//! (`merge_is_identity`).
 //!
 //! ```text
 //! vector (each AIV: hm rows g0..): MTE2 lse_ws -> lse_parts ND [splits, hm] (part i of row g in
@@ -49,7 +51,7 @@
 //! ```
 
 use crate::error::OpError;
-use crate::runtime::{compiled, Runner};
+use crate::runtime::{compiled, PlanTarget, Runner};
 use tile_backend::dsl::{Body, Gather, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
     AccToVecMode, Axis, BinaryOp, CoreKind, DType, Expr, GmView, Kernel, Layout, MemSpace,
@@ -806,6 +808,16 @@ pub(crate) fn split_plan(
     }
 }
 
+/// Whether the merge kernel would hand the split kernel's result back unchanged, so that a CPU
+/// run skips its launch: one split (its weight is exp(lse - lse) = 1 exactly and the weights
+/// sum to 1, so o and lse pass through bit for bit), f32 data (no cast), no sink. What is left
+/// of the merge, lse = +inf on rows with no valid index, the host does while reading the
+/// result. The device plan always launches the merge, so a kernel package and a profile stay
+/// complete in themselves.
+fn merge_is_identity(runner: &Runner, cfg: &AttnCfg, splits: usize, sink: bool) -> bool {
+    splits == 1 && cfg.dtype == DType::F32 && !sink && runner.plan_target() == PlanTarget::Cpu
+}
+
 /// Runs the split kernel and the merge kernel: returns `out [batch*heads, v_dim]` (data dtype)
 /// and `lse [batch*heads]` f32.
 pub(crate) fn run_attention(
@@ -860,9 +872,21 @@ pub(crate) fn run_attention(
     args.push(Arg::Tensor(GmTensor::zeros(DType::F32, &[ws])));
     runner.launch(&kernel, blocks as usize, &mut args)?;
     let n = args.len();
-    let lse_ws = take(op, &mut args, n - 1)?;
+    let mut lse_ws = take(op, &mut args, n - 1)?;
     let o_ws = take(op, &mut args, n - 2)?;
     drop(args);
+    let heads = cfg.heads as usize;
+    let has_token = |g: usize| inp.counts[g / heads] > 0;
+    if merge_is_identity(runner, cfg, splits, inp.sink.is_some()) {
+        // The one split's o and lse are the result as they are (see `merge_is_identity`);
+        // rows with no valid index take lse = +inf (their o is already 0).
+        for (g, lse) in lse_ws.data.chunks_exact_mut(4).enumerate() {
+            if !has_token(g) {
+                lse.copy_from_slice(&f32::INFINITY.to_le_bytes());
+            }
+        }
+        return Ok((o_ws, lse_ws));
+    }
 
     let mcfg = MergeCfg {
         dtype: cfg.dtype,
@@ -870,10 +894,9 @@ pub(crate) fn run_attention(
         sink: inp.sink.is_some(),
     };
     let merge = compiled(op, &mcfg.key(), || attn_merge(&mcfg))?;
-    let heads = cfg.heads as usize;
     let fix: Vec<f32> = (0..rows)
         .map(|g| {
-            if inp.counts[g / heads] > 0 {
+            if has_token(g) {
                 f32::NEG_INFINITY
             } else {
                 f32::INFINITY
@@ -996,6 +1019,112 @@ mod tests {
             (r.concurrent_blocks(), r.pipes_overlap())
         });
         assert_eq!(cpu, (rayon::current_num_threads(), false));
+    }
+
+    #[test]
+    fn one_f32_split_on_the_cpu_plan_skips_the_merge_with_the_same_result() {
+        // 2 rows of 16 heads, Dqk 64, v_dim 32, 150 tokens per row (row 1: none valid) out of
+        // 192 cached in blocks of 8.
+        let (batch, heads, d, v_dim, bs, topk) = (2usize, 16u64, 64u64, 32u64, 8usize, 150usize);
+        let (tokens, max_blocks) = (192, 24);
+        let vals = |n: usize, seed: u32| -> Vec<u8> {
+            (0..n)
+                .flat_map(|i| {
+                    let x = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 9;
+                    (x as f32 / (1u32 << 23) as f32 - 0.5).to_le_bytes()
+                })
+                .collect()
+        };
+        let q = vals(batch * heads as usize * d as usize, 1);
+        let kv = vals(tokens * d as usize, 2);
+        let table: Vec<i64> = (0..batch * max_blocks)
+            .map(|i| {
+                if i < max_blocks {
+                    (i * 5 % max_blocks) as i64
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let indices: Vec<i64> = (0..batch * topk)
+            .map(|i| if i < topk { (i * 7 % tokens) as i64 } else { 0 })
+            .collect();
+        let run = |target: PlanTarget| {
+            let cfg = AttnCfg::new(
+                "sparse_attn",
+                DType::F32,
+                heads,
+                heads,
+                d,
+                v_dim,
+                d,
+                0,
+                false,
+                bs as u64,
+                target == PlanTarget::Device,
+            );
+            let mut runner = Runner::sim("test").plan_for(target);
+            let splits = split_plan(&cfg, batch, topk, runner.concurrent_blocks()).splits;
+            let inp = AttnInputs {
+                q: GmInput {
+                    dtype: DType::F32,
+                    shape: vec![batch * heads as usize, d as usize],
+                    data: &q,
+                },
+                kv: GmInput {
+                    dtype: DType::F32,
+                    shape: vec![tokens, d as usize],
+                    data: &kv,
+                },
+                v: None,
+                indices: indices.clone(),
+                topk,
+                counts: vec![topk as i64, 0],
+                block_table: &table,
+                max_blocks,
+                batch,
+                scale: 0.125,
+                sink: None,
+            };
+            let (out, lse) = run_attention(&mut runner, "test", &cfg, inp).expect("runs");
+            let f32s = |b: &[u8]| -> Vec<f32> {
+                b.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect()
+            };
+            (f32s(&out.data), f32s(&lse.data), runner.launches(), splits)
+        };
+        // On one thread the CPU plan runs one split per row; with more threads than rows it
+        // splits and merges.
+        let cpu = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .expect("a one-thread pool");
+        let (out_cpu, lse_cpu, launches_cpu, splits_cpu) = cpu.install(|| run(PlanTarget::Cpu));
+        let (out_dev, lse_dev, launches_dev, splits_dev) = run(PlanTarget::Device);
+        assert_eq!(splits_cpu, 1);
+        assert_eq!(launches_cpu, 1, "one f32 split without a sink: no merge");
+        assert!(splits_dev > 1);
+        assert_eq!(launches_dev, 2, "the device plan always merges");
+        let h = heads as usize;
+        assert_eq!(lse_cpu.len(), batch * h);
+        for (g, (a, b)) in lse_cpu.iter().zip(&lse_dev).enumerate() {
+            if g >= h {
+                assert_eq!(*a, f32::INFINITY, "row {g} has no valid index: lse +inf");
+            } else {
+                assert!(
+                    a.is_finite() && (a - b).abs() <= 1e-5,
+                    "lse row {g}: {a} vs {b}"
+                );
+            }
+        }
+        assert_eq!(out_cpu.len(), out_dev.len());
+        for (i, (a, b)) in out_cpu.iter().zip(&out_dev).enumerate() {
+            assert!((a - b).abs() <= 1e-6, "out {i}: {a} vs {b}");
+            if i >= h * v_dim as usize {
+                assert_eq!(*a, 0.0, "an empty row's out is 0");
+            }
+        }
     }
 
     #[test]

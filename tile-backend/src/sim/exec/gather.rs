@@ -68,9 +68,8 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
     let ies = iv.dtype.size_bytes() as usize;
     let bes = bv.dtype.size_bytes() as usize;
     let es = src_dtype.size_bytes() as usize;
-    // All rows land in one row-major buffer, written into the tile at once (strip by strip).
-    // Every row is read into below.
-    let mut rows = cx.core.pool.bytes_to_overwrite(n * size * es);
+    // Every row's source offset, checked, before any is read.
+    let mut offsets = Vec::with_capacity(n);
     for i in 0..n {
         let t = numeric::decode_i64(iv.dtype, &ibytes[i * ies..(i + 1) * ies]);
         if t < 0 || (t / bs) as usize >= nb {
@@ -89,8 +88,22 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
                 ))
             }
         };
-        let row = &mut rows[i * size * es..(i + 1) * size * es];
-        cx.gm_read(*src, (phys * t_cols + col0 as usize) * es, row)?;
+        offsets.push((phys * t_cols + col0 as usize) * es);
+    }
+    // All rows land in one row-major buffer, written into the tile at once (strip by strip).
+    // Every row is read into below. The rows lie anywhere in GM: each is asked for a few rows
+    // ahead of its copy, so their memory latency overlaps the copies.
+    const AHEAD: usize = 4;
+    let row_bytes = size * es;
+    for &off in offsets.iter().take(AHEAD) {
+        cx.gm_prefetch(*src, off, row_bytes);
+    }
+    let mut rows = cx.core.pool.bytes_to_overwrite(n * row_bytes);
+    for (i, &off) in offsets.iter().enumerate() {
+        if let Some(&ahead) = offsets.get(i + AHEAD) {
+            cx.gm_prefetch(*src, ahead, row_bytes);
+        }
+        cx.gm_read(*src, off, &mut rows[i * row_bytes..(i + 1) * row_bytes])?;
     }
     let r = cx.write_bytes(&loc, 0, (0, 0), (n, size), &rows);
     let pool = &mut cx.core.pool;

@@ -120,6 +120,11 @@ impl<'k> ExecCtx<'k, '_, '_> {
         Ok(())
     }
 
+    /// Hints that GM bytes `off .. off + len` of `p` will be read soon ([`Overlay::prefetch`]).
+    pub fn gm_prefetch(&self, p: ParamId, off: usize, len: usize) {
+        self.gm.prefetch(self.args, p, off, len);
+    }
+
     /// Writes GM bytes into this block's overlay.
     pub fn gm_write(&mut self, p: ParamId, off: usize, bytes: &[u8]) -> Result<(), String> {
         self.gm.write(self.args, p, off, bytes)?;

@@ -22,6 +22,10 @@ trait Scratch: Float + Send + Sync + 'static {
     fn give(pool: &mut ScratchPool, v: Vec<Self>);
     /// The vector unit's exponential (f32: [`numeric::exp_f32`]).
     fn exp_model(self) -> Self;
+    /// [`Scratch::exp_model`] over a slice in place.
+    fn exp_in_place(x: &mut [Self]) {
+        x.iter_mut().for_each(|v| *v = v.exp_model());
+    }
     /// Decodes a whole buffer (f32: the dtype is matched once).
     fn decode(dtype: DType, bytes: &[u8], out: &mut [Self]) {
         let es = dtype.size_bytes() as usize;
@@ -68,6 +72,9 @@ impl Scratch for f32 {
     }
     fn exp_model(self) -> Self {
         numeric::exp_f32(self)
+    }
+    fn exp_in_place(x: &mut [Self]) {
+        numeric::exp_f32_in_place(x)
     }
     fn to_bytes(self, dtype: DType, round: RoundMode, out: &mut [u8]) {
         encode_any(dtype, self as f64, round, out)
@@ -254,7 +261,7 @@ fn unary_apply<F: Scratch>(op: UnaryOp, x: &mut [F]) {
         };
     }
     match op {
-        UnaryOp::Exp => go!(|v: F| v.exp_model()),
+        UnaryOp::Exp => F::exp_in_place(x),
         UnaryOp::Ln => go!(|v: F| v.ln()),
         UnaryOp::Abs => go!(|v: F| v.abs()),
         UnaryOp::Neg => go!(|v: F| -v),
