@@ -345,6 +345,79 @@ fn take_page(spare: &mut Vec<Page>) -> Page {
     }
 }
 
+/// GM rows a core expects to read soon, hinted to the CPU's caches a few lines at a time from
+/// inside the long compute loops that run before it reads them ([`hint_lines`]): a gather
+/// queues the rows of the index window after its own (usually the kernel's next chunk), and the
+/// matmul register kernel hints a couple of lines between its row groups, so the rows' memory
+/// latency overlaps arithmetic instead of stalling the next gather. (Hinting a whole window at
+/// once only moves the stall: the CPU holds few misses in flight.) Only a hint: results never
+/// depend on it.
+///
+/// [`hint_lines`]: PrefetchQueue::hint_lines
+#[derive(Debug, Default)]
+pub(crate) struct PrefetchQueue<'a> {
+    /// The queued rows, in GM (argument data).
+    rows: Vec<&'a [u8]>,
+    /// The next row to hint, and the byte offset of its next line.
+    at: (usize, usize),
+}
+
+impl<'a> PrefetchQueue<'a> {
+    /// Replaces the queue with `rows`.
+    pub fn replace(&mut self, rows: impl IntoIterator<Item = &'a [u8]>) {
+        self.rows.clear();
+        self.rows.extend(rows);
+        self.at = (0, 0);
+    }
+
+    /// How many lines have been hinted since the last [`replace`](Self::replace).
+    #[cfg(test)]
+    pub fn lines_hinted(&self) -> usize {
+        let done: usize = self.rows[..self.at.0]
+            .iter()
+            .map(|r| r.len().div_ceil(64))
+            .sum();
+        done + self.at.1 / 64
+    }
+
+    /// Hints the next `n` queued 64-byte lines.
+    #[inline]
+    pub fn hint_lines(&mut self, n: usize) {
+        for _ in 0..n {
+            let (r, off) = self.at;
+            let Some(row) = self.rows.get(r) else {
+                return;
+            };
+            if let Some(line) = row.get(off..) {
+                hint_line(line);
+            }
+            self.at = if off + 64 < row.len() {
+                (r, off + 64)
+            } else {
+                (r + 1, 0)
+            };
+        }
+    }
+}
+
+/// Asks the CPU to fetch the cache line holding `bytes[0]` (nothing for an empty slice).
+#[inline]
+fn hint_line(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if !bytes.is_empty() {
+        // SAFETY: a prefetch only hints the cache hierarchy; it never faults and neither reads
+        // nor writes memory as far as the program can observe. The pointer is in bounds of
+        // `bytes` anyway (it is not empty).
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                bytes.as_ptr().cast(),
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
+}
+
 /// One block's view of GM: reads see the arguments plus this block's own writes.
 #[derive(Default)]
 pub(crate) struct Overlay {
@@ -400,20 +473,19 @@ impl Overlay {
         let Ok(t) = Self::check(args, p, off, len) else {
             return;
         };
-        let bytes = &t.data[off..off + len];
-        #[cfg(target_arch = "x86_64")]
-        for line in bytes.chunks(64) {
-            // SAFETY: a prefetch only hints the cache hierarchy; it never faults and neither
-            // reads nor writes memory as far as the program can observe. The pointer is in
-            // bounds of `bytes` anyway.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    line.as_ptr().cast(),
-                )
-            };
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = bytes;
+        t.data[off..off + len].chunks(64).for_each(hint_line);
+    }
+
+    /// The argument bytes `off .. off + len` of tensor `p` as they were passed in (without this
+    /// block's writes), or `None` outside the tensor: for hints ([`PrefetchQueue`]), not data.
+    pub fn argument_bytes<'x>(
+        args: &'x [Arg<'_>],
+        p: ParamId,
+        off: usize,
+        len: usize,
+    ) -> Option<&'x [u8]> {
+        let t = Self::check(args, p, off, len).ok()?;
+        t.data.get(off..off + len)
     }
 
     /// Reads `out.len()` bytes at `off` of tensor `p`.
@@ -635,5 +707,41 @@ mod tests {
         let mut out = [0u8; 64];
         gm.read(&args, ParamId(0), 0, &mut out).expect("in range");
         assert_eq!(&out[..], &t.data[..]);
+    }
+
+    #[test]
+    fn argument_bytes_are_the_inputs_own_and_none_outside_the_tensor() {
+        let t = GmTensor::from_f32(DType::F32, &[4, 4], &[2.5; 16]);
+        let args = [Arg::Input(t.as_input()), Arg::Int(3)];
+        let bytes = Overlay::argument_bytes(&args, ParamId(0), 8, 16).expect("in range");
+        assert_eq!(bytes, &t.data[8..24]);
+        assert!(Overlay::argument_bytes(&args, ParamId(0), 60, 8).is_none());
+        assert!(Overlay::argument_bytes(&args, ParamId(0), usize::MAX, 2).is_none());
+        assert!(Overlay::argument_bytes(&args, ParamId(1), 0, 4).is_none());
+    }
+
+    #[test]
+    fn the_prefetch_queue_walks_its_rows_line_by_line_then_stops() {
+        let data = [0u8; 300];
+        let mut q = PrefetchQueue::default();
+        // Rows of 130 bytes (3 lines: 0, 64, 128), 64 bytes (1 line) and 1 byte (1 line).
+        q.replace([&data[0..130], &data[130..194], &data[299..300]]);
+        q.hint_lines(2);
+        assert_eq!(q.at, (0, 128));
+        q.hint_lines(1);
+        assert_eq!(q.at, (1, 0));
+        q.hint_lines(1);
+        assert_eq!(q.at, (2, 0));
+        q.hint_lines(10);
+        assert_eq!(q.at, (3, 0));
+        q.hint_lines(10);
+        assert_eq!(q.at, (3, 0), "an exhausted queue stays exhausted");
+        q.replace([&data[..]]);
+        assert_eq!(q.at, (0, 0), "replacing restarts the walk");
+        q.hint_lines(4);
+        assert_eq!(q.at, (0, 256));
+        q.replace([]);
+        q.hint_lines(3);
+        assert_eq!(q.at, (0, 0), "an empty queue hints nothing");
     }
 }

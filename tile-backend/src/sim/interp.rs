@@ -1,7 +1,7 @@
 //! The per-block interpreter: three resumable core programs, interleaved deterministically.
 
 use super::exec::{self, ExecCtx, Flow};
-use super::gm::{Arg, Overlay};
+use super::gm::{Arg, Overlay, PrefetchQueue};
 use super::state::{BlockMem, CoreId, CrossFlags, ScratchPool};
 use super::trace::{Access, BlockTrace, Event, OpRecord, SyncInfo};
 use super::SimError;
@@ -32,6 +32,8 @@ pub(crate) struct CoreRt<'a> {
     pub block_dim: usize,
     /// Scratch buffers reused across this core's ops.
     pub pool: ScratchPool,
+    /// GM rows this core's next gather will likely read, hinted from inside long compute loops.
+    pub prefetch: PrefetchQueue<'a>,
 }
 
 impl ExprEnv for CoreRt<'_> {
@@ -125,6 +127,7 @@ pub(crate) fn run_block<'k>(
             block,
             block_dim,
             pool: ScratchPool::take(),
+            prefetch: PrefetchQueue::default(),
         })
         .collect();
     let mut programs: Vec<Program> = CoreId::ALL

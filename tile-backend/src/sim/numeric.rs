@@ -334,7 +334,8 @@ pub fn exp_f32(x: f32) -> f32 {
     const ROUND: f32 = 12_582_912.0;
     // Below -105 the result rounds to 0, above 89 to infinity; NaN passes through the clamp.
     let xc = x.clamp(-105.0, 89.0);
-    let n = (xc * LOG2E + ROUND) - ROUND;
+    let shifted = xc * LOG2E + ROUND;
+    let n = shifted - ROUND;
     let r = (xc - n * LN2_HI) - n * LN2_LO;
     // e^r for |r| <= ln 2 / 2: the Taylor polynomial of degree 7 (truncation below 6e-9).
     let p = 1.0
@@ -344,10 +345,13 @@ pub fn exp_f32(x: f32) -> f32 {
                     + r * (1.0 / 24.0
                         + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
     // 2^n = 2^n1 * 2^n2 with both factors normal (n is in -152 ..= 129).
-    let ni = n as i32;
+    // `shifted` lies in [2^23, 2^24), where the spacing is 1, so its bits minus ROUND's bits are
+    // the integer n (the same value as `n as i32`, without a per-lane float-to-int conversion).
+    // A NaN input gives a NaN p, and NaN times any power of two stays NaN.
+    let ni = (shifted.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
     let n1 = ni >> 1;
-    let n2 = ni - n1;
-    let pow2 = |k: i32| f32::from_bits(((k + 127) as u32) << 23);
+    let n2 = ni.wrapping_sub(n1);
+    let pow2 = |k: i32| f32::from_bits((k.wrapping_add(127) as u32) << 23);
     p * pow2(n1) * pow2(n2)
 }
 

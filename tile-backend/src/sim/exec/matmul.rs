@@ -2,6 +2,7 @@
 
 use super::ExecCtx;
 use crate::ir::{c0, DType, Layout, Op};
+use crate::sim::gm::PrefetchQueue;
 use crate::sim::numeric;
 use crate::sim::state::mark_bits;
 use crate::sim::tile::{self, Order, TileLoc};
@@ -405,6 +406,7 @@ fn gemm_into_acc(
         &panels[..kp * np],
         (mp, kp, np / 16),
         accumulate,
+        &mut cx.core.prefetch,
     );
     tile::for_each_span(lc, buf.len(), (0, 0), (mp, np), |start, len| {
         mark_bits(bits, start, len, true)
@@ -419,14 +421,23 @@ fn gemm_into_acc(
 #[cfg(test)]
 fn strip_gemm(c: &mut [f32], a: &[f32], b: &[f32], k: usize, accumulate: bool) {
     let m = c.len() / 16;
-    panels_gemm(c, m * 16, a, b, (m, k, 1), accumulate);
+    panels_gemm(
+        c,
+        m * 16,
+        a,
+        b,
+        (m, k, 1),
+        accumulate,
+        &mut PrefetchQueue::default(),
+    );
 }
 
 /// `C (+)= A · B` for `A` row-major `[m, k]` and `B` given as `strips` row-major `[k, 16]`
 /// panels one after another, where strip `s` of `C` (its columns `16 s ..`) is the row-major
 /// `[m, 16]` matrix at `c[s * c_strip ..]`; each element sums over `k` in order. Runs the fused
 /// multiply-add form on x86-64 CPUs with AVX2 and FMA (chosen at run time), the portable form
-/// elsewhere.
+/// elsewhere. Between row groups it hints a few lines of `ahead` (rows a later gather will
+/// read), so their memory latency hides behind the arithmetic.
 fn panels_gemm(
     c: &mut [f32],
     c_strip: usize,
@@ -434,15 +445,16 @@ fn panels_gemm(
     panels: &[f32],
     dims: (usize, usize, usize),
     accumulate: bool,
+    ahead: &mut PrefetchQueue<'_>,
 ) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: `panels_gemm_fma` requires only that the CPU supports AVX2 and FMA, which was
         // checked just above; its arguments are ordinary slices it indexes with bounds checks.
-        unsafe { panels_gemm_fma(c, c_strip, a, panels, dims, accumulate) };
+        unsafe { panels_gemm_fma(c, c_strip, a, panels, dims, accumulate, ahead) };
         return;
     }
-    panels_gemm_body::<false>(c, c_strip, a, panels, dims, accumulate);
+    panels_gemm_body::<false>(c, c_strip, a, panels, dims, accumulate, ahead);
 }
 
 /// [`panels_gemm`] compiled for AVX2 + FMA.
@@ -458,8 +470,9 @@ unsafe fn panels_gemm_fma(
     panels: &[f32],
     dims: (usize, usize, usize),
     accumulate: bool,
+    ahead: &mut PrefetchQueue<'_>,
 ) {
-    panels_gemm_body::<true>(c, c_strip, a, panels, dims, accumulate)
+    panels_gemm_body::<true>(c, c_strip, a, panels, dims, accumulate, ahead)
 }
 
 /// The body of [`panels_gemm`]: blocks of rows of A of about 12 KiB (48 rows at k = 64), which
@@ -468,6 +481,11 @@ unsafe fn panels_gemm_fma(
 /// latency). A group's 6 x 16 sums are held in twelve 8-lane registers over the whole `k`,
 /// enough independent sums to keep the multiply-add units busy (`FUSED`: one rounding per
 /// multiply-add).
+/// Lines of a later gather's rows hinted after each row group of [`panels_gemm_body`]: a
+/// 64-row f32 chunk of 576 columns is 2304 lines, and one chunk's matmuls run about 1500 row
+/// groups.
+const LINES_PER_GROUP: usize = 2;
+
 #[inline(always)]
 fn panels_gemm_body<const FUSED: bool>(
     c: &mut [f32],
@@ -476,6 +494,7 @@ fn panels_gemm_body<const FUSED: bool>(
     panels: &[f32],
     (m, k, strips): (usize, usize, usize),
     accumulate: bool,
+    ahead: &mut PrefetchQueue<'_>,
 ) {
     let block = (12 * 1024 / 4 / k.max(1)).max(6) / 6 * 6;
     for b0 in (0..m).step_by(block) {
@@ -499,6 +518,7 @@ fn panels_gemm_body<const FUSED: bool>(
                     2 => rows_times_panel::<FUSED, 2>(c_rows, a_rows, b, k, accumulate),
                     _ => rows_times_panel::<FUSED, 1>(c_rows, a_rows, b, k, accumulate),
                 }
+                ahead.hint_lines(LINES_PER_GROUP);
                 r0 += take;
             }
         }
@@ -646,6 +666,16 @@ mod tests {
     fn panels_kernel_matches_the_f64_product_on_every_row_count() {
         // Row counts around the 6/4/2/1-row steps, depths from one to a full K slice, one and
         // several strips, strips packed and a tile's worth of rows apart.
+        type Kernel = fn(
+            &mut [f32],
+            usize,
+            &[f32],
+            &[f32],
+            (usize, usize, usize),
+            bool,
+            &mut PrefetchQueue<'_>,
+        );
+        let hinted = vec![0u8; 64 * 64];
         for m in [1usize, 2, 3, 4, 5, 6, 7, 12, 13, 64, 128] {
             for k in [1usize, 15, 16, 64, 130] {
                 for (strips, gap) in [(1, 0), (3, 0), (2, 5)] {
@@ -655,17 +685,18 @@ mod tests {
                         let c0 = strips_of(m, strips, gap, 3);
                         let pitch = (m + gap) * 16;
                         let dims = (m, k, strips);
-                        let mut portable = c0.clone();
-                        panels_gemm_body::<false>(
-                            &mut portable,
-                            pitch,
-                            &a,
-                            &panels,
-                            dims,
-                            accumulate,
-                        );
-                        let mut dispatched = c0.clone();
-                        panels_gemm(&mut dispatched, pitch, &a, &panels, dims, accumulate);
+                        // Both kernels hint a queue of rows on the way; results must not
+                        // change, and every row group hints its lines.
+                        let [portable, dispatched] =
+                            [panels_gemm_body::<false>, panels_gemm].map(|kernel: Kernel| {
+                                let mut c = c0.clone();
+                                let mut ahead = PrefetchQueue::default();
+                                ahead.replace([&hinted[..]]);
+                                kernel(&mut c, pitch, &a, &panels, dims, accumulate, &mut ahead);
+                                let groups = strips * m.div_ceil(6);
+                                assert!(ahead.lines_hinted() >= groups.min(64), "m={m}");
+                                c
+                            });
                         for s in 0..strips {
                             let strip = |c: &[f32]| c[s * pitch..s * pitch + m * 16].to_vec();
                             let b = &panels[s * k * 16..(s + 1) * k * 16];
@@ -720,8 +751,9 @@ mod tests {
         let mut fused = vec![1.0f32; strips * m * 16];
         let mut portable = fused.clone();
         // SAFETY: AVX2 and FMA were detected above.
-        unsafe { panels_gemm_fma(&mut fused, m * 16, &a, &b, (m, k, strips), true) };
-        panels_gemm_body::<false>(&mut portable, m * 16, &a, &b, (m, k, strips), true);
+        let ahead = &mut PrefetchQueue::default();
+        unsafe { panels_gemm_fma(&mut fused, m * 16, &a, &b, (m, k, strips), true, ahead) };
+        panels_gemm_body::<false>(&mut portable, m * 16, &a, &b, (m, k, strips), true, ahead);
         assert_eq!(fused, portable);
         let want: Vec<f32> = (0..strips)
             .flat_map(|s| {
