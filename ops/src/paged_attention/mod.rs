@@ -213,10 +213,9 @@ impl PagedOp {
                 ),
             });
         }
-        Ok((
-            bridge::storage_from_gm(OP, &out)?,
-            Shape::from(shape.to_vec()),
-        ))
+        let storage = bridge::storage_from_gm(OP, &out)?;
+        crate::sparse_attention::kernel::recycle_result(out);
+        Ok((storage, Shape::from(shape.to_vec())))
     }
 }
 

@@ -9,6 +9,7 @@ use tile_backend::sim::{GmInput, GmTensor};
 
 pub(crate) mod template;
 
+pub(crate) use template::recycle_result;
 use template::{run_attention, AttnCfg, AttnInputs};
 
 const OP: &str = "sparse_paged_attention";

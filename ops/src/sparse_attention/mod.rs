@@ -286,10 +286,9 @@ impl SparseOp {
         if let Ok(mut g) = self.lse.lock() {
             *g = Some(lse.to_f32());
         }
-        Ok((
-            bridge::storage_from_gm(OP, &out)?,
-            Shape::from((v.batch, v.heads, v.v_dim)),
-        ))
+        let storage = bridge::storage_from_gm(OP, &out)?;
+        kernel::recycle_result(out);
+        Ok((storage, Shape::from((v.batch, v.heads, v.v_dim))))
     }
 }
 

@@ -952,6 +952,23 @@ mod workspace {
     pub(super) fn keep(v: Vec<u8>) {
         KEPT.with(|k| *k.borrow_mut() = v);
     }
+
+    /// Keeps `v` for the next call on this thread unless the kept buffer is larger.
+    pub(crate) fn recycle(v: Vec<u8>) {
+        KEPT.with(|k| {
+            let mut kept = k.borrow_mut();
+            if v.capacity() > kept.capacity() {
+                *kept = v;
+            }
+        });
+    }
+}
+
+/// Hands an attention result's bytes, once copied into candle's storage, back to this thread's
+/// split workspace: with one f32 split the workspace *is* the result, and without this every
+/// decode step would allocate (and page-fault) its workspace afresh.
+pub(crate) fn recycle_result(out: GmTensor) {
+    workspace::recycle(out.data);
 }
 
 #[cfg(test)]
