@@ -977,6 +977,24 @@ mod tests {
     use crate::runtime::{device_clusters, profile, PlanTarget};
 
     #[test]
+    fn a_recycled_result_becomes_the_next_workspace_zeroed() {
+        std::thread::spawn(|| {
+            let old = GmTensor::from_f32(DType::F32, &[64], &[7.5; 64]);
+            let cap = old.data.capacity();
+            recycle_result(old);
+            let ws = workspace::zeroed(100);
+            assert!(ws.capacity() >= cap, "the result's buffer is reused");
+            assert_eq!(ws, vec![0u8; 100], "none of the old result shows through");
+            workspace::keep(ws);
+            // A smaller buffer does not replace a larger kept one.
+            recycle_result(GmTensor::zeros(DType::F32, &[2]));
+            assert!(workspace::zeroed(8).capacity() >= cap);
+        })
+        .join()
+        .expect("the workspace checks pass on their own thread");
+    }
+
+    #[test]
     fn splits_fill_the_blocks_the_target_runs_at_once() {
         // DeepSeek decode: 4 rows x 1 head tile, 16 chunks each.
         assert_eq!(
