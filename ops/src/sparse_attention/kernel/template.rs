@@ -18,12 +18,14 @@
 //!        per K slice j: MTE1 q_l1[:, j ks..] -> q_l0[j%bufs] Left; k_l1[s] seen as ZN [dp, chunk]
 //!              (= K^T, same bytes) rows j ks.. -> kt_l0[j%bufs] Right; M s_acc[s] (+)= q · kt
 //!        FIX   s_acc[s] -> s_ub (DualModeSplitM: AIV i gets heads i*th/2 ..)      -> channel S
-//!        MTE1  (channel P) p_l1 [th, chunk] -> p_l0 Left
+//!        MTE1  (channel P) p_l1[c % pbufs] [th, chunk] -> p_l0 Left (pbufs = 2 in the CPU
+//!              plan where L1 has room, else 1)
 //!        per V slice j: MTE1 V[:, j ns..] (NZ -> ZN) -> v_l0[..%bufs] Right; M pv_acc[..%2] = P · V
 //!              FIX pv_acc -> pv_ub (SplitM)                                     -> channel PV
 //! vector (each AIV: r = th/2 heads, f32): s *= scale; tail chunk: columns >= nv := -inf;
 //!        m_new = max(m, rowmax s); alpha = exp(m - m_new); s = exp(s - m_new);
-//!        l = l alpha + rowsum s; P = cast(s) ND -> NZ -> p_l1 rows sub*r.. (channel P);
+//!        l = l alpha + rowsum s; P = cast(s) ND -> NZ -> p_l1[c % pbufs] rows sub*r..
+//!        (channel P);
 //!        O_j = O_j alpha + PV_j.  End: o = O / max(l, 1), lse = m + ln(max(l, 1));
 //!        MTE3 o -> o_ws[sp, b*H + h, :], lse -> lse_ws[sp, b*H + h].
 //! ```
@@ -109,6 +111,11 @@ pub(crate) struct AttnCfg {
     /// runs a block's instructions one after another, where buffers twice the size halve the
     /// chunks and slices instead).
     pub bufs: u64,
+    /// Buffers of P in L1: 2 where L1 has room and the target runs a block's instructions one
+    /// after another (the simulator's CPU plan), so that writing the next chunk's P never meets
+    /// the L1 -> L0A move of the previous one still pending in the simulator (which would then
+    /// have to make it); 1 otherwise (the device plan is unchanged).
+    pub pbufs: u64,
 }
 
 impl AttnCfg {
@@ -146,6 +153,11 @@ impl AttnCfg {
         while chunk > 16 && l1(chunk) > 500 * 1024 {
             chunk /= 2;
         }
+        let pbufs = if !double_buffer && l1(chunk) + th * chunk * es <= 500 * 1024 {
+            2
+        } else {
+            1
+        };
         // K slice: `bufs` Q slices + P in L0A (64 KiB) ...
         let l0a = 64 * 1024 - th * chunk * es;
         // ... and the K^T slices take at most half of L0B (64 KiB), leaving room for V slices.
@@ -176,6 +188,7 @@ impl AttnCfg {
             ks,
             ns,
             bufs,
+            pbufs,
         }
     }
 
@@ -289,7 +302,8 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
     } else {
         k_l1
     };
-    let p_l1 = kb.tile("p_l1", ty(Mat, dt, th, chunk, NZ));
+    let pbufs = cfg.pbufs.clamp(1, 2);
+    let p_l1 = kb.tile_group("p_l1", ty(Mat, dt, th, chunk, NZ), pbufs as u32);
     let q_l0 = kb.tile_group("q_l0", ty(Left, dt, th, ks, NZ), bufs as u32);
     let p_l0 = kb.tile("p_l0", ty(Left, dt, th, chunk, NZ));
     let kt_l0 = kb.tile_group("kt_l0", ty(Right, dt, ks, chunk, ZN), bufs as u32);
@@ -417,7 +431,7 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
             // O_j = P V_j.
             b.pop(ch_p);
             b.wait_flag(Mm, Mte1, 2);
-            b.mov(p_l0, p_l1);
+            b.mov(p_l0, p_l1.at(slot % pbufs));
             b.release(ch_p);
             for j in 0..nns {
                 // V's L0 slot (MM -> MTE1 event x) and PV's Acc slot (events 2 + y).
@@ -507,7 +521,8 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
             b.set_flag(Pipe::V, Pipe::Mte3, 0);
             b.wait_flag(Pipe::V, Pipe::Mte3, 0);
             b.acquire(ch_p);
-            b.mov(p_l1, p_nz).offset(Expr::SubBlockIdx * r, 0);
+            b.mov(p_l1.at(it % pbufs), p_nz)
+                .offset(Expr::SubBlockIdx * r, 0);
             b.set_flag(Pipe::Mte3, Pipe::V, 0);
             b.push(ch_p);
             for j in 0..nns {
@@ -1197,5 +1212,17 @@ mod tests {
         // A small problem: the same chunk, single buffered.
         assert_eq!(tiling(DType::F32, 8, 64, false, true), (64, 64, 64, 2));
         assert_eq!(tiling(DType::F32, 8, 64, false, false), (64, 64, 64, 1));
+        // P: two L1 buffers on the CPU plan where they fit (f32 DeepSeek: 288 + 144 + 2 x 32
+        // KiB), one on the device plan.
+        let p_bufs = |dt: DType, d: u64, separate_v: bool, double: bool| {
+            AttnCfg::new("t", dt, 128, 128, d, 512, d, 0, separate_v, 64, double).pbufs
+        };
+        assert_eq!(p_bufs(DType::F32, 576, false, false), 2);
+        assert_eq!(p_bufs(DType::BF16, 576, false, false), 2);
+        assert_eq!(p_bufs(DType::F32, 576, false, true), 1);
+        assert_eq!(p_bufs(DType::BF16, 576, false, true), 1);
+        // f32 with 768 columns: Q 384 + K 96 + P 16 KiB leave no room for a second P.
+        assert_eq!(p_bufs(DType::F32, 768, false, false), 1);
+        assert_eq!(p_bufs(DType::F32, 512, true, false), 2);
     }
 }
