@@ -59,13 +59,14 @@ pub fn decode_f32(dtype: DType, bytes: &[u8], out: &mut [f32]) {
     }
 }
 
-/// Copies `lines` lines of `width` f32s from `src` (lines `src_line` apart) to `dst` (lines
-/// `dst_line` apart). Lines of 8 and 16 (an f32 box row, a bf16-width row) are fixed-size moves:
-/// a `memcpy` call per 32-byte line costs more than the bytes.
-pub(crate) fn copy_lines(
-    dst: &mut [f32],
+/// Copies `lines` lines of `width` elements from `src` (lines `src_line` apart) to `dst` (lines
+/// `dst_line` apart). Lines of 8, 16, 32 and 64 elements (an f32 box row is 8 f32s or 32 bytes,
+/// a bf16-width row 16 f32s or 64 bytes) are fixed-size moves: a `memcpy` call per 32-byte line
+/// costs more than the bytes.
+pub(crate) fn copy_lines<T: Copy>(
+    dst: &mut [T],
     dst_line: usize,
-    src: &[f32],
+    src: &[T],
     src_line: usize,
     (lines, width): (usize, usize),
 ) {
@@ -81,6 +82,16 @@ pub(crate) fn copy_lines(
         16 => {
             for i in 0..lines {
                 copy_fixed::<16, _>(&mut dst[line(i, dst_line)], &src[line(i, src_line)]);
+            }
+        }
+        32 => {
+            for i in 0..lines {
+                copy_fixed::<32, _>(&mut dst[line(i, dst_line)], &src[line(i, src_line)]);
+            }
+        }
+        64 => {
+            for i in 0..lines {
+                copy_fixed::<64, _>(&mut dst[line(i, dst_line)], &src[line(i, src_line)]);
             }
         }
         _ => {

@@ -1,7 +1,7 @@
 //! Resolving tile references to bytes, and copying regions between a tile's stored layout and
 //! row-major scratch.
 
-use super::numeric::copy_fixed;
+use super::numeric::{copy_fixed, copy_lines};
 use super::SimError;
 use crate::arch::Arch;
 use crate::ir::{Kernel, Layout, MemSpace, Storage, TileId, TileRef, TileType, ValidDim};
@@ -171,6 +171,16 @@ impl Geom {
             Layout::NZ => (c / self.ic) * self.nbr * bx + c % self.ic,
             Layout::ZN => (c / self.ic) * bx + (c % self.ic) * self.ir,
             Layout::ZZ => (c / self.ic) * bx + c % self.ic,
+        }
+    }
+
+    /// The offset step from a row to the next when it is the same for every row (ND and NZ:
+    /// `f` is linear), else `None`.
+    fn row_step(&self) -> Option<usize> {
+        match self.layout {
+            Layout::ND => Some(self.cols),
+            Layout::NZ => Some(self.ic),
+            _ => None,
         }
     }
 
@@ -445,7 +455,7 @@ pub(crate) fn copy_between(
         return Ok(());
     }
     let (gs, gd) = (Geom::new(s.ty), Geom::new(d.ty));
-    let mut copy = |so: usize, dof: usize, n: usize| {
+    let copy = |dst: &mut [u8], so: usize, dof: usize, n: usize| {
         let (so, dof) = (s.addr + so * es, d.addr + dof * es);
         copy_fixed::<32, _>(&mut dst[dof..dof + n * es], &src[so..so + n * es]);
     };
@@ -459,6 +469,24 @@ pub(crate) fn copy_between(
                 .min(gd.col_segment(dc0 + c).0)
                 .min(cols - c);
             let (g_s, g_d) = (gs.g(sc0 + c), gd.g(dc0 + c));
+            if let (Some(ss), Some(ds)) = (gs.row_step(), gd.row_step()) {
+                // Rows a fixed step apart on both sides (ND, NZ): the segment is one run when
+                // the rows continue each other in both, else lines copied at the two steps.
+                let (so, dof) = (gs.f(sr0) + g_s, gd.f(dr0) + g_d);
+                if ss == len && ds == len {
+                    copy(dst, so, dof, rows * len);
+                } else {
+                    copy_lines(
+                        &mut dst[d.addr + dof * es..],
+                        ds * es,
+                        &src[s.addr + so * es..],
+                        ss * es,
+                        (rows, len * es),
+                    );
+                }
+                c += len;
+                continue;
+            }
             let mut r = 0;
             while r < rows {
                 let (so, dof) = (gs.f(sr0 + r) + g_s, gd.f(dr0 + r) + g_d);
@@ -468,7 +496,7 @@ pub(crate) fn copy_between(
                     n += len;
                     rr += 1;
                 }
-                copy(so, dof, n);
+                copy(dst, so, dof, n);
                 r = rr;
             }
             c += len;
@@ -492,7 +520,7 @@ pub(crate) fn copy_between(
                     n += len;
                     cc += 1;
                 }
-                copy(so, dof, n);
+                copy(dst, so, dof, n);
                 c = cc;
             }
             r += len;
