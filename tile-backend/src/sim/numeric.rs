@@ -70,35 +70,29 @@ pub(crate) fn copy_lines<T: Copy>(
     src_line: usize,
     (lines, width): (usize, usize),
 ) {
-    let line = |i: usize, l: usize| i * l..i * l + width;
     // One loop per width, so each is a loop of fixed-size moves (copy_fixed takes the
     // `copy_from_slice` path for any other width).
+    let lines_of = (dst, dst_line, src, src_line, lines, width);
     match width {
-        8 => {
-            for i in 0..lines {
-                copy_fixed::<8, _>(&mut dst[line(i, dst_line)], &src[line(i, src_line)]);
-            }
-        }
-        16 => {
-            for i in 0..lines {
-                copy_fixed::<16, _>(&mut dst[line(i, dst_line)], &src[line(i, src_line)]);
-            }
-        }
-        32 => {
-            for i in 0..lines {
-                copy_fixed::<32, _>(&mut dst[line(i, dst_line)], &src[line(i, src_line)]);
-            }
-        }
-        64 => {
-            for i in 0..lines {
-                copy_fixed::<64, _>(&mut dst[line(i, dst_line)], &src[line(i, src_line)]);
-            }
-        }
-        _ => {
-            for i in 0..lines {
-                dst[line(i, dst_line)].copy_from_slice(&src[line(i, src_line)]);
-            }
-        }
+        8 => lines_fixed::<8, T>(lines_of),
+        16 => lines_fixed::<16, T>(lines_of),
+        32 => lines_fixed::<32, T>(lines_of),
+        64 => lines_fixed::<64, T>(lines_of),
+        _ => lines_fixed::<0, T>(lines_of),
+    }
+}
+
+/// [`copy_lines`]'s arguments: dst, its line step, src, its line step, lines, width.
+type Lines<'a, T> = (&'a mut [T], usize, &'a [T], usize, usize, usize);
+
+/// The lines of [`copy_lines`] as [`copy_fixed`] moves of `N` elements (`N` = 0: any width).
+#[inline(always)]
+fn lines_fixed<const N: usize, T: Copy>(
+    (dst, dst_line, src, src_line, lines, width): Lines<'_, T>,
+) {
+    for i in 0..lines {
+        let (d, s) = (i * dst_line, i * src_line);
+        copy_fixed::<N, _>(&mut dst[d..d + width], &src[s..s + width]);
     }
 }
 
