@@ -766,12 +766,7 @@ pub(crate) fn decode_panels_f32(
                 ) else {
                     return Err(format!("ZN box at element {start} is outside the tile"));
                 };
-                // Box element (i, j) is bx[j * 8 + i]; panel row i holds the box's row i.
-                for j in 0..16 {
-                    for i in 0..8 {
-                        block[i * 16 + j] = bx[j * 8 + i];
-                    }
-                }
+                zn_box_to_panel_rows(bx, block);
             }
         }
         return Ok(true);
@@ -795,6 +790,81 @@ pub(crate) fn decode_panels_f32(
         }
     }
     Ok(true)
+}
+
+/// Transposes one f32 ZN box (8 rows x 16 columns, column-major: element `(i, j)` at
+/// `bx[j * 8 + i]`) into 8 panel rows of 16 (row `i` at `block[i * 16..]`): two 8 x 8
+/// register transposes where the CPU has AVX (chosen at run time), element by element
+/// elsewhere. Only moves values, so both give the same bits.
+#[inline]
+fn zn_box_to_panel_rows(bx: &[f32; 128], block: &mut [f32; 128]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: `zn_box_to_panel_rows_avx` requires only that the CPU supports AVX, which was
+        // checked just above.
+        unsafe { zn_box_to_panel_rows_avx(bx, block) };
+        return;
+    }
+    zn_box_to_panel_rows_portable(bx, block);
+}
+
+/// [`zn_box_to_panel_rows`] one element at a time.
+fn zn_box_to_panel_rows_portable(bx: &[f32; 128], block: &mut [f32; 128]) {
+    for j in 0..16 {
+        for i in 0..8 {
+            block[i * 16 + j] = bx[j * 8 + i];
+        }
+    }
+}
+
+/// [`zn_box_to_panel_rows`] with AVX: each half of the box's columns is eight 8-value
+/// columns, transposed in registers into the eight rows' halves.
+///
+/// # Safety
+/// The CPU must support AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn zn_box_to_panel_rows_avx(bx: &[f32; 128], block: &mut [f32; 128]) {
+    use std::arch::x86_64::*;
+    for h in 0..2 {
+        // Column 8h + k of the box is bx[(8h + k) * 8..][..8]: its row i is lane i.
+        // SAFETY: (8h + k) * 8 + 8 <= 128 for h < 2 and k < 8, so every load reads 8 values
+        // inside `bx`; unaligned loads need no alignment.
+        let c: [__m256; 8] =
+            std::array::from_fn(|k| unsafe { _mm256_loadu_ps(bx.as_ptr().add((8 * h + k) * 8)) });
+        let t0 = _mm256_unpacklo_ps(c[0], c[1]);
+        let t1 = _mm256_unpackhi_ps(c[0], c[1]);
+        let t2 = _mm256_unpacklo_ps(c[2], c[3]);
+        let t3 = _mm256_unpackhi_ps(c[2], c[3]);
+        let t4 = _mm256_unpacklo_ps(c[4], c[5]);
+        let t5 = _mm256_unpackhi_ps(c[4], c[5]);
+        let t6 = _mm256_unpacklo_ps(c[6], c[7]);
+        let t7 = _mm256_unpackhi_ps(c[6], c[7]);
+        // s_q holds rows q (low 128 bits) and q + 4 (high) of columns 0..4 (or 4..8).
+        let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+        let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+        let rows = [
+            _mm256_permute2f128_ps::<0x20>(s0, s4),
+            _mm256_permute2f128_ps::<0x20>(s1, s5),
+            _mm256_permute2f128_ps::<0x20>(s2, s6),
+            _mm256_permute2f128_ps::<0x20>(s3, s7),
+            _mm256_permute2f128_ps::<0x31>(s0, s4),
+            _mm256_permute2f128_ps::<0x31>(s1, s5),
+            _mm256_permute2f128_ps::<0x31>(s2, s6),
+            _mm256_permute2f128_ps::<0x31>(s3, s7),
+        ];
+        for (i, row) in rows.into_iter().enumerate() {
+            // SAFETY: i * 16 + 8h + 8 <= 128 for i < 8 and h < 2, so the store writes 8 values
+            // inside `block`; unaligned stores need no alignment.
+            unsafe { _mm256_storeu_ps(block.as_mut_ptr().add(i * 16 + 8 * h), row) };
+        }
+    }
 }
 
 /// Element order of a dense f32 scratch matrix.
