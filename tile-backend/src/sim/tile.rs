@@ -588,6 +588,20 @@ fn transpose_blocks<const N: usize>(
             // col_at(j), each contiguous.
             let row_at = |i: usize| row_side.f(row_r0 + r + i) + row_side.g(row_c0 + c);
             let col_at = |j: usize| col_side.g(col_c0 + c + j) + col_side.f(col_r0 + r);
+            if N == 4 && (h, w) == (8, 8) {
+                // A whole 8 x 8 block of 4-byte elements (f32 NZ <-> ZN): in registers.
+                let rows: [usize; 8] = std::array::from_fn(|i| row_at(i) * N);
+                let cols: [usize; 8] = std::array::from_fn(|j| col_at(j) * N);
+                let done = if s_rows {
+                    transpose_8x8_bytes((src, sa, rows), (dst, da, cols))
+                } else {
+                    transpose_8x8_bytes((src, sa, cols), (dst, da, rows))
+                };
+                if done {
+                    c += w;
+                    continue;
+                }
+            }
             if s_rows {
                 for i in 0..h {
                     let o = sa + row_at(i) * N;
@@ -832,6 +846,65 @@ unsafe fn zn_box_to_panel_rows_avx(bx: &[f32; 128], block: &mut [f32; 128]) {
         // inside `bx`; unaligned loads need no alignment.
         let c: [__m256; 8] =
             std::array::from_fn(|k| unsafe { _mm256_loadu_ps(bx.as_ptr().add((8 * h + k) * 8)) });
+        for (i, row) in transpose8x8(c).into_iter().enumerate() {
+            // SAFETY: i * 16 + 8h + 8 <= 128 for i < 8 and h < 2, so the store writes 8 values
+            // inside `block`; unaligned stores need no alignment.
+            unsafe { _mm256_storeu_ps(block.as_mut_ptr().add(i * 16 + 8 * h), row) };
+        }
+    }
+}
+
+/// Copies an 8 x 8 block of 4-byte elements from eight 32-byte pieces of `src` (at `base +
+/// at[k]`) to eight 32-byte pieces of `dst`, transposed (element `i` of source piece `k` becomes
+/// element `k` of destination piece `i`), in registers where the CPU has AVX; false (nothing
+/// done) where it has not or a piece lies outside its buffer.
+fn transpose_8x8_bytes(
+    (src, s_base, s_at): (&[u8], usize, [usize; 8]),
+    (dst, d_base, d_at): (&mut [u8], usize, [usize; 8]),
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        let piece = |o: usize| s_base.checked_add(o).filter(|&b| b + 32 <= src.len());
+        let out = |o: usize| d_base.checked_add(o).filter(|&b| b + 32 <= dst.len());
+        if s_at.iter().all(|&o| piece(o).is_some()) && d_at.iter().all(|&o| out(o).is_some()) {
+            // SAFETY: AVX was checked just above, and every piece read or written was checked
+            // to lie inside its buffer (32 bytes from `base + at[k]`).
+            unsafe { transpose_8x8_bytes_avx((src, s_base, s_at), (dst, d_base, d_at)) };
+            return true;
+        }
+    }
+    let _ = (src, s_base, s_at, dst, d_base, d_at);
+    false
+}
+
+/// [`transpose_8x8_bytes`] once its pieces are checked.
+///
+/// # Safety
+/// The CPU must support AVX, and every piece (32 bytes at `base + at[k]`) must lie inside its
+/// buffer.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn transpose_8x8_bytes_avx(
+    (src, s_base, s_at): (&[u8], usize, [usize; 8]),
+    (dst, d_base, d_at): (&mut [u8], usize, [usize; 8]),
+) {
+    use std::arch::x86_64::*;
+    // SAFETY (both blocks): the caller guarantees each 32-byte piece is inside its buffer;
+    // unaligned loads and stores need no alignment.
+    let c: [__m256; 8] = std::array::from_fn(|k| unsafe {
+        _mm256_loadu_ps(src.as_ptr().add(s_base + s_at[k]).cast())
+    });
+    for (i, row) in transpose8x8(c).into_iter().enumerate() {
+        unsafe { _mm256_storeu_ps(dst.as_mut_ptr().add(d_base + d_at[i]).cast(), row) };
+    }
+}
+
+/// The 8 x 8 transpose of eight 8-lane registers: lane `k` of result `i` is lane `i` of `c[k]`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+fn transpose8x8(c: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
+    use std::arch::x86_64::*;
+    {
         let t0 = _mm256_unpacklo_ps(c[0], c[1]);
         let t1 = _mm256_unpackhi_ps(c[0], c[1]);
         let t2 = _mm256_unpacklo_ps(c[2], c[3]);
@@ -849,7 +922,7 @@ unsafe fn zn_box_to_panel_rows_avx(bx: &[f32; 128], block: &mut [f32; 128]) {
         let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
         let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
         let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-        let rows = [
+        [
             _mm256_permute2f128_ps::<0x20>(s0, s4),
             _mm256_permute2f128_ps::<0x20>(s1, s5),
             _mm256_permute2f128_ps::<0x20>(s2, s6),
@@ -858,12 +931,7 @@ unsafe fn zn_box_to_panel_rows_avx(bx: &[f32; 128], block: &mut [f32; 128]) {
             _mm256_permute2f128_ps::<0x31>(s1, s5),
             _mm256_permute2f128_ps::<0x31>(s2, s6),
             _mm256_permute2f128_ps::<0x31>(s3, s7),
-        ];
-        for (i, row) in rows.into_iter().enumerate() {
-            // SAFETY: i * 16 + 8h + 8 <= 128 for i < 8 and h < 2, so the store writes 8 values
-            // inside `block`; unaligned stores need no alignment.
-            unsafe { _mm256_storeu_ps(block.as_mut_ptr().add(i * 16 + 8 * h), row) };
-        }
+        ]
     }
 }
 
