@@ -96,9 +96,9 @@ fn lines_fixed<const N: usize, T: Copy>(
     }
 }
 
-/// `dst.copy_from_slice(src)`, as a fixed-size move when both hold `N` elements (a fractal
-/// row: 32 bytes, 8 or 16 f32s) instead of a `memcpy` call; other lengths take
-/// `copy_from_slice`.
+/// `dst.copy_from_slice(src)`, as a fixed-size move when both hold `N` elements (a fractal row
+/// is 32 bytes, 8 or 16 f32s; [`copy_lines`] also uses 32- and 64-element lines) instead of a
+/// `memcpy` call; other lengths take `copy_from_slice`.
 #[inline(always)]
 pub(crate) fn copy_fixed<const N: usize, T: Copy>(dst: &mut [T], src: &[T]) {
     if let (Ok(d), Ok(s)) = (<&mut [T; N]>::try_from(&mut *dst), <&[T; N]>::try_from(src)) {

@@ -839,18 +839,15 @@ fn zn_box_to_panel_rows_portable(bx: &[f32; 128], block: &mut [f32; 128]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
 unsafe fn zn_box_to_panel_rows_avx(bx: &[f32; 128], block: &mut [f32; 128]) {
-    use std::arch::x86_64::*;
     for h in 0..2 {
-        // Column 8h + k of the box is bx[(8h + k) * 8..][..8]: its row i is lane i.
-        // SAFETY: (8h + k) * 8 + 8 <= 128 for h < 2 and k < 8, so every load reads 8 values
-        // inside `bx`; unaligned loads need no alignment.
-        let c: [__m256; 8] =
-            std::array::from_fn(|k| unsafe { _mm256_loadu_ps(bx.as_ptr().add((8 * h + k) * 8)) });
-        for (i, row) in transpose8x8(c).into_iter().enumerate() {
-            // SAFETY: i * 16 + 8h + 8 <= 128 for i < 8 and h < 2, so the store writes 8 values
-            // inside `block`; unaligned stores need no alignment.
-            unsafe { _mm256_storeu_ps(block.as_mut_ptr().add(i * 16 + 8 * h), row) };
-        }
+        // Column 8h + k of the box is 32 bytes at (8h + k) * 32; row i's half h of the panel is
+        // 32 bytes at i * 64 + 32h.
+        let cols: [usize; 8] = std::array::from_fn(|k| (8 * h + k) * 32);
+        let rows: [usize; 8] = std::array::from_fn(|i| i * 64 + 32 * h);
+        // SAFETY: AVX is the caller's promise; (8h + k) * 32 + 32 <= 512 and i * 64 + 32h + 32
+        // <= 512 bytes, the size of `bx` and of `block`, for h < 2 and i, k < 8, and the two
+        // arrays are distinct borrows, so they do not overlap.
+        unsafe { transpose_8x8_pieces(bx.as_ptr().cast(), cols, block.as_mut_ptr().cast(), rows) };
     }
 }
 
@@ -864,38 +861,43 @@ fn transpose_8x8_bytes(
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx") {
-        let piece = |o: usize| s_base.checked_add(o).filter(|&b| b + 32 <= src.len());
-        let out = |o: usize| d_base.checked_add(o).filter(|&b| b + 32 <= dst.len());
-        if s_at.iter().all(|&o| piece(o).is_some()) && d_at.iter().all(|&o| out(o).is_some()) {
-            // SAFETY: AVX was checked just above, and every piece read or written was checked
-            // to lie inside its buffer (32 bytes from `base + at[k]`).
-            unsafe { transpose_8x8_bytes_avx((src, s_base, s_at), (dst, d_base, d_at)) };
+        let inside = |base: usize, o: usize, len: usize| {
+            base.checked_add(o)
+                .and_then(|b| b.checked_add(32))
+                .is_some_and(|end| end <= len)
+        };
+        if s_at.iter().all(|&o| inside(s_base, o, src.len()))
+            && d_at.iter().all(|&o| inside(d_base, o, dst.len()))
+        {
+            let (s, d) = (s_at.map(|o| s_base + o), d_at.map(|o| d_base + o));
+            // SAFETY: AVX was checked just above, every piece read or written was checked to
+            // lie inside its buffer (32 bytes from `base + at[k]`), and `src` and `dst` are
+            // distinct borrows, so they do not overlap.
+            unsafe { transpose_8x8_pieces(src.as_ptr(), s, dst.as_mut_ptr(), d) };
             return true;
         }
     }
+    #[cfg(not(target_arch = "x86_64"))]
     let _ = (src, s_base, s_at, dst, d_base, d_at);
     false
 }
 
-/// [`transpose_8x8_bytes`] once its pieces are checked.
+/// Loads eight 32-byte pieces (8 f32 lanes each) at `src + s_at[k]`, transposes them
+/// ([`transpose8x8`]) and stores the results at `dst + d_at[i]`.
 ///
 /// # Safety
-/// The CPU must support AVX, and every piece (32 bytes at `base + at[k]`) must lie inside its
-/// buffer.
+/// The CPU must support AVX; every source piece must be readable and every destination piece
+/// writable (32 bytes from its offset), and no destination piece may overlap a source piece.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
-unsafe fn transpose_8x8_bytes_avx(
-    (src, s_base, s_at): (&[u8], usize, [usize; 8]),
-    (dst, d_base, d_at): (&mut [u8], usize, [usize; 8]),
-) {
+unsafe fn transpose_8x8_pieces(src: *const u8, s_at: [usize; 8], dst: *mut u8, d_at: [usize; 8]) {
     use std::arch::x86_64::*;
-    // SAFETY (both blocks): the caller guarantees each 32-byte piece is inside its buffer;
-    // unaligned loads and stores need no alignment.
-    let c: [__m256; 8] = std::array::from_fn(|k| unsafe {
-        _mm256_loadu_ps(src.as_ptr().add(s_base + s_at[k]).cast())
-    });
+    // SAFETY (both blocks): the pieces are readable / writable as the caller promises; unaligned
+    // loads and stores need no alignment.
+    let c: [__m256; 8] =
+        std::array::from_fn(|k| unsafe { _mm256_loadu_ps(src.add(s_at[k]).cast()) });
     for (i, row) in transpose8x8(c).into_iter().enumerate() {
-        unsafe { _mm256_storeu_ps(dst.as_mut_ptr().add(d_base + d_at[i]).cast(), row) };
+        unsafe { _mm256_storeu_ps(dst.add(d_at[i]).cast(), row) };
     }
 }
 
@@ -904,35 +906,33 @@ unsafe fn transpose_8x8_bytes_avx(
 #[target_feature(enable = "avx")]
 fn transpose8x8(c: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
     use std::arch::x86_64::*;
-    {
-        let t0 = _mm256_unpacklo_ps(c[0], c[1]);
-        let t1 = _mm256_unpackhi_ps(c[0], c[1]);
-        let t2 = _mm256_unpacklo_ps(c[2], c[3]);
-        let t3 = _mm256_unpackhi_ps(c[2], c[3]);
-        let t4 = _mm256_unpacklo_ps(c[4], c[5]);
-        let t5 = _mm256_unpackhi_ps(c[4], c[5]);
-        let t6 = _mm256_unpacklo_ps(c[6], c[7]);
-        let t7 = _mm256_unpackhi_ps(c[6], c[7]);
-        // s_q holds rows q (low 128 bits) and q + 4 (high) of columns 0..4 (or 4..8).
-        let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-        let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-        let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-        let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-        let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-        let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-        let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-        let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-        [
-            _mm256_permute2f128_ps::<0x20>(s0, s4),
-            _mm256_permute2f128_ps::<0x20>(s1, s5),
-            _mm256_permute2f128_ps::<0x20>(s2, s6),
-            _mm256_permute2f128_ps::<0x20>(s3, s7),
-            _mm256_permute2f128_ps::<0x31>(s0, s4),
-            _mm256_permute2f128_ps::<0x31>(s1, s5),
-            _mm256_permute2f128_ps::<0x31>(s2, s6),
-            _mm256_permute2f128_ps::<0x31>(s3, s7),
-        ]
-    }
+    let t0 = _mm256_unpacklo_ps(c[0], c[1]);
+    let t1 = _mm256_unpackhi_ps(c[0], c[1]);
+    let t2 = _mm256_unpacklo_ps(c[2], c[3]);
+    let t3 = _mm256_unpackhi_ps(c[2], c[3]);
+    let t4 = _mm256_unpacklo_ps(c[4], c[5]);
+    let t5 = _mm256_unpackhi_ps(c[4], c[5]);
+    let t6 = _mm256_unpacklo_ps(c[6], c[7]);
+    let t7 = _mm256_unpackhi_ps(c[6], c[7]);
+    // s_q holds rows q (low 128 bits) and q + 4 (high) of columns 0..4 (or 4..8).
+    let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    [
+        _mm256_permute2f128_ps::<0x20>(s0, s4),
+        _mm256_permute2f128_ps::<0x20>(s1, s5),
+        _mm256_permute2f128_ps::<0x20>(s2, s6),
+        _mm256_permute2f128_ps::<0x20>(s3, s7),
+        _mm256_permute2f128_ps::<0x31>(s0, s4),
+        _mm256_permute2f128_ps::<0x31>(s1, s5),
+        _mm256_permute2f128_ps::<0x31>(s2, s6),
+        _mm256_permute2f128_ps::<0x31>(s3, s7),
+    ]
 }
 
 /// Element order of a dense f32 scratch matrix.

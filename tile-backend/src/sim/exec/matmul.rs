@@ -475,17 +475,17 @@ unsafe fn panels_gemm_fma(
     panels_gemm_body::<true>(c, c_strip, a, panels, dims, accumulate, ahead)
 }
 
+/// Lines of a later gather's rows hinted after each row group of [`panels_gemm_body`]: a
+/// 64-row f32 chunk of 576 columns is 2304 lines, and one chunk's matmuls run about 1500 row
+/// groups.
+const LINES_PER_GROUP: usize = 2;
+
 /// The body of [`panels_gemm`]: blocks of rows of A of about 12 KiB (48 rows at k = 64), which
 /// stay in the L1 cache beside a panel while every strip passes; within a block strip by strip,
 /// and within a strip six rows at a time (then 4, 2, 1: a lone row waits on its multiply-add
 /// latency). A group's 6 x 16 sums are held in twelve 8-lane registers over the whole `k`,
 /// enough independent sums to keep the multiply-add units busy (`FUSED`: one rounding per
 /// multiply-add).
-/// Lines of a later gather's rows hinted after each row group of [`panels_gemm_body`]: a
-/// 64-row f32 chunk of 576 columns is 2304 lines, and one chunk's matmuls run about 1500 row
-/// groups.
-const LINES_PER_GROUP: usize = 2;
-
 #[inline(always)]
 fn panels_gemm_body<const FUSED: bool>(
     c: &mut [f32],
