@@ -124,6 +124,11 @@ fn kernel(op: &OpFn, in_place: bool, (vr, vc): (u64, u64)) -> Kernel {
     tile_backend::passes::memory::plan(&k, &Arch::ascend950()).expect("kernel fits")
 }
 
+/// Runs `k` on one block of the Ascend 950 simulator.
+fn simulate(k: &Kernel, args: &mut [Arg<'_>]) -> Result<(), SimError> {
+    sim::run(k, &Arch::ascend950(), args, SimOptions { block_dim: 1 }).map(|_| ())
+}
+
 fn run(k: &Kernel) -> Result<Vec<u32>, SimError> {
     let t = |shape: &[usize], seed| {
         let n = shape.iter().product();
@@ -136,12 +141,7 @@ fn run(k: &Kernel) -> Result<Vec<u32>, SimError> {
         t(&[1, C as usize], 4),
         Arg::Tensor(GmTensor::zeros(DType::F32, &[R as usize, C as usize])),
     ];
-    sim::run(
-        k,
-        &Arch::ascend950(),
-        &mut args,
-        SimOptions { block_dim: 1 },
-    )?;
+    simulate(k, &mut args)?;
     Ok(args[4]
         .tensor()
         .map(|t| t.to_f32().iter().map(|v| v.to_bits()).collect())
@@ -197,13 +197,7 @@ fn fill_and_reductions_read_and_write_f32_tiles_in_place() {
         Arg::Tensor(GmTensor::zeros(dt, &[R as usize, 1])),
         Arg::Tensor(GmTensor::zeros(dt, &[1, C as usize])),
     ];
-    sim::run(
-        &k,
-        &Arch::ascend950(),
-        &mut args,
-        SimOptions { block_dim: 1 },
-    )
-    .unwrap();
+    simulate(&k, &mut args).unwrap();
     let sums = args[0].tensor().unwrap().to_f32();
     let maxes = args[1].tensor().unwrap().to_f32();
     assert_eq!(&sums[..6], &[10.0; 6]);
@@ -236,15 +230,10 @@ fn poison_error(
         )),
         Arg::Tensor(GmTensor::zeros(dt, &[R as usize, C as usize])),
     ];
-    sim::run(
-        &k,
-        &Arch::ascend950(),
-        &mut args,
-        SimOptions { block_dim: 1 },
-    )
-    .map(|_| ())
-    .expect_err(why)
-    .to_string()
+    simulate(&k, &mut args)
+        .map(|_| ())
+        .expect_err(why)
+        .to_string()
 }
 
 #[test]
@@ -280,4 +269,59 @@ fn an_in_place_binary_op_with_a_never_written_operand_is_poison() {
         },
     );
     assert!(msg.contains("poison"), "{msg}");
+}
+
+#[test]
+fn a_row_broadcast_by_exactly_one_leaves_those_rows_and_only_those_as_they_were() {
+    // The online softmax rescales its output by exp(0) = 1 in every row whose maximum held;
+    // the simulator leaves such rows untouched. Every op must still give x op k exactly: rows
+    // of factor 1 against rows of other factors, for the ops that skip (mul, div) and those
+    // that must not (add, sub with 1 change the row).
+    let dt = DType::F32;
+    let factors: Vec<f32> = (0..R)
+        .map(|i| [1.0, -2.5, 1.0, 0.5][i as usize % 4])
+        .collect();
+    let x = values((R * C) as usize, 1);
+    for op in [BinaryOp::Mul, BinaryOp::Div, BinaryOp::Add, BinaryOp::Sub] {
+        let mut kb = KernelBuilder::new("row_by_one");
+        let xin = kb.input("x", dt, [R, C]);
+        let rin = kb.input("row", dt, [R, 1]);
+        let z = kb.output("z", dt, [R, C]);
+        let tile = |r, c, l| TileType::new(MemSpace::Vec, dt, r, c, l);
+        let tx = kb.tile("tx", tile(R, C, Layout::ND));
+        let trw = kb.tile("trow", tile(R, 1, Layout::DN));
+        kb.vector(|v| {
+            v.if_(Expr::SubBlockIdx.eq_(0), |v| {
+                v.load(tx, GmView::nd(xin, 0, R, C, C));
+                v.load(trw, GmView::dn(rin, 0, R, 1, R));
+                v.broadcast(op, Axis::Row, tx, tx, trw);
+                v.store(GmView::nd(z, 0, R, C, C), tx);
+            });
+        });
+        let k = tile_backend::passes::memory::plan(&kb.build(), &Arch::ascend950()).unwrap();
+        let mut args = vec![
+            Arg::Tensor(GmTensor::from_f32(dt, &[R as usize, C as usize], &x)),
+            Arg::Tensor(GmTensor::from_f32(dt, &[R as usize, 1], &factors)),
+            Arg::Tensor(GmTensor::zeros(dt, &[R as usize, C as usize])),
+        ];
+        simulate(&k, &mut args).unwrap_or_else(|e| panic!("{op:?}: {e}"));
+        let got = args[2].tensor().map(|t| t.to_f32()).unwrap_or_default();
+        assert_eq!(got.len(), x.len(), "{op:?}");
+        for (e, (g, v)) in got.iter().zip(&x).enumerate() {
+            let k = factors[e / C as usize];
+            let want = match op {
+                BinaryOp::Mul => v * k,
+                BinaryOp::Div => v / k,
+                BinaryOp::Add => v + k,
+                _ => v - k,
+            };
+            assert_eq!(
+                g.to_bits(),
+                want.to_bits(),
+                "{op:?}: z[{}, {}] = {g}, expected {v} {op:?} {k} = {want}",
+                e / C as usize,
+                e % C as usize
+            );
+        }
+    }
 }

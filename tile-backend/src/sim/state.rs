@@ -50,6 +50,8 @@ pub(crate) struct BlockMem {
     deferred: Vec<DeferredMove>,
     /// Decoded L1 regions kept while their bytes are unchanged ([`BlockMem::keep_decoded`]).
     decoded: Vec<Decoded>,
+    /// Byte buffers of dropped snapshots ([`DeferredMove::snapshot`]), for the next ones.
+    spare_snapshots: Vec<Vec<u8>>,
 }
 
 /// Most decoded L1 regions a block keeps (the oldest is dropped first).
@@ -80,6 +82,10 @@ pub(crate) struct DeferredMove {
     /// Byte spans `[lo, hi)` the region covers in the source and destination buffers.
     pub src_span: (usize, usize),
     pub dst_span: (usize, usize),
+    /// The source region's bytes, kept when L1 was about to be overwritten under the pending
+    /// copy ([`BlockMem::touch`]): then `src` describes a compact tile of the source's layout
+    /// at address 0 of these bytes, and `src_span` is empty.
+    pub snapshot: Option<Vec<u8>>,
 }
 
 /// Whether byte span `[span.0, span.1)` meets `[lo, hi)`.
@@ -130,6 +136,7 @@ impl BlockMem {
             dirty: [(usize::MAX, 0); 8],
             deferred: Vec::new(),
             decoded: Vec::new(),
+            spare_snapshots: Vec::new(),
         }
     }
 
@@ -150,7 +157,11 @@ impl BlockMem {
     pub fn give_back(mut self) {
         // A block's L0 contents are never read after it ends: pending copies are dropped, and
         // so are decoded L1 regions.
-        self.deferred.clear();
+        for m in self.deferred.drain(..) {
+            if let Some(b) = m.snapshot {
+                Self::keep_spare(&mut self.spare_snapshots, b);
+            }
+        }
         self.decoded.clear();
         for i in 0..8 {
             let (lo, hi) = self.dirty[i];
@@ -198,11 +209,15 @@ impl BlockMem {
             self.decoded.retain(|d| !spans_overlap(d.span, lo, hi));
         }
         if !self.deferred.is_empty() {
-            // A pending copy reading these bytes, or landing on them, is made first.
-            self.settle(|m| match space {
-                MemSpace::Mat => spans_overlap(m.src_span, lo, hi),
-                _ => m.dst.0.space == space && spans_overlap(m.dst_span, lo, hi),
-            });
+            if space == MemSpace::Mat {
+                // A pending copy reading these bytes keeps them aside: its destination is
+                // usually overwritten by the next move before anything reads it (the next
+                // chunk's operand slices), and a same-layout copy costs less than the move's.
+                self.snapshot_sources(lo, hi);
+            } else {
+                // A pending copy landing on these bytes is made first.
+                self.settle(|m| m.dst.0.space == space && spans_overlap(m.dst_span, lo, hi));
+            }
         }
         if let Some(i) = Self::slot(space, aiv) {
             let d = &mut self.dirty[i];
@@ -278,9 +293,60 @@ impl BlockMem {
     /// element sizes. A pending move this one overwrites entirely is dropped; one it overwrites
     /// in part is copied first. The caller marks the destination's written bits.
     pub fn defer_move(&mut self, m: DeferredMove) {
-        self.deferred.retain(|o| !m.covers(o));
+        let mut i = 0;
+        while i < self.deferred.len() {
+            if m.covers(&self.deferred[i]) {
+                if let Some(b) = self.deferred.swap_remove(i).snapshot {
+                    Self::keep_spare(&mut self.spare_snapshots, b);
+                }
+            } else {
+                i += 1;
+            }
+        }
         self.touch(m.dst.0.space, 0, m.dst_span.0, m.dst_span.1);
         self.deferred.push(m);
+    }
+
+    /// Gives a snapshot's bytes back for reuse (a few are kept).
+    fn keep_spare(spare: &mut Vec<Vec<u8>>, bytes: Vec<u8>) {
+        if spare.len() < 4 {
+            spare.push(bytes);
+        }
+    }
+
+    /// Keeps aside the source bytes of every pending move that reads L1 bytes `[lo, hi)` (see
+    /// [`DeferredMove::snapshot`]): each region is copied into a compact tile of its layout,
+    /// aligned within the box as in the source, so the copy runs in whole lines.
+    fn snapshot_sources(&mut self, lo: usize, hi: usize) {
+        for m in self.deferred.iter_mut() {
+            if m.snapshot.is_some() || !spans_overlap(m.src_span, lo, hi) {
+                continue;
+            }
+            let (ty, addr, (r0, c0)) = &m.src;
+            let (fr, fc) = ty
+                .fractal
+                .map(|f| (f.rows.max(1) as usize, f.cols.max(1) as usize))
+                .unwrap_or((1, 1));
+            let at = (r0 % fr, c0 % fc);
+            let mut compact = ty.clone();
+            compact.rows = (at.0 + m.size.0).next_multiple_of(fr) as u64;
+            compact.cols = (at.1 + m.size.1).next_multiple_of(fc) as u64;
+            let mut bytes = self.spare_snapshots.pop().unwrap_or_default();
+            bytes.clear();
+            bytes.resize(compact.bytes() as usize, 0);
+            let s = TileLoc::of_type(ty, *addr);
+            let d = TileLoc::of_type(&compact, 0);
+            // Cannot fail: the source region was checked against its tile and buffer when the
+            // move was deferred, and the compact tile holds the region at `at` by construction.
+            if tile::copy_between(&self.bufs[0], &s, (*r0, *c0), &mut bytes, &d, at, m.size).is_ok()
+            {
+                m.src = (compact, 0, at);
+                m.src_span = (0, 0);
+                m.snapshot = Some(bytes);
+            }
+        }
+        // A region that could not be kept (none in practice) is copied to its destination now.
+        self.settle(|m| m.snapshot.is_none() && spans_overlap(m.src_span, lo, hi));
     }
 
     /// Where a region of an L0A/L0B tile can be read from while its move is pending: the
@@ -293,7 +359,9 @@ impl BlockMem {
     ) -> Option<(TileType, usize, (usize, usize))> {
         self.deferred.iter().rev().find_map(|m| {
             let ((t, a, (r0, c0)), (st, sa, (sr0, sc0))) = (&m.dst, &m.src);
-            let inside = *t == *dst.ty
+            // A kept region is not in L1: its destination is read after the copy is made.
+            let inside = m.snapshot.is_none()
+                && *t == *dst.ty
                 && *a == dst.addr
                 && at.0 >= *r0
                 && at.1 >= *c0
@@ -364,13 +432,20 @@ impl BlockMem {
             else {
                 continue;
             };
-            let Some((src, dst)) = Self::two_bufs(&mut self.bufs, si, di) else {
-                continue;
-            };
             let s = TileLoc::of_type(&m.src.0, m.src.1);
             let d = TileLoc::of_type(&m.dst.0, m.dst.1);
             // Cannot fail: `defer_move` takes only regions checked against both tiles and
-            // buffers, with equal element sizes, in two different buffers.
+            // buffers, with equal element sizes, in two different buffers (a kept region was
+            // copied into a tile that holds it).
+            if let Some(snap) = m.snapshot {
+                let _ =
+                    tile::copy_between(&snap, &s, m.src.2, &mut self.bufs[di], &d, m.dst.2, m.size);
+                Self::keep_spare(&mut self.spare_snapshots, snap);
+                continue;
+            }
+            let Some((src, dst)) = Self::two_bufs(&mut self.bufs, si, di) else {
+                continue;
+            };
             let _ = tile::copy_between(src, &s, m.src.2, dst, &d, m.dst.2, m.size);
         }
     }

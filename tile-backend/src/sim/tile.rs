@@ -503,6 +503,8 @@ pub(crate) fn copy_between(
         }
     } else if !gs.row_major() && !gd.row_major() {
         // Row segments contiguous in both; columns that continue each other in both merge.
+        // The column parts of the offsets on both sides, computed once (each is a division).
+        let g: Vec<(usize, usize)> = (0..cols).map(|c| (gs.g(sc0 + c), gd.g(dc0 + c))).collect();
         let mut r = 0;
         while r < rows {
             let len = gs
@@ -513,10 +515,9 @@ pub(crate) fn copy_between(
             let (f_s, f_d) = (gs.f(sr0 + r), gd.f(dr0 + r));
             let mut c = 0;
             while c < cols {
-                let (so, dof) = (gs.g(sc0 + c) + f_s, gd.g(dc0 + c) + f_d);
+                let (so, dof) = (g[c].0 + f_s, g[c].1 + f_d);
                 let (mut n, mut cc) = (len, c + 1);
-                while cc < cols && gs.g(sc0 + cc) + f_s == so + n && gd.g(dc0 + cc) + f_d == dof + n
-                {
+                while cc < cols && g[cc].0 + f_s == so + n && g[cc].1 + f_d == dof + n {
                     n += len;
                     cc += 1;
                 }
@@ -578,6 +579,16 @@ fn transpose_blocks<const N: usize>(
     };
     // blk[j][i]: column j of the block, contiguous like a column piece.
     let mut blk = [[[0u8; N]; B]; B];
+    // The row and column parts of every offset on both sides, computed once (each is a
+    // division by the box size): [row side f | row side g | column side f | column side g].
+    let mut parts = Vec::with_capacity(2 * (rows + cols));
+    parts.extend((0..rows).map(|r| row_side.f(row_r0 + r)));
+    parts.extend((0..cols).map(|c| row_side.g(row_c0 + c)));
+    parts.extend((0..rows).map(|r| col_side.f(col_r0 + r)));
+    parts.extend((0..cols).map(|c| col_side.g(col_c0 + c)));
+    let (row_f, rest) = parts.split_at(rows);
+    let (row_g, rest) = rest.split_at(cols);
+    let (col_f, col_g) = rest.split_at(rows);
     let mut r = 0;
     while r < rows {
         let h = B.min(col_side.row_segment(col_r0 + r).0).min(rows - r);
@@ -586,8 +597,8 @@ fn transpose_blocks<const N: usize>(
             let w = B.min(row_side.col_segment(row_c0 + c).0).min(cols - c);
             // Element (i, j) of the block: row piece i starts at row_at(i), column piece j at
             // col_at(j), each contiguous.
-            let row_at = |i: usize| row_side.f(row_r0 + r + i) + row_side.g(row_c0 + c);
-            let col_at = |j: usize| col_side.g(col_c0 + c + j) + col_side.f(col_r0 + r);
+            let row_at = |i: usize| row_f[r + i] + row_g[c];
+            let col_at = |j: usize| col_g[c + j] + col_f[r];
             if N == 4 && (h, w) == (8, 8) {
                 // A whole 8 x 8 block of 4-byte elements (f32 NZ <-> ZN): in registers.
                 let rows: [usize; 8] = std::array::from_fn(|i| row_at(i) * N);
@@ -635,10 +646,6 @@ fn transpose_blocks<const N: usize>(
     }
 }
 
-/// Calls `f(byte_offset, byte_len)` for contiguous byte ranges of a tile's buffer that together
-/// hold exactly the elements of the `rows x cols` region at `(r0, c0)`, merged where they
-/// follow each other: the bytes a check or a written-mark needs, without the element order. A
-/// whole NZ tile, or a run of full-width NZ column strips, is one range.
 /// The byte span `[lo, hi)` covering a region of a tile (its first to its last byte).
 pub(crate) fn region_span(
     loc: &TileLoc,
@@ -654,6 +661,10 @@ pub(crate) fn region_span(
     Ok((lo.min(hi), hi))
 }
 
+/// Calls `f(byte_offset, byte_len)` for contiguous byte ranges of a tile's buffer that together
+/// hold exactly the elements of the `rows x cols` region at `(r0, c0)`, merged where they
+/// follow each other: the bytes a check or a written-mark needs, without the element order. A
+/// whole NZ tile, or a run of full-width NZ column strips, is one range.
 pub(crate) fn for_each_span(
     loc: &TileLoc,
     buf_len: usize,

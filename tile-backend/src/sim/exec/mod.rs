@@ -599,6 +599,7 @@ impl<'k> ExecCtx<'k, '_, '_> {
             size,
             src_span,
             dst_span,
+            snapshot: None,
         });
         let (_, bits) = self.mem.buf_bits_mut(dspace, 0)?;
         tile::for_each_span(d, usize::MAX, d_at, size, |start, len| {

@@ -168,6 +168,26 @@ fn fixpipe_to_tile(
     Ok(Fixed::Vals(vals))
 }
 
+/// One Fixpipe move of the `size` region at `src_at` of the Acc tile `s` to `dst_at` of tile
+/// `d` in AIV `aiv`'s UB. An f32 Acc moved to an f32 tile unchanged (no ReLU, no quantisation)
+/// whose region is all written is copied layout to layout in one pass; anything else goes
+/// through [`fixpipe_to_tile`] and [`write_fixed`].
+fn fixpipe_into(
+    cx: &mut ExecCtx<'_, '_, '_>,
+    (s, src_at): (&TileLoc, (usize, usize)),
+    (d, aiv, dst_at): (&TileLoc, u8, (usize, usize)),
+    size: (usize, usize),
+    relu: bool,
+    scale: Option<&Scale>,
+) -> Result<(), String> {
+    let plain = !relu && scale.is_none() && s.ty.dtype == DType::F32 && d.ty.dtype == DType::F32;
+    if plain && cx.copy_tiles(s, 0, src_at, d, aiv, dst_at, size)? {
+        return Ok(());
+    }
+    let data = fixpipe_to_tile(cx, s, src_at, size, d.ty.dtype, relu, scale)?;
+    write_fixed(cx, d, aiv, dst_at, size, data, (s, 0, src_at))
+}
+
 /// [`write_out`] for what the Fixpipe produced.
 fn write_fixed(
     cx: &mut ExecCtx<'_, '_, '_>,
@@ -335,7 +355,6 @@ fn acc_to_vec_move(
 ) -> Result<(), String> {
     let (vm, vn) = s.valid()?;
     cx.require_defined(s, 0, (0, 0), (vm, vn), "a Fixpipe move")?;
-    let dt = d.ty.dtype;
     match mode {
         AccToVecMode::SingleModeVec0 | AccToVecMode::SingleModeVec1 => {
             let aiv = if mode == AccToVecMode::SingleModeVec0 {
@@ -351,25 +370,15 @@ fn acc_to_vec_move(
             } else {
                 ((0, 0), off, (vm, vn))
             };
-            let data = fixpipe_to_tile(cx, s, src_at, size, dt, relu, scale)?;
-            write_fixed(cx, d, aiv, dst_at, size, data, (s, 0, src_at))
+            fixpipe_into(cx, (s, src_at), (d, aiv, dst_at), size, relu, scale)
         }
         AccToVecMode::DualModeSplitM => {
             let half = vm.div_ceil(2) * 2 / 2;
-            let data0 = fixpipe_to_tile(cx, s, (0, 0), (half.min(s.rows()), vn), dt, relu, scale)?;
-            write_fixed(
-                cx,
-                d,
-                0,
-                (0, 0),
-                (half.min(s.rows()), vn),
-                data0,
-                (s, 0, (0, 0)),
-            )?;
+            let size0 = (half.min(s.rows()), vn);
+            fixpipe_into(cx, (s, (0, 0)), (d, 0, (0, 0)), size0, relu, scale)?;
             let rest = vm.saturating_sub(half);
             if rest > 0 {
-                let data1 = fixpipe_to_tile(cx, s, (half, 0), (rest, vn), dt, relu, scale)?;
-                write_fixed(cx, d, 1, (0, 0), (rest, vn), data1, (s, 0, (half, 0)))?;
+                fixpipe_into(cx, (s, (half, 0)), (d, 1, (0, 0)), (rest, vn), relu, scale)?;
             }
             Ok(())
         }
@@ -383,10 +392,8 @@ fn acc_to_vec_move(
                 ));
             }
             // Both halves are written in full (aligned N / 2 columns each), padding included.
-            let data0 = fixpipe_to_tile(cx, s, (0, 0), (vm, half), dt, relu, scale)?;
-            write_fixed(cx, d, 0, (0, 0), (vm, half), data0, (s, 0, (0, 0)))?;
-            let data1 = fixpipe_to_tile(cx, s, (0, half), (vm, half), dt, relu, scale)?;
-            write_fixed(cx, d, 1, (0, 0), (vm, half), data1, (s, 0, (0, half)))
+            fixpipe_into(cx, (s, (0, 0)), (d, 0, (0, 0)), (vm, half), relu, scale)?;
+            fixpipe_into(cx, (s, (0, half)), (d, 1, (0, 0)), (vm, half), relu, scale)
         }
     }
 }

@@ -232,8 +232,13 @@ fn zip_apply<F: Float>(op: BinaryOp, x: &mut [F], y: &[F]) {
     }
 }
 
-/// `x[i] = op(x[i], k)`, the op matched once.
+/// `x[i] = op(x[i], k)`, the op matched once. A multiply or divide by exactly 1 leaves `x`
+/// as it is (the same values bit for bit, a signalling NaN aside, which the arithmetic would
+/// quieten): an online softmax rescales by `exp(0) = 1` every row whose maximum did not grow.
 fn scalar_apply<F: Float>(op: BinaryOp, x: &mut [F], k: F) {
+    if matches!(op, BinaryOp::Mul | BinaryOp::Div) && k == F::one() {
+        return;
+    }
     macro_rules! go {
         ($f:expr) => {
             for p in x.iter_mut() {
