@@ -513,6 +513,12 @@ fn panels_gemm_body<const FUSED: bool>(
                 let first = s * c_strip + r0 * 16;
                 let c_rows = &mut c[first..first + take * 16];
                 match take {
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: `FUSED` is instantiated only from `panels_gemm_fma`, which runs
+                    // on CPUs with AVX2 and FMA (checked by its caller).
+                    6 if FUSED => unsafe {
+                        six_rows_times_panel_fma(c_rows, a_rows, b, k, accumulate)
+                    },
                     6 => rows_times_panel::<FUSED, 6>(c_rows, a_rows, b, k, accumulate),
                     4 => rows_times_panel::<FUSED, 4>(c_rows, a_rows, b, k, accumulate),
                     2 => rows_times_panel::<FUSED, 2>(c_rows, a_rows, b, k, accumulate),
@@ -521,6 +527,86 @@ fn panels_gemm_body<const FUSED: bool>(
                 ahead.hint_lines(LINES_PER_GROUP);
                 r0 += take;
             }
+        }
+    }
+}
+
+/// Six rows of [`panels_gemm_body`] against one panel in AVX2 + FMA registers: the sums of
+/// [`rows_times_panel`]`::<true, 6>` in the same order (bit for bit), with the six rows of A
+/// read through six pointers and `k` unrolled by four, so that each step issues its two panel
+/// loads, six broadcasts and twelve multiply-adds with little else.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn six_rows_times_panel_fma(
+    c: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    k: usize,
+    accumulate: bool,
+) {
+    use std::arch::x86_64::*;
+    let (Some(c), Some(a), Some(b)) = (c.get_mut(..96), a.get(..6 * k), b.get(..16 * k)) else {
+        return rows_times_panel::<true, 6>(c, a, b, k, accumulate);
+    };
+    let cp = c.as_mut_ptr();
+    // SAFETY (every block below): `c` holds 96 values (6 rows of 16), `a` 6 rows of `k` and
+    // `b` `k` rows of 16 (the slices were cut to exactly that above), so each offset read or
+    // written (`c` below 96, row `r` of `a` below `k`, `b` below `16 k`) is in bounds;
+    // unaligned loads and stores need no alignment.
+    let mut acc = [_mm256_setzero_ps(); 12];
+    if accumulate {
+        for (r, pair) in acc.chunks_exact_mut(2).enumerate() {
+            pair[0] = unsafe { _mm256_loadu_ps(cp.add(r * 16)) };
+            pair[1] = unsafe { _mm256_loadu_ps(cp.add(r * 16 + 8)) };
+        }
+    }
+    let bp = b.as_ptr();
+    let row = |r: usize| a[r * k..].as_ptr();
+    let (a0, a1, a2, a3, a4, a5) = (row(0), row(1), row(2), row(3), row(4), row(5));
+    macro_rules! step {
+        ($p:expr) => {{
+            let p = $p;
+            let (b0, b1) = unsafe {
+                (
+                    _mm256_loadu_ps(bp.add(p * 16)),
+                    _mm256_loadu_ps(bp.add(p * 16 + 8)),
+                )
+            };
+            // Row r's value at depth p times both halves of the panel's row p.
+            macro_rules! row {
+                ($r:expr, $a:expr) => {{
+                    let x = unsafe { _mm256_broadcast_ss(&*$a.add(p)) };
+                    acc[2 * $r] = _mm256_fmadd_ps(x, b0, acc[2 * $r]);
+                    acc[2 * $r + 1] = _mm256_fmadd_ps(x, b1, acc[2 * $r + 1]);
+                }};
+            }
+            row!(0, a0);
+            row!(1, a1);
+            row!(2, a2);
+            row!(3, a3);
+            row!(4, a4);
+            row!(5, a5);
+        }};
+    }
+    let mut p = 0;
+    while p + 4 <= k {
+        step!(p);
+        step!(p + 1);
+        step!(p + 2);
+        step!(p + 3);
+        p += 4;
+    }
+    while p < k {
+        step!(p);
+        p += 1;
+    }
+    for (r, pair) in acc.chunks_exact(2).enumerate() {
+        unsafe {
+            _mm256_storeu_ps(cp.add(r * 16), pair[0]);
+            _mm256_storeu_ps(cp.add(r * 16 + 8), pair[1]);
         }
     }
 }
@@ -733,6 +819,30 @@ mod tests {
             .iter()
             .zip(&want)
             .all(|(g, w)| (*g as f64 - w).abs() <= 1e-4));
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_six_row_register_kernel_gives_the_fused_sums_bit_for_bit() {
+        if !(std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma"))
+        {
+            return;
+        }
+        // Depths around the unrolling by four (and none), accumulating or not: the same
+        // multiply-adds in the same order as the generic fused six-row form.
+        for k in [0usize, 1, 3, 4, 5, 8, 63, 64, 67] {
+            for accumulate in [false, true] {
+                let (a, b, c0) = (values(6 * k, 7), values(16 * k, 8), values(96, 9));
+                let mut want = c0.clone();
+                rows_times_panel::<true, 6>(&mut want, &a, &b, k, accumulate);
+                let mut got = c0.clone();
+                // SAFETY: AVX2 and FMA were checked above.
+                unsafe { six_rows_times_panel_fma(&mut got, &a, &b, k, accumulate) };
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "k={k} accumulate={accumulate}");
+            }
+        }
     }
 
     #[cfg(target_arch = "x86_64")]
