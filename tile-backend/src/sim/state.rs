@@ -3,6 +3,7 @@
 use crate::arch::Arch;
 use crate::ir::{MemSpace, TileType};
 use crate::sim::tile::{self, TileLoc};
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fmt;
 
@@ -44,6 +45,11 @@ pub(crate) struct BlockMem {
     bufs: [Vec<u8>; 8],
     /// Written bits, indexed like `bufs`.
     init: [Vec<u64>; 8],
+    /// A byte span `[lo, hi)` of each buffer known to be all written (found so by
+    /// [`BlockMem::defined`]), so that the same tile checked again and again (Q's slices, the
+    /// Acc) is not scanned each time; emptied when a byte of the buffer is marked poison or the
+    /// buffer is reset. (Written bits are otherwise only ever set.)
+    known: [Cell<(usize, usize)>; 8],
     /// Byte extent `[lo, hi)` of each buffer written since it was fresh (`lo >= hi`: none).
     dirty: [(usize, usize); 8],
     /// L1 -> L0A/L0B moves whose bytes are not copied yet ([`BlockMem::defer_move`]).
@@ -133,6 +139,7 @@ impl BlockMem {
         BlockMem {
             bufs: cap.map(|n| vec![FRESH_BYTE; n]),
             init: cap.map(|n| vec![0u64; n.div_ceil(64)]),
+            known: Default::default(),
             dirty: [(usize::MAX, 0); 8],
             deferred: Vec::new(),
             decoded: Vec::new(),
@@ -175,6 +182,7 @@ impl BlockMem {
             let bits = &mut self.init[i];
             let whi = hi.div_ceil(64).min(bits.len());
             bits[(lo / 64).min(whi)..whi].fill(0);
+            self.known[i].set((0, 0));
             self.dirty[i] = (usize::MAX, 0);
         }
         SPARE.with(|s| {
@@ -230,6 +238,9 @@ impl BlockMem {
     pub fn mark(&mut self, space: MemSpace, aiv: u8, start: usize, len: usize, defined: bool) {
         if let Some(i) = Self::slot(space, aiv) {
             mark_bits(&mut self.init[i], start, len, defined);
+            if !defined {
+                self.known[i].set((0, 0));
+            }
         }
     }
 
@@ -246,35 +257,55 @@ impl BlockMem {
         if len == 0 {
             return true;
         }
-        // A partial first word, whole words (compared in bulk), a partial last word.
-        let word_mask = |w: usize| {
-            let lo = (w * 64).max(start) - w * 64;
-            let hi = ((w + 1) * 64).min(end) - w * 64;
-            if hi - lo == 64 {
-                u64::MAX
-            } else {
-                ((1u64 << (hi - lo)) - 1) << lo
-            }
-        };
-        let (w0, w1) = (start / 64, (end - 1) / 64);
-        let m0 = word_mask(w0);
-        if bits[w0] & m0 != m0 {
-            return false;
-        }
-        if w1 == w0 {
+        let (lo, hi) = self.known[i].get();
+        if start >= lo && end <= hi {
             return true;
         }
-        let m1 = word_mask(w1);
-        // Whole words eight at a time (an AND that vectorises), then the rest.
-        let mid = &bits[w0 + 1..w1];
-        let mut eights = mid.chunks_exact(8);
-        bits[w1] & m1 == m1
-            && eights
-                .by_ref()
-                .all(|c| c.iter().fold(u64::MAX, |a, &b| a & b) == u64::MAX)
-            && eights.remainder().iter().all(|&b| b == u64::MAX)
+        let all = all_set(bits, start, end);
+        if all {
+            // Grow the known span when this one meets it, else keep the longer of the two.
+            if start <= hi && end >= lo {
+                self.known[i].set((start.min(lo), end.max(hi)));
+            } else if len > hi.saturating_sub(lo) {
+                self.known[i].set((start, end));
+            }
+        }
+        all
     }
+}
 
+/// True when bits `start .. end` of `bits` are all set (`start < end <= 64 * bits.len()`).
+fn all_set(bits: &[u64], start: usize, end: usize) -> bool {
+    // A partial first word, whole words (compared in bulk), a partial last word.
+    let word_mask = |w: usize| {
+        let lo = (w * 64).max(start) - w * 64;
+        let hi = ((w + 1) * 64).min(end) - w * 64;
+        if hi - lo == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << (hi - lo)) - 1) << lo
+        }
+    };
+    let (w0, w1) = (start / 64, (end - 1) / 64);
+    let m0 = word_mask(w0);
+    if bits[w0] & m0 != m0 {
+        return false;
+    }
+    if w1 == w0 {
+        return true;
+    }
+    let m1 = word_mask(w1);
+    // Whole words eight at a time (an AND that vectorises), then the rest.
+    let mid = &bits[w0 + 1..w1];
+    let mut eights = mid.chunks_exact(8);
+    bits[w1] & m1 == m1
+        && eights
+            .by_ref()
+            .all(|c| c.iter().fold(u64::MAX, |a, &b| a & b) == u64::MAX)
+        && eights.remainder().iter().all(|&b| b == u64::MAX)
+}
+
+impl BlockMem {
     /// The buffer of `space` that `core` owns, to read; a Vec buffer needs the AIV. Pending
     /// moves into it are copied first.
     pub fn buf(&mut self, space: MemSpace, aiv: u8) -> Result<&[u8], String> {
@@ -729,7 +760,8 @@ mod tests {
             let start = next(4096);
             let len = if step % 3 == 0 { next(700) } else { next(130) };
             let defined = next(3) != 0;
-            mark_bits(&mut mem.init[0], start, len, defined);
+            // Through `mark`, which also forgets the known-written span on a poison mark.
+            mem.mark(MemSpace::Mat, 0, start, len, defined);
             for b in start..(start + len).min(model.len()) {
                 model[b] = defined;
             }
