@@ -362,9 +362,17 @@ impl BlockMem {
             let mut compact = ty.clone();
             compact.rows = (at.0 + m.size.0).next_multiple_of(fr) as u64;
             compact.cols = (at.1 + m.size.1).next_multiple_of(fc) as u64;
-            let mut bytes = self.spare_snapshots.pop().unwrap_or_default();
-            bytes.clear();
-            bytes.resize(compact.bytes() as usize, 0);
+            // A spare buffer at least as long, used as it is (only the region is ever read
+            // back), else the longest one grown.
+            let need = compact.bytes() as usize;
+            let spare = &mut self.spare_snapshots;
+            let pick = (0..spare.len())
+                .find(|&i| spare[i].len() >= need)
+                .or_else(|| (0..spare.len()).max_by_key(|&i| spare[i].len()));
+            let mut bytes = pick.map(|i| spare.swap_remove(i)).unwrap_or_default();
+            if bytes.len() < need {
+                bytes.resize(need, 0);
+            }
             let s = TileLoc::of_type(ty, *addr);
             let d = TileLoc::of_type(&compact, 0);
             // Cannot fail: the source region was checked against its tile and buffer when the
