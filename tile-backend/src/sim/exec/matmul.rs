@@ -448,13 +448,19 @@ fn panels_gemm(
     ahead: &mut PrefetchQueue<'_>,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+    if has_avx2_fma() {
         // SAFETY: `panels_gemm_fma` requires only that the CPU supports AVX2 and FMA, which was
         // checked just above; its arguments are ordinary slices it indexes with bounds checks.
         unsafe { panels_gemm_fma(c, c_strip, a, panels, dims, accumulate, ahead) };
         return;
     }
     panels_gemm_body::<false>(c, c_strip, a, panels, dims, accumulate, ahead);
+}
+
+/// Whether this CPU runs the AVX2 + FMA kernels (detected at run time, cached by std).
+#[cfg(target_arch = "x86_64")]
+fn has_avx2_fma() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
 }
 
 /// [`panels_gemm`] compiled for AVX2 + FMA.
@@ -824,9 +830,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_six_row_register_kernel_gives_the_fused_sums_bit_for_bit() {
-        if !(std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma"))
-        {
+        if !has_avx2_fma() {
             return;
         }
         // Depths around the unrolling by four (and none), accumulating or not: the same
@@ -848,9 +852,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn fused_and_portable_panels_kernels_agree_on_exact_sums() {
-        if !(std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma"))
-        {
+        if !has_avx2_fma() {
             return;
         }
         // Small integers: every product and partial sum is exact, so the two forms agree bit for
