@@ -62,9 +62,29 @@ pub enum OpError {
         /// What failed.
         why: String,
     },
-    /// A candle operation failed.
+    /// A candle operation failed (the message only: a backtrace candle captured is dropped, so
+    /// the error reads as one line).
     #[error(transparent)]
-    Candle(#[from] candle_core::Error),
+    Candle(candle_core::Error),
+}
+
+impl From<candle_core::Error> for OpError {
+    fn from(e: candle_core::Error) -> Self {
+        OpError::Candle(without_backtrace(e))
+    }
+}
+
+/// `e` as one line: without the backtraces candle attaches when `RUST_BACKTRACE` is set (a
+/// multi-line stack dump inside the message), and with a context joined by `: ` rather than a
+/// line break.
+fn without_backtrace(e: candle_core::Error) -> candle_core::Error {
+    match e {
+        candle_core::Error::WithBacktrace { inner, .. } => without_backtrace(*inner),
+        candle_core::Error::Context { inner, context } => {
+            candle_core::Error::Msg(format!("{context}: {}", without_backtrace(*inner)))
+        }
+        other => other,
+    }
 }
 
 impl OpError {

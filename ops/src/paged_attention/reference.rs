@@ -1,7 +1,12 @@
-//! The Reference backend of `paged_attention`, composed from candle tensor ops in f32: one
-//! `index_select` over physical slots (host-computed from the validated table), a batched
-//! matmul per KV-head group, a softmax along the last dim with positions past the context
-//! masked to -inf, a batched matmul.
+//! The Reference backend of `paged_attention`, composed from candle tensor ops in f32, one
+//! sequence at a time (measured faster than one padded batch: each sequence's gathered K and V
+//! stay in cache between the gather and the two matmuls, and no sequence pays for the longest
+//! context): one `index_select` of the sequence's context rows of each KV head (host-computed,
+//! head-major, so no transpose copy), a batched matmul over the KV heads, a softmax along the
+//! last dim, a batched matmul.
+//!
+//! Only the `context_lens[b]` slots a sequence owns are ever read: no padding slot, and no slot
+//! past the context, reaches the arithmetic (so NaN or inf stored there cannot reach `out`).
 
 use super::Validated;
 use crate::error::OpError;
@@ -15,42 +20,33 @@ pub(crate) fn paged_attention(
     v: &Validated,
 ) -> Result<Tensor, OpError> {
     let dev = q.device();
-    let (b, h, hkv, d) = (v.batch, v.heads, v.kv_heads, v.head_dim);
+    let (h, hkv, d) = (v.heads, v.kv_heads, v.head_dim);
     let group = h / hkv;
-    let len = v.slots.iter().map(Vec::len).max().unwrap_or(1);
-    // Positions past a sequence's context read slot 0 and get a -inf bias.
-    let mut slots = Vec::with_capacity(b * len);
-    let mut bias = Vec::with_capacity(b * len);
-    for row in &v.slots {
-        for t in 0..len {
-            slots.push(row.get(t).copied().unwrap_or(0));
-            bias.push(if t < row.len() {
-                0.0f32
-            } else {
-                f32::NEG_INFINITY
-            });
-        }
+    // Each cache row of one KV head, `[num_slots * Hkv, D]`: row `slot * Hkv + kh`.
+    let nrows = k_cache.dim(0)? * v.block_size * hkv;
+    let k_rows = k_cache.reshape((nrows, d))?;
+    let v_rows = v_cache.reshape((nrows, d))?;
+    let qf = q.to_dtype(DType::F32)?;
+    let mut outs = Vec::with_capacity(v.batch);
+    for (b, slots) in v.slots.iter().enumerate() {
+        let len = slots.len();
+        let rows: Vec<i64> = (0..hkv as i64)
+            .flat_map(|kh| slots.iter().map(move |&s| s * hkv as i64 + kh))
+            .collect();
+        let rows = Tensor::from_vec(rows, hkv * len, dev)?;
+        let gather = |c: &Tensor| -> Result<Tensor, OpError> {
+            Ok(c.index_select(&rows, 0)?
+                .reshape((hkv, len, d))?
+                .to_dtype(DType::F32)?) // [Hkv, L, D]
+        };
+        let k = gather(&k_rows)?;
+        let vv = gather(&v_rows)?;
+        let qb = qf.get(b)?.reshape((hkv, group, d))?;
+        let s = (qb.matmul(&k.t()?)? * f64::from(v.scale))?; // [Hkv, G, L]
+        let m = s.max_keepdim(D::Minus1)?;
+        let e = s.broadcast_sub(&m)?.exp()?;
+        let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
+        outs.push(p.matmul(&vv)?.reshape((h, d))?);
     }
-    let slots = Tensor::from_vec(slots, b * len, dev)?;
-    let bias = Tensor::from_vec(bias, (b, 1, 1, len), dev)?;
-
-    let nslots = k_cache.dim(0)? * v.block_size;
-    let gather = |cache: &Tensor| -> Result<Tensor, OpError> {
-        Ok(cache
-            .reshape((nslots, hkv * d))?
-            .index_select(&slots, 0)?
-            .reshape((b, len, hkv, d))?
-            .to_dtype(DType::F32)?
-            .transpose(1, 2)?
-            .contiguous()?) // [B, Hkv, L, D]
-    };
-    let k = gather(k_cache)?;
-    let vv = gather(v_cache)?;
-    let qf = q.to_dtype(DType::F32)?.reshape((b, hkv, group, d))?;
-    let s = (qf.matmul(&k.t()?)? * f64::from(v.scale))?.broadcast_add(&bias)?; // [B, Hkv, G, L]
-    let m = s.max_keepdim(D::Minus1)?;
-    let e = s.broadcast_sub(&m)?.exp()?;
-    let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
-    let out = p.matmul(&vv)?.reshape((b, h, d))?;
-    Ok(out.to_dtype(q.dtype())?)
+    Ok(Tensor::stack(&outs, 0)?.to_dtype(q.dtype())?)
 }

@@ -4,8 +4,10 @@ use super::Validated;
 use crate::error::OpError;
 use candle_core::Tensor;
 
-/// `src[rows, 0..size]` with the physical rows computed on the host from the validated table.
+/// `src[rows, 0..size]` with the physical rows computed on the host from the validated table. A
+/// non-contiguous `src` is made contiguous first (candle's `index_select` needs it).
 pub(crate) fn paged_gather(src: &Tensor, v: &Validated) -> Result<Tensor, OpError> {
+    let src = src.contiguous()?;
     let ids = Tensor::from_slice(&v.rows, v.rows.len(), src.device())?;
     let cols = src.dim(1)?;
     let picked = src.index_select(&ids, 0)?;

@@ -1,6 +1,11 @@
-//! The Reference backend of `sparse_paged_attention`, composed from candle tensor ops in f32:
-//! one `index_select` over physical slots (computed on the host from the validated table), a
-//! batched matmul, a softmax along the last dim (max / sub / exp / sum), a batched matmul.
+//! The Reference backend of `sparse_paged_attention`, composed from candle tensor ops in f32,
+//! one batch row at a time: one `index_select` of the row's valid cache slots (host-computed
+//! from the validated table), a matmul over the heads, a softmax along the last dim (max / sub
+//! / exp / sum), a matmul.
+//!
+//! Only the slots of valid entries are read: an invalid entry (-1, or past `topk_length`) is
+//! dropped before the gather, so NaN or inf stored in a slot the op must not read cannot reach
+//! `out` or `lse`. A row with no valid entry gives `out = 0`, `lse = +inf` without arithmetic.
 
 use super::Validated;
 use crate::error::OpError;
@@ -13,54 +18,41 @@ pub(crate) fn sparse_paged_attention(
     v: &Validated,
 ) -> Result<(Tensor, Tensor), OpError> {
     let dev = q.device();
-    let (b, h, topk) = (v.batch, v.heads, v.topk);
-    // Invalid entries read slot 0 and are masked by a -inf bias. A row with no valid entry is
-    // left unmasked (finite arithmetic) and forced to out 0, lse +inf at the end.
-    let mut slots = Vec::with_capacity(b * topk);
-    let mut bias = Vec::with_capacity(b * topk);
-    let mut empty = vec![0u8; b];
-    for (r, row) in v.slots.chunks_exact(topk).enumerate() {
-        let any = row.iter().any(|&s| s >= 0);
-        empty[r] = u8::from(!any);
-        for &s in row {
-            slots.push(s.max(0));
-            bias.push(if s >= 0 || !any {
-                0.0f32
-            } else {
-                f32::NEG_INFINITY
-            });
-        }
-    }
-    let slots = Tensor::from_vec(slots, b * topk, dev)?;
-    let bias = Tensor::from_vec(bias, (b, 1, topk), dev)?;
-
+    let (h, topk) = (v.heads, v.topk);
     let rows = kv_cache.reshape((kv_cache.dim(0)? * v.block_size, v.dqk))?;
-    let k = rows
-        .index_select(&slots, 0)?
-        .reshape((b, topk, v.dqk))?
-        .to_dtype(DType::F32)?; // [B, topk, Dqk]
     let qf = q.to_dtype(DType::F32)?; // [B, H, Dqk]
-    let s = (qf.matmul(&k.t()?)? * f64::from(v.scale))?.broadcast_add(&bias)?; // [B, H, topk]
-    let m = s.max_keepdim(D::Minus1)?;
-    let e = s.broadcast_sub(&m)?.exp()?;
-    let sum = e.sum_keepdim(D::Minus1)?; // [B, H, 1]
-    let p = e.broadcast_div(&sum)?;
-    let vv = k.narrow(2, 0, v.v_dim)?;
-    let mut out = p.matmul(&vv)?; // [B, H, v_dim]
-    let mut lse = (m + sum.log()?)?.squeeze(D::Minus1)?; // [B, H]
-
-    if empty.iter().any(|&x| x != 0) {
-        let mask = Tensor::from_vec(empty, (b, 1), dev)?.broadcast_as((b, h))?;
-        let inf = Tensor::full(f32::INFINITY, (b, h), dev)?;
-        lse = mask.where_cond(&inf, &lse)?;
-        let zero = mask.unsqueeze(2)?.broadcast_as((b, h, v.v_dim))?;
-        out = zero.where_cond(&out.zeros_like()?, &out)?;
+    let sink = match &v.sink {
+        Some(s) => Some(Tensor::from_slice(s, h, dev)?),
+        None => None,
+    };
+    let mut outs = Vec::with_capacity(v.batch);
+    let mut lses = Vec::with_capacity(v.batch);
+    for b in 0..v.batch {
+        let row = v.slots.get(b * topk..(b + 1) * topk).unwrap_or(&[]);
+        let slots: Vec<i64> = row.iter().copied().filter(|&s| s >= 0).collect();
+        if slots.is_empty() {
+            outs.push(Tensor::zeros((h, v.v_dim), DType::F32, dev)?);
+            lses.push(Tensor::full(f32::INFINITY, h, dev)?);
+            continue;
+        }
+        let n = slots.len();
+        let ids = Tensor::from_vec(slots, n, dev)?;
+        let k = rows.index_select(&ids, 0)?.to_dtype(DType::F32)?; // [n, Dqk]
+        let s = (qf.get(b)?.matmul(&k.t()?)? * f64::from(v.scale))?; // [H, n]
+        let m = s.max_keepdim(D::Minus1)?;
+        let e = s.broadcast_sub(&m)?.exp()?;
+        let sum = e.sum_keepdim(D::Minus1)?; // [H, 1]
+        let p = e.broadcast_div(&sum)?;
+        let mut out = p.matmul(&k.narrow(1, 0, v.v_dim)?)?; // [H, v_dim]
+        let lse = (m + sum.log()?)?.squeeze(D::Minus1)?; // [H]
+        if let Some(sink) = &sink {
+            // out *= 1 / (1 + exp(sink - lse)).
+            let f = (sink.sub(&lse)?.exp()? + 1.0)?.recip()?;
+            out = out.broadcast_mul(&f.unsqueeze(1)?)?;
+        }
+        outs.push(out);
+        lses.push(lse);
     }
-    if let Some(sink) = &v.sink {
-        let sink = Tensor::from_slice(sink, (1, h), dev)?;
-        // out *= 1 / (1 + exp(sink - lse)); lse = +inf gives a factor of 1.
-        let f = (sink.broadcast_sub(&lse)?.exp()? + 1.0)?.recip()?;
-        out = out.broadcast_mul(&f.unsqueeze(2)?)?;
-    }
-    Ok((out.to_dtype(q.dtype())?, lse))
+    let out = Tensor::stack(&outs, 0)?.to_dtype(q.dtype())?;
+    Ok((out, Tensor::stack(&lses, 0)?))
 }

@@ -9,7 +9,9 @@ mod support;
 
 mod cache;
 mod gather;
+mod hardening;
 mod invalid;
 mod paged;
 mod snippets;
 mod sparse;
+mod unread;
