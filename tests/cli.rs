@@ -788,3 +788,145 @@ fn emit_ops_crate_bad_flags_exit_2_naming_the_flag() {
         assert!(!dir.0.exists(), "{argv:?} wrote files");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// tileops sim: limits and runtime scalars (issue #18 item 9)
+
+/// What each iteration of [`loop_kernel_json`]'s loop does.
+#[derive(Clone, Copy)]
+enum LoopBody {
+    Empty,
+    /// One `pipe_barrier(V)`.
+    Barrier,
+    /// A V -> MTE3 `set_flag` and its `wait_flag`.
+    FlagPair,
+}
+
+/// A vector program that runs `n` (a runtime scalar) iterations of `body`, with an output
+/// `out [rows, 8]` when `rows` is given.
+fn loop_kernel_json(name: &str, body: LoopBody, rows: Option<u64>) -> String {
+    use tileops::tile_backend::ir::{Expr, Pipe};
+    let mut kb = KernelBuilder::new(name);
+    let n = kb.scalar("n", DType::I64);
+    if let Some(rows) = rows {
+        kb.output("out", DType::F32, [Expr::from(rows), Expr::from(8u64)]);
+    }
+    kb.vector(|v| {
+        v.for_range("i", 0i64, Expr::Param(n), 1, |b, _| match body {
+            LoopBody::Empty => {}
+            LoopBody::Barrier => b.barrier(Pipe::V),
+            LoopBody::FlagPair => {
+                b.set_flag(Pipe::V, Pipe::Mte3, 0);
+                b.wait_flag(Pipe::V, Pipe::Mte3, 0);
+            }
+        });
+    });
+    kb.build().to_json()
+}
+
+/// Asserts the run exited with `code` and its stdout contains every needle.
+fn expect_exit(out: &Output, code: i32, needles: &[&str]) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{}{}",
+        stdout(out),
+        stderr(out)
+    );
+    let text = stdout(out);
+    for n in needles {
+        assert!(text.contains(n), "missing {n:?} in:\n{text}");
+    }
+}
+
+fn sim_file(file: &TempFile, extra: &[&str]) -> Output {
+    let mut args = vec!["sim", file.0.to_str().expect("utf-8 temp path")];
+    args.extend_from_slice(extra);
+    tileops(&args)
+}
+
+#[test]
+fn sim_scalar_sets_a_loop_count_by_name() {
+    let file = TempFile::new(
+        "loop-barrier",
+        &loop_kernel_json("barriers", LoopBody::Barrier, None),
+    );
+    let ops = |n: &str| -> String {
+        let out = sim_file(&file, &["--scalar", &format!("n={n}")]);
+        expect_exit(&out, 0, &[]);
+        let text = stdout(&out);
+        text.lines()
+            .find(|l| l.starts_with("simulated"))
+            .unwrap_or_default()
+            .to_string()
+    };
+    // One barrier per iteration on each of the two AIVs.
+    assert!(ops("3").contains(" 6 ops"), "{}", ops("3"));
+    assert!(ops("10").contains(" 20 ops"), "{}", ops("10"));
+}
+
+#[test]
+fn sim_scalar_errors_name_the_scalar() {
+    let file = TempFile::new(
+        "loop-scalar",
+        &loop_kernel_json("barriers", LoopBody::Barrier, None),
+    );
+    let out = sim_file(&file, &["--scalar", "m=3"]);
+    expect_exit(&out, 1, &["`m`", "its scalars: n"]);
+    let out = sim_file(&file, &["--scalar", "n=2.5"]);
+    expect_exit(&out, 1, &["not an integer"]);
+    let out = sim_file(&file, &["--scalar", "n"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a malformed flag is a usage error"
+    );
+    assert!(stderr(&out).contains("NAME=VALUE"), "{}", stderr(&out));
+}
+
+#[test]
+fn sim_stops_a_runaway_loop_at_the_step_limit() {
+    // An empty loop of 10^15 iterations, and 10^12 flag pairs (whose trace would fill memory).
+    let runaway = [
+        ("empty", LoopBody::Empty, "1000000000000000"),
+        ("pairs", LoopBody::FlagPair, "1000000000000"),
+    ];
+    for (name, body, n) in runaway {
+        let file = TempFile::new(name, &loop_kernel_json(name, body, None));
+        let n = format!("n={n}");
+        let out = sim_file(&file, &["--scalar", &n, "--max-steps", "100000"]);
+        expect_exit(&out, 1, &["step limit of 100000"]);
+    }
+    // Within the limit the same kernel runs.
+    let file = TempFile::new("small", &loop_kernel_json("small", LoopBody::Barrier, None));
+    let out = sim_file(&file, &["--scalar", "n=100", "--max-steps", "100000"]);
+    expect_exit(&out, 0, &["200 ops"]);
+}
+
+#[test]
+fn sim_refuses_huge_gm_shapes_and_block_dims() {
+    let huge = loop_kernel_json("huge", LoopBody::Empty, Some(1u64 << 31));
+    let file = TempFile::new("huge-gm", &huge);
+    let out = sim_file(&file, &["--scalar", "n=1"]);
+    expect_exit(&out, 1, &["`out`", "past the limit"]);
+    let file = TempFile::new("blocks", &loop_kernel_json("blocks", LoopBody::Empty, None));
+    for bd in ["0", "1000000", "4611686018427387904"] {
+        let out = sim_file(&file, &["--block-dim", bd]);
+        expect_exit(&out, 1, &["outside 1..=65535"]);
+    }
+}
+
+#[test]
+fn check_rejects_a_tile_whose_byte_size_overflows() {
+    // 2^63 rows of f16: the byte size wrapped around to 0 and passed the capacity check.
+    let mut kb = KernelBuilder::new("huge_tile");
+    let t = kb.tile(
+        "t",
+        TileType::new(MemSpace::Vec, DType::F16, 1u64 << 63, 16, Layout::ND),
+    );
+    kb.vector(|v| v.fill(t, 0.0));
+    let file = TempFile::new("huge-tile", &kb.build().to_json());
+    let out = tileops(&["check", file.0.to_str().expect("utf-8 temp path")]);
+    expect_exit(&out, 1, &["capacity"]);
+    expect_exit(&sim_file(&file, &[]), 1, &["does not compile"]);
+}

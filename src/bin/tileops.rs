@@ -32,6 +32,7 @@ use tile_backend::ir::{
     TileRef,
 };
 use tile_backend::kernels::{AttentionParams, GatherMatmulParams, Handoff, MatmulParams};
+use tile_backend::sim::io::ScalarValue;
 use tile_backend::verify::{verify, Report};
 use tileops_ops::kernels::{
     self, Launch, PagedAttentionShape, PagedGatherShape, ReshapeAndCacheShape, SparseAttentionShape,
@@ -83,15 +84,24 @@ enum Command {
         /// Seed of the generated inputs.
         #[arg(long, default_value_t = 42)]
         seed: u64,
-        /// Blocks (clusters) to launch.
+        /// Blocks (clusters) to launch, 1..=65535 (others: exit 1).
         #[arg(long, default_value_t = 1)]
-        block_dim: usize,
+        block_dim: u64,
         /// Chip variant whose rates the cost report uses.
         #[arg(long, value_enum, default_value_t = SkuArg::Ascend950PR)]
         sku: SkuArg,
         /// Write a Chrome/Perfetto trace (one track per pipe per core) to this file.
         #[arg(long)]
         trace: Option<PathBuf>,
+        /// Set a runtime scalar argument by name (repeatable): `--scalar n=4096 --scalar
+        /// scale=0.5`. Loop counts and branches that read it follow. Unset scalars take the low
+        /// end of their declared range (1 without one).
+        #[arg(long = "scalar", value_name = "NAME=VALUE", value_parser = parse_scalar)]
+        scalars: Vec<(String, ScalarValue)>,
+        /// Stop the run (exit 1) once it has taken this many steps: statements, ops and loop
+        /// iterations, summed over blocks and cores.
+        #[arg(long, default_value_t = DEFAULT_MAX_STEPS)]
+        max_steps: u64,
     },
     /// Write the PTO-ISA package (kernel .cpp, launcher .cpp, manifest .json) of a kernel for
     /// Ascend 950 (dav-c310): a serialized kernel (`tileops emit k.json -o out`), or a registered
@@ -170,9 +180,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
             block_dim,
             sku,
             trace,
+            scalars,
+            max_steps,
         }) => {
             let kernel = read_kernel(&file)?;
-            sim(&mut out, &kernel, seed, block_dim, sku, trace.as_deref())?
+            let req = SimRequest {
+                seed,
+                block_dim: usize::try_from(block_dim).unwrap_or(usize::MAX),
+                sku,
+                trace: trace.as_deref(),
+                scalars,
+                max_steps,
+            };
+            sim(&mut out, &kernel, &req)?
         }
         Some(Command::Emit {
             out: dir,
@@ -220,7 +240,15 @@ fn main_job(out: &mut impl Write) -> Result<ExitCode> {
         return Ok(exit_for(&report));
     }
     writeln!(out, "\nsimulate (inputs seeded with 42):").context("cannot write to stdout")?;
-    sim(out, &kernel, 42, 1, SkuArg::Ascend950PR, None)
+    let req = SimRequest {
+        seed: 42,
+        block_dim: 1,
+        sku: SkuArg::Ascend950PR,
+        trace: None,
+        scalars: Vec::new(),
+        max_steps: DEFAULT_MAX_STEPS,
+    };
+    sim(out, &kernel, &req)
 }
 
 /// `tileops check FILE`.
@@ -239,17 +267,62 @@ fn check(out: &mut impl Write, file: &Path, json: bool) -> Result<ExitCode> {
     Ok(exit_for(&report))
 }
 
-/// `tileops sim FILE`: compile, simulate on seeded inputs, print outputs and the cost report.
-fn sim(
-    out: &mut impl Write,
-    kernel: &Kernel,
+/// Most blocks `tileops sim --block-dim` launches (a CANN launch takes at most 65535).
+const MAX_BLOCK_DIM: u64 = 65535;
+/// `tileops sim --max-steps` by default: enough for every kernel the ops build at real shapes,
+/// small enough that a runaway loop stops within seconds, before its trace fills memory.
+const DEFAULT_MAX_STEPS: u64 = 20_000_000;
+
+/// `--scalar NAME=VALUE`: an integer, else a float.
+fn parse_scalar(s: &str) -> std::result::Result<(String, ScalarValue), String> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}` is not NAME=VALUE"))?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(format!("`{s}` has no name before `=`"));
+    }
+    let value = value.trim();
+    let v = match value.parse::<i64>() {
+        Ok(i) => ScalarValue::Int(i),
+        Err(_) => match value.parse::<f64>() {
+            Ok(f) if f.is_finite() => ScalarValue::Float(f),
+            _ => return Err(format!("`{value}` is not a finite number")),
+        },
+    };
+    Ok((name.to_string(), v))
+}
+
+/// Prints why `tileops sim` stops and returns its exit status (1).
+fn refuse(out: &mut impl Write, why: &str) -> Result<ExitCode> {
+    writeln!(out, "{why}").context("cannot write to stdout")?;
+    Ok(ExitCode::from(EXIT_ERRORS))
+}
+
+/// What `tileops sim` was asked to do, besides the kernel.
+struct SimRequest<'a> {
     seed: u64,
     block_dim: usize,
     sku: SkuArg,
-    trace_file: Option<&Path>,
-) -> Result<ExitCode> {
+    trace: Option<&'a Path>,
+    scalars: Vec<(String, ScalarValue)>,
+    max_steps: u64,
+}
+
+/// `tileops sim FILE`: compile, simulate on seeded inputs, print outputs and the cost report.
+fn sim(out: &mut impl Write, kernel: &Kernel, req: &SimRequest<'_>) -> Result<ExitCode> {
     use tile_backend::arch::Sku;
-    use tile_backend::sim::{self, cost, io, perfetto, timeline, SimOptions};
+    use tile_backend::sim::{self, cost, io, perfetto, timeline, RunLimits, SimOptions};
+    let (seed, block_dim, trace_file) = (req.seed, req.block_dim, req.trace);
+    let sku = req.sku;
+    if block_dim == 0 || block_dim as u64 > MAX_BLOCK_DIM {
+        return refuse(
+            out,
+            &format!(
+                "--block-dim {block_dim} is outside 1..={MAX_BLOCK_DIM} (a launch takes at most {MAX_BLOCK_DIM} blocks)"
+            ),
+        );
+    }
     let sku = match sku {
         SkuArg::Ascend950PR => Sku::Ascend950PR,
         SkuArg::Ascend950DT => Sku::Ascend950DT,
@@ -259,28 +332,39 @@ fn sim(
     let compiled = match tile_backend::passes::compile(kernel, &arch) {
         Ok(k) => k,
         Err(e) => {
-            let _ = writeln!(text, "kernel `{}` does not compile: {e}", kernel.name);
-            out.write_all(text.as_bytes())
-                .context("cannot write to stdout")?;
-            return Ok(ExitCode::from(EXIT_ERRORS));
+            return refuse(
+                out,
+                &format!("kernel `{}` does not compile: {e}", kernel.name),
+            )
         }
     };
-    let mut args = io::generate(&compiled, seed).context("cannot generate inputs")?;
-    let (summary, trace) = match sim::run_traced(
+    let gen = io::GenOptions {
+        scalars: req.scalars.clone(),
+        ..io::GenOptions::default()
+    };
+    let mut args = match io::generate_with(&compiled, seed, &gen) {
+        Ok(a) => a,
+        Err(e) => {
+            return refuse(
+                out,
+                &format!("cannot make the arguments of `{}`: {e}", kernel.name),
+            )
+        }
+    };
+    let limits = RunLimits {
+        max_steps: Some(req.max_steps),
+    };
+    let (summary, trace) = match sim::run_traced_limited(
         &compiled,
         &arch,
         &mut args,
         SimOptions {
             block_dim: block_dim.max(1),
         },
+        limits,
     ) {
         Ok(r) => r,
-        Err(e) => {
-            let _ = writeln!(text, "simulation of `{}` failed: {e}", kernel.name);
-            out.write_all(text.as_bytes())
-                .context("cannot write to stdout")?;
-            return Ok(ExitCode::from(EXIT_ERRORS));
-        }
+        Err(e) => return refuse(out, &format!("simulation of `{}` failed: {e}", kernel.name)),
     };
     let _ = writeln!(
         text,

@@ -89,14 +89,15 @@ impl TileType {
         self
     }
 
-    /// Elements allocated.
+    /// Elements allocated (saturating at `u64::MAX`).
     pub fn elems(&self) -> u64 {
-        self.rows * self.cols
+        self.rows.saturating_mul(self.cols)
     }
 
-    /// Bytes allocated for one buffer of this tile.
+    /// Bytes allocated for one buffer of this tile. Saturates at `u64::MAX` (a tile of 2^63
+    /// rows must fail the capacity check, not wrap around to a small size and pass it).
     pub fn bytes(&self) -> u64 {
-        self.elems() * self.dtype.size_bytes()
+        self.elems().saturating_mul(self.dtype.size_bytes())
     }
 
     /// Element offset of `(row, col)` in this tile's storage.

@@ -8,6 +8,7 @@ use super::SimError;
 use crate::arch::Arch;
 use crate::ir::{CoreKind, Expr, ExprEnv, Kernel, Op, OpLoc, ParamId, Stmt, TileId, VarId};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Op locations keyed by the op's address inside the kernel.
 pub(crate) type OpLocs = foldhash::HashMap<usize, OpLoc>;
@@ -100,15 +101,52 @@ pub(crate) struct BlockResult<'k> {
     pub trace: Option<BlockTrace<'k>>,
 }
 
+/// Which block of a launch runs, and whether it is traced.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BlockAt {
+    pub block: usize,
+    pub block_dim: usize,
+    pub traced: bool,
+}
+
+/// The steps a run may still take, shared by its blocks ([`super::RunLimits::max_steps`]).
+#[derive(Debug)]
+pub(crate) struct StepBudget {
+    max: Option<u64>,
+    used: AtomicU64,
+}
+
+impl StepBudget {
+    pub fn new(max: Option<u64>) -> Self {
+        StepBudget {
+            max,
+            used: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes one step: `Err(limit)` once the run has taken `limit` steps.
+    fn take(&self) -> Result<(), u64> {
+        match self.max {
+            None => Ok(()),
+            Some(limit) if self.used.fetch_add(1, Ordering::Relaxed) < limit => Ok(()),
+            Some(limit) => Err(limit),
+        }
+    }
+}
+
 pub(crate) fn run_block<'k>(
     kernel: &'k Kernel,
     arch: &Arch,
     args: &[Arg],
     locs: &OpLocs,
-    block: usize,
-    block_dim: usize,
-    traced: bool,
+    at: BlockAt,
+    budget: &StepBudget,
 ) -> Result<BlockResult<'k>, SimError> {
+    let BlockAt {
+        block,
+        block_dim,
+        traced,
+    } = at;
     let mut trace = traced.then(|| BlockTrace {
         block,
         ..Default::default()
@@ -159,7 +197,7 @@ pub(crate) fn run_block<'k>(
                 event_index: 0,
             };
             let events = trace.as_mut().map(|t| &mut t.cores[i].events);
-            let (ran, n) = run_core(&mut cx, prog, locs, events)?;
+            let (ran, n) = run_core(&mut cx, prog, locs, events, budget)?;
             progressed |= ran;
             ops_executed += n;
         }
@@ -208,6 +246,7 @@ fn run_core<'k>(
     prog: &mut Program<'k>,
     locs: &OpLocs,
     mut events: Option<&mut Vec<Event<'k>>>,
+    budget: &StepBudget,
 ) -> Result<(bool, u64), SimError> {
     let mut progressed = false;
     let mut n = 0;
@@ -239,6 +278,10 @@ fn run_core<'k>(
         why,
     };
     while let Some(frame) = prog.frames.last_mut() {
+        budget.take().map_err(|limit| SimError::StepLimit {
+            block: cx.core.block,
+            limit,
+        })?;
         let (stmts, pc) = match frame {
             Frame::Block { stmts, pc } => (*stmts, pc),
             Frame::Loop { body, pc, .. } => (*body, pc),
@@ -253,13 +296,17 @@ fn run_core<'k>(
                     pc,
                     ..
                 } => {
-                    *cur += *step;
-                    if *cur < *end {
-                        *pc = 0;
-                        let (v, c) = (*var, *cur);
-                        cx.core.set_var(v, c);
-                    } else {
-                        prog.frames.pop();
+                    // Past i64::MAX the loop is over (its end is an i64).
+                    match cur.checked_add(*step) {
+                        Some(next) if next < *end => {
+                            *cur = next;
+                            *pc = 0;
+                            let v = *var;
+                            cx.core.set_var(v, next);
+                        }
+                        _ => {
+                            prog.frames.pop();
+                        }
                     }
                 }
                 Frame::Block { .. } => {

@@ -40,10 +40,52 @@ impl Rng {
     }
 }
 
+/// A value given for a runtime scalar parameter ([`GenOptions::scalars`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ScalarValue {
+    /// For an integer scalar.
+    Int(i64),
+    /// For a float scalar (an integer is accepted too).
+    Float(f64),
+}
+
+/// How [`generate_with`] makes arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenOptions {
+    /// Runtime scalars set by name (the others take the low end of their declared range, or 1).
+    pub scalars: Vec<(String, ScalarValue)>,
+    /// Most bytes all tensor arguments together may take; a kernel whose shapes need more is
+    /// refused before anything is allocated.
+    pub max_bytes: u64,
+}
+
+/// [`GenOptions::max_bytes`] by default: 4 GiB.
+pub const DEFAULT_MAX_BYTES: u64 = 4 << 30;
+
+impl Default for GenOptions {
+    fn default() -> Self {
+        GenOptions {
+            scalars: Vec::new(),
+            max_bytes: DEFAULT_MAX_BYTES,
+        }
+    }
+}
+
 /// Makes arguments for `kernel`: scalars at the low end of their range (1 without one), input
 /// tensors uniform within their range (floats in [-1, 1], integers in [0, 7] by default), outputs
-/// zero-filled.
+/// zero-filled. At most [`DEFAULT_MAX_BYTES`] of tensors.
 pub fn generate(kernel: &Kernel, seed: u64) -> Result<Vec<Arg<'static>>, SimError> {
+    generate_with(kernel, seed, &GenOptions::default())
+}
+
+/// [`generate`], with scalars set by name and a size limit. Errors: a scalar name that is not a
+/// scalar parameter of the kernel, a float value for an integer scalar, a shape that does not
+/// evaluate to sizes, and tensors past `max_bytes` (checked arithmetic, before allocating).
+pub fn generate_with(
+    kernel: &Kernel,
+    seed: u64,
+    opts: &GenOptions,
+) -> Result<Vec<Arg<'static>>, SimError> {
     let mut rng = Rng::new(seed);
     let mut args: Vec<Arg> = kernel
         .params
@@ -58,6 +100,10 @@ pub fn generate(kernel: &Kernel, seed: u64) -> Result<Vec<Arg<'static>>, SimErro
             ParamKind::Tensor { .. } => Arg::Int(0),
         })
         .collect();
+    for (name, value) in &opts.scalars {
+        set_scalar(kernel, &mut args, name, *value)?;
+    }
+    let mut total: u64 = 0;
     for (i, p) in kernel.params.iter().enumerate() {
         let ParamKind::Tensor {
             dtype,
@@ -75,7 +121,24 @@ pub fn generate(kernel: &Kernel, seed: u64) -> Result<Vec<Arg<'static>>, SimErro
             name: p.name.clone(),
             why: "its shape does not evaluate to non-negative sizes".into(),
         })?;
-        let n: usize = dims.iter().product();
+        let too_big = || SimError::BadArg {
+            name: p.name.clone(),
+            why: format!(
+                "shape {dims:?} of {dtype} takes the arguments past the limit of {} bytes",
+                opts.max_bytes
+            ),
+        };
+        let n = dims
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(too_big)?;
+        let bytes = (n as u64)
+            .checked_mul(dtype.size_bytes())
+            .ok_or_else(too_big)?;
+        total = total
+            .checked_add(bytes)
+            .filter(|&t| t <= opts.max_bytes)
+            .ok_or_else(too_big)?;
         let t = if *output {
             GmTensor::zeros(*dtype, &dims)
         } else if dtype.is_float() {
@@ -100,6 +163,54 @@ pub fn generate(kernel: &Kernel, seed: u64) -> Result<Vec<Arg<'static>>, SimErro
         args[i] = Arg::Tensor(t);
     }
     Ok(args)
+}
+
+/// Sets the scalar parameter `name` of `kernel` in `args`.
+fn set_scalar(
+    kernel: &Kernel,
+    args: &mut [Arg],
+    name: &str,
+    value: ScalarValue,
+) -> Result<(), SimError> {
+    let bad = |why: String| SimError::BadArg {
+        name: name.to_string(),
+        why,
+    };
+    let (i, p) = kernel
+        .params
+        .iter()
+        .enumerate()
+        .find(|(_, p)| p.name == name)
+        .ok_or_else(|| {
+            let scalars: Vec<&str> = kernel
+                .params
+                .iter()
+                .filter(|p| matches!(p.kind, ParamKind::Scalar { .. }))
+                .map(|p| p.name.as_str())
+                .collect();
+            bad(format!(
+                "the kernel has no parameter of that name (its scalars: {})",
+                if scalars.is_empty() {
+                    "none".to_string()
+                } else {
+                    scalars.join(", ")
+                }
+            ))
+        })?;
+    let ParamKind::Scalar { dtype } = &p.kind else {
+        return Err(bad("is a tensor parameter, not a scalar".into()));
+    };
+    args[i] = match (dtype.is_float(), value) {
+        (true, ScalarValue::Float(f)) => Arg::Float(f),
+        (true, ScalarValue::Int(v)) => Arg::Float(v as f64),
+        (false, ScalarValue::Int(v)) => Arg::Int(v),
+        (false, ScalarValue::Float(f)) => {
+            return Err(bad(format!(
+                "is an integer scalar ({dtype}), but {f} is not an integer"
+            )))
+        }
+    };
+    Ok(())
 }
 
 /// What an output tensor holds after a run.

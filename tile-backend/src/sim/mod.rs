@@ -73,6 +73,26 @@ pub enum SimError {
         /// What each core waits for.
         waits: String,
     },
+    /// The run executed more steps than [`RunLimits::max_steps`] allows.
+    #[error(
+        "block {block} stopped after the run's step limit of {limit} steps (statements, ops and loop iterations over all blocks and cores)"
+    )]
+    StepLimit {
+        /// The block that took the step past the limit.
+        block: usize,
+        /// The limit.
+        limit: u64,
+    },
+}
+
+/// Limits of a run, for kernels from untrusted files (`tileops sim`): a kernel whose loops run
+/// for very long (or forever, with a huge dynamic bound) stops with [`SimError::StepLimit`]
+/// instead of running on and growing its trace. The ops' own runs have no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunLimits {
+    /// Most steps the whole run may take: every statement a core executes (op, `let`, `if`,
+    /// `for`) and every loop iteration, summed over blocks and cores. `None`: no limit.
+    pub max_steps: Option<u64>,
 }
 
 /// Options of a run.
@@ -103,7 +123,7 @@ pub fn run(
     args: &mut [Arg],
     opts: SimOptions,
 ) -> Result<RunSummary, SimError> {
-    run_impl(kernel, arch, args, opts, false).map(|(s, _)| s)
+    run_impl(kernel, arch, args, opts, RunLimits::default(), false).map(|(s, _)| s)
 }
 
 /// [`run`], also recording every executed op with its pipe, bytes and synchronisation, for the
@@ -114,7 +134,18 @@ pub fn run_traced<'k>(
     args: &mut [Arg],
     opts: SimOptions,
 ) -> Result<(RunSummary, trace::Trace<'k>), SimError> {
-    run_impl(kernel, arch, args, opts, true)
+    run_impl(kernel, arch, args, opts, RunLimits::default(), true)
+}
+
+/// [`run_traced`] within `limits`.
+pub fn run_traced_limited<'k>(
+    kernel: &'k Kernel,
+    arch: &Arch,
+    args: &mut [Arg],
+    opts: SimOptions,
+    limits: RunLimits,
+) -> Result<(RunSummary, trace::Trace<'k>), SimError> {
+    run_impl(kernel, arch, args, opts, limits, true)
 }
 
 fn run_impl<'k>(
@@ -122,15 +153,24 @@ fn run_impl<'k>(
     arch: &Arch,
     args: &mut [Arg],
     opts: SimOptions,
+    limits: RunLimits,
     traced: bool,
 ) -> Result<(RunSummary, trace::Trace<'k>), SimError> {
     gm::check_args(kernel, args)?;
     tile::check_planned(kernel)?;
     let locs = interp::op_locations(kernel);
+    let budget = interp::StepBudget::new(limits.max_steps);
     let shared: &[Arg] = args;
     let results: Vec<Result<interp::BlockResult<'k>, SimError>> = (0..opts.block_dim)
         .into_par_iter()
-        .map(|block| interp::run_block(kernel, arch, shared, &locs, block, opts.block_dim, traced))
+        .map(|block| {
+            let at = interp::BlockAt {
+                block,
+                block_dim: opts.block_dim,
+                traced,
+            };
+            interp::run_block(kernel, arch, shared, &locs, at, &budget)
+        })
         .collect();
     let mut summary = RunSummary {
         blocks: opts.block_dim,

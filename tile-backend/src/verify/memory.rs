@@ -7,7 +7,7 @@ use crate::ir::{c0, DType, Layout, MemSpace, Op, ParamKind, Storage, TileType, V
 /// Size of one buffer of a tile rounded up to the planner's alignment for its space.
 pub(crate) fn aligned_bytes(ty: &TileType, align: u64) -> u64 {
     let b = ty.bytes();
-    b.div_ceil(align.max(1)) * align.max(1)
+    b.div_ceil(align.max(1)).saturating_mul(align.max(1))
 }
 
 pub(super) fn check_declarations(cx: &mut Ctx<'_>) {
