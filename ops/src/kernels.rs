@@ -33,7 +33,7 @@
 //! ```
 
 use crate::error::OpError;
-use crate::sparse_attention::kernel::template::{
+use crate::templates::attention::{
     attn_merge, attn_split, merge_blocks, split_plan, AttnCfg, MergeCfg, SplitPlan,
 };
 use tile_backend::ir::{DType, Kernel};
@@ -291,7 +291,7 @@ pub fn paged_gather(shape: &PagedGatherShape) -> Result<Vec<Launch>, OpError> {
     let kernel = crate::paged_gather::kernel::gather_kernel(shape.dtype, shape.size as u64);
     Ok(vec![Launch {
         kernel,
-        block_dim: crate::paged_gather::kernel::block_dim_for(shape.n) as u64,
+        block_dim: crate::templates::row_copy::block_dim_for(shape.n) as u64,
         scalars: vec![("n", shape.n as i64)],
     }])
 }
@@ -307,14 +307,14 @@ pub fn reshape_and_cache(shape: &ReshapeAndCacheShape) -> Result<Vec<Launch>, Op
     let kernel = crate::kv_cache::kernel::cache_kernel(shape.dtype, shape.width as u64);
     Ok(vec![Launch {
         kernel,
-        block_dim: crate::paged_gather::kernel::block_dim_for(shape.tokens) as u64,
+        block_dim: crate::templates::row_copy::block_dim_for(shape.tokens) as u64,
         scalars: vec![("n", shape.tokens as i64)],
     }])
 }
 
 /// The two launches of the attention template for `batch` rows whose fullest row counts
 /// `longest` valid tokens on the Ascend 950: the split kernel's [`split_plan`] for the device's
-/// clusters (the plan `template::run_attention` launches from when packaging or profiling) and
+/// clusters (the plan `templates::attention::run_attention` launches from when packaging or profiling) and
 /// merge blocks [`merge_blocks`] of `batch * heads` rows. The test
 /// `launches_match_what_the_ops_launch` holds the two together.
 fn attention_launches(

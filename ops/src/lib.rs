@@ -41,6 +41,7 @@ pub mod paged_attention;
 pub mod paged_gather;
 pub mod runtime;
 pub mod sparse_attention;
+mod templates;
 
 pub use backend::Backend;
 pub use error::OpError;

@@ -4,7 +4,7 @@
 
 use crate::error::OpError;
 use crate::runtime::Runner;
-use crate::sparse_attention::kernel::template::{run_attention, AttnCfg, AttnInputs};
+use crate::templates::attention::{run_attention, AttnCfg, AttnInputs};
 use tile_backend::ir::DType;
 use tile_backend::sim::{GmInput, GmTensor};
 

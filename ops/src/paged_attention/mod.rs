@@ -214,7 +214,7 @@ impl PagedOp {
             });
         }
         let storage = bridge::storage_from_gm(OP, &out)?;
-        crate::sparse_attention::kernel::recycle_result(out);
+        crate::templates::attention::recycle_result(out);
         Ok((storage, Shape::from(shape.to_vec())))
     }
 }

@@ -287,7 +287,7 @@ impl SparseOp {
             *g = Some(lse.to_f32());
         }
         let storage = bridge::storage_from_gm(OP, &out)?;
-        kernel::recycle_result(out);
+        crate::templates::attention::recycle_result(out);
         Ok((storage, Shape::from((v.batch, v.heads, v.v_dim))))
     }
 }

@@ -1,0 +1,199 @@
+//! The host side of the attention kernels: [`run_attention`] builds their arguments, launches
+//! the split and merge kernels and keeps the split workspace between calls.
+
+use super::attn_split;
+use super::merge::{attn_merge, merge_blocks, MergeCfg};
+use super::plan::{merge_is_identity, split_plan, AttnCfg, SplitPlan};
+use crate::error::OpError;
+use crate::runtime::{compiled, Runner};
+use tile_backend::ir::DType;
+use tile_backend::sim::{Arg, GmInput, GmTensor};
+
+/// Host-side inputs of one attention call, already in kernel form.
+pub(crate) struct AttnInputs<'a> {
+    /// `q [batch*heads, dqk]`.
+    pub q: GmInput<'a>,
+    /// `[tokens, kv_cols]`.
+    pub kv: GmInput<'a>,
+    /// Separate V cache `[tokens, kv_cols]` (dense).
+    pub v: Option<GmInput<'a>>,
+    /// `[batch, topk]` compacted logical indices.
+    pub indices: Vec<i64>,
+    /// Columns of `indices`.
+    pub topk: usize,
+    /// Valid indices per batch row.
+    pub counts: Vec<i64>,
+    /// `[batch, max_blocks]` block table.
+    pub block_table: &'a [i64],
+    /// Columns of the block table.
+    pub max_blocks: usize,
+    /// Batch rows.
+    pub batch: usize,
+    /// Softmax scale.
+    pub scale: f32,
+    /// Per-head sink (`[heads]`).
+    pub sink: Option<&'a [f32]>,
+}
+
+fn take(op: &'static str, args: &mut [Arg<'_>], i: usize) -> Result<GmTensor, OpError> {
+    match args.get_mut(i).map(|a| std::mem::replace(a, Arg::Int(0))) {
+        Some(Arg::Tensor(t)) => Ok(t),
+        _ => Err(OpError::Package {
+            op,
+            why: format!("kernel argument {i} is not a tensor"),
+        }),
+    }
+}
+
+/// Runs the split kernel and the merge kernel: returns `out [batch*heads, v_dim]` (data dtype)
+/// and `lse [batch*heads]` f32.
+pub(crate) fn run_attention(
+    runner: &mut Runner,
+    op: &'static str,
+    cfg: &AttnCfg,
+    inp: AttnInputs<'_>,
+) -> Result<(GmTensor, GmTensor), OpError> {
+    let rows = inp.batch * cfg.heads as usize;
+    let v_dim = cfg.v_dim as usize;
+    if rows == 0 {
+        return Ok((
+            GmTensor::zeros(cfg.dtype, &[0, v_dim]),
+            GmTensor::zeros(DType::F32, &[0]),
+        ));
+    }
+    let max_count = inp.counts.iter().copied().max().unwrap_or(0).max(0) as usize;
+    let SplitPlan {
+        splits,
+        cps,
+        blocks,
+    } = split_plan(cfg, inp.batch, max_count, runner.concurrent_blocks());
+    let tokens = inp.kv.shape.first().copied().unwrap_or(0);
+    let kernel = compiled(op, &cfg.key(), || attn_split(cfg))?;
+    let as_i32 = |shape: &[usize], v: &[i64]| GmTensor::from_i64(DType::I32, shape, v);
+    let mut args = vec![
+        Arg::Int(inp.batch as i64),
+        Arg::Int(inp.topk as i64),
+        Arg::Int(inp.max_blocks as i64),
+        Arg::Int(tokens as i64),
+        Arg::Int(splits as i64),
+        Arg::Int(cps as i64),
+        Arg::Float(inp.scale as f64),
+        Arg::Input(inp.q),
+        Arg::Input(inp.kv),
+    ];
+    if let Some(v) = inp.v {
+        args.push(Arg::Input(v));
+    }
+    args.push(Arg::Tensor(as_i32(&[inp.batch, inp.topk], &inp.indices)));
+    args.push(Arg::Tensor(as_i32(
+        &[inp.batch, inp.max_blocks],
+        inp.block_table,
+    )));
+    args.push(Arg::Tensor(as_i32(&[inp.batch], &inp.counts)));
+    let ws = splits * rows;
+    args.push(Arg::Tensor(GmTensor {
+        dtype: DType::F32,
+        shape: vec![ws, v_dim],
+        data: workspace::zeroed(ws * v_dim * 4),
+    }));
+    args.push(Arg::Tensor(GmTensor::zeros(DType::F32, &[ws])));
+    runner.launch(&kernel, blocks as usize, &mut args)?;
+    let n = args.len();
+    let mut lse_ws = take(op, &mut args, n - 1)?;
+    let o_ws = take(op, &mut args, n - 2)?;
+    drop(args);
+    let heads = cfg.heads as usize;
+    let has_token = |g: usize| inp.counts[g / heads] > 0;
+    if merge_is_identity(runner, cfg, splits, inp.sink.is_some()) {
+        // The one split's o and lse are the result as they are (see `merge_is_identity`);
+        // rows with no valid index take lse = +inf (their o is already 0).
+        for (g, lse) in lse_ws.data.chunks_exact_mut(4).enumerate() {
+            if !has_token(g) {
+                lse.copy_from_slice(&f32::INFINITY.to_le_bytes());
+            }
+        }
+        return Ok((o_ws, lse_ws));
+    }
+
+    let mcfg = MergeCfg {
+        dtype: cfg.dtype,
+        v_dim: cfg.v_dim,
+        sink: inp.sink.is_some(),
+    };
+    let merge = compiled(op, &mcfg.key(), || attn_merge(&mcfg))?;
+    let fix: Vec<f32> = (0..rows)
+        .map(|g| {
+            if has_token(g) {
+                f32::NEG_INFINITY
+            } else {
+                f32::INFINITY
+            }
+        })
+        .collect();
+    let mut margs = vec![
+        Arg::Int(rows as i64),
+        Arg::Int(splits as i64),
+        Arg::Tensor(o_ws),
+        Arg::Tensor(lse_ws),
+        Arg::Tensor(GmTensor::from_f32(DType::F32, &[rows], &fix)),
+    ];
+    if let Some(s) = inp.sink {
+        let per_row: Vec<f32> = (0..rows).map(|g| s[g % heads]).collect();
+        margs.push(Arg::Tensor(GmTensor::from_f32(
+            DType::F32,
+            &[rows],
+            &per_row,
+        )));
+    }
+    margs.push(Arg::Tensor(GmTensor::zeros(cfg.dtype, &[rows, v_dim])));
+    margs.push(Arg::Tensor(GmTensor::zeros(DType::F32, &[rows])));
+    runner.launch(&merge, merge_blocks(rows), &mut margs)?;
+    let n = margs.len();
+    let lse = take(op, &mut margs, n - 1)?;
+    let out = take(op, &mut margs, n - 2)?;
+    if let Ok(o_ws) = take(op, &mut margs, 2) {
+        workspace::keep(o_ws.data);
+    }
+    Ok((out, lse))
+}
+
+/// The split workspace's bytes, kept between calls on a thread: a fresh multi-megabyte
+/// allocation per decode step (8.4 MB at the DeepSeek shape) costs a page fault per 4 KiB on
+/// first touch. A thread holds at most one such buffer (the largest it needed last).
+pub(super) mod workspace {
+    use std::cell::RefCell;
+
+    thread_local! {
+        static KEPT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// `len` zero bytes, in the kept buffer when there is one.
+    pub(in crate::templates::attention) fn zeroed(len: usize) -> Vec<u8> {
+        let mut v = KEPT.with(|k| std::mem::take(&mut *k.borrow_mut()));
+        v.clear();
+        v.resize(len, 0);
+        v
+    }
+
+    /// Keeps `v` for the next call on this thread.
+    pub(in crate::templates::attention) fn keep(v: Vec<u8>) {
+        KEPT.with(|k| *k.borrow_mut() = v);
+    }
+
+    /// Keeps `v` for the next call on this thread unless the kept buffer is larger.
+    pub(crate) fn recycle(v: Vec<u8>) {
+        KEPT.with(|k| {
+            let mut kept = k.borrow_mut();
+            if v.capacity() > kept.capacity() {
+                *kept = v;
+            }
+        });
+    }
+}
+
+/// Hands an attention result's bytes, once copied into candle's storage, back to this thread's
+/// split workspace: with one f32 split the workspace *is* the result, and without this every
+/// decode step would allocate (and page-fault) its workspace afresh.
+pub(crate) fn recycle_result(out: GmTensor) {
+    workspace::recycle(out.data);
+}
