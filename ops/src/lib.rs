@@ -39,6 +39,7 @@ pub mod kernels;
 pub mod kv_cache;
 pub mod paged_attention;
 pub mod paged_gather;
+pub mod registry;
 pub mod runtime;
 pub mod sparse_attention;
 mod templates;

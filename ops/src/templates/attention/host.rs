@@ -2,8 +2,8 @@
 //! the split and merge kernels and keeps the split workspace between calls.
 
 use super::attn_split;
-use super::merge::{attn_merge, merge_blocks, MergeCfg};
-use super::plan::{merge_is_identity, split_plan, AttnCfg, SplitPlan};
+use super::merge::attn_merge;
+use super::plan::{plan, AttnCfg, AttnPlan, SplitPlan};
 use crate::error::OpError;
 use crate::runtime::{compiled, Runner};
 use tile_backend::ir::DType;
@@ -62,11 +62,21 @@ pub(crate) fn run_attention(
         ));
     }
     let max_count = inp.counts.iter().copied().max().unwrap_or(0).max(0) as usize;
-    let SplitPlan {
-        splits,
-        cps,
-        blocks,
-    } = split_plan(cfg, inp.batch, max_count, runner.concurrent_blocks());
+    let AttnPlan {
+        split: SplitPlan {
+            splits,
+            cps,
+            blocks,
+        },
+        merge,
+        ..
+    } = plan(
+        cfg,
+        inp.batch,
+        max_count,
+        inp.sink.is_some(),
+        runner.plan_target(),
+    );
     let tokens = inp.kv.shape.first().copied().unwrap_or(0);
     let kernel = compiled(op, &cfg.key(), || attn_split(cfg))?;
     let as_i32 = |shape: &[usize], v: &[i64]| GmTensor::from_i64(DType::I32, shape, v);
@@ -104,21 +114,15 @@ pub(crate) fn run_attention(
     drop(args);
     let heads = cfg.heads as usize;
     let has_token = |g: usize| inp.counts[g / heads] > 0;
-    if merge_is_identity(runner, cfg, splits, inp.sink.is_some()) {
-        // The one split's o and lse are the result as they are (see `merge_is_identity`);
-        // rows with no valid index take lse = +inf (their o is already 0).
+    let Some((mcfg, merge_blocks)) = merge else {
+        // The plan skips an identity merge: the one split's o and lse are the result as they
+        // are; rows with no valid index take lse = +inf (their o is already 0).
         for (g, lse) in lse_ws.data.chunks_exact_mut(4).enumerate() {
             if !has_token(g) {
                 lse.copy_from_slice(&f32::INFINITY.to_le_bytes());
             }
         }
         return Ok((o_ws, lse_ws));
-    }
-
-    let mcfg = MergeCfg {
-        dtype: cfg.dtype,
-        v_dim: cfg.v_dim,
-        sink: inp.sink.is_some(),
     };
     let merge = compiled(op, &mcfg.key(), || attn_merge(&mcfg))?;
     let fix: Vec<f32> = (0..rows)
@@ -147,7 +151,7 @@ pub(crate) fn run_attention(
     }
     margs.push(Arg::Tensor(GmTensor::zeros(cfg.dtype, &[rows, v_dim])));
     margs.push(Arg::Tensor(GmTensor::zeros(DType::F32, &[rows])));
-    runner.launch(&merge, merge_blocks(rows), &mut margs)?;
+    runner.launch(&merge, merge_blocks, &mut margs)?;
     let n = margs.len();
     let lse = take(op, &mut margs, n - 1)?;
     let out = take(op, &mut margs, n - 2)?;

@@ -61,10 +61,10 @@ mod tests;
 mod vector;
 
 pub(crate) use host::{recycle_result, run_attention, AttnInputs};
-pub(crate) use merge::{attn_merge, merge_blocks, MergeCfg};
+pub(crate) use merge::attn_merge;
 #[cfg(test)]
-use plan::{choose_splits, MAX_SPLITS};
-pub(crate) use plan::{split_plan, AttnCfg, SplitPlan, M_INIT};
+use plan::{choose_splits, split_plan, MAX_SPLITS};
+pub(crate) use plan::{plan, AttnCfg, AttnPlan, M_INIT};
 
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{

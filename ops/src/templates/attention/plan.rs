@@ -1,6 +1,7 @@
 //! The attention kernels' static shape ([`AttnCfg`]) and launch plan ([`split_plan`]).
 
-use crate::runtime::{PlanTarget, Runner};
+use super::merge::{merge_blocks, MergeCfg};
+use crate::runtime::PlanTarget;
 use tile_backend::ir::DType;
 
 /// The running max a head starts with (finite, so empty splits stay NaN-free).
@@ -159,7 +160,7 @@ fn best_slice(total: u64, max: u64) -> u64 {
 
 /// Top-k splits and chunks per split for `batch * nht` work items of up to `max_chunks` chunks:
 /// enough splits to occupy the `concurrent` blocks the target runs at once
-/// ([`Runner::concurrent_blocks`]), none of them empty.
+/// ([`PlanTarget::concurrent_blocks`]), none of them empty.
 pub(crate) fn choose_splits(items: usize, max_chunks: usize, concurrent: usize) -> (usize, usize) {
     let max_chunks = max_chunks.max(1);
     let want = concurrent
@@ -200,12 +201,52 @@ pub(crate) fn split_plan(
     }
 }
 
+/// The launch plan of one attention call: the split kernel's grid and, unless it would hand the
+/// split result back unchanged, the merge kernel's. [`plan`] makes it for a target; the host
+/// ([`run_attention`](super::run_attention)) and the `emit --op` registry
+/// ([`crate::kernels`]) both launch from it, so there is no second plan to keep equal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AttnPlan {
+    /// The split kernel's splits, chunks per split and blocks.
+    pub split: SplitPlan,
+    /// Global rows (`batch * heads`).
+    pub rows: usize,
+    /// The merge kernel's shape and blocks; `None` where it would be the identity (see
+    /// `merge_is_identity`).
+    pub merge: Option<(MergeCfg, usize)>,
+}
+
+/// The plan of an attention call of `batch` rows whose fullest row counts `longest` valid
+/// tokens, with or without a `sink`, on `target` (`cfg` is the kernel shape made for the same
+/// target).
+pub(crate) fn plan(
+    cfg: &AttnCfg,
+    batch: usize,
+    longest: usize,
+    sink: bool,
+    target: PlanTarget,
+) -> AttnPlan {
+    let split = split_plan(cfg, batch, longest, target.concurrent_blocks());
+    let rows = batch * cfg.heads as usize;
+    let merge = (!merge_is_identity(target, cfg, split.splits, sink)).then(|| {
+        (
+            MergeCfg {
+                dtype: cfg.dtype,
+                v_dim: cfg.v_dim,
+                sink,
+            },
+            merge_blocks(rows),
+        )
+    });
+    AttnPlan { split, rows, merge }
+}
+
 /// Whether the merge kernel would hand the split kernel's result back unchanged, so that a CPU
 /// run skips its launch: one split (its weight is exp(lse - lse) = 1 exactly and the weights
 /// sum to 1, so o and lse pass through bit for bit), f32 data (no cast), no sink. What is left
 /// of the merge, lse = +inf on rows with no valid index, the host does while reading the
 /// result. The device plan always launches the merge, so a kernel package and a profile stay
 /// complete in themselves.
-pub(crate) fn merge_is_identity(runner: &Runner, cfg: &AttnCfg, splits: usize, sink: bool) -> bool {
-    splits == 1 && cfg.dtype == DType::F32 && !sink && runner.plan_target() == PlanTarget::Cpu
+fn merge_is_identity(target: PlanTarget, cfg: &AttnCfg, splits: usize, sink: bool) -> bool {
+    splits == 1 && cfg.dtype == DType::F32 && !sink && target == PlanTarget::Cpu
 }
