@@ -123,7 +123,7 @@ impl Default for SparseAttentionShape {
     }
 }
 
-/// The shape of a [`crate::paged_attention`] call: vLLM-style dense decode with GQA (`q [batch,
+/// The shape of a [`crate::paged_attention()`] call: vLLM-style dense decode with GQA (`q [batch,
 /// heads, head_dim]`, K and V caches `[num_blocks, block_size, kv_heads, head_dim]`). The default:
 /// batch 8, 32 heads over 8 KV heads, head_dim 128, context 2048, block 16, f16.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,7 +158,7 @@ impl Default for PagedAttentionShape {
     }
 }
 
-/// The shape of a [`crate::paged_gather`] call (`src [T, C]`, `indices [1, n]`; result `[n,
+/// The shape of a [`crate::paged_gather()`] call (`src [T, C]`, `indices [1, n]`; result `[n,
 /// size]`). Only the dtype and `size` are static; `n` sets the block count. The default gathers
 /// the 2048 top-k rows of a DeepSeek latent cache (576 bf16 columns).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -321,7 +321,7 @@ pub fn sparse_paged_attention(shape: &SparseAttentionShape) -> Result<Vec<Launch
     attention_launches(OP, &cfg, s.batch, s.topk, s.sink)
 }
 
-/// The launches of [`crate::paged_attention`] for `shape`: the split kernel (the sparse
+/// The launches of [`crate::paged_attention()`] for `shape`: the split kernel (the sparse
 /// template with one head tile per KV head and a separate V cache) on `batch * kv_heads *
 /// splits` blocks, then the merge kernel. Errors: a size of 0 or above [`MAX_DIM`]
 /// ([`MAX_WIDTH`] for `head_dim`), `heads % kv_heads != 0` or more than 128 query heads per KV
@@ -353,7 +353,7 @@ pub fn paged_attention(shape: &PagedAttentionShape) -> Result<Vec<Launch>, OpErr
     attention_launches(OP, &cfg, s.batch, s.context_len, false)
 }
 
-/// The launch of [`crate::paged_gather`] for `shape`: one row-copy kernel on as many blocks as
+/// The launch of [`crate::paged_gather()`] for `shape`: one row-copy kernel on as many blocks as
 /// give every AIV a row (at most 32). Errors: `n` 0 or above [`MAX_DIM`], `size` 0 or above
 /// [`MAX_WIDTH`], a dtype other than f32/f16/bf16.
 pub fn paged_gather(shape: &PagedGatherShape) -> Result<Vec<Launch>, OpError> {

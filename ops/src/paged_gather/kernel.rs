@@ -21,7 +21,7 @@
 //! are written by hand: the sync pass would give the four buffers' MTE2 -> MTE3 pairs one
 //! shared id (their spans look disjoint in program order), and the MTE2 pipe running ahead
 //! could then set it twice before MTE3 waits (a lost signal the hazard check reports).
-//! Rows wider than [`CHUNK_BYTES`] are copied in column chunks through the same buffer.
+//! Rows wider than `CHUNK_BYTES` (`templates::row_copy`) are copied in column chunks through the same buffer.
 //!
 //! Only the dtype and `size` are static (the compile key); `n`, `T`, `C`, the block-table
 //! length and `block_size` are runtime scalar arguments, so a decode step never recompiles.

@@ -74,8 +74,8 @@ pub(crate) fn attn_cfg(
 ///
 /// Host side: each row's valid indices (the first `topk_length` entries that are not -1) are
 /// compacted to the front (stable, duplicates kept) and counted; the tail is padded with the
-/// row's first valid index. Kernels: [`attn_split`](crate::templates::attention::attn_split) (one block per batch row, head
-/// tile of up to 128 heads and top-k split) and [`attn_merge`](crate::templates::attention::attn_merge).
+/// row's first valid index. Kernels: `templates::attention::attn_split` (one block per batch row, head
+/// tile of up to 128 heads and top-k split) and `attn_merge`.
 pub fn run(runner: &mut Runner, p: &SparseProblem<'_>) -> Result<(GmTensor, GmTensor), OpError> {
     let (b, h, dqk) = match p.q.shape[..] {
         [b, h, d] => (b, h, d),
