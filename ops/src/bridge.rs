@@ -8,7 +8,7 @@ use bytemuck::{cast_slice, cast_slice_mut, Pod};
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, DType as CDType, Layout, Storage, Tensor};
 use tile_backend::ir::DType;
-use tile_backend::sim::{GmInOut, GmInput, GmTensor};
+use tile_backend::launch::{GmInOut, GmInput, GmTensor};
 
 /// The tile dtype of a candle data dtype (f32, f16, bf16).
 pub fn data_dtype(op: &'static str, arg: &'static str, d: CDType) -> Result<DType, OpError> {

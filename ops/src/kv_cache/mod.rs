@@ -2,8 +2,8 @@
 //! slot mapping, in place (a candle in-place op).
 //!
 //! On [`Backend::TileSim`] the kernel runs on the cache's candle storage itself: the storage is
-//! lent to the simulator as an [`Arg::InOut`](tile_backend::sim::Arg::InOut) and the rows as an
-//! [`Arg::Input`](tile_backend::sim::Arg::Input), so a call costs O(N rows), never a copy of the
+//! lent to the simulator as an [`Arg::InOut`](tile_backend::launch::Arg::InOut) and the rows as an
+//! [`Arg::Input`](tile_backend::launch::Arg::Input), so a call costs O(N rows), never a copy of the
 //! cache (a decode step writes a few rows into a cache of tens of MB).
 
 pub mod kernel;

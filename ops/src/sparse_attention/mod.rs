@@ -10,7 +10,7 @@ use crate::error::OpError;
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 use kernel::SparseProblem;
 use std::sync::Mutex;
-use tile_backend::sim::GmTensor;
+use tile_backend::launch::GmTensor;
 
 const OP: &str = "sparse_paged_attention";
 
