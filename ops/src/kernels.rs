@@ -33,9 +33,8 @@
 //! ```
 
 use crate::error::OpError;
-use crate::sparse_attention::kernel::template::{
-    attn_merge, attn_split, merge_blocks, split_plan, AttnCfg, MergeCfg, SplitPlan,
-};
+use crate::runtime::PlanTarget;
+use crate::templates::attention::{attn_merge, attn_split, plan, AttnCfg, AttnPlan};
 use tile_backend::ir::{DType, Kernel};
 
 /// One kernel launch of an op.
@@ -124,7 +123,7 @@ impl Default for SparseAttentionShape {
     }
 }
 
-/// The shape of a [`crate::paged_attention`] call: vLLM-style dense decode with GQA (`q [batch,
+/// The shape of a [`crate::paged_attention()`] call: vLLM-style dense decode with GQA (`q [batch,
 /// heads, head_dim]`, K and V caches `[num_blocks, block_size, kv_heads, head_dim]`). The default:
 /// batch 8, 32 heads over 8 KV heads, head_dim 128, context 2048, block 16, f16.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,7 +158,7 @@ impl Default for PagedAttentionShape {
     }
 }
 
-/// The shape of a [`crate::paged_gather`] call (`src [T, C]`, `indices [1, n]`; result `[n,
+/// The shape of a [`crate::paged_gather()`] call (`src [T, C]`, `indices [1, n]`; result `[n,
 /// size]`). Only the dtype and `size` are static; `n` sets the block count. The default gathers
 /// the 2048 top-k rows of a DeepSeek latent cache (576 bf16 columns).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,6 +206,80 @@ impl Default for ReshapeAndCacheShape {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The registry
+
+mod examples;
+pub use crate::registry::{shape_table, BuildError, OpShape, OpSpec, Param};
+pub use examples::{GatherMatmulShape, WorkedMatmul};
+
+/// Every op `tileops emit --op` serves, in the order `--op list` shows them: each entry is the
+/// op's shape description ([`OpShape`]). Adding an op is one line here.
+pub const OPS: &[OpSpec] = &[
+    OpSpec::of::<tile_backend::kernels::MatmulParams>(),
+    OpSpec::of::<tile_backend::kernels::AttentionParams>(),
+    OpSpec::of::<GatherMatmulShape>(),
+    OpSpec::of::<WorkedMatmul>(),
+    OpSpec::of::<SparseAttentionShape>(),
+    OpSpec::of::<PagedAttentionShape>(),
+    OpSpec::of::<PagedGatherShape>(),
+    OpSpec::of::<ReshapeAndCacheShape>(),
+];
+
+/// The registered op called `name`.
+pub fn find_op(name: &str) -> Option<&'static OpSpec> {
+    OPS.iter().find(|o| o.name == name)
+}
+
+crate::op_shape! {
+    SparseAttentionShape = "sparse-paged-attention",
+    "DeepSeek-V3.2 sparse top-k decode (tileops_ops::sparse_paged_attention): top-k split \
+     kernel, then the merge; defaults are the DeepSeek decode shape",
+    |s| sparse_paged_attention(s);
+    dtype: "q and cache dtype: f32, f16, bf16",
+    batch: "batch rows B (sets the blocks and the top-k splits)",
+    heads: "query heads H",
+    dqk: "columns of q and of a cache row",
+    v_dim: "V columns, the first v-dim of a cache row (<= dqk)",
+    topk: "valid indices of the fullest row (sets the top-k splits)",
+    block_size: "tokens per cache block",
+    sink: "per-head attention sink: false or true",
+}
+
+crate::op_shape! {
+    PagedAttentionShape = "paged-attention",
+    "vLLM-style dense decode with GQA (tileops_ops::paged_attention): split kernel, then the \
+     merge",
+    |s| paged_attention(s);
+    dtype: "q and cache dtype: f32, f16, bf16",
+    batch: "batch rows B (sets the blocks and the splits)",
+    heads: "query heads H",
+    kv_heads: "KV heads Hkv (divides H, at most 128 query heads each)",
+    head_dim: "head dimension D",
+    context_len: "tokens of the longest context (sets the splits)",
+    block_size: "tokens per cache block",
+}
+
+crate::op_shape! {
+    PagedGatherShape = "paged-gather",
+    "rows gathered from a paged source through a block table, GM -> UB -> GM \
+     (tileops_ops::paged_gather)",
+    |s| paged_gather(s);
+    dtype: "source dtype: f32, f16, bf16",
+    n: "rows gathered (sets the blocks)",
+    size: "columns gathered per row",
+}
+
+crate::op_shape! {
+    ReshapeAndCacheShape = "reshape-and-cache",
+    "new K/V (or MLA latent) rows written into a paged cache by slot mapping \
+     (tileops_ops::reshape_and_cache)",
+    |s| reshape_and_cache(s);
+    dtype: "row and cache dtype: f32, f16, bf16",
+    tokens: "new rows N (sets the blocks)",
+    width: "elements per row (Hkv * D, or the latent width)",
+}
+
+// ---------------------------------------------------------------------------------------------
 // Launches
 
 /// The launches of [`crate::sparse_paged_attention`] for `shape`: the top-k split kernel on
@@ -248,7 +321,7 @@ pub fn sparse_paged_attention(shape: &SparseAttentionShape) -> Result<Vec<Launch
     attention_launches(OP, &cfg, s.batch, s.topk, s.sink)
 }
 
-/// The launches of [`crate::paged_attention`] for `shape`: the split kernel (the sparse
+/// The launches of [`crate::paged_attention()`] for `shape`: the split kernel (the sparse
 /// template with one head tile per KV head and a separate V cache) on `batch * kv_heads *
 /// splits` blocks, then the merge kernel. Errors: a size of 0 or above [`MAX_DIM`]
 /// ([`MAX_WIDTH`] for `head_dim`), `heads % kv_heads != 0` or more than 128 query heads per KV
@@ -280,7 +353,7 @@ pub fn paged_attention(shape: &PagedAttentionShape) -> Result<Vec<Launch>, OpErr
     attention_launches(OP, &cfg, s.batch, s.context_len, false)
 }
 
-/// The launch of [`crate::paged_gather`] for `shape`: one row-copy kernel on as many blocks as
+/// The launch of [`crate::paged_gather()`] for `shape`: one row-copy kernel on as many blocks as
 /// give every AIV a row (at most 32). Errors: `n` 0 or above [`MAX_DIM`], `size` 0 or above
 /// [`MAX_WIDTH`], a dtype other than f32/f16/bf16.
 pub fn paged_gather(shape: &PagedGatherShape) -> Result<Vec<Launch>, OpError> {
@@ -291,7 +364,7 @@ pub fn paged_gather(shape: &PagedGatherShape) -> Result<Vec<Launch>, OpError> {
     let kernel = crate::paged_gather::kernel::gather_kernel(shape.dtype, shape.size as u64);
     Ok(vec![Launch {
         kernel,
-        block_dim: crate::paged_gather::kernel::block_dim_for(shape.n) as u64,
+        block_dim: crate::templates::row_copy::block_dim_for(shape.n) as u64,
         scalars: vec![("n", shape.n as i64)],
     }])
 }
@@ -307,16 +380,15 @@ pub fn reshape_and_cache(shape: &ReshapeAndCacheShape) -> Result<Vec<Launch>, Op
     let kernel = crate::kv_cache::kernel::cache_kernel(shape.dtype, shape.width as u64);
     Ok(vec![Launch {
         kernel,
-        block_dim: crate::paged_gather::kernel::block_dim_for(shape.tokens) as u64,
+        block_dim: crate::templates::row_copy::block_dim_for(shape.tokens) as u64,
         scalars: vec![("n", shape.tokens as i64)],
     }])
 }
 
-/// The two launches of the attention template for `batch` rows whose fullest row counts
-/// `longest` valid tokens on the Ascend 950: the split kernel's [`split_plan`] for the device's
-/// clusters (the plan `template::run_attention` launches from when packaging or profiling) and
-/// merge blocks [`merge_blocks`] of `batch * heads` rows. The test
-/// `launches_match_what_the_ops_launch` holds the two together.
+/// The launches of the attention template for `batch` rows whose fullest row counts `longest`
+/// valid tokens on the Ascend 950: the split and merge kernels as
+/// [`crate::templates::attention::plan`] plans them for [`PlanTarget::Device`] (the plan the
+/// host launches from when packaging or profiling).
 fn attention_launches(
     op: &'static str,
     cfg: &AttnCfg,
@@ -340,33 +412,25 @@ fn attention_launches(
         })?;
     // rows <= MAX_DIM bounds batch * nht (< 2^31) and splits <= 32: no overflow in u64. (The
     // code generator refuses a block_dim above 2^32 - 1.)
-    let SplitPlan {
-        splits,
-        cps,
-        blocks: split_blocks,
-    } = split_plan(cfg, batch, longest, crate::runtime::device_clusters());
-    let mcfg = MergeCfg {
-        dtype: cfg.dtype,
-        v_dim: cfg.v_dim,
-        sink,
-    };
-    Ok(vec![
-        Launch {
-            kernel: attn_split(cfg),
-            block_dim: split_blocks,
-            scalars: vec![
-                ("batch", batch as i64),
-                ("topk", longest as i64),
-                ("splits", splits as i64),
-                ("chunks_per_split", cps as i64),
-            ],
-        },
-        Launch {
+    let AttnPlan { split, merge, .. } = plan(cfg, batch, longest, sink, PlanTarget::Device);
+    let mut launches = vec![Launch {
+        kernel: attn_split(cfg),
+        block_dim: split.blocks,
+        scalars: vec![
+            ("batch", batch as i64),
+            ("topk", longest as i64),
+            ("splits", split.splits as i64),
+            ("chunks_per_split", split.cps as i64),
+        ],
+    }];
+    if let Some((mcfg, blocks)) = merge {
+        launches.push(Launch {
             kernel: attn_merge(&mcfg),
-            block_dim: merge_blocks(rows) as u64,
-            scalars: vec![("rows", rows as i64), ("splits", splits as i64)],
-        },
-    ])
+            block_dim: blocks as u64,
+            scalars: vec![("rows", rows as i64), ("splits", split.splits as i64)],
+        });
+    }
+    Ok(launches)
 }
 
 /// A data dtype the ops take.
@@ -412,7 +476,7 @@ fn width(op: &'static str, arg: &'static str, v: usize) -> Result<(), OpError> {
 mod tests {
     use super::*;
     use crate::runtime::{profile, Runner};
-    use tile_backend::sim::GmTensor;
+    use tile_backend::launch::GmTensor;
 
     /// Kernel names and block_dims of what the op launched, inside `profile`.
     fn launched(run: impl FnOnce() -> Result<(), OpError>) -> Vec<(String, u64)> {

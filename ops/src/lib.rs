@@ -5,7 +5,7 @@
 //! runs the op's compiled tile kernels in the Ascend 950 simulator, [`Backend::Ascend950`]
 //! writes the kernel package and reports that no device is present. See docs/ops.md.
 //!
-//! The ops: [`paged_gather`], [`sparse_paged_attention`], [`paged_attention`],
+//! The ops: [`paged_gather()`], [`sparse_paged_attention`], [`paged_attention()`],
 //! [`reshape_and_cache`].
 //!
 //! Layout: [`backend`], [`error`], [`runtime`] (kernel cache, launcher, profiling), [`kernels`]
@@ -39,8 +39,10 @@ pub mod kernels;
 pub mod kv_cache;
 pub mod paged_attention;
 pub mod paged_gather;
+pub mod registry;
 pub mod runtime;
 pub mod sparse_attention;
+mod templates;
 
 pub use backend::Backend;
 pub use error::OpError;

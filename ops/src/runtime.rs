@@ -14,8 +14,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tile_backend::arch::{Arch, Sku};
 use tile_backend::codegen::pto::{emit, LaunchSpec};
 use tile_backend::ir::Kernel;
+use tile_backend::launch::Arg;
 use tile_backend::passes::compile;
-use tile_backend::sim::{self, cost::CostReport, Arg, SimOptions};
+use tile_backend::sim::{self, cost::CostReport, SimOptions};
 
 /// The environment variable naming the directory the Ascend950 backend writes packages into
 /// (default: `<temp dir>/tileops-packages`).
@@ -139,6 +140,22 @@ pub enum PlanTarget {
     Cpu,
 }
 
+impl PlanTarget {
+    /// How many blocks this target runs at once, which an op's launch plan sizes its grid for:
+    /// the device's clusters, or the simulator's worker threads.
+    pub fn concurrent_blocks(self) -> usize {
+        match self {
+            PlanTarget::Cpu => rayon::current_num_threads().max(1),
+            PlanTarget::Device => device_clusters(),
+        }
+    }
+
+    /// Whether this target runs a block's pipes concurrently (so double buffering pays).
+    pub fn pipes_overlap(self) -> bool {
+        self == PlanTarget::Device
+    }
+}
+
 impl Runner {
     /// A runner that simulates every launch (traced when inside [`profile`]).
     pub fn sim(op: &'static str) -> Self {
@@ -198,16 +215,13 @@ impl Runner {
     /// for (e.g. how many top-k splits attention uses): the Ascend 950's clusters, or the
     /// simulator's worker threads (see [`PlanTarget`]).
     pub fn concurrent_blocks(&self) -> usize {
-        match self.plan_target() {
-            PlanTarget::Cpu => rayon::current_num_threads().max(1),
-            PlanTarget::Device => device_clusters(),
-        }
+        self.plan_target().concurrent_blocks()
     }
 
     /// Whether the plan's target runs a block's pipes concurrently, so that double buffering
     /// overlaps loads with compute (see [`PlanTarget`]).
     pub fn pipes_overlap(&self) -> bool {
-        self.plan_target() == PlanTarget::Device
+        self.plan_target().pipes_overlap()
     }
 
     /// How many kernels this runner has launched so far.

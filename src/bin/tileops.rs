@@ -28,15 +28,12 @@ use std::process::ExitCode;
 use tile_backend::arch::Arch;
 use tile_backend::codegen::pto::{emit, LaunchSpec};
 use tile_backend::ir::{
-    Axis, CoreKind, DType, GmView, Kernel, Op, ParamId, ParamKind, ScalarArg, Scale, Stmt, Storage,
+    Axis, CoreKind, GmView, Kernel, Op, ParamId, ParamKind, ScalarArg, Scale, Stmt, Storage,
     TileRef,
 };
-use tile_backend::kernels::{AttentionParams, GatherMatmulParams, Handoff, MatmulParams};
 use tile_backend::sim::io::ScalarValue;
 use tile_backend::verify::{verify, Report};
-use tileops_ops::kernels::{
-    self, Launch, PagedAttentionShape, PagedGatherShape, ReshapeAndCacheShape, SparseAttentionShape,
-};
+use tileops_ops::kernels::{self, BuildError, Launch, OpSpec};
 use tileops_ops::OpError;
 
 /// Exit status for a kernel with verifier errors.
@@ -529,15 +526,20 @@ fn emit_cmd(
                     "--block-dim applies to kernel files; op `{name}` knows its launches"
                 ));
             }
-            let entry = OPS.iter().find(|e| e.name == name).ok_or_else(|| {
+            let entry = kernels::find_op(name).ok_or_else(|| {
                 anyhow!(
                     "unknown op `{name}`; registered ops: {}",
-                    OPS.iter().map(|e| e.name).collect::<Vec<_>>().join(", ")
+                    kernels::OPS
+                        .iter()
+                        .map(|e| e.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )
             })?;
-            let flags = OpFlags::parse(entry, args)?;
-            let launches = (entry.build)(&flags).map_err(|e| shape_error(entry.name, e))?;
-            flags.check_all_used()?;
+            let values = op_flags(entry, args)?;
+            let launches = entry
+                .launches(&values)
+                .map_err(|e| build_error(entry.name, e))?;
             let many = launches.len() > 1;
             (launches, many)
         }
@@ -617,252 +619,37 @@ fn launch_dir(i: usize, kernel: &str) -> String {
     format!("{i}-{kernel}")
 }
 
-/// A shape error of an ops-crate op as the command line reports it: the flag (`--v-dim` for the
-/// argument `v_dim`) and the rule.
-fn shape_error(op: &str, e: anyhow::Error) -> anyhow::Error {
-    match e.downcast::<OpError>() {
-        Ok(OpError::Invalid { arg, rule, .. }) => {
+/// A build error of a registered op as the command line reports it: the flag (`--v-dim` for
+/// the argument `v_dim`) and the rule.
+fn build_error(op: &str, e: BuildError) -> anyhow::Error {
+    match e {
+        BuildError::Op(OpError::Invalid { arg, rule, .. }) => {
             anyhow!("op `{op}`: --{}: {rule}", arg.replace('_', "-"))
         }
-        Ok(other) => anyhow!("op `{op}`: {other}"),
-        Err(e) => e,
+        BuildError::Op(other) => anyhow!("op `{op}`: {other}"),
+        BuildError::Value { param, value, why } => {
+            anyhow!("--{} {value}: {why} (op `{op}`)", param.replace('_', "-"))
+        }
+        BuildError::Unknown { param, .. } => anyhow!("op `{op}` has no flag --{param}"),
     }
 }
 
-/// Kernels an op launches, in order, each with its block_dim.
-type Launches = Vec<Launch>;
-
-/// One registered op: its name, what it is, its shape flags (name, meaning) and the function
-/// that builds its launches from them (reading each flag through [`OpFlags`] with its default,
-/// which `--op list` shows). Adding an op to `tileops emit --op` is one entry of [`OPS`].
-struct OpEntry {
-    name: &'static str,
-    about: &'static str,
-    flags: &'static [(&'static str, &'static str)],
-    build: fn(&OpFlags) -> Result<Launches>,
-}
-
-/// The `--op` registry.
-const OPS: &[OpEntry] = &[
-    OpEntry {
-        name: "matmul",
-        about: "tiled double-buffered C = A B (tile_backend::kernels::matmul), one output tile per block",
-        flags: &[
-            ("m", "rows of A and C"),
-            ("k", "columns of A, rows of B"),
-            ("n", "columns of B and C"),
-            ("tile-m", "rows of an output tile"),
-            ("tile-n", "columns of an output tile"),
-            ("tile-k", "depth of a K slice"),
-            ("dtype", "operand dtype: f16, bf16, f32, i8"),
-        ],
-        build: |f| {
-            let d = MatmulParams::default();
-            let p = MatmulParams {
-                m: f.u64("m", d.m)?,
-                k: f.u64("k", d.k)?,
-                n: f.u64("n", d.n)?,
-                tile_m: f.u64("tile-m", d.tile_m)?,
-                tile_n: f.u64("tile-n", d.tile_n)?,
-                tile_k: f.u64("tile-k", d.tile_k)?,
-                dtype: f.dtype("dtype", d.dtype)?,
-            };
-            Ok(vec![Launch::new(tile_backend::kernels::matmul(&p), p.block_dim())])
-        },
-    },
-    OpEntry {
-        name: "attention",
-        about: "one-tile flash-attention core, Q K^T -> softmax -> P V the 950 way (kernels::attention_tile)",
-        flags: &[
-            ("ts", "queries per tile (multiple of 32)"),
-            ("tkv", "keys per tile (multiple of 16)"),
-            ("d", "head dimension (multiple of 16)"),
-            ("dtype", "f16 or bf16"),
-            ("batch", "independent tiles, one per block"),
-            ("handoff", "channels or cross-flags"),
-        ],
-        build: |f| {
-            let d = AttentionParams::default();
-            let handoff = match f.choice("handoff", &["channels", "cross-flags"])? {
-                "cross-flags" => Handoff::CrossFlags,
-                _ => Handoff::Channels,
-            };
-            let p = AttentionParams {
-                ts: f.u64("ts", d.ts)?,
-                tkv: f.u64("tkv", d.tkv)?,
-                d: f.u64("d", d.d)?,
-                dtype: f.dtype("dtype", d.dtype)?,
-                batch: f.u64("batch", d.batch)?,
-                handoff,
-            };
-            Ok(vec![Launch::new(
-                tile_backend::kernels::attention_tile(&p),
-                p.block_dim(),
-            )])
-        },
-    },
-    OpEntry {
-        name: "gather-matmul",
-        about: "S = Q K^T with K rows gathered from a paged cache into L1 (kernels::gather_matmul)",
-        flags: &[
-            ("preset", "start from default, int8, upstream-small or upstream-int8"),
-            ("m", "query rows"),
-            ("size", "columns gathered per row (the contraction)"),
-            ("cols", "columns of a cache row"),
-            ("tokens", "rows of the paged cache"),
-            ("block-size", "tokens per cache block"),
-            ("table-len", "entries of the block table"),
-            ("n", "rows gathered (top-k)"),
-            ("tile-n", "rows gathered per tile"),
-            ("dtype", "f16, bf16, f32 or i8"),
-        ],
-        build: |f| {
-            let presets = ["default", "int8", "upstream-small", "upstream-int8"];
-            let d = match f.choice("preset", &presets)? {
-                "int8" => GatherMatmulParams::int8(),
-                "upstream-small" => GatherMatmulParams::upstream_small(),
-                "upstream-int8" => GatherMatmulParams::upstream_int8(),
-                _ => GatherMatmulParams::default(),
-            };
-            let p = GatherMatmulParams {
-                m: f.u64("m", d.m)?,
-                size: f.u64("size", d.size)?,
-                cols: f.u64("cols", d.cols)?,
-                tokens: f.u64("tokens", d.tokens)?,
-                block_size: f.u64("block-size", d.block_size)?,
-                table_len: f.u64("table-len", d.table_len)?,
-                n: f.u64("n", d.n)?,
-                tile_n: f.u64("tile-n", d.tile_n)?,
-                dtype: f.dtype("dtype", d.dtype)?,
-            };
-            Ok(vec![Launch::new(
-                tile_backend::kernels::gather_matmul(&p),
-                p.block_dim(),
-            )])
-        },
-    },
-    OpEntry {
-        name: "worked-matmul",
-        about: "the single-tile matmul of docs/tile-ir.md (kernels::worked_matmul)",
-        flags: &[],
-        build: |_| Ok(vec![Launch::new(tile_backend::kernels::worked_matmul(), 1)]),
-    },
-    OpEntry {
-        name: "sparse-paged-attention",
-        about: "DeepSeek-V3.2 sparse top-k decode (tileops_ops::sparse_paged_attention): top-k split \
-                kernel, then the merge; defaults are the DeepSeek decode shape",
-        flags: &[
-            ("dtype", "q and cache dtype: f32, f16, bf16"),
-            ("batch", "batch rows B (sets the blocks and the top-k splits)"),
-            ("heads", "query heads H"),
-            ("dqk", "columns of q and of a cache row"),
-            ("v-dim", "V columns, the first v-dim of a cache row (<= dqk)"),
-            ("topk", "valid indices of the fullest row (sets the top-k splits)"),
-            ("block-size", "tokens per cache block"),
-            ("sink", "per-head attention sink: false or true"),
-        ],
-        build: |f| {
-            let d = SparseAttentionShape::default();
-            let s = SparseAttentionShape {
-                dtype: f.dtype("dtype", d.dtype)?,
-                batch: f.usize("batch", d.batch)?,
-                heads: f.usize("heads", d.heads)?,
-                dqk: f.usize("dqk", d.dqk)?,
-                v_dim: f.usize("v-dim", d.v_dim)?,
-                topk: f.usize("topk", d.topk)?,
-                block_size: f.usize("block-size", d.block_size)?,
-                sink: f.bool("sink", d.sink)?,
-            };
-            Ok(kernels::sparse_paged_attention(&s)?)
-        },
-    },
-    OpEntry {
-        name: "paged-attention",
-        about: "vLLM-style dense decode with GQA (tileops_ops::paged_attention): split kernel, then \
-                the merge",
-        flags: &[
-            ("dtype", "q and cache dtype: f32, f16, bf16"),
-            ("batch", "batch rows B (sets the blocks and the splits)"),
-            ("heads", "query heads H"),
-            ("kv-heads", "KV heads Hkv (divides H, at most 128 query heads each)"),
-            ("head-dim", "head dimension D"),
-            ("context-len", "tokens of the longest context (sets the splits)"),
-            ("block-size", "tokens per cache block"),
-        ],
-        build: |f| {
-            let d = PagedAttentionShape::default();
-            let s = PagedAttentionShape {
-                dtype: f.dtype("dtype", d.dtype)?,
-                batch: f.usize("batch", d.batch)?,
-                heads: f.usize("heads", d.heads)?,
-                kv_heads: f.usize("kv-heads", d.kv_heads)?,
-                head_dim: f.usize("head-dim", d.head_dim)?,
-                context_len: f.usize("context-len", d.context_len)?,
-                block_size: f.usize("block-size", d.block_size)?,
-            };
-            Ok(kernels::paged_attention(&s)?)
-        },
-    },
-    OpEntry {
-        name: "paged-gather",
-        about: "rows gathered from a paged source through a block table, GM -> UB -> GM \
-                (tileops_ops::paged_gather)",
-        flags: &[
-            ("dtype", "source dtype: f32, f16, bf16"),
-            ("n", "rows gathered (sets the blocks)"),
-            ("size", "columns gathered per row"),
-        ],
-        build: |f| {
-            let d = PagedGatherShape::default();
-            let s = PagedGatherShape {
-                dtype: f.dtype("dtype", d.dtype)?,
-                n: f.usize("n", d.n)?,
-                size: f.usize("size", d.size)?,
-            };
-            Ok(kernels::paged_gather(&s)?)
-        },
-    },
-    OpEntry {
-        name: "reshape-and-cache",
-        about: "new K/V (or MLA latent) rows written into a paged cache by slot mapping \
-                (tileops_ops::reshape_and_cache)",
-        flags: &[
-            ("dtype", "row and cache dtype: f32, f16, bf16"),
-            ("tokens", "new rows N (sets the blocks)"),
-            ("width", "elements per row (Hkv * D, or the latent width)"),
-        ],
-        build: |f| {
-            let d = ReshapeAndCacheShape::default();
-            let s = ReshapeAndCacheShape {
-                dtype: f.dtype("dtype", d.dtype)?,
-                tokens: f.usize("tokens", d.tokens)?,
-                width: f.usize("width", d.width)?,
-            };
-            Ok(kernels::reshape_and_cache(&s)?)
-        },
-    },
-];
-
-/// `tileops emit --op list`: every op with its flags and their defaults (read back from the
-/// op's builder run without flags, so they are the values it really uses).
+/// `tileops emit --op list`: every registered op with its flags and their defaults.
 fn op_list() -> String {
     let mut s = String::from(
         "ops for `tileops emit --op NAME [--FLAG VALUE ...] -o DIR` (an op with several \
          launches writes DIR/<i>-<kernel>/ per launch):\n",
     );
-    for e in OPS {
+    for e in kernels::OPS {
         let _ = writeln!(s, "\n{}: {}", e.name, e.about);
-        let flags = OpFlags::new(e.name, Default::default());
-        // Only the defaults the builder reads matter here, not its kernels.
-        let _ = (e.build)(&flags);
-        let defaults = flags.defaults.borrow();
-        for (flag, what) in e.flags {
-            match defaults.get(*flag) {
+        for p in e.params {
+            let flag = p.flag();
+            match e.default_of(p.name) {
                 Some(d) => {
-                    let _ = writeln!(s, "  --{flag:<12} {what} [default: {d}]");
+                    let _ = writeln!(s, "  --{flag:<12} {} [default: {d}]", p.about);
                 }
                 None => {
-                    let _ = writeln!(s, "  --{flag:<12} {what}");
+                    let _ = writeln!(s, "  --{flag:<12} {}", p.about);
                 }
             }
         }
@@ -870,142 +657,47 @@ fn op_list() -> String {
     s
 }
 
-/// The shape flags given to an op, checked against its registry entry.
-struct OpFlags {
-    op: &'static str,
-    values: std::collections::BTreeMap<String, String>,
-    /// Flags the builder read.
-    used: std::cell::RefCell<std::collections::BTreeSet<String>>,
-    /// The default of every flag the builder read (for `--op list`).
-    defaults: std::cell::RefCell<std::collections::BTreeMap<String, String>>,
-}
-
-impl OpFlags {
-    fn parse(entry: &OpEntry, args: &[String]) -> Result<OpFlags> {
-        let mut values = std::collections::BTreeMap::new();
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            let Some(flag) = a.strip_prefix("--") else {
-                return Err(anyhow!(
-                    "op `{}` takes --FLAG VALUE pairs, got `{a}`",
-                    entry.name
-                ));
-            };
-            let (key, value) = match flag.split_once('=') {
-                Some((k, v)) => (k.to_string(), v.to_string()),
-                None => {
-                    let v = it.next().ok_or_else(|| anyhow!("--{flag} needs a value"))?;
-                    (flag.to_string(), v.clone())
+/// The `--FLAG VALUE` (or `--FLAG=VALUE`) pairs given to op `entry`, each a flag it has, none
+/// twice.
+fn op_flags(entry: &OpSpec, args: &[String]) -> Result<Vec<(String, String)>> {
+    let mut values: Vec<(String, String)> = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let Some(flag) = a.strip_prefix("--") else {
+            return Err(anyhow!(
+                "op `{}` takes --FLAG VALUE pairs, got `{a}`",
+                entry.name
+            ));
+        };
+        let (key, value) = match flag.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => {
+                let v = it.next().ok_or_else(|| anyhow!("--{flag} needs a value"))?;
+                (flag.to_string(), v.clone())
+            }
+        };
+        if entry.params.iter().all(|p| p.flag() != key) {
+            let known: Vec<String> = entry
+                .params
+                .iter()
+                .map(|p| format!("--{}", p.flag()))
+                .collect();
+            return Err(anyhow!(
+                "op `{}` has no flag --{key}; its flags: {}",
+                entry.name,
+                if known.is_empty() {
+                    "(none)".to_string()
+                } else {
+                    known.join(", ")
                 }
-            };
-            if !entry.flags.iter().any(|(f, _)| *f == key) {
-                let known: Vec<String> =
-                    entry.flags.iter().map(|(f, _)| format!("--{f}")).collect();
-                return Err(anyhow!(
-                    "op `{}` has no flag --{key}; its flags: {}",
-                    entry.name,
-                    if known.is_empty() {
-                        "(none)".to_string()
-                    } else {
-                        known.join(", ")
-                    }
-                ));
-            }
-            if values.insert(key.clone(), value).is_some() {
-                return Err(anyhow!("--{key} is given twice"));
-            }
+            ));
         }
-        Ok(OpFlags::new(entry.name, values))
-    }
-
-    fn new(op: &'static str, values: std::collections::BTreeMap<String, String>) -> OpFlags {
-        OpFlags {
-            op,
-            values,
-            used: Default::default(),
-            defaults: Default::default(),
+        if values.iter().any(|(k, _)| *k == key) {
+            return Err(anyhow!("--{key} is given twice"));
         }
+        values.push((key, value));
     }
-
-    /// The value given for `key`, noting that the builder read it and its default.
-    fn str(&self, key: &str, default: &dyn std::fmt::Display) -> Option<&str> {
-        self.used.borrow_mut().insert(key.to_string());
-        self.defaults
-            .borrow_mut()
-            .insert(key.to_string(), default.to_string());
-        self.values.get(key).map(String::as_str)
-    }
-
-    fn u64(&self, key: &str, default: u64) -> Result<u64> {
-        match self.str(key, &default) {
-            None => Ok(default),
-            Some(v) => v.parse().map_err(|_| {
-                anyhow!(
-                    "--{key} {v}: expected a non-negative integer (op `{}`)",
-                    self.op
-                )
-            }),
-        }
-    }
-
-    fn usize(&self, key: &str, default: usize) -> Result<usize> {
-        match self.str(key, &default) {
-            None => Ok(default),
-            Some(v) => v.parse().map_err(|_| {
-                anyhow!(
-                    "--{key} {v}: expected a non-negative integer (op `{}`)",
-                    self.op
-                )
-            }),
-        }
-    }
-
-    fn bool(&self, key: &str, default: bool) -> Result<bool> {
-        match self.str(key, &default) {
-            None => Ok(default),
-            Some("true") => Ok(true),
-            Some("false") => Ok(false),
-            Some(v) => Err(anyhow!(
-                "--{key} {v}: expected true or false (op `{}`)",
-                self.op
-            )),
-        }
-    }
-
-    /// One of `choices`; the first is the default.
-    fn choice(&self, key: &str, choices: &[&'static str]) -> Result<&'static str> {
-        let default = choices.first().copied().unwrap_or_default();
-        match self.str(key, &default) {
-            None => Ok(default),
-            Some(v) => choices.iter().copied().find(|c| *c == v).ok_or_else(|| {
-                anyhow!(
-                    "--{key} {v}: expected one of {} (op `{}`)",
-                    choices.join(", "),
-                    self.op
-                )
-            }),
-        }
-    }
-
-    fn dtype(&self, key: &str, default: DType) -> Result<DType> {
-        match self.str(key, &default) {
-            None => Ok(default),
-            Some(v) => DType::ALL
-                .into_iter()
-                .find(|d| d.name() == v.to_ascii_lowercase())
-                .ok_or_else(|| anyhow!("--{key} {v}: not a dtype (f32, f16, bf16, i8, ...)")),
-        }
-    }
-
-    /// Every given flag was read by the op's builder (a registry entry that lists a flag it
-    /// ignores is a bug worth reporting).
-    fn check_all_used(&self) -> Result<()> {
-        let used = self.used.borrow();
-        match self.values.keys().find(|k| !used.contains(*k)) {
-            Some(k) => Err(anyhow!("op `{}` ignored --{k}", self.op)),
-            None => Ok(()),
-        }
-    }
+    Ok(values)
 }
 
 /// The worked kernel of docs/tile-ir.md (`tile_backend::kernels::worked_matmul`).

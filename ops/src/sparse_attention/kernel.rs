@@ -5,12 +5,9 @@
 use crate::error::OpError;
 use crate::runtime::Runner;
 use tile_backend::ir::DType;
-use tile_backend::sim::{GmInput, GmTensor};
+use tile_backend::launch::{GmInput, GmTensor};
 
-pub(crate) mod template;
-
-pub(crate) use template::recycle_result;
-use template::{run_attention, AttnCfg, AttnInputs};
+use crate::templates::attention::{run_attention, AttnCfg, AttnInputs};
 
 const OP: &str = "sparse_paged_attention";
 
@@ -77,8 +74,8 @@ pub(crate) fn attn_cfg(
 ///
 /// Host side: each row's valid indices (the first `topk_length` entries that are not -1) are
 /// compacted to the front (stable, duplicates kept) and counted; the tail is padded with the
-/// row's first valid index. Kernels: [`template::attn_split`] (one block per batch row, head
-/// tile of up to 128 heads and top-k split) and [`template::attn_merge`].
+/// row's first valid index. Kernels: `templates::attention::attn_split` (one block per batch row, head
+/// tile of up to 128 heads and top-k split) and `attn_merge`.
 pub fn run(runner: &mut Runner, p: &SparseProblem<'_>) -> Result<(GmTensor, GmTensor), OpError> {
     let (b, h, dqk) = match p.q.shape[..] {
         [b, h, d] => (b, h, d),

@@ -1,0 +1,271 @@
+//! The op registry's machinery: an op's shape describes itself once ([`OpShape`], written with
+//! [`op_shape!`](crate::op_shape)), and everything else — the `tileops emit --op` flags and
+//! their defaults, `--op list`, the shape table of docs/ops.md — is read from that description.
+//! The list of registered ops is [`crate::kernels::OPS`]; adding an op is one line there.
+
+use crate::error::OpError;
+use crate::kernels::Launch;
+use tile_backend::ir::DType;
+use tile_backend::kernels::Handoff;
+
+/// One shape parameter of an op: the field name (`v_dim`; its command-line flag is
+/// [`Param::flag`], `--v-dim`) and what it means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Param {
+    /// The field (and [`OpError::Invalid`] argument) name, snake_case.
+    pub name: &'static str,
+    /// What the parameter means (one line).
+    pub about: &'static str,
+}
+
+impl Param {
+    /// The flag name, kebab-case (`v_dim` -> `v-dim`).
+    pub fn flag(&self) -> String {
+        self.name.replace('_', "-")
+    }
+}
+
+/// The shape of one op's call, described once: its name, its parameters with their defaults
+/// (the shape's `Default`) and the launches it makes.
+pub trait OpShape: Default {
+    /// The op's name under `tileops emit --op`.
+    const NAME: &'static str;
+    /// What the op is (one line).
+    const ABOUT: &'static str;
+    /// Its parameters, in the order they are applied and listed.
+    const PARAMS: &'static [Param];
+    /// Sets parameter `name` from its text; the error says what was expected.
+    fn set(&mut self, name: &str, value: &str) -> Result<(), String>;
+    /// The value of parameter `name` as text (`None`: no such parameter).
+    fn get(&self, name: &str) -> Option<String>;
+    /// The kernels this shape launches, in order (validating the shape first).
+    fn launches(&self) -> Result<Vec<Launch>, OpError>;
+}
+
+/// Why a registered op could not build its launches from named values.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// No parameter of that name.
+    #[error("op `{op}` has no parameter `{param}`")]
+    Unknown {
+        /// The op.
+        op: &'static str,
+        /// The name given.
+        param: String,
+    },
+    /// A value that does not parse.
+    #[error("{param} {value}: {why}")]
+    Value {
+        /// The parameter.
+        param: &'static str,
+        /// The text given.
+        value: String,
+        /// What was expected.
+        why: String,
+    },
+    /// The shape parses but the op refuses it.
+    #[error(transparent)]
+    Op(#[from] OpError),
+}
+
+/// One entry of the registry: an [`OpShape`] seen through plain data and function pointers, so
+/// that a `const` list can hold ops of different shape types.
+#[derive(Debug, Clone, Copy)]
+pub struct OpSpec {
+    /// The op's name.
+    pub name: &'static str,
+    /// What it is.
+    pub about: &'static str,
+    /// Its parameters.
+    pub params: &'static [Param],
+    defaults: fn(&str) -> Option<String>,
+    build: BuildFn,
+}
+
+/// How an [`OpSpec`] builds its launches from named values.
+type BuildFn = fn(&[(String, String)]) -> Result<Vec<Launch>, BuildError>;
+
+impl OpSpec {
+    /// The entry of shape `S`.
+    pub const fn of<S: OpShape>() -> OpSpec {
+        OpSpec {
+            name: S::NAME,
+            about: S::ABOUT,
+            params: S::PARAMS,
+            defaults: default_of::<S>,
+            build: build::<S>,
+        }
+    }
+
+    /// The default value of parameter `name`, as text.
+    pub fn default_of(&self, name: &str) -> Option<String> {
+        (self.defaults)(name)
+    }
+
+    /// The parameter called `name` (snake_case field or kebab-case flag).
+    pub fn param(&self, name: &str) -> Option<&'static Param> {
+        let name = name.replace('-', "_");
+        self.params.iter().find(|p| p.name == name)
+    }
+
+    /// The launches for `values` (parameter name, text): every other parameter keeps its
+    /// default. Values are applied in the order of [`OpSpec::params`] (so a preset that resets
+    /// the others comes first), whatever their order in `values`.
+    pub fn launches(&self, values: &[(String, String)]) -> Result<Vec<Launch>, BuildError> {
+        (self.build)(values)
+    }
+}
+
+fn default_of<S: OpShape>(name: &str) -> Option<String> {
+    S::default().get(name)
+}
+
+fn build<S: OpShape>(values: &[(String, String)]) -> Result<Vec<Launch>, BuildError> {
+    let mut shape = S::default();
+    if let Some((name, _)) = values
+        .iter()
+        .find(|(n, _)| !S::PARAMS.iter().any(|p| p.name == n.replace('-', "_")))
+    {
+        return Err(BuildError::Unknown {
+            op: S::NAME,
+            param: name.clone(),
+        });
+    }
+    for p in S::PARAMS {
+        for (_, value) in values.iter().filter(|(n, _)| n.replace('-', "_") == p.name) {
+            shape.set(p.name, value).map_err(|why| BuildError::Value {
+                param: p.name,
+                value: value.clone(),
+                why,
+            })?;
+        }
+    }
+    Ok(shape.launches()?)
+}
+
+/// A shape parameter's value type: parsed from and shown as text.
+pub trait ParamValue: Sized {
+    /// Parses `s`; the error says what was expected.
+    fn parse_param(s: &str) -> Result<Self, String>;
+    /// The value as the command line writes it.
+    fn show_param(&self) -> String;
+}
+
+macro_rules! unsigned_param {
+    ($($t:ty),*) => {$(
+        impl ParamValue for $t {
+            fn parse_param(s: &str) -> Result<Self, String> {
+                s.parse().map_err(|_| "expected a non-negative integer".to_string())
+            }
+            fn show_param(&self) -> String {
+                self.to_string()
+            }
+        }
+    )*};
+}
+unsigned_param!(u64, usize);
+
+impl ParamValue for bool {
+    fn parse_param(s: &str) -> Result<Self, String> {
+        match s {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err("expected true or false".to_string()),
+        }
+    }
+    fn show_param(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl ParamValue for DType {
+    fn parse_param(s: &str) -> Result<Self, String> {
+        DType::ALL
+            .into_iter()
+            .find(|d| d.name() == s.to_ascii_lowercase())
+            .ok_or_else(|| "not a dtype (f32, f16, bf16, i8, ...)".to_string())
+    }
+    fn show_param(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl ParamValue for Handoff {
+    fn parse_param(s: &str) -> Result<Self, String> {
+        match s {
+            "channels" => Ok(Handoff::Channels),
+            "cross-flags" => Ok(Handoff::CrossFlags),
+            _ => Err("expected one of channels, cross-flags".to_string()),
+        }
+    }
+    fn show_param(&self) -> String {
+        match self {
+            Handoff::Channels => "channels",
+            Handoff::CrossFlags => "cross-flags",
+        }
+        .to_string()
+    }
+}
+
+/// Implements [`OpShape`](crate::registry::OpShape) for a shape struct whose parameters are
+/// fields of [`ParamValue`](crate::registry::ParamValue) types:
+///
+/// ```ignore
+/// op_shape! {
+///     MyShape = "my-op", "what it is", |s| crate::kernels::my_op(s);
+///     dtype: "data dtype: f32, f16, bf16",
+///     rows: "rows of the input",
+/// }
+/// ```
+#[macro_export]
+macro_rules! op_shape {
+    ($shape:ty = $name:literal, $about:expr, |$s:ident| $launches:expr;
+     $($field:ident : $what:literal),* $(,)?) => {
+        impl $crate::registry::OpShape for $shape {
+            const NAME: &'static str = $name;
+            const ABOUT: &'static str = $about;
+            const PARAMS: &'static [$crate::registry::Param] = &[
+                $($crate::registry::Param { name: stringify!($field), about: $what }),*
+            ];
+            fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+                match name {
+                    $(stringify!($field) => {
+                        self.$field = $crate::registry::ParamValue::parse_param(value)?;
+                    })*
+                    _ => return Err(format!("no parameter `{name}`")),
+                }
+                Ok(())
+            }
+            fn get(&self, name: &str) -> Option<String> {
+                match name {
+                    $(stringify!($field) => {
+                        Some($crate::registry::ParamValue::show_param(&self.$field))
+                    })*
+                    _ => None,
+                }
+            }
+            fn launches(&self) -> Result<Vec<$crate::kernels::Launch>, $crate::OpError> {
+                let $s = self;
+                $launches
+            }
+        }
+    };
+}
+
+/// The shape table of docs/ops.md: every registered op with its parameters, what they mean
+/// and their defaults, as a Markdown table (a test keeps docs/ops.md equal to it).
+pub fn shape_table(ops: &[OpSpec]) -> String {
+    let mut s = String::from("| op | flag | meaning | default |\n| --- | --- | --- | --- |\n");
+    for op in ops {
+        for p in op.params {
+            let d = op.default_of(p.name).unwrap_or_default();
+            s.push_str(&format!(
+                "| `{}` | `--{}` | {} | `{d}` |\n",
+                op.name,
+                p.flag(),
+                p.about.replace('|', "\\|")
+            ));
+        }
+    }
+    s
+}

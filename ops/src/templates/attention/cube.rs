@@ -1,0 +1,169 @@
+//! The cube program of `attn_split` (see the parent module's docs): Q K^T per K slice, the
+//! score handoff (channel S), P V per V slice and its handoff (channel PV).
+
+use super::{ping_pong, SplitKernel};
+use tile_backend::dsl::{Body, Gather};
+use tile_backend::ir::{AccToVecMode, Expr, GmView, ParamId, Pipe, TileId};
+
+/// Appends the cube program of the split kernel `k` to `c`.
+pub(super) fn body(c: &mut Body<'_>, k: &SplitKernel<'_>) {
+    let SplitKernel {
+        cfg,
+        sp,
+        chunk,
+        ks,
+        ns,
+        dp,
+        dqk,
+        nks,
+        nns,
+        heads,
+        bufs,
+        pbufs,
+        q,
+        kv,
+        idx,
+        bt,
+        vsrc,
+        q_l1,
+        k_l1,
+        kt_l1,
+        v_l1,
+        p_l1,
+        q_l0,
+        p_l0,
+        kt_l0,
+        v_l0,
+        s_acc,
+        pv_acc,
+        s_ub,
+        pv_ub,
+        ch_s,
+        ch_p,
+        ch_pv,
+        ..
+    } = *k;
+    let p = |id: ParamId| Expr::Param(id);
+    use Pipe::{Fix, Mte1, Mte2, M as Mm};
+    let (_split, ht, bi, cnt, c0, iters, h0, hv) = k.coords(c);
+    c.set_validshape(q_l1, hv, dqk);
+    c.load(q_l1, GmView::nd(q, (bi * heads + h0) * dqk, hv, dqk, dqk));
+    c.fillpad(q_l1);
+    c.set_flag(Mte2, Mte1, 2);
+    // Every buffer starts free: the first wait of each event pairs with these sets.
+    for e in 0..bufs as u8 {
+        c.set_flag(Mte1, Mte2, e);
+        c.set_flag(Mm, Mte1, e);
+    }
+    for e in 0..2u8 {
+        c.set_flag(Fix, Mm, e);
+        c.set_flag(Fix, Mm, 2 + e);
+    }
+    c.set_flag(Mm, Mte1, 2);
+    c.wait_flag(Mte2, Mte1, 2);
+    let col0 = Expr::Var(ht) * cfg.head_col_stride;
+    let mut step = |b: &mut Body<'_>, it: Expr, slot: u64| {
+        let ev = slot as u8;
+        // The gathered tile's buffer and its MTE1 -> MTE2 event.
+        let kslot = slot % bufs;
+        let kev = kslot as u8;
+        let t0 = b.let_("t0", (Expr::Var(c0) + it) * chunk);
+        let nv = b.let_("nv", (Expr::Var(cnt) - t0).min(chunk));
+        let gather = |b: &mut Body<'_>, dst: TileId, src: ParamId| {
+            b.set_validshape(dst.at(kslot), nv, dqk);
+            b.gather_in_l1(Gather {
+                dst: dst.at(kslot),
+                src,
+                indices: GmView::nd(idx, bi * p(sp.topk) + t0, 1, nv, p(sp.topk)),
+                block_table: GmView::nd(bt, bi * p(sp.maxb), 1, p(sp.maxb), p(sp.maxb)),
+                block_size: cfg.block_size.into(),
+                size: dqk,
+                col_offset: col0.clone(),
+                is_b_matrix: true,
+                is_trans: true,
+            });
+            if dqk < dp {
+                b.fillpad(dst.at(kslot));
+            } else {
+                b.if_(Expr::Var(nv).lt(chunk), |t| t.fillpad(dst.at(kslot)));
+            }
+        };
+        // MTE2: gather this chunk's rows into L1 buffer `kslot`.
+        b.wait_flag(Mte1, Mte2, kev);
+        gather(b, k_l1, kv);
+        if let Some(vs) = vsrc {
+            gather(b, v_l1, vs);
+        }
+        b.set_flag(Mte2, Mte1, ev);
+        b.wait_flag(Mte2, Mte1, ev);
+        // S = Q K^T, K-sliced; L0 slot xs = stage % bufs with MM -> MTE1 event xs.
+        b.set_validshape(kt_l1.at(kslot), dp, chunk);
+        for j in 0..nks {
+            let xs = j % bufs;
+            let x = xs as u8;
+            let (ql, kl) = (q_l0.at(xs), kt_l0.at(xs));
+            b.wait_flag(Mm, Mte1, x);
+            b.mov(ql.clone(), q_l1).offset(0, j * ks);
+            b.mov(kl.clone(), kt_l1.at(kslot)).offset(j * ks, 0);
+            b.set_flag(Mte1, Mm, x);
+            b.wait_flag(Mte1, Mm, x);
+            if j == 0 {
+                b.wait_flag(Fix, Mm, ev);
+                b.matmul(s_acc.at(slot), ql, kl);
+            } else {
+                b.matmul_acc(s_acc.at(slot), ql, kl);
+            }
+            b.set_flag(Mm, Mte1, x);
+        }
+        b.set_flag(Mm, Fix, ev);
+        b.acquire(ch_s);
+        b.wait_flag(Mm, Fix, ev);
+        b.mov(s_ub, s_acc.at(slot))
+            .mode(AccToVecMode::DualModeSplitM);
+        b.set_flag(Fix, Mm, ev);
+        b.push(ch_s);
+        // O_j = P V_j.
+        b.pop(ch_p);
+        b.wait_flag(Mm, Mte1, 2);
+        b.mov(p_l0, p_l1.at(slot % pbufs));
+        b.release(ch_p);
+        for j in 0..nns {
+            // V's L0 slot (MM -> MTE1 event x) and PV's Acc slot (events 2 + y).
+            let xs = (nks + j) % bufs;
+            let x = xs as u8;
+            let ys = (nks + j) % 2;
+            let y = ys as u8;
+            let vl = v_l0.at(xs);
+            b.wait_flag(Mm, Mte1, x);
+            b.mov(vl.clone(), v_l1.at(kslot)).offset(0, j * ns);
+            if j == nns - 1 {
+                b.set_flag(Mte1, Mte2, kev);
+            }
+            b.set_flag(Mte1, Mm, x);
+            b.wait_flag(Mte1, Mm, x);
+            b.wait_flag(Fix, Mm, 2 + y);
+            b.matmul(pv_acc.at(ys), p_l0, vl);
+            b.set_flag(Mm, Mte1, x);
+            if j == nns - 1 {
+                b.set_flag(Mm, Mte1, 2);
+            }
+            b.set_flag(Mm, Fix, 2 + y);
+            b.acquire(ch_pv);
+            b.wait_flag(Mm, Fix, 2 + y);
+            b.mov(pv_ub, pv_acc.at(ys))
+                .mode(AccToVecMode::DualModeSplitM);
+            b.set_flag(Fix, Mm, 2 + y);
+            b.push(ch_pv);
+        }
+    };
+    ping_pong(c, Expr::Var(iters), &mut step);
+    for e in 0..bufs as u8 {
+        c.wait_flag(Mte1, Mte2, e);
+        c.wait_flag(Mm, Mte1, e);
+    }
+    for e in 0..2u8 {
+        c.wait_flag(Fix, Mm, e);
+        c.wait_flag(Fix, Mm, 2 + e);
+    }
+    c.wait_flag(Mm, Mte1, 2);
+}

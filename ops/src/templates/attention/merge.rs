@@ -1,0 +1,192 @@
+//! The merge kernel `attn_merge` (see the parent module's docs): combines the split kernel's
+//! partial results.
+
+use super::ping_pong;
+use super::plan::{round_up, MAX_SPLITS};
+use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
+use tile_backend::ir::{
+    Axis, BinaryOp, DType, Expr, GmView, Kernel, Layout, MemSpace, PadValue, Pipe, RoundMode,
+    TileId, TileType, UnaryOp,
+};
+
+/// Global rows each AIV of the merge kernel owns.
+pub(crate) const MERGE_ROWS: u64 = 8;
+
+/// Static shape of the merge kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MergeCfg {
+    /// Output dtype.
+    pub dtype: DType,
+    /// Output columns.
+    pub v_dim: u64,
+    /// Whether a per-row sink is applied.
+    pub sink: bool,
+}
+
+impl MergeCfg {
+    /// The cache key.
+    pub fn key(&self) -> String {
+        format!("merge {self:?}")
+    }
+}
+
+/// Blocks to launch for `rows` global rows.
+pub(crate) fn merge_blocks(rows: usize) -> usize {
+    rows.div_ceil(2 * MERGE_ROWS as usize).max(1)
+}
+
+/// The merge kernel (see the module docs). Arguments: scalars `rows` (batch * heads) and
+/// `splits` (i32); `o_ws [splits*rows, v_dim]` f32, `lse_ws [splits*rows]` f32, `fix [rows]`
+/// f32 (+inf: empty row, else -inf), (`sink [rows]` f32), outputs `out [rows, v_dim]` (dtype)
+/// and `lse [rows]` f32. Launch [`merge_blocks`] blocks.
+pub(crate) fn attn_merge(cfg: &MergeCfg) -> Kernel {
+    let dt = cfg.dtype;
+    let v_dim = cfg.v_dim;
+    let vp = round_up(v_dim, 16);
+    let hm = MERGE_ROWS;
+    let mut kb = KernelBuilder::new(format!("attn_merge_{dt}"));
+    let rows = kb.scalar("rows", DType::I32);
+    let splits = kb.scalar("splits", DType::I32);
+    let (pr, ps) = (Expr::Param(rows), Expr::Param(splits));
+    let o_ws = kb.input("o_ws", DType::F32, [ps.clone() * pr.clone(), v_dim.into()]);
+    let lse_ws = kb.input("lse_ws", DType::F32, [ps.clone() * pr.clone()]);
+    let fix = kb.input("fix", DType::F32, [pr.clone()]);
+    let sink = cfg.sink.then(|| kb.input("sink", DType::F32, [pr.clone()]));
+    let out = kb.output("out", dt, [pr.clone(), v_dim.into()]);
+    let lse_out = kb.output("lse", DType::F32, [pr.clone()]);
+
+    use Layout::{DN, ND};
+    use MemSpace::Vec as Ub;
+    let ty = TileType::new;
+    // PTO reduces only ND tiles (TROW* along rows, TCOL* down columns). lse_ws is split-major
+    // (lse_ws[sp * rows + g]), so the parts of this AIV's rows load as ND [splits, hm] and every
+    // per-row value is a column reduction into an ND row [1, hm]; `column` re-declares such a row
+    // as the DN column [hm, 1] (the same 32 bytes) that a row broadcast over `acc` takes.
+    let row =
+        |kb: &mut KernelBuilder, name: &str| kb.tile(name, ty(Ub, DType::F32, 1, hm, ND).dynamic());
+    let column = |kb: &mut KernelBuilder, name: &str, src: TileId| {
+        kb.reinterpret(
+            name,
+            src,
+            Reinterpret {
+                dtype: None,
+                shape: Some((hm, 1)),
+                layout: Some(DN),
+            },
+        )
+    };
+    // Max-reduced: padded with min; sum-reduced: padded with zero (ASCEND950.md §7).
+    let lp = kb.tile(
+        "lse_parts",
+        ty(Ub, DType::F32, MAX_SPLITS, hm, ND)
+            .dynamic()
+            .pad(PadValue::Min),
+    );
+    let w = kb.tile(
+        "weights",
+        ty(Ub, DType::F32, MAX_SPLITS, hm, ND)
+            .dynamic()
+            .pad(PadValue::Zero),
+    );
+    let mx = row(&mut kb, "mx");
+    let s = row(&mut kb, "s");
+    let s_col = column(&mut kb, "s_col", s);
+    let wr = row(&mut kb, "w_i");
+    let wc = column(&mut kb, "w_i_col", wr);
+    let fixt = row(&mut kb, "fix_t");
+    let sink_t = sink.map(|sk| {
+        let t = row(&mut kb, "t");
+        (sk, t, column(&mut kb, "t_col", t))
+    });
+    let acc = kb.tile("acc", ty(Ub, DType::F32, hm, vp, ND).dynamic());
+    let oi = kb.tile_group("o_i", ty(Ub, DType::F32, hm, vp, ND).dynamic(), 2);
+    let out_t = (dt != DType::F32).then(|| kb.tile("out_t", ty(Ub, dt, hm, vp, ND).dynamic()));
+
+    kb.vector(|v| {
+        let g0 = v.let_("g0", (Expr::BlockIdx * 2 + Expr::SubBlockIdx) * hm);
+        let rv = v.let_("rv", (pr.clone() - g0).min(hm as i64));
+        v.if_(Expr::Var(rv).gt(0), |b| {
+            let mut rows_of = vec![mx, s, wr, fixt];
+            let mut cols_of = vec![s_col, wc];
+            if let Some((_, t, t_col)) = sink_t {
+                rows_of.push(t);
+                cols_of.push(t_col);
+            }
+            for tile in rows_of {
+                b.set_validshape(tile, 1, rv);
+            }
+            for tile in cols_of {
+                b.set_validshape(tile, rv, 1);
+            }
+            b.set_validshape(lp, ps.clone(), rv);
+            b.set_validshape(w, ps.clone(), rv);
+            b.set_validshape(acc, rv, v_dim);
+            b.load(lp, GmView::nd(lse_ws, g0, ps.clone(), rv, pr.clone()));
+            b.load(fixt, GmView::nd(fix, g0, 1, rv, hm));
+            // Down each row's column of parts: M, w_i = exp(lse_i - M), s = sum w_i.
+            b.col_max(mx, lp);
+            b.broadcast(BinaryOp::Sub, Axis::Col, w, lp, mx);
+            b.exp(w, w);
+            b.col_sum(s, w);
+            b.fill(acc, 0.0);
+            // Two o_i buffers, loop unrolled by two: the load of part i + 1 overlaps the
+            // vector work on part i.
+            let mut part = |lb: &mut Body<'_>, i: Expr, slot: u64| {
+                let ev = 2 + slot as u8;
+                lb.set_validshape(oi.at(slot), rv, v_dim);
+                lb.wait_flag(Pipe::V, Pipe::Mte2, ev);
+                lb.load(
+                    oi.at(slot),
+                    GmView::nd(
+                        o_ws,
+                        (i.clone() * pr.clone() + g0) * v_dim,
+                        rv,
+                        v_dim,
+                        v_dim,
+                    ),
+                );
+                lb.set_flag(Pipe::Mte2, Pipe::V, ev);
+                // Part i's weights (row i of `weights`), seen as a column by `w_i_col`.
+                lb.mov(wr, w).offset(i, 0);
+                lb.wait_flag(Pipe::Mte2, Pipe::V, ev);
+                lb.broadcast(BinaryOp::Mul, Axis::Row, oi.at(slot), oi.at(slot), wc);
+                lb.add(acc, acc, oi.at(slot));
+                lb.set_flag(Pipe::V, Pipe::Mte2, ev);
+            };
+            b.set_flag(Pipe::V, Pipe::Mte2, 2);
+            b.set_flag(Pipe::V, Pipe::Mte2, 3);
+            ping_pong(b, ps.clone(), &mut part);
+            b.wait_flag(Pipe::V, Pipe::Mte2, 2);
+            b.wait_flag(Pipe::V, Pipe::Mte2, 3);
+            b.broadcast(BinaryOp::Div, Axis::Row, acc, acc, s_col);
+            // lse = M + ln(s)  (into s).
+            b.unary(UnaryOp::Ln, s, s);
+            b.add(s, s, mx);
+            if let Some((sk, t, t_col)) = sink_t {
+                b.load(t, GmView::nd(sk, g0, 1, rv, hm));
+                b.binary(BinaryOp::Sub, t, t, s);
+                b.exp(t, t);
+                b.binary_scalar(BinaryOp::Add, t, t, 1.0);
+                b.broadcast(BinaryOp::Div, Axis::Row, acc, acc, t_col);
+            }
+            b.max(s, s, fixt);
+            b.set_flag(Pipe::V, Pipe::Mte3, 0);
+            b.wait_flag(Pipe::V, Pipe::Mte3, 0);
+            b.store(GmView::nd(lse_out, g0, 1, rv, hm), s);
+            let dst = GmView::nd(out, Expr::Var(g0) * v_dim, rv, v_dim, v_dim);
+            match out_t {
+                Some(ot) => {
+                    b.set_validshape(ot, rv, v_dim);
+                    b.cast(ot, acc, RoundMode::Rint);
+                    b.set_flag(Pipe::V, Pipe::Mte3, 1);
+                    b.wait_flag(Pipe::V, Pipe::Mte3, 1);
+                    b.store(dst, ot);
+                }
+                None => {
+                    b.store(dst, acc);
+                }
+            }
+        });
+    });
+    kb.build()
+}

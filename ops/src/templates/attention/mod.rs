@@ -1,0 +1,390 @@
+//! The attention kernel template shared by sparse (top-k) and dense (GQA) paged attention, and
+//! the split-merge kernel.
+//!
+//! # `attn_split` (one kernel definition, several consumers)
+//!
+//! One block = one (batch row `b`, head tile `ht`, top-k split `sp`); `block = (b * nht + ht) *
+//! splits + sp`. A head tile is `hg` query heads (padded to `th`, a multiple of 32, so each AIV
+//! owns `th / 2` rows); all of them share one gathered K (and V) tile per chunk, so K is read
+//! from GM once per chunk for the whole head tile.
+//!
+//! ```text
+//! cube   MTE2  Q [hv, Dqk] -> q_l1 Mat NZ [th, dp] (zero padded)
+//!        per chunk c of the split (slot s = local chunk % bufs; bufs = 2 (ping-pong) on the
+//!        device, 1 in the CPU plan):
+//!        MTE2  gather_in_l1: nv rows (indices[b, c*chunk ..], block table row b) of `dqk`
+//!              columns from column `ht * head_col_stride` -> k_l1[s] Mat NZ [chunk, dp]
+//!              (V likewise into v_l1[s] when the kernel has a separate V cache); zero pad
+//!        per K slice j: MTE1 q_l1[:, j ks..] -> q_l0[j%bufs] Left; k_l1[s] seen as ZN [dp, chunk]
+//!              (= K^T, same bytes) rows j ks.. -> kt_l0[j%bufs] Right; M s_acc[s] (+)= q · kt
+//!        FIX   s_acc[s] -> s_ub (DualModeSplitM: AIV i gets heads i*th/2 ..)      -> channel S
+//!        MTE1  (channel P) p_l1[c % pbufs] [th, chunk] -> p_l0 Left (pbufs = 2 in the CPU
+//!              plan where L1 has room, else 1)
+//!        per V slice j: MTE1 V[:, j ns..] (NZ -> ZN) -> v_l0[..%bufs] Right; M pv_acc[..%2] = P · V
+//!              FIX pv_acc -> pv_ub (SplitM)                                     -> channel PV
+//! vector (each AIV: r = th/2 heads, f32): s *= scale; tail chunk: columns >= nv := -inf;
+//!        m_new = max(m, rowmax s); alpha = exp(m - m_new); s = exp(s - m_new);
+//!        l = l alpha + rowsum s; P = cast(s) ND -> NZ -> p_l1[c % pbufs] rows sub*r..
+//!        (channel P);
+//!        O_j = O_j alpha + PV_j.  End: o = O / max(l, 1), lse = m + ln(max(l, 1));
+//!        MTE3 o -> o_ws[sp, b*H + h, :], lse -> lse_ws[sp, b*H + h].
+//! ```
+//!
+//! `m` starts at -1e30 (finite), so a split with no token writes o = 0 and lse ~ -1e30, which
+//! the merge weighs by exp(-1e30 - M) = 0. The cube <-> vector handoffs are the channels S, P
+//! and PV.
+//!
+//! # Sync ownership
+//!
+//! The sync pass (`tile_backend::passes::sync`) owns every cross-core flag (it lowers the
+//! channels S, P and PV) and every intra-core dependency a kernel leaves unordered; it keeps
+//! hand-written flags as they are and adds only what they do not cover. These kernels write
+//! their ping-pong flags by hand, one event id per buffer, pre-set before the loop and drained
+//! after it:
+//!
+//! - `cube.rs`: MTE1 -> MTE2 (gathered L1 tile `k_l1[s]` free), MTE2 -> MTE1 (tile loaded;
+//!   event 2 for Q), M -> MTE1 (L0 slot free; event 2 for `p_l0`), MTE1 -> M (L0 slot loaded),
+//!   FIX -> M and M -> FIX (Acc slot `s_acc[s]` / `pv_acc[s]` free and ready).
+//! - `vector.rs`: MTE3 -> V (`p_nz` free again once the P move to L1 has read it), V -> MTE3
+//!   (P and the partial result written before their moves and stores).
+//! - `merge.rs`: V -> MTE2 / MTE2 -> V per `o_i` buffer, V -> MTE3 before the stores.
+//!
+//! Why by hand: the pass hoists a pair to the statements that hold the two ops and gives the
+//! pairs of a pipe pair ids by live span, so the per-slot pairing above (slot `s` waits only on
+//! slot `s`'s previous use, letting the next chunk's gather run under this chunk's matmuls) is
+//! what the Ascend 950 estimates were measured with. They stay until removing them is shown to
+//! keep results, zero hazards and the 950 estimate within 1% (not yet measured).
+//!
+//! # `attn_merge` (vector only)
+//!
+//! Each AIV owns `hm` consecutive global rows `g = b*H + h`: M = max_i lse_i, w_i = exp(lse_i -
+//! M), s = sum w_i, lse = M + ln s, out = sum_i (w_i / s) o_i; sink: out *= 1 / (1 + exp(sink -
+//! lse)); lse = max(lse, fix) where the host's `fix` row is +inf for a row with no valid index
+//! (its out is already 0) and -inf otherwise; out cast to the data dtype. With one split, f32
+//! data and no sink that is the identity but for the +inf, so a CPU-plan run does not launch it
+//! (`merge_is_identity`).
+//!
+//! ```text
+//! vector (each AIV: hm rows g0..): MTE2 lse_ws -> lse_parts ND [splits, hm] (part i of row g in
+//!        column g); M = colmax, w = exp(lse_parts - M) (column broadcast), s = colsum w,
+//!        all ND [1, hm]; per part i (o_i double buffered): MTE2 o_ws[i] -> o_i ND [hm, vp];
+//!        w_i = row i of w, seen as DN [hm, 1]; acc += o_i * w_i (row broadcast).
+//!        acc /= s (as DN [hm, 1]); lse = M + ln s; sink; lse = max(lse, fix); MTE3 out, lse.
+//! ```
+
+mod cube;
+mod host;
+mod merge;
+mod plan;
+#[cfg(test)]
+mod tests;
+mod vector;
+
+pub(crate) use host::{recycle_result, run_attention, AttnInputs};
+pub(crate) use merge::attn_merge;
+#[cfg(test)]
+use plan::{choose_splits, split_plan, MAX_SPLITS};
+pub(crate) use plan::{plan, AttnCfg, AttnPlan, M_INIT};
+
+use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
+use tile_backend::ir::{
+    ChannelId, CoreKind, DType, Expr, Kernel, Layout, MemSpace, PadValue, ParamId, TileId,
+    TileType, VarId,
+};
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SplitParams {
+    pub batch: ParamId,
+    pub topk: ParamId,
+    pub maxb: ParamId,
+    pub tokens: ParamId,
+    pub splits: ParamId,
+    pub cps: ParamId,
+    pub scale: ParamId,
+}
+
+/// Emits a ping-pong loop over `iters` iterations unrolled by two: `body(b, it, slot)` with the
+/// constant slot 0 for even iterations and 1 for odd ones.
+pub(super) fn ping_pong(
+    b: &mut Body<'_>,
+    iters: Expr,
+    body: &mut dyn FnMut(&mut Body<'_>, Expr, u64),
+) {
+    b.for_range("cp", 0, iters.clone(), 2, |lb, ip| {
+        body(lb, Expr::Var(ip), 0);
+        let odd = ip + 1;
+        lb.if_(odd.clone().lt(iters), |ib| body(ib, odd, 1));
+    });
+}
+
+/// The split attention kernel (see the module docs). Arguments, in order: scalars `batch`,
+/// `topk`, `maxb`, `tokens`, `splits`, `cps` (chunks per split) (i32) and `scale` (f32); then
+/// `q [batch*heads, dqk]`, `kv [tokens, kv_cols]`, (`v [tokens, kv_cols]`), `indices [batch,
+/// topk]` i32 (valid ones compacted to the front), `block_table [batch, maxb]` i32, `counts
+/// [batch]` i32 (valid indices per row), outputs `o_ws [splits*batch*heads, v_dim]` f32 and
+/// `lse_ws [splits*batch*heads]` f32. Launch `batch * nht * splits` blocks.
+pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
+    let dt = cfg.dtype;
+    let (th, chunk, ks, ns) = (cfg.th, cfg.chunk, cfg.ks, cfg.ns);
+    let (dp, vp, dqk, v_dim) = (cfg.dp(), cfg.vp(), cfg.dqk, cfg.v_dim);
+    let r = th / 2;
+    let nks = dp / ks;
+    let nns = vp / ns;
+    let heads = cfg.heads;
+    let f32_data = dt == DType::F32;
+    let bufs = cfg.bufs.clamp(1, 2);
+    let pbufs = cfg.pbufs.clamp(1, 2);
+
+    let mut kb = KernelBuilder::new(format!("{}_{dt}", cfg.name));
+    let sp = SplitParams {
+        batch: kb.scalar("batch", DType::I32),
+        topk: kb.scalar("topk", DType::I32),
+        maxb: kb.scalar("max_blocks", DType::I32),
+        tokens: kb.scalar("tokens", DType::I32),
+        splits: kb.scalar("splits", DType::I32),
+        cps: kb.scalar("chunks_per_split", DType::I32),
+        scale: kb.scalar("scale", DType::F32),
+    };
+    let p = |id: ParamId| Expr::Param(id);
+    let rows_all = p(sp.batch) * heads;
+    let q = kb.input("q", dt, [rows_all.clone(), dqk.into()]);
+    let kv = kb.input("kv", dt, [p(sp.tokens), cfg.kv_cols.into()]);
+    let vsrc = cfg
+        .separate_v
+        .then(|| kb.input("v", dt, [p(sp.tokens), cfg.kv_cols.into()]));
+    let idx = kb.input("indices", DType::I32, [p(sp.batch), p(sp.topk)]);
+    let bt = kb.input("block_table", DType::I32, [p(sp.batch), p(sp.maxb)]);
+    let counts = kb.input("counts", DType::I32, [p(sp.batch)]);
+    let ws_rows = p(sp.splits) * rows_all.clone();
+    let o_ws = kb.output("o_ws", DType::F32, [ws_rows.clone(), v_dim.into()]);
+    let lse_ws = kb.output("lse_ws", DType::F32, [ws_rows]);
+
+    use Layout::{DN, ND, NZ, ZN};
+    use MemSpace::{Acc, Left, Mat, Right, Vec as Ub};
+    let ty = TileType::new;
+    // Cube tiles.
+    let q_l1 = kb.tile(
+        "q_l1",
+        ty(Mat, dt, th, dp, NZ).dynamic().pad(PadValue::Zero),
+    );
+    let kv_ty = ty(Mat, dt, chunk, dp, NZ).dynamic().pad(PadValue::Zero);
+    let k_l1 = kb.tile_group("k_l1", kv_ty.clone(), bufs as u32);
+    let kt_l1 = kb.reinterpret(
+        "kt_l1",
+        k_l1,
+        Reinterpret {
+            dtype: None,
+            shape: Some((dp, chunk)),
+            layout: Some(ZN),
+        },
+    );
+    let v_l1 = if cfg.separate_v {
+        kb.tile_group("v_l1", kv_ty, bufs as u32)
+    } else {
+        k_l1
+    };
+    let p_l1 = kb.tile_group("p_l1", ty(Mat, dt, th, chunk, NZ), pbufs as u32);
+    let q_l0 = kb.tile_group("q_l0", ty(Left, dt, th, ks, NZ), bufs as u32);
+    let p_l0 = kb.tile("p_l0", ty(Left, dt, th, chunk, NZ));
+    let kt_l0 = kb.tile_group("kt_l0", ty(Right, dt, ks, chunk, ZN), bufs as u32);
+    let v_l0 = kb.tile_group("v_l0", ty(Right, dt, chunk, ns, ZN), bufs as u32);
+    let s_acc = kb.tile_group("s_acc", ty(Acc, DType::F32, th, chunk, NZ), 2);
+    let pv_acc = kb.tile_group("pv_acc", ty(Acc, DType::F32, th, ns, NZ), 2);
+    // Vector tiles (per AIV).
+    // Scores: a runtime valid shape (full but for masking a tail chunk), padded with -inf.
+    let s_ub = kb.tile(
+        "s_ub",
+        ty(Ub, DType::F32, r, chunk, ND)
+            .dynamic()
+            .pad(PadValue::Min),
+    );
+    let p_ub = (!f32_data).then(|| kb.tile("p_ub", ty(Ub, dt, r, chunk, ND)));
+    let p_nz = kb.tile("p_nz", ty(Ub, dt, r, chunk, NZ));
+    let col = |kb: &mut KernelBuilder, name: &str| kb.tile(name, ty(Ub, DType::F32, r, 1, DN));
+    let m = col(&mut kb, "m");
+    let l = col(&mut kb, "l");
+    let mc = col(&mut kb, "m_chunk");
+    let lc = col(&mut kb, "l_chunk");
+    let alpha = col(&mut kb, "alpha");
+    let lse_t = kb.tile("lse", ty(Ub, DType::F32, r, 1, DN).dynamic());
+    let o_t = kb.tile_group("o", ty(Ub, DType::F32, r, ns, ND).dynamic(), nns as u32);
+    let pv_ub = kb.tile("pv_ub", ty(Ub, DType::F32, r, ns, ND));
+
+    let ch_s = kb.channel("s", CoreKind::Cube, 1);
+    let ch_p = kb.channel("p", CoreKind::Vector, 1);
+    let ch_pv = kb.channel("pv", CoreKind::Cube, 1);
+
+    let k = SplitKernel {
+        cfg,
+        sp,
+        chunk,
+        ks,
+        ns,
+        dp,
+        dqk,
+        v_dim,
+        r,
+        nks,
+        nns,
+        heads,
+        bufs,
+        pbufs,
+        q,
+        kv,
+        idx,
+        bt,
+        counts,
+        o_ws,
+        lse_ws,
+        vsrc,
+        q_l1,
+        k_l1,
+        kt_l1,
+        v_l1,
+        p_l1,
+        q_l0,
+        p_l0,
+        kt_l0,
+        v_l0,
+        s_acc,
+        pv_acc,
+        s_ub,
+        p_nz,
+        m,
+        l,
+        mc,
+        lc,
+        alpha,
+        lse_t,
+        o_t,
+        pv_ub,
+        p_ub,
+        ch_s,
+        ch_p,
+        ch_pv,
+    };
+    kb.cube(|c| cube::body(c, &k));
+    kb.vector(|v| vector::body(v, &k));
+    kb.build()
+}
+
+/// Everything the cube and vector programs of [`attn_split`] share: the static shape, the
+/// parameters and the tiles and channels declared once for both cores.
+#[derive(Clone, Copy)]
+pub(super) struct SplitKernel<'a> {
+    /// The static shape.
+    pub cfg: &'a AttnCfg,
+    /// Scalar parameters.
+    pub sp: SplitParams,
+    /// `chunk` of the tiling (see [`AttnCfg`]).
+    pub chunk: u64,
+    /// `ks` of the tiling (see [`AttnCfg`]).
+    pub ks: u64,
+    /// `ns` of the tiling (see [`AttnCfg`]).
+    pub ns: u64,
+    /// `dp` of the tiling (see [`AttnCfg`]).
+    pub dp: u64,
+    /// `dqk` of the tiling (see [`AttnCfg`]).
+    pub dqk: u64,
+    /// `v_dim` of the tiling (see [`AttnCfg`]).
+    pub v_dim: u64,
+    /// `r` of the tiling (see [`AttnCfg`]).
+    pub r: u64,
+    /// `nks` of the tiling (see [`AttnCfg`]).
+    pub nks: u64,
+    /// `nns` of the tiling (see [`AttnCfg`]).
+    pub nns: u64,
+    /// `heads` of the tiling (see [`AttnCfg`]).
+    pub heads: u64,
+    /// `bufs` of the tiling (see [`AttnCfg`]).
+    pub bufs: u64,
+    /// `pbufs` of the tiling (see [`AttnCfg`]).
+    pub pbufs: u64,
+    /// GM parameter `q`.
+    pub q: ParamId,
+    /// GM parameter `kv`.
+    pub kv: ParamId,
+    /// GM parameter `idx`.
+    pub idx: ParamId,
+    /// GM parameter `bt`.
+    pub bt: ParamId,
+    /// GM parameter `counts`.
+    pub counts: ParamId,
+    /// GM parameter `o_ws`.
+    pub o_ws: ParamId,
+    /// GM parameter `lse_ws`.
+    pub lse_ws: ParamId,
+    /// GM parameter `v` (separate V cache), when the kernel has one.
+    pub vsrc: Option<ParamId>,
+    /// Tile `q_l1`.
+    pub q_l1: TileId,
+    /// Tile `k_l1`.
+    pub k_l1: TileId,
+    /// Tile `kt_l1`.
+    pub kt_l1: TileId,
+    /// Tile `v_l1`.
+    pub v_l1: TileId,
+    /// Tile `p_l1`.
+    pub p_l1: TileId,
+    /// Tile `q_l0`.
+    pub q_l0: TileId,
+    /// Tile `p_l0`.
+    pub p_l0: TileId,
+    /// Tile `kt_l0`.
+    pub kt_l0: TileId,
+    /// Tile `v_l0`.
+    pub v_l0: TileId,
+    /// Tile `s_acc`.
+    pub s_acc: TileId,
+    /// Tile `pv_acc`.
+    pub pv_acc: TileId,
+    /// Tile `s_ub`.
+    pub s_ub: TileId,
+    /// Tile `p_nz`.
+    pub p_nz: TileId,
+    /// Tile `m`.
+    pub m: TileId,
+    /// Tile `l`.
+    pub l: TileId,
+    /// Tile `mc`.
+    pub mc: TileId,
+    /// Tile `lc`.
+    pub lc: TileId,
+    /// Tile `alpha`.
+    pub alpha: TileId,
+    /// Tile `lse_t`.
+    pub lse_t: TileId,
+    /// Tile `o_t`.
+    pub o_t: TileId,
+    /// Tile `pv_ub`.
+    pub pv_ub: TileId,
+    /// Tile `p_ub` (P cast to the data dtype), unless the data is f32.
+    pub p_ub: Option<TileId>,
+    /// Channel `s`.
+    pub ch_s: ChannelId,
+    /// Channel `p`.
+    pub ch_p: ChannelId,
+    /// Channel `pv`.
+    pub ch_pv: ChannelId,
+}
+
+/// The coordinates of a block of the split kernel: `(split, ht, b, count, c0, iters, h0, hv)`.
+type Coords = (VarId, VarId, VarId, VarId, VarId, VarId, VarId, VarId);
+
+impl SplitKernel<'_> {
+    /// Block coordinates and the split's chunk range (same expressions on every core).
+    pub(super) fn coords(&self, b: &mut Body<'_>) -> Coords {
+        let p = |id: ParamId| Expr::Param(id);
+        let split = b.let_("split", Expr::BlockIdx % p(self.sp.splits));
+        let rest = b.let_("rest", Expr::BlockIdx / p(self.sp.splits));
+        let ht = b.let_("ht", rest % self.cfg.nht);
+        let bi = b.let_("b", rest / self.cfg.nht);
+        let cnt = b.read_scalar("count", self.counts, bi);
+        let c0 = b.let_("c0", split * p(self.sp.cps));
+        let nck = Expr::Var(cnt).ceil_div(self.chunk as i64);
+        let iters = b.let_("iters", (nck.min(c0 + p(self.sp.cps)) - c0).max(0));
+        let h0 = b.let_("h0", ht * self.cfg.hg);
+        let hv = b.let_("hv", (Expr::from(self.heads) - h0).min(self.cfg.hg));
+        (split, ht, bi, cnt, c0, iters, h0, hv)
+    }
+}

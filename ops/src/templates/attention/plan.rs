@@ -1,0 +1,252 @@
+//! The attention kernels' static shape ([`AttnCfg`]) and launch plan ([`split_plan`]).
+
+use super::merge::{merge_blocks, MergeCfg};
+use crate::runtime::PlanTarget;
+use tile_backend::ir::DType;
+
+/// The running max a head starts with (finite, so empty splits stay NaN-free).
+pub(crate) const M_INIT: f64 = -1e30;
+/// Largest number of top-k splits the merge kernel takes (rows of its lse tile).
+pub(crate) const MAX_SPLITS: u64 = 32;
+
+/// `v` rounded up to a multiple of `m`.
+pub(crate) fn round_up(v: u64, m: u64) -> u64 {
+    v.div_ceil(m.max(1)) * m.max(1)
+}
+
+/// Static shape of one attention kernel (its specialisation key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AttnCfg {
+    /// Kernel name prefix.
+    pub name: &'static str,
+    /// Data dtype (q, caches, P).
+    pub dtype: DType,
+    /// Query heads per batch row (rows of q per batch entry).
+    pub heads: u64,
+    /// Query heads per head tile.
+    pub hg: u64,
+    /// Head tiles (`ceil(heads / hg)`).
+    pub nht: u64,
+    /// Columns gathered for K (the contraction).
+    pub dqk: u64,
+    /// Output columns (V width).
+    pub v_dim: u64,
+    /// Columns of a cache row.
+    pub kv_cols: u64,
+    /// Cache column offset per head tile (dense GQA: D; sparse: 0).
+    pub head_col_stride: u64,
+    /// V comes from its own cache (dense) instead of the first columns of K (sparse).
+    pub separate_v: bool,
+    /// Tokens per cache block.
+    pub block_size: u64,
+    /// Padded head-tile rows (multiple of 32).
+    pub th: u64,
+    /// Top-k tokens per chunk (rows of a gathered tile).
+    pub chunk: u64,
+    /// K slice width of Q K^T (`bufs` Q slices fit L0A beside P).
+    pub ks: u64,
+    /// V slice width of P V (`bufs` V slices fit L0B beside the K^T slices).
+    pub ns: u64,
+    /// Buffers per gathered L1 tile and per L0A/L0B operand tile: 2 (ping-pong: the next
+    /// chunk's gather and the next slice's move overlap this one's matmul) or 1 (a target that
+    /// runs a block's instructions one after another, where buffers twice the size halve the
+    /// chunks and slices instead).
+    pub bufs: u64,
+    /// Buffers of P in L1: 2 where L1 has room and the target runs a block's instructions one
+    /// after another (the simulator's CPU plan), so that writing the next chunk's P never meets
+    /// the L1 -> L0A move of the previous one still pending in the simulator (which would then
+    /// have to make it); 1 otherwise (the device plan is unchanged).
+    pub pbufs: u64,
+}
+
+impl AttnCfg {
+    /// Chooses the tiling for a problem: head tile, chunk, K and V slices within L1/L0/UB.
+    /// `double_buffer`: whether the target overlaps a block's pipes (the device, and profiling
+    /// for it). Then the gathered and L0 operand tiles are ping-ponged; otherwise (the
+    /// simulator's CPU runs) they are buffered once and sized to the room that leaves.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        name: &'static str,
+        dtype: DType,
+        heads: u64,
+        hg: u64,
+        dqk: u64,
+        v_dim: u64,
+        kv_cols: u64,
+        head_col_stride: u64,
+        separate_v: bool,
+        block_size: u64,
+        double_buffer: bool,
+    ) -> Self {
+        let es = dtype.size_bytes();
+        let hg = hg.clamp(1, 128);
+        let th = round_up(hg, 32);
+        let dp = round_up(dqk, 16);
+        let vp = round_up(v_dim, 16);
+        let bufs = if double_buffer { 2 } else { 1 };
+        // Chunk: as large as L1 allows (Q + `bufs` K (and V) tiles + P), at most 128 (64 for
+        // f32).
+        let mut chunk = if es == 2 { 128 } else { 64 };
+        let l1 = |c: u64| {
+            let kv = if separate_v { 2 } else { 1 } * bufs * c * dp * es;
+            th * dp * es + kv + th * c * es
+        };
+        while chunk > 16 && l1(chunk) > 500 * 1024 {
+            chunk /= 2;
+        }
+        let pbufs = if !double_buffer && l1(chunk) + th * chunk * es <= 500 * 1024 {
+            2
+        } else {
+            1
+        };
+        // K slice: `bufs` Q slices + P in L0A (64 KiB) ...
+        let l0a = 64 * 1024 - th * chunk * es;
+        // ... and the K^T slices take at most half of L0B (64 KiB), leaving room for V slices.
+        let ks_max = (l0a / (bufs * th * es))
+            .min(32 * 1024 / (bufs * chunk * es))
+            .max(16)
+            / 16
+            * 16;
+        let ks = best_slice(dp, ks_max);
+        // V slice: K^T slices + V slices in L0B (64 KiB); at most 128 columns (UB).
+        let l0b = 64 * 1024 - bufs * ks * chunk * es;
+        let ns_max = (l0b / (bufs * chunk * es)).clamp(16, 128) / 16 * 16;
+        let ns = best_slice(vp, ns_max);
+        AttnCfg {
+            name,
+            dtype,
+            heads,
+            hg,
+            nht: heads.div_ceil(hg),
+            dqk,
+            v_dim,
+            kv_cols,
+            head_col_stride,
+            separate_v,
+            block_size,
+            th,
+            chunk,
+            ks,
+            ns,
+            bufs,
+            pbufs,
+        }
+    }
+
+    /// The cache key (every static parameter the kernel reads).
+    pub fn key(&self) -> String {
+        format!("{self:?}")
+    }
+
+    /// Q/K columns padded to a multiple of 16.
+    pub fn dp(&self) -> u64 {
+        round_up(self.dqk, 16)
+    }
+
+    /// V columns padded to a multiple of 16.
+    pub fn vp(&self) -> u64 {
+        round_up(self.v_dim, 16)
+    }
+}
+
+/// The largest multiple of 16 that divides `total` (a multiple of 16) and is at most `max`.
+fn best_slice(total: u64, max: u64) -> u64 {
+    let mut s = max.min(total) / 16 * 16;
+    while s > 16 && total % s != 0 {
+        s -= 16;
+    }
+    s.max(16)
+}
+
+/// Top-k splits and chunks per split for `batch * nht` work items of up to `max_chunks` chunks:
+/// enough splits to occupy the `concurrent` blocks the target runs at once
+/// ([`PlanTarget::concurrent_blocks`]), none of them empty.
+pub(crate) fn choose_splits(items: usize, max_chunks: usize, concurrent: usize) -> (usize, usize) {
+    let max_chunks = max_chunks.max(1);
+    let want = concurrent
+        .max(1)
+        .div_ceil(items.max(1))
+        .clamp(1, MAX_SPLITS as usize);
+    let splits = want.min(max_chunks);
+    let cps = max_chunks.div_ceil(splits);
+    (max_chunks.div_ceil(cps), cps)
+}
+
+/// How the split kernel is launched for `batch` rows whose fullest row counts `longest` valid
+/// tokens on a target running `concurrent` blocks at once: top-k `splits`, chunks per split
+/// `cps` ([`choose_splits`] over `batch * nht` work items of that row's chunks) and `blocks =
+/// batch * nht * splits`. [`run_attention`] and the
+/// `emit --op` registry (`crate::kernels`) both launch from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SplitPlan {
+    pub splits: usize,
+    pub cps: usize,
+    pub blocks: u64,
+}
+
+/// The [`SplitPlan`] of a call.
+pub(crate) fn split_plan(
+    cfg: &AttnCfg,
+    batch: usize,
+    longest: usize,
+    concurrent: usize,
+) -> SplitPlan {
+    let nht = cfg.nht as usize;
+    let max_chunks = longest.div_ceil(cfg.chunk as usize);
+    let (splits, cps) = choose_splits(batch * nht, max_chunks, concurrent);
+    SplitPlan {
+        splits,
+        cps,
+        blocks: batch as u64 * nht as u64 * splits as u64,
+    }
+}
+
+/// The launch plan of one attention call: the split kernel's grid and, unless it would hand the
+/// split result back unchanged, the merge kernel's. [`plan`] makes it for a target; the host
+/// ([`run_attention`](super::run_attention)) and the `emit --op` registry
+/// ([`crate::kernels`]) both launch from it, so there is no second plan to keep equal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AttnPlan {
+    /// The split kernel's splits, chunks per split and blocks.
+    pub split: SplitPlan,
+    /// Global rows (`batch * heads`).
+    pub rows: usize,
+    /// The merge kernel's shape and blocks; `None` where it would be the identity (see
+    /// `merge_is_identity`).
+    pub merge: Option<(MergeCfg, usize)>,
+}
+
+/// The plan of an attention call of `batch` rows whose fullest row counts `longest` valid
+/// tokens, with or without a `sink`, on `target` (`cfg` is the kernel shape made for the same
+/// target).
+pub(crate) fn plan(
+    cfg: &AttnCfg,
+    batch: usize,
+    longest: usize,
+    sink: bool,
+    target: PlanTarget,
+) -> AttnPlan {
+    let split = split_plan(cfg, batch, longest, target.concurrent_blocks());
+    let rows = batch * cfg.heads as usize;
+    let merge = (!merge_is_identity(target, cfg, split.splits, sink)).then(|| {
+        (
+            MergeCfg {
+                dtype: cfg.dtype,
+                v_dim: cfg.v_dim,
+                sink,
+            },
+            merge_blocks(rows),
+        )
+    });
+    AttnPlan { split, rows, merge }
+}
+
+/// Whether the merge kernel would hand the split kernel's result back unchanged, so that a CPU
+/// run skips its launch: one split (its weight is exp(lse - lse) = 1 exactly and the weights
+/// sum to 1, so o and lse pass through bit for bit), f32 data (no cast), no sink. What is left
+/// of the merge, lse = +inf on rows with no valid index, the host does while reading the
+/// result. The device plan always launches the merge, so a kernel package and a profile stay
+/// complete in themselves.
+fn merge_is_identity(target: PlanTarget, cfg: &AttnCfg, splits: usize, sink: bool) -> bool {
+    splits == 1 && cfg.dtype == DType::F32 && !sink && target == PlanTarget::Cpu
+}

@@ -1,0 +1,243 @@
+//! Unit tests of the attention template's plan and host side.
+
+use super::host::workspace;
+use super::*;
+use crate::runtime::Runner;
+use crate::runtime::{device_clusters, profile, PlanTarget};
+use tile_backend::ir::DType;
+use tile_backend::launch::{GmInput, GmTensor};
+
+#[test]
+fn a_recycled_result_becomes_the_next_workspace_zeroed() {
+    std::thread::spawn(|| {
+        let old = GmTensor::from_f32(DType::F32, &[64], &[7.5; 64]);
+        let cap = old.data.capacity();
+        recycle_result(old);
+        let ws = workspace::zeroed(100);
+        assert!(ws.capacity() >= cap, "the result's buffer is reused");
+        assert_eq!(ws, vec![0u8; 100], "none of the old result shows through");
+        workspace::keep(ws);
+        // A smaller buffer does not replace a larger kept one.
+        recycle_result(GmTensor::zeros(DType::F32, &[2]));
+        assert!(workspace::zeroed(8).capacity() >= cap);
+    })
+    .join()
+    .expect("the workspace checks pass on their own thread");
+}
+
+#[test]
+fn splits_fill_the_blocks_the_target_runs_at_once() {
+    // DeepSeek decode: 4 rows x 1 head tile, 16 chunks each.
+    assert_eq!(
+        choose_splits(4, 16, 32),
+        (8, 2),
+        "the Ascend 950's 32 clusters"
+    );
+    assert_eq!(
+        choose_splits(4, 16, 2),
+        (1, 16),
+        "two CPU threads: a block per row"
+    );
+    assert_eq!(
+        choose_splits(1, 16, 2),
+        (2, 8),
+        "one row still splits for two threads"
+    );
+    assert_eq!(
+        choose_splits(1, 3, 32),
+        (3, 1),
+        "never more splits than chunks"
+    );
+    assert_eq!(choose_splits(3, 5, 32), (5, 1));
+    assert_eq!(
+        choose_splits(0, 0, 0),
+        (1, 1),
+        "degenerate inputs still give one split"
+    );
+    for (items, chunks, concurrent) in [(1, 40, 32), (7, 33, 5), (2, 1, 2), (64, 9, 32)] {
+        let (splits, cps) = choose_splits(items, chunks, concurrent);
+        assert!(splits * cps >= chunks, "every chunk is covered");
+        assert!((splits - 1) * cps < chunks, "no split is empty");
+        assert!(splits <= MAX_SPLITS as usize);
+    }
+}
+
+#[test]
+fn the_simulator_plans_for_its_threads_and_profiling_for_the_device() {
+    let runner = Runner::sim("test");
+    assert_eq!(runner.concurrent_blocks(), rayon::current_num_threads());
+    let (inside, _) = profile(|| Runner::sim("test").concurrent_blocks());
+    assert_eq!(inside, device_clusters());
+    assert_eq!(device_clusters(), 32);
+    let dir = std::env::temp_dir();
+    assert_eq!(Runner::package("test", &dir).concurrent_blocks(), 32);
+    // Pipes overlap on the device only; an explicit plan target overrides either way.
+    assert!(!runner.pipes_overlap());
+    assert!(profile(|| Runner::sim("test").pipes_overlap()).0);
+    assert!(Runner::package("test", &dir).pipes_overlap());
+    let device = Runner::sim("test").plan_for(PlanTarget::Device);
+    assert_eq!(
+        (device.concurrent_blocks(), device.pipes_overlap()),
+        (32, true)
+    );
+    let (cpu, _) = profile(|| {
+        let r = Runner::sim("test").plan_for(PlanTarget::Cpu);
+        (r.concurrent_blocks(), r.pipes_overlap())
+    });
+    assert_eq!(cpu, (rayon::current_num_threads(), false));
+}
+
+#[test]
+fn one_f32_split_on_the_cpu_plan_skips_the_merge_with_the_same_result() {
+    // 2 rows of 16 heads, Dqk 64, v_dim 32, 150 tokens per row (row 1: none valid) out of
+    // 192 cached in blocks of 8.
+    let (batch, heads, d, v_dim, bs, topk) = (2usize, 16u64, 64u64, 32u64, 8usize, 150usize);
+    let (tokens, max_blocks) = (192, 24);
+    let vals = |n: usize, seed: u32| -> Vec<u8> {
+        (0..n)
+            .flat_map(|i| {
+                let x = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 9;
+                (x as f32 / (1u32 << 23) as f32 - 0.5).to_le_bytes()
+            })
+            .collect()
+    };
+    let q = vals(batch * heads as usize * d as usize, 1);
+    let kv = vals(tokens * d as usize, 2);
+    let table: Vec<i64> = (0..batch * max_blocks)
+        .map(|i| {
+            if i < max_blocks {
+                (i * 5 % max_blocks) as i64
+            } else {
+                0
+            }
+        })
+        .collect();
+    let indices: Vec<i64> = (0..batch * topk)
+        .map(|i| if i < topk { (i * 7 % tokens) as i64 } else { 0 })
+        .collect();
+    let run = |target: PlanTarget| {
+        let cfg = AttnCfg::new(
+            "sparse_attn",
+            DType::F32,
+            heads,
+            heads,
+            d,
+            v_dim,
+            d,
+            0,
+            false,
+            bs as u64,
+            target == PlanTarget::Device,
+        );
+        let mut runner = Runner::sim("test").plan_for(target);
+        let splits = split_plan(&cfg, batch, topk, runner.concurrent_blocks()).splits;
+        let inp = AttnInputs {
+            q: GmInput {
+                dtype: DType::F32,
+                shape: vec![batch * heads as usize, d as usize],
+                data: &q,
+            },
+            kv: GmInput {
+                dtype: DType::F32,
+                shape: vec![tokens, d as usize],
+                data: &kv,
+            },
+            v: None,
+            indices: indices.clone(),
+            topk,
+            counts: vec![topk as i64, 0],
+            block_table: &table,
+            max_blocks,
+            batch,
+            scale: 0.125,
+            sink: None,
+        };
+        let (out, lse) = run_attention(&mut runner, "test", &cfg, inp).expect("runs");
+        let f32s = |b: &[u8]| -> Vec<f32> {
+            b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        };
+        (f32s(&out.data), f32s(&lse.data), runner.launches(), splits)
+    };
+    // On one thread the CPU plan runs one split per row; with more threads than rows it
+    // splits and merges.
+    let cpu = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a one-thread pool");
+    let (out_cpu, lse_cpu, launches_cpu, splits_cpu) = cpu.install(|| run(PlanTarget::Cpu));
+    let (out_dev, lse_dev, launches_dev, splits_dev) = run(PlanTarget::Device);
+    assert_eq!(splits_cpu, 1);
+    assert_eq!(launches_cpu, 1, "one f32 split without a sink: no merge");
+    assert!(splits_dev > 1);
+    assert_eq!(launches_dev, 2, "the device plan always merges");
+    let h = heads as usize;
+    assert_eq!(lse_cpu.len(), batch * h);
+    for (g, (a, b)) in lse_cpu.iter().zip(&lse_dev).enumerate() {
+        if g >= h {
+            assert_eq!(*a, f32::INFINITY, "row {g} has no valid index: lse +inf");
+        } else {
+            assert!(
+                a.is_finite() && (a - b).abs() <= 1e-5,
+                "lse row {g}: {a} vs {b}"
+            );
+        }
+    }
+    assert_eq!(out_cpu.len(), out_dev.len());
+    for (i, (a, b)) in out_cpu.iter().zip(&out_dev).enumerate() {
+        assert!((a - b).abs() <= 1e-6, "out {i}: {a} vs {b}");
+        if i >= h * v_dim as usize {
+            assert_eq!(*a, 0.0, "an empty row's out is 0");
+        }
+    }
+}
+
+#[test]
+fn the_cpu_plan_buffers_tiles_once_and_makes_them_larger() {
+    let tiling = |dt: DType, heads: u64, d: u64, separate_v: bool, double: bool| {
+        let c = AttnCfg::new(
+            "t",
+            dt,
+            heads,
+            heads,
+            d,
+            d.min(512),
+            d,
+            0,
+            separate_v,
+            64,
+            double,
+        );
+        (c.chunk, c.ks, c.ns, c.bufs)
+    };
+    // f32 DeepSeek: Q takes 288 KiB of L1, so ping-ponged chunks are 32 tokens; one buffer
+    // holds 64, and one Q slice beside P in L0A can be 64 columns wide instead of 48.
+    assert_eq!(tiling(DType::F32, 128, 576, false, true), (32, 48, 128, 2));
+    assert_eq!(tiling(DType::F32, 128, 576, false, false), (64, 64, 128, 1));
+    // bf16 reaches the largest chunk either way; the CPU's K slices are 96 wide, not 64,
+    // and its V slices 128, not 64.
+    assert_eq!(tiling(DType::BF16, 128, 576, false, true), (128, 64, 64, 2));
+    assert_eq!(
+        tiling(DType::BF16, 128, 576, false, false),
+        (128, 96, 128, 1)
+    );
+    // Separate V (dense GQA) counts both gathered tiles.
+    assert_eq!(tiling(DType::F32, 128, 384, true, true).0, 32);
+    assert_eq!(tiling(DType::F32, 128, 384, true, false).0, 64);
+    // A small problem: the same chunk, single buffered.
+    assert_eq!(tiling(DType::F32, 8, 64, false, true), (64, 64, 64, 2));
+    assert_eq!(tiling(DType::F32, 8, 64, false, false), (64, 64, 64, 1));
+    // P: two L1 buffers on the CPU plan where they fit (f32 DeepSeek: 288 + 144 + 2 x 32
+    // KiB), one on the device plan.
+    let p_bufs = |dt: DType, d: u64, separate_v: bool, double: bool| {
+        AttnCfg::new("t", dt, 128, 128, d, 512, d, 0, separate_v, 64, double).pbufs
+    };
+    assert_eq!(p_bufs(DType::F32, 576, false, false), 2);
+    assert_eq!(p_bufs(DType::BF16, 576, false, false), 2);
+    assert_eq!(p_bufs(DType::F32, 576, false, true), 1);
+    assert_eq!(p_bufs(DType::BF16, 576, false, true), 1);
+    // f32 with 768 columns: Q 384 + K 96 + P 16 KiB leave no room for a second P.
+    assert_eq!(p_bufs(DType::F32, 768, false, false), 1);
+    assert_eq!(p_bufs(DType::F32, 512, true, false), 2);
+}
