@@ -173,6 +173,16 @@ pub fn storage_from_gm(op: &'static str, t: &GmTensor) -> Result<CpuStorage, OpE
 
 /// The dtypes accepted for index tensors (indices, context lengths, slot mappings).
 pub(crate) const INDEX_DTYPES: &[CDType] = &[CDType::I32, CDType::I64];
+
+/// Largest token position, cache slot, context length or count an op accepts: the kernels take
+/// them as 32-bit integers, and a value past it is an error, never clamped (docs/ops.md,
+/// "Limits").
+pub const MAX_POSITION: i64 = i32::MAX as i64;
+
+/// Most elements (logical, whatever the strides) any tensor argument may have, checked before
+/// anything is copied or allocated: a stride-0 view of a huge logical shape is an error, not an
+/// aborted allocation (docs/ops.md, "Limits").
+pub const MAX_ELEMENTS: usize = i32::MAX as usize;
 /// The dtypes accepted for block tables.
 pub(crate) const TABLE_DTYPES: &[CDType] = &[CDType::I32, CDType::I64, CDType::U32];
 
@@ -220,7 +230,44 @@ pub(crate) fn check_shape<'a>(
             format!("must not be empty: shape {form} is {dims:?}"),
         ));
     }
+    let elems = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    if elems.is_none_or(|n| n > MAX_ELEMENTS) {
+        return Err(OpError::invalid(
+            op,
+            arg,
+            format!(
+                "shape {dims:?} has more than {MAX_ELEMENTS} elements, the most a tensor argument may have"
+            ),
+        ));
+    }
     Ok(dims)
+}
+
+/// [`check_index`] for tensors of positions, slots or counts (indices, context lengths, slot
+/// mappings, top-k lengths): every value must also fit the kernels' 32-bit integers
+/// ([`MAX_POSITION`]); the op checks its own lower bounds.
+pub(crate) fn check_positions(
+    op: &'static str,
+    arg: &'static str,
+    t: &Tensor,
+    form: &str,
+    rank: usize,
+) -> Result<(Vec<usize>, Vec<i64>), OpError> {
+    let (dims, values) = check_index(op, arg, t, form, rank, INDEX_DTYPES)?;
+    if let Some((i, v)) = values
+        .iter()
+        .enumerate()
+        .find(|(_, &v)| v > MAX_POSITION || v < i64::from(i32::MIN))
+    {
+        return Err(OpError::invalid(
+            op,
+            arg,
+            format!(
+                "element {i} = {v} does not fit the kernels' 32-bit positions (at most {MAX_POSITION})"
+            ),
+        ));
+    }
+    Ok((dims, values))
 }
 
 /// Checks a data tensor (f32, f16, bf16): device, rank, non-empty; returns its dims.
@@ -350,7 +397,18 @@ pub(crate) fn reach(
             ),
         ));
     }
-    Ok(entry * bs + t % bs)
+    let slot = entry * bs + t % bs;
+    if slot > MAX_POSITION {
+        return Err(OpError::invalid(
+            op,
+            "block_table",
+            format!(
+                "entry [{row}, {col}] = {entry} (reached by {}) puts the token at slot {slot}, past the kernels' 32-bit positions (at most {MAX_POSITION})",
+                who()
+            ),
+        ));
+    }
+    Ok(slot)
 }
 
 /// Resolves the backend of a call: the given one or the process default.

@@ -124,17 +124,30 @@ fn validate(rows: &Tensor, cache: &Tensor, slot_mapping: &Tensor) -> Result<Vali
             "must not share storage with `cache` (copy the rows first)",
         ));
     }
-    let (sd, slots) = bridge::check_index(
-        OP,
-        "slot_mapping",
-        slot_mapping,
-        "[N]",
-        1,
-        bridge::INDEX_DTYPES,
-    )?;
+    let (sd, slots) = bridge::check_positions(OP, "slot_mapping", slot_mapping, "[N]", 1)?;
     bridge::check_dim(OP, "slot_mapping", &sd, 0, "N", n, "rows is [N, ...row]")?;
     let num_slots = num_blocks * block_size;
-    let mut first = vec![usize::MAX; num_slots];
+    check_slots(&slots, num_slots, (num_blocks, block_size))?;
+    Ok(Validated {
+        n,
+        width,
+        num_slots,
+        num_blocks,
+        block_size,
+        slot_mapping: slots,
+    })
+}
+
+/// Checks `slot_mapping`: each value -1 (skip) or a slot in `0..num_slots`, the valid ones
+/// distinct. O(rows written), whatever the cache's size (it never allocates per cache slot).
+fn check_slots(
+    slots: &[i64],
+    num_slots: usize,
+    (num_blocks, block_size): (usize, usize),
+) -> Result<(), OpError> {
+    // The first row writing each slot: O(rows written), whatever the cache's size.
+    let mut first: std::collections::HashMap<i64, usize> =
+        std::collections::HashMap::with_capacity(slots.len());
     for (i, &s) in slots.iter().enumerate() {
         if s == -1 {
             continue;
@@ -148,24 +161,15 @@ fn validate(rows: &Tensor, cache: &Tensor, slot_mapping: &Tensor) -> Result<Vali
                 ),
             ));
         }
-        let f = &mut first[s as usize];
-        if *f != usize::MAX {
+        if let Some(f) = first.insert(s, i) {
             return Err(OpError::invalid(
                 OP,
                 "slot_mapping",
-                format!("slot_mapping[{i}] = {s} duplicates slot_mapping[{}]: valid slots must be distinct", *f),
+                format!("slot_mapping[{i}] = {s} duplicates slot_mapping[{f}]: valid slots must be distinct"),
             ));
         }
-        *f = i;
     }
-    Ok(Validated {
-        n,
-        width,
-        num_slots,
-        num_blocks,
-        block_size,
-        slot_mapping: slots,
-    })
+    Ok(())
 }
 
 /// The in-place candle op running the tile kernel (simulated, or packaged for the Ascend 950)
@@ -214,5 +218,35 @@ impl InplaceOp2 for CacheOp {
         rl: &Layout,
     ) -> candle_core::Result<()> {
         self.bridge.forward(|| self.forward(cs, cl, rs, rl))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_slots;
+
+    /// A one-row write into a 2^28-slot cache: checked on the slot count alone, no cache, no
+    /// per-slot scratch.
+    #[test]
+    fn slots_are_checked_in_the_rows_written_whatever_the_cache_size() {
+        let (blocks, bs) = (1usize << 22, 64usize);
+        let n = blocks * bs;
+        assert!(check_slots(&[n as i64 - 1], n, (blocks, bs)).is_ok());
+        assert!(check_slots(&[-1, 5, 7], n, (blocks, bs)).is_ok());
+        let e = check_slots(&[n as i64], n, (blocks, bs))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("slot_mapping[0]") && e.contains("0..268435456"),
+            "{e}"
+        );
+        let e = check_slots(&[3, -1, 3], n, (blocks, bs))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("slot_mapping[2] = 3 duplicates slot_mapping[0]"),
+            "{e}"
+        );
+        assert!(check_slots(&[-2], n, (blocks, bs)).is_err());
     }
 }

@@ -121,14 +121,7 @@ fn validate(
     )?;
     bridge::check_dim(OP, "block_table", &td, 0, "B", batch, "q is [B, H, D]")?;
     let max_blocks = td[1];
-    let (cd, lens) = bridge::check_index(
-        OP,
-        "context_lens",
-        context_lens,
-        "[B]",
-        1,
-        bridge::INDEX_DTYPES,
-    )?;
+    let (cd, lens) = bridge::check_positions(OP, "context_lens", context_lens, "[B]", 1)?;
     bridge::check_dim(OP, "context_lens", &cd, 0, "B", batch, "q is [B, H, D]")?;
     bridge::check_scale(OP, p.scale)?;
     let capacity = (max_blocks as u128 * block_size as u128).min(i64::MAX as u128) as i64;

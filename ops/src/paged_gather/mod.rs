@@ -73,7 +73,7 @@ fn validate(
 ) -> Result<Validated, OpError> {
     let sd = bridge::check_data(OP, "src", src, "[T, C]", 2)?;
     let (t_rows, cols) = (sd[0], sd[1]);
-    let (id, idx) = bridge::check_index(OP, "indices", indices, "[1, n]", 2, bridge::INDEX_DTYPES)?;
+    let (id, idx) = bridge::check_positions(OP, "indices", indices, "[1, n]", 2)?;
     bridge::check_dim(OP, "indices", &id, 0, "rows", 1, "indices is [1, n]")?;
     let (td, table) = bridge::check_index(
         OP,

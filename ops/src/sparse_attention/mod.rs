@@ -117,8 +117,7 @@ fn validate(
     bridge::check_same_dtype(OP, "kv_cache", kv, "q", q.dtype())?;
     let (num_blocks, block_size) = (kd[0], kd[1]);
     bridge::check_dim(OP, "kv_cache", kd, 2, "Dqk", dqk, "q is [B, H, Dqk]")?;
-    let (id, idx) =
-        bridge::check_index(OP, "indices", indices, "[B, topk]", 2, bridge::INDEX_DTYPES)?;
+    let (id, idx) = bridge::check_positions(OP, "indices", indices, "[B, topk]", 2)?;
     bridge::check_dim(OP, "indices", &id, 0, "B", batch, "q is [B, H, Dqk]")?;
     let topk = id[1];
     let (td, table) = bridge::check_index(
@@ -145,8 +144,7 @@ fn validate(
     let topk_length = match &p.topk_length {
         None => None,
         Some(t) => {
-            let (ld, lens) =
-                bridge::check_index(OP, "topk_length", t, "[B]", 1, bridge::INDEX_DTYPES)?;
+            let (ld, lens) = bridge::check_positions(OP, "topk_length", t, "[B]", 1)?;
             bridge::check_dim(OP, "topk_length", &ld, 0, "B", batch, "q is [B, H, Dqk]")?;
             if let Some((b, &l)) = lens
                 .iter()

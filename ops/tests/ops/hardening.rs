@@ -49,3 +49,91 @@ fn candle_errors_read_as_one_line_without_the_backtrace() {
     assert!(msg.contains("shape mismatch in index_select"), "{msg}");
     assert!(msg.contains("gathering rows"), "{msg}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Positions past 2^31 are errors, never clamped; huge logical shapes are errors, never aborts.
+
+/// `2^31 + 5`: a valid token for a block table of `2^15 + 1` blocks of `2^16` tokens, but not a
+/// 32-bit position (the kernels clamped it and read another token).
+const PAST_I32: i64 = (1i64 << 31) + 5;
+
+fn huge_capacity_table() -> Tensor {
+    ints(&vec![0i64; (1 << 15) + 1], &[1, (1 << 15) + 1], DType::I32)
+}
+
+fn sparse_index_past_32_bits(bk: Backend) {
+    let q = Tensor::zeros((1, 2, 16), DType::F32, &Device::Cpu).expect("q");
+    let kv = Tensor::zeros((1, 1 << 16, 16), DType::F32, &Device::Cpu).expect("kv");
+    let idx = ints(&[3, PAST_I32], &[1, 2], DType::I64);
+    let params = tileops_ops::SparseAttentionParams::new(16, 0.25);
+    let r = tileops_ops::sparse_paged_attention(
+        &q,
+        &kv,
+        &idx,
+        &huge_capacity_table(),
+        &params,
+        Some(bk),
+    );
+    expect_invalid(
+        r,
+        "sparse_paged_attention",
+        "indices",
+        &["2147483653", "32-bit"],
+    );
+}
+
+fn gather_index_past_32_bits(bk: Backend) {
+    let src = Tensor::zeros((1 << 16, 4), DType::F32, &Device::Cpu).expect("src");
+    let idx = ints(&[PAST_I32], &[1, 1], DType::I64);
+    let r = paged_gather(&src, &idx, &huge_capacity_table(), 1 << 16, 4, Some(bk));
+    expect_invalid(r, "paged_gather", "indices", &["2147483653", "32-bit"]);
+}
+
+fn cache_slot_past_32_bits(bk: Backend) {
+    let cache = Tensor::zeros((4, 8, 16), DType::F32, &Device::Cpu).expect("cache");
+    let rows = Tensor::ones((1, 16), DType::F32, &Device::Cpu).expect("rows");
+    let slots = ints(&[1i64 << 31], &[1], DType::I64);
+    let r = tileops_ops::reshape_and_cache(&rows, &cache, &slots, Some(bk));
+    expect_invalid(
+        r,
+        "reshape_and_cache",
+        "slot_mapping",
+        &["2147483648", "32-bit"],
+    );
+}
+
+fn paged_context_past_32_bits(bk: Backend) {
+    let q = Tensor::zeros((1, 2, 16), DType::F32, &Device::Cpu).expect("q");
+    let kc = Tensor::zeros((2, 16, 1, 16), DType::F32, &Device::Cpu).expect("cache");
+    let table = ints(&[0, 1], &[1, 2], DType::I32);
+    let lens = ints(&[1i64 << 31], &[1], DType::I64);
+    let params = tileops_ops::PagedAttentionParams { scale: 0.25 };
+    let r = tileops_ops::paged_attention(&q, &kc, &kc, &table, &lens, &params, Some(bk));
+    expect_invalid(
+        r,
+        "paged_attention",
+        "context_lens",
+        &["2147483648", "32-bit"],
+    );
+}
+
+/// A stride-0 view of a huge logical shape is refused before anything is made contiguous.
+fn broadcast_huge_q(bk: Backend) {
+    let q = Tensor::zeros((1, 1, 16), DType::F32, &Device::Cpu)
+        .and_then(|t| t.broadcast_as((1usize << 26, 128, 16)))
+        .expect("a broadcast view");
+    let kv = Tensor::zeros((1, 16, 16), DType::F32, &Device::Cpu).expect("kv");
+    let idx = ints(&[0], &[1, 1], DType::I32);
+    let table = ints(&[0], &[1, 1], DType::I32);
+    let params = tileops_ops::SparseAttentionParams::new(16, 0.25);
+    let r = tileops_ops::sparse_paged_attention(&q, &kv, &idx, &table, &params, Some(bk));
+    expect_invalid(r, "sparse_paged_attention", "q", &["2147483647 elements"]);
+}
+
+for_each_backend!(
+    sparse_index_past_32_bits,
+    gather_index_past_32_bits,
+    cache_slot_past_32_bits,
+    paged_context_past_32_bits,
+    broadcast_huge_q,
+);
