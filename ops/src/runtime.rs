@@ -134,18 +134,24 @@ pub enum PlanTarget {
     /// The Ascend 950: a grid for its clusters, and tiles double-buffered, since a block's pipes
     /// run concurrently and the next load overlaps this tile's compute.
     Device,
-    /// The simulator's CPU execution: a grid for its worker threads (blocks beyond them add
-    /// per-block work and no parallelism), and, since it runs a block's instructions one after
-    /// another, tiles buffered once and so twice as large (fewer, larger operations).
+    /// The simulator's CPU execution: a grid for [`CPU_PLAN_BLOCKS`] concurrent blocks whatever
+    /// the host's thread count (so a call gives the same bits on every machine), and, since it
+    /// runs a block's instructions one after another, tiles buffered once and so twice as large
+    /// (fewer, larger operations).
     Cpu,
 }
 
+/// The concurrent blocks the CPU plan sizes its grid for. Fixed, not the host's thread count:
+/// the grid decides the top-k splits and so the summation order, and results must not depend
+/// on the machine (1, 2 or 16 threads give the same bits; the blocks run in waves on fewer).
+pub const CPU_PLAN_BLOCKS: usize = 8;
+
 impl PlanTarget {
     /// How many blocks this target runs at once, which an op's launch plan sizes its grid for:
-    /// the device's clusters, or the simulator's worker threads.
+    /// the device's clusters, or [`CPU_PLAN_BLOCKS`] for the simulator.
     pub fn concurrent_blocks(self) -> usize {
         match self {
-            PlanTarget::Cpu => rayon::current_num_threads().max(1),
+            PlanTarget::Cpu => CPU_PLAN_BLOCKS,
             PlanTarget::Device => device_clusters(),
         }
     }

@@ -137,3 +137,73 @@ for_each_backend!(
     paged_context_past_32_bits,
     broadcast_huge_q,
 );
+
+// ---------------------------------------------------------------------------------------------
+// Results do not depend on the machine: 1, 2 and 16 worker threads give the same bits.
+
+/// The bits of `f`'s result tensors, run on a dedicated rayon pool of `threads` threads.
+fn bits_on(threads: usize, f: &(dyn Fn() -> Vec<Tensor> + Sync)) -> Vec<Vec<u32>> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("a rayon pool");
+    pool.install(|| {
+        f().iter()
+            .map(|t| {
+                t.to_dtype(DType::F32)
+                    .and_then(|t| t.flatten_all())
+                    .and_then(|t| t.to_vec1::<f32>())
+                    .expect("reading a result")
+                    .into_iter()
+                    .map(f32::to_bits)
+                    .collect()
+            })
+            .collect()
+    })
+}
+
+#[test]
+fn tilesim_bits_do_not_depend_on_the_thread_count() {
+    let mut rng = Rng::new(93);
+    let (b, h, dqk, vd, bs, nb, topk) = (3usize, 8usize, 64usize, 32usize, 16usize, 24usize, 120);
+    let (q, _) = rand_data(&mut rng, &[b, h, dqk], DType::BF16);
+    let (kv, _) = rand_data(&mut rng, &[nb, bs, dqk], DType::BF16);
+    let table = shuffled_table(&mut rng, b, 8, 8, nb);
+    let idx: Vec<i64> = (0..b * topk).map(|_| rng.below(8 * bs) as i64).collect();
+    let idx_t = ints(&idx, &[b, topk], DType::I32);
+    let table_t = ints(&table, &[b, 8], DType::I32);
+    let (pq, _) = rand_data(&mut rng, &[b, h, dqk], DType::F32);
+    let (pk, _) = rand_data(&mut rng, &[nb, bs, 2, dqk], DType::F32);
+    let lens = ints(&[128, 77, 1], &[b], DType::I32);
+    let run = || {
+        let params = tileops_ops::SparseAttentionParams::new(vd, 0.2);
+        let (o, l) = tileops_ops::sparse_paged_attention(
+            &q,
+            &kv,
+            &idx_t,
+            &table_t,
+            &params,
+            Some(Backend::TileSim),
+        )
+        .expect("sparse attention runs");
+        let params = tileops_ops::PagedAttentionParams { scale: 0.2 };
+        let d = tileops_ops::paged_attention(
+            &pq,
+            &pk,
+            &pk,
+            &table_t,
+            &lens,
+            &params,
+            Some(Backend::TileSim),
+        )
+        .expect("paged attention runs");
+        vec![o, l, d]
+    };
+    let one = bits_on(1, &run);
+    for threads in [2, 16] {
+        assert!(
+            bits_on(threads, &run) == one,
+            "results on {threads} threads differ from 1 thread"
+        );
+    }
+}

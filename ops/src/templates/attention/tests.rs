@@ -63,9 +63,9 @@ fn splits_fill_the_blocks_the_target_runs_at_once() {
 }
 
 #[test]
-fn the_simulator_plans_for_its_threads_and_profiling_for_the_device() {
+fn the_simulator_plans_for_a_fixed_grid_and_profiling_for_the_device() {
     let runner = Runner::sim("test");
-    assert_eq!(runner.concurrent_blocks(), rayon::current_num_threads());
+    assert_eq!(runner.concurrent_blocks(), crate::runtime::CPU_PLAN_BLOCKS);
     let (inside, _) = profile(|| Runner::sim("test").concurrent_blocks());
     assert_eq!(inside, device_clusters());
     assert_eq!(device_clusters(), 32);
@@ -84,14 +84,16 @@ fn the_simulator_plans_for_its_threads_and_profiling_for_the_device() {
         let r = Runner::sim("test").plan_for(PlanTarget::Cpu);
         (r.concurrent_blocks(), r.pipes_overlap())
     });
-    assert_eq!(cpu, (rayon::current_num_threads(), false));
+    assert_eq!(cpu, (crate::runtime::CPU_PLAN_BLOCKS, false));
 }
 
 #[test]
 fn one_f32_split_on_the_cpu_plan_skips_the_merge_with_the_same_result() {
-    // 2 rows of 16 heads, Dqk 64, v_dim 32, 150 tokens per row (row 1: none valid) out of
-    // 192 cached in blocks of 8.
-    let (batch, heads, d, v_dim, bs, topk) = (2usize, 16u64, 64u64, 32u64, 8usize, 150usize);
+    // CPU_PLAN_BLOCKS rows of 16 heads (as many rows as the CPU plan's grid, so one split per
+    // row), Dqk 64, v_dim 32, 150 tokens in row 0 (the other rows: none valid) out of 192
+    // cached in blocks of 8.
+    let batch = crate::runtime::CPU_PLAN_BLOCKS;
+    let (heads, d, v_dim, bs, topk) = (16u64, 64u64, 32u64, 8usize, 150usize);
     let (tokens, max_blocks) = (192, 24);
     let vals = |n: usize, seed: u32| -> Vec<u8> {
         (0..n)
@@ -145,7 +147,9 @@ fn one_f32_split_on_the_cpu_plan_skips_the_merge_with_the_same_result() {
             v: None,
             indices: indices.clone(),
             topk,
-            counts: vec![topk as i64, 0],
+            counts: (0..batch)
+                .map(|r| if r == 0 { topk as i64 } else { 0 })
+                .collect(),
             block_table: &table,
             max_blocks,
             batch,
@@ -160,13 +164,9 @@ fn one_f32_split_on_the_cpu_plan_skips_the_merge_with_the_same_result() {
         };
         (f32s(&out.data), f32s(&lse.data), runner.launches(), splits)
     };
-    // On one thread the CPU plan runs one split per row; with more threads than rows it
-    // splits and merges.
-    let cpu = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build()
-        .expect("a one-thread pool");
-    let (out_cpu, lse_cpu, launches_cpu, splits_cpu) = cpu.install(|| run(PlanTarget::Cpu));
+    // With as many rows as its grid the CPU plan runs one split per row; the device plan
+    // (32 clusters) splits and merges.
+    let (out_cpu, lse_cpu, launches_cpu, splits_cpu) = run(PlanTarget::Cpu);
     let (out_dev, lse_dev, launches_dev, splits_dev) = run(PlanTarget::Device);
     assert_eq!(splits_cpu, 1);
     assert_eq!(launches_cpu, 1, "one f32 split without a sink: no merge");
