@@ -411,6 +411,42 @@ pub(crate) fn reach(
     Ok(slot)
 }
 
+/// A kernel that does not fit the machine's buffers for the call's shape (a capacity error of
+/// the compiler) as an [`OpError::Invalid`] naming the user's argument `arg` whose size decides
+/// it, with the call's shape (`shape`) and the compiler's numbers; any other error unchanged.
+/// The kernel backends compile before they run anything, so this is reported up front.
+pub(crate) fn kernel_limit(
+    e: OpError,
+    arg: &'static str,
+    shape: impl FnOnce() -> String,
+) -> OpError {
+    use tile_backend::passes::{memory::PlanError, CompileError};
+    use tile_backend::verify::Rule;
+    let OpError::Compile { op, source, .. } = &e else {
+        return e;
+    };
+    let why = match source {
+        CompileError::Verify(v) => v
+            .errors
+            .iter()
+            .find(|d| d.rule == Rule::Capacity)
+            .map(|d| d.message.clone()),
+        CompileError::Plan(p @ PlanError::Capacity { .. }) => Some(p.to_string()),
+        _ => None,
+    };
+    match why {
+        Some(why) => OpError::invalid(
+            op,
+            arg,
+            format!(
+                "{} is too large for the kernel backends (TileSim, Ascend950): {why}; docs/ops.md lists the limits",
+                shape()
+            ),
+        ),
+        None => e,
+    }
+}
+
 /// Resolves the backend of a call: the given one or the process default.
 pub(crate) fn resolve_backend(backend: Option<crate::Backend>) -> Result<crate::Backend, OpError> {
     match backend {

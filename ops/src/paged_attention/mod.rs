@@ -102,6 +102,17 @@ fn validate(
         ));
     }
     let (num_blocks, block_size, kv_heads) = (kd[0], kd[1], kd[2]);
+    if heads % kv_heads == 0 && heads / kv_heads > kernel::MAX_GROUP {
+        return Err(OpError::invalid(
+            OP,
+            "q",
+            format!(
+                "H = {heads} query heads (q dim 1) over Hkv = {kv_heads} KV heads (k_cache dim 2) is {} query heads per KV head; at most {} are supported",
+                heads / kv_heads,
+                kernel::MAX_GROUP
+            ),
+        ));
+    }
     if heads % kv_heads != 0 {
         return Err(OpError::invalid(
             OP,
@@ -196,7 +207,16 @@ impl PagedOp {
             scale: v.scale,
         };
         let mut runner = bridge::runner(OP, self.backend);
-        let out = kernel::run(&mut runner, &p)?;
+        let out = kernel::run(&mut runner, &p).map_err(|e| {
+            bridge::kernel_limit(e, "q", || {
+                format!(
+                    "D = {} (q dim 2) with H / Hkv = {} query heads per KV head in {}",
+                    v.head_dim,
+                    v.heads / v.kv_heads.max(1),
+                    p.q.dtype
+                )
+            })
+        })?;
         runner.finish()?;
         let shape = [v.batch, v.heads, v.head_dim];
         bridge::expect_shape(OP, &out.shape, &shape, "out")?;

@@ -92,11 +92,14 @@ fn validate(
         1,
         "block_table is [1, nb]",
     )?;
-    if block_size == 0 {
+    if block_size == 0 || block_size as u64 > bridge::MAX_POSITION as u64 {
         return Err(OpError::invalid(
             OP,
             "block_size",
-            "must be at least 1, found 0",
+            format!(
+                "must be in 1..={} (the kernels take it as a 32-bit integer), found {block_size}",
+                bridge::MAX_POSITION
+            ),
         ));
     }
     if size == 0 || size > cols {

@@ -256,7 +256,14 @@ impl SparseOp {
             sink: v.sink.clone(),
         };
         let mut runner = bridge::runner(OP, self.backend);
-        let (out, lse): (GmTensor, GmTensor) = kernel::run(&mut runner, &p)?;
+        let (out, lse): (GmTensor, GmTensor) = kernel::run(&mut runner, &p).map_err(|e| {
+            bridge::kernel_limit(e, "q", || {
+                format!(
+                    "Dqk = {} (q dim 2) with v_dim = {} and H = {} in {}",
+                    v.dqk, v.v_dim, v.heads, p.q.dtype
+                )
+            })
+        })?;
         runner.finish()?;
         bridge::expect_shape(OP, &out.shape, &[v.batch, v.heads, v.v_dim], "out")?;
         bridge::expect_shape(OP, &lse.shape, &[v.batch, v.heads], "lse")?;

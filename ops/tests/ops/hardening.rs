@@ -207,3 +207,58 @@ fn tilesim_bits_do_not_depend_on_the_thread_count() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Limits users would otherwise hit as compiler errors, named by the user's argument.
+
+/// Dqk = v_dim = 1024 with 128 heads: the split kernel's tiles do not fit the vector core's
+/// UB. The kernel backends say so up front, naming `q`; the Reference computes it.
+fn sparse_head_dim_beyond_the_kernel(bk: Backend) {
+    let (h, d) = (128usize, 1024usize);
+    let q = Tensor::zeros((1, h, d), DType::F32, &Device::Cpu).expect("q");
+    let kv = Tensor::zeros((1, 16, d), DType::F32, &Device::Cpu).expect("kv");
+    let idx = ints(&[0, 1, 2], &[1, 3], DType::I32);
+    let table = ints(&[0], &[1, 1], DType::I32);
+    let params = tileops_ops::SparseAttentionParams::new(d, 0.03);
+    let r = tileops_ops::sparse_paged_attention(&q, &kv, &idx, &table, &params, Some(bk));
+    match bk {
+        Backend::Reference => assert!(r.is_ok(), "the Reference has no such limit: {r:?}"),
+        _ => expect_invalid(
+            r,
+            "sparse_paged_attention",
+            "q",
+            &["Dqk = 1024", "too large for the kernel backends"],
+        ),
+    }
+}
+
+/// 256 query heads per KV head: more than the kernels' head tile; named on `q` up front.
+fn paged_too_many_heads_per_kv_head(bk: Backend) {
+    let q = Tensor::zeros((1, 256, 16), DType::F32, &Device::Cpu).expect("q");
+    let kc = Tensor::zeros((1, 16, 1, 16), DType::F32, &Device::Cpu).expect("cache");
+    let table = ints(&[0], &[1, 1], DType::I32);
+    let lens = ints(&[4], &[1], DType::I32);
+    let params = tileops_ops::PagedAttentionParams { scale: 0.25 };
+    let r = tileops_ops::paged_attention(&q, &kc, &kc, &table, &lens, &params, Some(bk));
+    expect_invalid(
+        r,
+        "paged_attention",
+        "q",
+        &["256 query heads per KV head", "at most 128"],
+    );
+}
+
+/// A block size past 32 bits (it became -1 inside the kernel).
+fn gather_block_size_past_32_bits(bk: Backend) {
+    let src = Tensor::zeros((8, 4), DType::F32, &Device::Cpu).expect("src");
+    let idx = ints(&[0], &[1, 1], DType::I32);
+    let table = ints(&[0], &[1, 1], DType::I32);
+    let r = paged_gather(&src, &idx, &table, 1usize << 63, 4, Some(bk));
+    expect_invalid(r, "paged_gather", "block_size", &["32-bit"]);
+}
+
+for_each_backend!(
+    sparse_head_dim_beyond_the_kernel,
+    paged_too_many_heads_per_kv_head,
+    gather_block_size_past_32_bits,
+);
