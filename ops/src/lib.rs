@@ -6,7 +6,7 @@
 //! writes the kernel package and reports that no device is present. See docs/ops.md.
 //!
 //! The ops: [`paged_gather()`], [`sparse_paged_attention`], [`paged_attention()`],
-//! [`reshape_and_cache`].
+//! [`reshape_and_cache`], [`flash_attention()`], [`flash_attention_varlen`], [`qk_softmax`].
 //!
 //! Layout: [`backend`], [`error`], [`runtime`] (kernel cache, launcher, profiling), [`kernels`]
 //! (the kernels each op launches and their block counts, built from shape parameters alone: what

@@ -146,18 +146,7 @@ fn data_dims(
     rank: usize,
     nonzero: &[usize],
 ) -> Result<Vec<usize>, OpError> {
-    bridge::check_cpu(op, arg, t)?;
-    let dims = t.dims().to_vec();
-    if dims.len() != rank {
-        return Err(OpError::invalid(
-            op,
-            arg,
-            format!(
-                "must have rank {rank} {form}, found rank {} with shape {dims:?}",
-                dims.len()
-            ),
-        ));
-    }
+    let dims = bridge::check_rank(op, arg, t, form, rank)?.to_vec();
     bridge::data_dtype(op, arg, t.dtype())?;
     if let Some(&a) = nonzero.iter().find(|&&a| dims[a] == 0) {
         return Err(OpError::invalid(
