@@ -16,16 +16,15 @@ use tileops::ops::{
     paged_attention, sparse_paged_attention, Backend, PagedAttentionParams, SparseAttentionParams,
 };
 
-/// A small deterministic PRNG (splitmix64).
-struct Rng(u64);
+/// The simulator's splitmix64 (`tile_backend::sim::io::Rng`) with this bench's draws.
+struct Rng(tile_backend::sim::io::Rng);
 
 impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(tile_backend::sim::io::Rng::new(seed))
+    }
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
@@ -73,7 +72,7 @@ fn configure<'a>(
 
 fn bench_sparse(c: &mut Criterion) {
     let (b, h, dqk, v_dim, topk, block, seq) = (4, 128, 576, 512, 2048, 64, 8192);
-    let mut rng = Rng(6);
+    let mut rng = Rng::new(6);
     let per_seq = seq / block;
     let num_blocks = b * per_seq;
     let table = index_tensor(rng.permutation(num_blocks), &[b, per_seq]);
@@ -112,7 +111,7 @@ fn bench_sparse(c: &mut Criterion) {
 
 fn bench_paged(c: &mut Criterion) {
     let (b, h, hkv, d, ctx, block) = (8, 32, 8, 128, 2048, 16);
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     let per_seq = ctx / block;
     let num_blocks = b * per_seq;
     let table = index_tensor(rng.permutation(num_blocks), &[b, per_seq]);

@@ -7,8 +7,9 @@ use crate::error::OpError;
 use bytemuck::{cast_slice, cast_slice_mut, Pod};
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, DType as CDType, Layout, Storage, Tensor};
+use std::sync::Mutex;
 use tile_backend::ir::DType;
-use tile_backend::sim::{GmInOut, GmInput, GmTensor};
+use tile_backend::launch::{GmInOut, GmInput, GmTensor};
 
 /// The tile dtype of a candle data dtype (f32, f16, bf16).
 pub fn data_dtype(op: &'static str, arg: &'static str, d: CDType) -> Result<DType, OpError> {
@@ -372,28 +373,78 @@ pub(crate) fn resolve_backend(backend: Option<crate::Backend>) -> Result<crate::
     }
 }
 
-/// A slot for an error raised inside a candle custom op, so the public function can return the
-/// original [`OpError`] (candle wraps errors crossing its op boundary).
-#[derive(Debug, Default)]
-pub(crate) struct ErrorSlot(std::sync::Mutex<Option<OpError>>);
+/// The side channels of one candle custom-op call that runs tile kernels, in one place for
+/// every op: the original [`OpError`] (candle wraps errors crossing its op boundary), the op's
+/// extra output beside the tensor candle returns (`X`: attention's lse; `()` for none), and the
+/// result bytes handed back to the thread's workspace ([`Bridge::storage`]). An op's `cpu_fwd`
+/// runs its body through [`Bridge::forward`]; its public function reads the outcome with
+/// [`Bridge::finish`]. A `Bridge` belongs to one call, so concurrent calls never share one.
+#[derive(Debug)]
+pub(crate) struct Bridge<X = ()> {
+    op: &'static str,
+    error: Mutex<Option<OpError>>,
+    extra: Mutex<Option<X>>,
+}
 
-impl ErrorSlot {
-    /// Stores `e` and returns a candle error standing for it.
-    pub(crate) fn stash(&self, e: OpError) -> candle_core::Error {
-        let msg = e.to_string();
-        if let Ok(mut g) = self.0.lock() {
-            *g = Some(e);
+impl<X> Bridge<X> {
+    /// The side channels of one call of `op`.
+    pub(crate) fn new(op: &'static str) -> Self {
+        Bridge {
+            op,
+            error: Mutex::new(None),
+            extra: Mutex::new(None),
         }
-        candle_core::Error::Msg(msg)
     }
 
-    /// The original error if one was stashed, else `e` itself.
-    pub(crate) fn recover(&self, e: candle_core::Error) -> OpError {
-        self.0
-            .lock()
-            .ok()
-            .and_then(|mut g| g.take())
-            .unwrap_or(OpError::Candle(e))
+    /// Runs a forward body for candle: its first result goes back to candle, its extra output
+    /// is kept for [`Bridge::finish`]; an error is kept and stands as a candle error.
+    pub(crate) fn forward<R>(
+        &self,
+        body: impl FnOnce() -> Result<(R, X), OpError>,
+    ) -> candle_core::Result<R> {
+        match body() {
+            Ok((r, x)) => {
+                if let Ok(mut g) = self.extra.lock() {
+                    *g = Some(x);
+                }
+                Ok(r)
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                if let Ok(mut g) = self.error.lock() {
+                    *g = Some(e);
+                }
+                Err(candle_core::Error::Msg(msg))
+            }
+        }
+    }
+
+    /// The call's outcome: candle's result with the extra output, or the original error.
+    pub(crate) fn finish<T>(&self, r: candle_core::Result<T>) -> Result<(T, X), OpError> {
+        match r {
+            Ok(t) => {
+                let x = self.extra.lock().ok().and_then(|mut g| g.take());
+                x.map(|x| (t, x)).ok_or_else(|| OpError::Package {
+                    op: self.op,
+                    why: "the kernel returned no extra output".into(),
+                })
+            }
+            Err(e) => Err(self
+                .error
+                .lock()
+                .ok()
+                .and_then(|mut g| g.take())
+                .unwrap_or(OpError::Candle(e))),
+        }
+    }
+
+    /// A kernel result copied into candle storage; its bytes then go back to this thread's
+    /// workspace (see `templates::attention::recycle_result`), so a decode step does not
+    /// allocate and page-fault a fresh workspace.
+    pub(crate) fn storage(&self, out: GmTensor) -> Result<CpuStorage, OpError> {
+        let storage = storage_from_gm(self.op, &out)?;
+        crate::templates::attention::recycle_result(out);
+        Ok(storage)
     }
 }
 

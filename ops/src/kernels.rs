@@ -476,7 +476,7 @@ fn width(op: &'static str, arg: &'static str, v: usize) -> Result<(), OpError> {
 mod tests {
     use super::*;
     use crate::runtime::{profile, Runner};
-    use tile_backend::sim::GmTensor;
+    use tile_backend::launch::GmTensor;
 
     /// Kernel names and block_dims of what the op launched, inside `profile`.
     fn launched(run: impl FnOnce() -> Result<(), OpError>) -> Vec<(String, u64)> {

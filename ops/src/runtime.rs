@@ -14,8 +14,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tile_backend::arch::{Arch, Sku};
 use tile_backend::codegen::pto::{emit, LaunchSpec};
 use tile_backend::ir::Kernel;
+use tile_backend::launch::Arg;
 use tile_backend::passes::compile;
-use tile_backend::sim::{self, cost::CostReport, Arg, SimOptions};
+use tile_backend::sim::{self, cost::CostReport, SimOptions};
 
 /// The environment variable naming the directory the Ascend950 backend writes packages into
 /// (default: `<temp dir>/tileops-packages`).

@@ -11,16 +11,15 @@ use tileops_ops::paged_gather::kernel::{self as pg, GatherProblem};
 use tileops_ops::runtime::Runner;
 use tileops_ops::{profile, LaunchRecord, OpError};
 
-/// A small deterministic PRNG (splitmix64).
-struct Rng(u64);
+/// The simulator's splitmix64 ([`tile_backend::sim::io::Rng`]) with this file's draws.
+struct Rng(tile_backend::sim::io::Rng);
 
 impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(tile_backend::sim::io::Rng::new(seed))
+    }
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
@@ -106,7 +105,7 @@ fn paged(
 fn gather_upstream_doc_example() {
     // src [16, 32], 32 indices, block_table [1, 4], block_size 2, size 16.
     for dtype in [DType::F32, DType::F16] {
-        let mut rng = Rng(1);
+        let mut rng = Rng::new(1);
         let src = random_tensor(&mut rng, dtype, &[16, 32]);
         let (indices, block_table) = paged(&mut rng, 16, 2, 4, 32);
         check_gather(&GatherProblem {
@@ -122,7 +121,7 @@ fn gather_upstream_doc_example() {
 #[test]
 fn gather_upstream_small_odd_shape() {
     // 33 buffer tokens, 30 columns (60 bytes: the UB row is padded), block 10, fp16.
-    let mut rng = Rng(2);
+    let mut rng = Rng::new(2);
     let src = random_tensor(&mut rng, DType::F16, &[33, 30]);
     for n in [1, 16, 37] {
         let (indices, block_table) = paged(&mut rng, 33, 10, 4, n);
@@ -142,7 +141,7 @@ fn gather_every_dtype_partial_columns_odd_counts() {
         .into_iter()
         .enumerate()
     {
-        let mut rng = Rng(10 + i as u64);
+        let mut rng = Rng::new(10 + i as u64);
         // size < C, n a prime, shuffled table with more entries than needed.
         let src = random_tensor(&mut rng, dtype, &[200, 72]);
         let (indices, block_table) = paged(&mut rng, 200, 16, 13, 101);
@@ -169,7 +168,7 @@ fn gather_every_dtype_partial_columns_odd_counts() {
 #[test]
 fn gather_wide_rows_go_in_chunks() {
     // 5000 f32 columns = 20000 bytes: two chunks per row, the second narrower.
-    let mut rng = Rng(20);
+    let mut rng = Rng::new(20);
     let src = random_tensor(&mut rng, DType::F32, &[24, 5003]);
     let (indices, block_table) = paged(&mut rng, 24, 4, 6, 9);
     check_gather(&GatherProblem {
@@ -190,7 +189,7 @@ fn gather_reuses_one_kernel_across_runtime_shapes() {
         .into_iter()
         .enumerate()
     {
-        let mut rng = Rng(30 + k as u64);
+        let mut rng = Rng::new(30 + k as u64);
         let src = random_tensor(&mut rng, DType::BF16, &[t, c]);
         let (indices, block_table) = paged(&mut rng, t, 8, nb, n);
         let p = GatherProblem {
@@ -213,7 +212,7 @@ fn gather_reuses_one_kernel_across_runtime_shapes() {
 
 #[test]
 fn gather_of_nothing_launches_nothing() {
-    let mut rng = Rng(40);
+    let mut rng = Rng::new(40);
     let src = random_tensor(&mut rng, DType::F16, &[8, 16]);
     check_gather(&GatherProblem {
         src: src.as_input(),
@@ -226,7 +225,7 @@ fn gather_of_nothing_launches_nothing() {
 
 #[test]
 fn gather_rejects_malformed_problems() {
-    let mut rng = Rng(41);
+    let mut rng = Rng::new(41);
     let src = random_tensor(&mut rng, DType::F16, &[8, 16]);
     let bad = GatherProblem {
         src: src.as_input(),
@@ -288,7 +287,7 @@ fn cache_write_with_padding_slots_in_place() {
         .into_iter()
         .enumerate()
     {
-        let mut rng = Rng(50 + i as u64);
+        let mut rng = Rng::new(50 + i as u64);
         // [num_blocks 6, block_size 16, Hkv 2, D 24]: rows of 48 elements.
         let cache = random_tensor(&mut rng, dtype, &[6, 16, 2, 24]);
         let n = 37;
@@ -303,7 +302,7 @@ fn cache_write_with_padding_slots_in_place() {
 
 #[test]
 fn cache_write_spans_blocks_decode_and_prefill() {
-    let mut rng = Rng(60);
+    let mut rng = Rng::new(60);
     // MLA latent rows (576 bf16), block 64: a prefill of 150 contiguous tokens starting in the
     // middle of a block (so it spans three blocks of a shuffled table), then a decode step of 4
     // sequences writing one row each.
@@ -336,7 +335,7 @@ fn cache_write_spans_blocks_decode_and_prefill() {
 
 #[test]
 fn cache_write_of_only_padding_touches_nothing() {
-    let mut rng = Rng(70);
+    let mut rng = Rng::new(70);
     let cache = random_tensor(&mut rng, DType::F16, &[2, 4, 16]);
     let rows = random_tensor(&mut rng, DType::F16, &[3, 16]);
     let w = CacheWrite {
@@ -348,7 +347,7 @@ fn cache_write_of_only_padding_touches_nothing() {
 
 #[test]
 fn cache_write_rejects_malformed_problems() {
-    let mut rng = Rng(71);
+    let mut rng = Rng::new(71);
     let mut cache = random_tensor(&mut rng, DType::F16, &[2, 4, 16]);
     let before = cache.clone();
     let rows = random_tensor(&mut rng, DType::F16, &[2, 16]);
@@ -387,7 +386,7 @@ fn package_dir(name: &str) -> std::path::PathBuf {
 
 #[test]
 fn ascend950_path_writes_packages_and_reports_no_device() {
-    let mut rng = Rng(80);
+    let mut rng = Rng::new(80);
     let dir = package_dir("gather");
     let src = random_tensor(&mut rng, DType::F16, &[33, 30]);
     let (indices, block_table) = paged(&mut rng, 33, 10, 4, 16);

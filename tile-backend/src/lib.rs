@@ -16,6 +16,7 @@ pub mod codegen;
 pub mod dsl;
 pub mod ir;
 pub mod kernels;
+pub mod launch;
 pub mod passes;
 pub mod sim;
 pub mod verify;

@@ -38,7 +38,7 @@ use crate::runtime::{compiled, Runner};
 use crate::templates::row_copy::{block_dim_for, emit_row_copy, RowPlan, RowTiles};
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::{DType, Expr, Kernel};
-use tile_backend::sim::{Arg, GmInOut, GmInput};
+use tile_backend::launch::{Arg, GmInOut, GmInput};
 
 const OP: &str = "reshape_and_cache";
 

@@ -2,15 +2,15 @@
 //! slot mapping, in place (a candle in-place op).
 //!
 //! On [`Backend::TileSim`] the kernel runs on the cache's candle storage itself: the storage is
-//! lent to the simulator as an [`Arg::InOut`](tile_backend::sim::Arg::InOut) and the rows as an
-//! [`Arg::Input`](tile_backend::sim::Arg::Input), so a call costs O(N rows), never a copy of the
+//! lent to the simulator as an [`Arg::InOut`](tile_backend::launch::Arg::InOut) and the rows as an
+//! [`Arg::Input`](tile_backend::launch::Arg::Input), so a call costs O(N rows), never a copy of the
 //! cache (a decode step writes a few rows into a cache of tens of MB).
 
 pub mod kernel;
 mod reference;
 
 use crate::backend::Backend;
-use crate::bridge::{self, ErrorSlot};
+use crate::bridge::{self, Bridge};
 use crate::error::OpError;
 use candle_core::{CpuStorage, InplaceOp2, Layout, Tensor};
 use kernel::CacheWrite;
@@ -46,11 +46,11 @@ pub fn reshape_and_cache(
             let op = CacheOp {
                 v,
                 backend,
-                error: ErrorSlot::default(),
+                bridge: Bridge::new(OP),
             };
-            cache
-                .inplace_op2(&rows.contiguous()?, &op)
-                .map_err(|e| op.error.recover(e))
+            op.bridge
+                .finish(cache.inplace_op2(&rows.contiguous()?, &op))
+                .map(|_| ())
         }
     }
 }
@@ -173,7 +173,7 @@ fn validate(rows: &Tensor, cache: &Tensor, slot_mapping: &Tensor) -> Result<Vali
 struct CacheOp {
     v: Validated,
     backend: Backend,
-    error: ErrorSlot,
+    bridge: Bridge,
 }
 
 impl CacheOp {
@@ -183,7 +183,7 @@ impl CacheOp {
         cl: &Layout,
         rs: &CpuStorage,
         rl: &Layout,
-    ) -> Result<(), OpError> {
+    ) -> Result<((), ()), OpError> {
         let v = &self.v;
         // Both are borrowed from candle's storage: the kernel writes the N mapped rows of the
         // cache in place, and no byte of the cache is copied in or out.
@@ -197,7 +197,7 @@ impl CacheOp {
         };
         let mut runner = bridge::runner(OP, self.backend);
         kernel::run(&mut runner, cache, &w)?;
-        runner.finish()
+        runner.finish().map(|()| ((), ()))
     }
 }
 
@@ -213,7 +213,6 @@ impl InplaceOp2 for CacheOp {
         rs: &CpuStorage,
         rl: &Layout,
     ) -> candle_core::Result<()> {
-        self.forward(cs, cl, rs, rl)
-            .map_err(|e| self.error.stash(e))
+        self.bridge.forward(|| self.forward(cs, cl, rs, rl))
     }
 }

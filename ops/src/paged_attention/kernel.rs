@@ -6,7 +6,7 @@ use crate::error::OpError;
 use crate::runtime::Runner;
 use crate::templates::attention::{run_attention, AttnCfg, AttnInputs};
 use tile_backend::ir::DType;
-use tile_backend::sim::{GmInput, GmTensor};
+use tile_backend::launch::{GmInput, GmTensor};
 
 const OP: &str = "paged_attention";
 

@@ -5,7 +5,7 @@ pub mod kernel;
 mod reference;
 
 use crate::backend::Backend;
-use crate::bridge::{self, ErrorSlot};
+use crate::bridge::{self, Bridge};
 use crate::error::OpError;
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 use kernel::PagedProblem;
@@ -50,11 +50,14 @@ pub fn paged_attention(
             let op = PagedOp {
                 v,
                 backend,
-                error: ErrorSlot::default(),
+                bridge: Bridge::new(OP),
             };
-            q.contiguous()?
-                .apply_op3_no_bwd(&k_cache.contiguous()?, &v_cache.contiguous()?, &op)
-                .map_err(|e| op.error.recover(e))
+            let r = q.contiguous()?.apply_op3_no_bwd(
+                &k_cache.contiguous()?,
+                &v_cache.contiguous()?,
+                &op,
+            );
+            Ok(op.bridge.finish(r)?.0)
         }
     }
 }
@@ -173,7 +176,7 @@ fn validate(
 struct PagedOp {
     v: Validated,
     backend: Backend,
-    error: ErrorSlot,
+    bridge: Bridge,
 }
 
 impl PagedOp {
@@ -186,7 +189,7 @@ impl PagedOp {
         kl: &Layout,
         vs: &CpuStorage,
         vl: &Layout,
-    ) -> Result<(CpuStorage, Shape), OpError> {
+    ) -> Result<((CpuStorage, Shape), ()), OpError> {
         let v = &self.v;
         let p = PagedProblem {
             q: bridge::gm_input(OP, "q", qs, ql)?,
@@ -213,9 +216,8 @@ impl PagedOp {
                 ),
             });
         }
-        let storage = bridge::storage_from_gm(OP, &out)?;
-        crate::templates::attention::recycle_result(out);
-        Ok((storage, Shape::from(shape.to_vec())))
+        let storage = self.bridge.storage(out)?;
+        Ok(((storage, Shape::from(shape.to_vec())), ()))
     }
 }
 
@@ -233,7 +235,6 @@ impl CustomOp3 for PagedOp {
         vs: &CpuStorage,
         vl: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        self.forward(qs, ql, ks, kl, vs, vl)
-            .map_err(|e| self.error.stash(e))
+        self.bridge.forward(|| self.forward(qs, ql, ks, kl, vs, vl))
     }
 }

@@ -32,7 +32,7 @@ use crate::runtime::{compiled, Runner};
 use crate::templates::row_copy::{block_dim_for, emit_row_copy, RowPlan, RowTiles};
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::{DType, Expr, Kernel};
-use tile_backend::sim::{Arg, GmInput, GmTensor};
+use tile_backend::launch::{Arg, GmInput, GmTensor};
 
 const OP: &str = "paged_gather";
 

@@ -9,7 +9,7 @@ pub mod kernel;
 mod reference;
 
 use crate::backend::Backend;
-use crate::bridge::{self, ErrorSlot};
+use crate::bridge::{self, Bridge};
 use crate::error::OpError;
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 use kernel::GatherProblem;
@@ -46,11 +46,9 @@ pub fn paged_gather(
             let op = GatherOp {
                 v,
                 backend,
-                error: ErrorSlot::default(),
+                bridge: Bridge::new(OP),
             };
-            src.contiguous()?
-                .apply_op1_no_bwd(&op)
-                .map_err(|e| op.error.recover(e))
+            Ok(op.bridge.finish(src.contiguous()?.apply_op1_no_bwd(&op))?.0)
         }
     }
 }
@@ -149,11 +147,11 @@ fn validate(
 struct GatherOp {
     v: Validated,
     backend: Backend,
-    error: ErrorSlot,
+    bridge: Bridge,
 }
 
 impl GatherOp {
-    fn forward(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape), OpError> {
+    fn forward(&self, s: &CpuStorage, l: &Layout) -> Result<((CpuStorage, Shape), ()), OpError> {
         let p = GatherProblem {
             src: bridge::gm_input(OP, "src", s, l)?,
             indices: self.v.indices.clone(),
@@ -167,8 +165,8 @@ impl GatherOp {
         let n = self.v.indices.len();
         bridge::expect_shape(OP, &out.shape, &[n, self.v.size], "out")?;
         Ok((
-            bridge::storage_from_gm(OP, &out)?,
-            Shape::from((n, self.v.size)),
+            (self.bridge.storage(out)?, Shape::from((n, self.v.size))),
+            (),
         ))
     }
 }
@@ -179,6 +177,6 @@ impl CustomOp1 for GatherOp {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        self.forward(s, l).map_err(|e| self.error.stash(e))
+        self.bridge.forward(|| self.forward(s, l))
     }
 }

@@ -5,7 +5,7 @@
 use crate::error::OpError;
 use crate::runtime::Runner;
 use tile_backend::ir::DType;
-use tile_backend::sim::{GmInput, GmTensor};
+use tile_backend::launch::{GmInput, GmTensor};
 
 use crate::templates::attention::{run_attention, AttnCfg, AttnInputs};
 

@@ -5,12 +5,11 @@ pub mod kernel;
 mod reference;
 
 use crate::backend::Backend;
-use crate::bridge::{self, ErrorSlot};
+use crate::bridge::{self, Bridge};
 use crate::error::OpError;
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 use kernel::SparseProblem;
-use std::sync::Mutex;
-use tile_backend::sim::GmTensor;
+use tile_backend::launch::GmTensor;
 
 const OP: &str = "sparse_paged_attention";
 
@@ -73,22 +72,12 @@ pub fn sparse_paged_attention(
             let op = SparseOp {
                 v,
                 backend,
-                lse: Mutex::new(None),
-                error: ErrorSlot::default(),
+                bridge: Bridge::new(OP),
             };
-            let out = q
-                .contiguous()?
-                .apply_op2_no_bwd(&kv_cache.contiguous()?, &op)
-                .map_err(|e| op.error.recover(e))?;
-            let lse = op
-                .lse
-                .lock()
-                .ok()
-                .and_then(|mut g| g.take())
-                .ok_or_else(|| OpError::Package {
-                    op: OP,
-                    why: "the kernel returned no lse".into(),
-                })?;
+            let (out, lse) = op.bridge.finish(
+                q.contiguous()?
+                    .apply_op2_no_bwd(&kv_cache.contiguous()?, &op),
+            )?;
             let lse = Tensor::from_vec(lse, (op.v.batch, op.v.heads), q.device())?;
             Ok((out, lse))
         }
@@ -243,8 +232,7 @@ fn validate(
 struct SparseOp {
     v: Validated,
     backend: Backend,
-    lse: Mutex<Option<Vec<f32>>>,
-    error: ErrorSlot,
+    bridge: Bridge<Vec<f32>>,
 }
 
 impl SparseOp {
@@ -254,7 +242,7 @@ impl SparseOp {
         ql: &Layout,
         ks: &CpuStorage,
         kl: &Layout,
-    ) -> Result<(CpuStorage, Shape), OpError> {
+    ) -> Result<((CpuStorage, Shape), Vec<f32>), OpError> {
         let v = &self.v;
         let p = SparseProblem {
             q: bridge::gm_input(OP, "q", qs, ql)?,
@@ -283,12 +271,11 @@ impl SparseOp {
                 ),
             });
         }
-        if let Ok(mut g) = self.lse.lock() {
-            *g = Some(lse.to_f32());
-        }
-        let storage = bridge::storage_from_gm(OP, &out)?;
-        crate::templates::attention::recycle_result(out);
-        Ok((storage, Shape::from((v.batch, v.heads, v.v_dim))))
+        let storage = self.bridge.storage(out)?;
+        Ok((
+            (storage, Shape::from((v.batch, v.heads, v.v_dim))),
+            lse.to_f32(),
+        ))
     }
 }
 
@@ -304,7 +291,6 @@ impl CustomOp2 for SparseOp {
         ks: &CpuStorage,
         kl: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        self.forward(qs, ql, ks, kl)
-            .map_err(|e| self.error.stash(e))
+        self.bridge.forward(|| self.forward(qs, ql, ks, kl))
     }
 }

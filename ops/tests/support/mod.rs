@@ -33,22 +33,19 @@ macro_rules! for_each_backend {
 // Data
 // ---------------------------------------------------------------------------------------------
 
-/// A small deterministic generator (splitmix64).
-pub struct Rng(u64);
+/// The test inputs' generator: the simulator's splitmix64 ([`tile_backend::sim::io::Rng`]) with
+/// the draws the op tests use.
+pub struct Rng(tile_backend::sim::io::Rng);
 
 impl Rng {
     /// A generator seeded with `seed`.
     pub fn new(seed: u64) -> Self {
-        Rng(seed)
+        Rng(tile_backend::sim::io::Rng::new(seed))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `[lo, hi)`.

@@ -1,12 +1,13 @@
 //! The per-block interpreter: three resumable core programs, interleaved deterministically.
 
 use super::exec::{self, ExecCtx, Flow};
-use super::gm::{Arg, Overlay, PrefetchQueue};
+use super::gm::{Overlay, PrefetchQueue};
 use super::state::{BlockMem, CoreId, CrossFlags, ScratchPool};
 use super::trace::{Access, BlockTrace, Event, OpRecord, SyncInfo};
 use super::SimError;
 use crate::arch::Arch;
 use crate::ir::{CoreKind, Expr, ExprEnv, Kernel, Op, OpLoc, ParamId, Stmt, TileId, VarId};
+use crate::launch::Arg;
 use std::collections::BTreeMap;
 
 /// Op locations keyed by the op's address inside the kernel.

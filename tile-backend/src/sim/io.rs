@@ -1,10 +1,11 @@
 //! Inputs and outputs of standalone runs: seeded arguments within the kernel's declared ranges,
 //! and a summary of what the outputs hold (for `tileops sim` and tests).
 
-use super::gm::{eval_shape, Arg, GmTensor};
+use super::gm::eval_shape;
 use super::numeric;
 use super::SimError;
 use crate::ir::{Kernel, ParamKind};
+use crate::launch::{Arg, GmTensor};
 
 /// A small deterministic generator (SplitMix64).
 #[derive(Debug, Clone)]

@@ -28,7 +28,8 @@ mod tile;
 pub mod timeline;
 pub mod trace;
 
-pub use gm::{Arg, GmInOut, GmInput, GmSlice, GmTensor};
+/// The launch ABI, re-exported where the simulator's callers have always found it.
+pub use crate::launch::{Arg, GmInOut, GmInput, GmSlice, GmTensor};
 
 use crate::arch::Arch;
 use crate::ir::{Kernel, OpLoc};

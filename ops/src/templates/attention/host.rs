@@ -6,8 +6,8 @@ use super::merge::attn_merge;
 use super::plan::{plan, AttnCfg, AttnPlan, SplitPlan};
 use crate::error::OpError;
 use crate::runtime::{compiled, Runner};
-use tile_backend::ir::DType;
-use tile_backend::sim::{Arg, GmInput, GmTensor};
+use tile_backend::ir::{DType, Kernel};
+use tile_backend::launch::{self, Arg, GmInput, GmTensor};
 
 /// Host-side inputs of one attention call, already in kernel form.
 pub(crate) struct AttnInputs<'a> {
@@ -35,12 +35,31 @@ pub(crate) struct AttnInputs<'a> {
     pub sink: Option<&'a [f32]>,
 }
 
-fn take(op: &'static str, args: &mut [Arg<'_>], i: usize) -> Result<GmTensor, OpError> {
-    match args.get_mut(i).map(|a| std::mem::replace(a, Arg::Int(0))) {
+/// `kernel`'s arguments in parameter order from `named` (see [`tile_backend::launch::bind`]).
+fn bind<'a>(
+    op: &'static str,
+    kernel: &Kernel,
+    named: Vec<(&str, Arg<'a>)>,
+) -> Result<Vec<Arg<'a>>, OpError> {
+    launch::bind(kernel, named).map_err(|e| OpError::Package {
+        op,
+        why: e.to_string(),
+    })
+}
+
+/// Takes the tensor bound to `kernel`'s parameter `name` out of `args` after a launch.
+fn take(
+    op: &'static str,
+    kernel: &Kernel,
+    args: &mut [Arg<'_>],
+    name: &str,
+) -> Result<GmTensor, OpError> {
+    let slot = launch::param_index(kernel, name).and_then(|i| args.get_mut(i));
+    match slot.map(|a| std::mem::replace(a, Arg::Int(0))) {
         Some(Arg::Tensor(t)) => Ok(t),
         _ => Err(OpError::Package {
             op,
-            why: format!("kernel argument {i} is not a tensor"),
+            why: format!("kernel argument `{name}` is not a tensor"),
         }),
     }
 }
@@ -80,37 +99,43 @@ pub(crate) fn run_attention(
     let tokens = inp.kv.shape.first().copied().unwrap_or(0);
     let kernel = compiled(op, &cfg.key(), || attn_split(cfg))?;
     let as_i32 = |shape: &[usize], v: &[i64]| GmTensor::from_i64(DType::I32, shape, v);
-    let mut args = vec![
-        Arg::Int(inp.batch as i64),
-        Arg::Int(inp.topk as i64),
-        Arg::Int(inp.max_blocks as i64),
-        Arg::Int(tokens as i64),
-        Arg::Int(splits as i64),
-        Arg::Int(cps as i64),
-        Arg::Float(inp.scale as f64),
-        Arg::Input(inp.q),
-        Arg::Input(inp.kv),
+    let ws = splits * rows;
+    let mut named = vec![
+        ("batch", Arg::Int(inp.batch as i64)),
+        ("topk", Arg::Int(inp.topk as i64)),
+        ("max_blocks", Arg::Int(inp.max_blocks as i64)),
+        ("tokens", Arg::Int(tokens as i64)),
+        ("splits", Arg::Int(splits as i64)),
+        ("chunks_per_split", Arg::Int(cps as i64)),
+        ("scale", Arg::Float(inp.scale as f64)),
+        ("q", Arg::Input(inp.q)),
+        ("kv", Arg::Input(inp.kv)),
+        (
+            "indices",
+            Arg::Tensor(as_i32(&[inp.batch, inp.topk], &inp.indices)),
+        ),
+        (
+            "block_table",
+            Arg::Tensor(as_i32(&[inp.batch, inp.max_blocks], inp.block_table)),
+        ),
+        ("counts", Arg::Tensor(as_i32(&[inp.batch], &inp.counts))),
+        (
+            "o_ws",
+            Arg::Tensor(GmTensor {
+                dtype: DType::F32,
+                shape: vec![ws, v_dim],
+                data: workspace::zeroed(ws * v_dim * 4),
+            }),
+        ),
+        ("lse_ws", Arg::Tensor(GmTensor::zeros(DType::F32, &[ws]))),
     ];
     if let Some(v) = inp.v {
-        args.push(Arg::Input(v));
+        named.push(("v", Arg::Input(v)));
     }
-    args.push(Arg::Tensor(as_i32(&[inp.batch, inp.topk], &inp.indices)));
-    args.push(Arg::Tensor(as_i32(
-        &[inp.batch, inp.max_blocks],
-        inp.block_table,
-    )));
-    args.push(Arg::Tensor(as_i32(&[inp.batch], &inp.counts)));
-    let ws = splits * rows;
-    args.push(Arg::Tensor(GmTensor {
-        dtype: DType::F32,
-        shape: vec![ws, v_dim],
-        data: workspace::zeroed(ws * v_dim * 4),
-    }));
-    args.push(Arg::Tensor(GmTensor::zeros(DType::F32, &[ws])));
+    let mut args = bind(op, &kernel, named)?;
     runner.launch(&kernel, blocks as usize, &mut args)?;
-    let n = args.len();
-    let mut lse_ws = take(op, &mut args, n - 1)?;
-    let o_ws = take(op, &mut args, n - 2)?;
+    let mut lse_ws = take(op, &kernel, &mut args, "lse_ws")?;
+    let o_ws = take(op, &kernel, &mut args, "o_ws")?;
     drop(args);
     let heads = cfg.heads as usize;
     let has_token = |g: usize| inp.counts[g / heads] > 0;
@@ -134,28 +159,33 @@ pub(crate) fn run_attention(
             }
         })
         .collect();
-    let mut margs = vec![
-        Arg::Int(rows as i64),
-        Arg::Int(splits as i64),
-        Arg::Tensor(o_ws),
-        Arg::Tensor(lse_ws),
-        Arg::Tensor(GmTensor::from_f32(DType::F32, &[rows], &fix)),
+    let mut named = vec![
+        ("rows", Arg::Int(rows as i64)),
+        ("splits", Arg::Int(splits as i64)),
+        ("o_ws", Arg::Tensor(o_ws)),
+        ("lse_ws", Arg::Tensor(lse_ws)),
+        (
+            "fix",
+            Arg::Tensor(GmTensor::from_f32(DType::F32, &[rows], &fix)),
+        ),
+        (
+            "out",
+            Arg::Tensor(GmTensor::zeros(cfg.dtype, &[rows, v_dim])),
+        ),
+        ("lse", Arg::Tensor(GmTensor::zeros(DType::F32, &[rows]))),
     ];
     if let Some(s) = inp.sink {
         let per_row: Vec<f32> = (0..rows).map(|g| s[g % heads]).collect();
-        margs.push(Arg::Tensor(GmTensor::from_f32(
-            DType::F32,
-            &[rows],
-            &per_row,
-        )));
+        named.push((
+            "sink",
+            Arg::Tensor(GmTensor::from_f32(DType::F32, &[rows], &per_row)),
+        ));
     }
-    margs.push(Arg::Tensor(GmTensor::zeros(cfg.dtype, &[rows, v_dim])));
-    margs.push(Arg::Tensor(GmTensor::zeros(DType::F32, &[rows])));
+    let mut margs = bind(op, &merge, named)?;
     runner.launch(&merge, merge_blocks, &mut margs)?;
-    let n = margs.len();
-    let lse = take(op, &mut margs, n - 1)?;
-    let out = take(op, &mut margs, n - 2)?;
-    if let Ok(o_ws) = take(op, &mut margs, 2) {
+    let lse = take(op, &merge, &mut margs, "lse")?;
+    let out = take(op, &merge, &mut margs, "out")?;
+    if let Ok(o_ws) = take(op, &merge, &mut margs, "o_ws") {
         workspace::keep(o_ws.data);
     }
     Ok((out, lse))

@@ -5,7 +5,7 @@ use super::*;
 use crate::runtime::Runner;
 use crate::runtime::{device_clusters, profile, PlanTarget};
 use tile_backend::ir::DType;
-use tile_backend::sim::{GmInput, GmTensor};
+use tile_backend::launch::{GmInput, GmTensor};
 
 #[test]
 fn a_recycled_result_becomes_the_next_workspace_zeroed() {

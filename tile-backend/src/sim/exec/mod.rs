@@ -7,7 +7,7 @@ mod moves;
 mod scalar;
 mod vector;
 
-use super::gm::{Arg, Overlay};
+use super::gm::Overlay;
 use super::interp::CoreRt;
 use super::numeric;
 use super::state::{mark_bits, BlockMem, CoreId, CrossFlags, DeferredMove};
@@ -15,6 +15,7 @@ use super::tile::{self, Order, Run, TileLoc};
 use super::trace::{Mem, OpRecord, SyncInfo};
 use crate::arch::Arch;
 use crate::ir::{Kernel, MemSpace, Op, OpFamily, ParamId, ScalarArg, TileRef};
+use crate::launch::Arg;
 
 /// Whether an op completed or must wait.
 pub(crate) enum Flow {
