@@ -202,9 +202,8 @@ pub(crate) fn check_cpu(op: &'static str, arg: &'static str, t: &Tensor) -> Resu
     }
 }
 
-/// Checks device, rank and non-emptiness; returns the dims. `form` names the dims, e.g.
-/// `"[B, H, Dqk]"`.
-pub(crate) fn check_shape<'a>(
+/// Checks device and rank (empty dims allowed); returns the dims. `form` names the dims.
+pub(crate) fn check_rank<'a>(
     op: &'static str,
     arg: &'static str,
     t: &'a Tensor,
@@ -223,6 +222,19 @@ pub(crate) fn check_shape<'a>(
             ),
         ));
     }
+    Ok(dims)
+}
+
+/// Checks device, rank and non-emptiness; returns the dims. `form` names the dims, e.g.
+/// `"[B, H, Dqk]"`.
+pub(crate) fn check_shape<'a>(
+    op: &'static str,
+    arg: &'static str,
+    t: &'a Tensor,
+    form: &str,
+    rank: usize,
+) -> Result<&'a [usize], OpError> {
+    let dims = check_rank(op, arg, t, form, rank)?;
     if dims.contains(&0) {
         return Err(OpError::invalid(
             op,

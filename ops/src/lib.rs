@@ -6,7 +6,7 @@
 //! writes the kernel package and reports that no device is present. See docs/ops.md.
 //!
 //! The ops: [`paged_gather()`], [`sparse_paged_attention`], [`paged_attention()`],
-//! [`reshape_and_cache`].
+//! [`reshape_and_cache`], [`flash_attention()`], [`flash_attention_varlen`], [`qk_softmax`].
 //!
 //! Layout: [`backend`], [`error`], [`runtime`] (kernel cache, launcher, profiling), [`kernels`]
 //! (the kernels each op launches and their block counts, built from shape parameters alone: what
@@ -35,6 +35,7 @@
 pub mod backend;
 mod bridge;
 pub mod error;
+pub mod flash_attention;
 pub mod kernels;
 pub mod kv_cache;
 pub mod paged_attention;
@@ -46,6 +47,9 @@ mod templates;
 
 pub use backend::Backend;
 pub use error::OpError;
+pub use flash_attention::{
+    flash_attention, flash_attention_varlen, qk_softmax, FlashAttentionParams,
+};
 pub use kv_cache::reshape_and_cache;
 pub use paged_attention::{paged_attention, PagedAttentionParams};
 pub use paged_gather::paged_gather;

@@ -1,0 +1,381 @@
+//! `flash_attention`, `flash_attention_varlen` and `qk_softmax`: dense (prefill) attention with
+//! GQA, a bottom-right aligned causal mask and the log-sum-exp side output, as candle ops.
+//!
+//! Only the Reference backend computes these ops so far; the DN-mode tile kernel (S^T = K Q^T,
+//! DualModeSplitN / DualModeSplitM) is not built yet, so [`Backend::TileSim`] and
+//! [`Backend::Ascend950`] return [`OpError::Package`] after validating the call.
+
+mod reference;
+
+use crate::backend::Backend;
+use crate::bridge;
+use crate::error::OpError;
+use candle_core::{DType, Tensor};
+
+const FLASH: &str = "flash_attention";
+const VARLEN: &str = "flash_attention_varlen";
+const QK: &str = "qk_softmax";
+
+/// The largest head dim (`D` of q/k, `Dv` of v) the kernel's L1/UB tiles hold: 256.
+pub const MAX_HEAD_DIM: usize = 256;
+
+/// The scalar parameters of [`flash_attention`] and [`flash_attention_varlen`].
+#[derive(Debug, Clone, Copy)]
+pub struct FlashAttentionParams {
+    /// Softmax scale multiplying the f32 scores `q . k` (must be finite; usually `1 / sqrt(D)`).
+    pub scale: f32,
+    /// Causal mask aligned bottom-right: query `i` sees key `j` iff `j <= i + Skv - Sq`.
+    pub causal: bool,
+}
+
+impl FlashAttentionParams {
+    /// Parameters with the given scale and causal flag.
+    pub fn new(scale: f32, causal: bool) -> Self {
+        FlashAttentionParams { scale, causal }
+    }
+}
+
+/// One validated dense problem.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Dense {
+    pub batch: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub sq: usize,
+    pub skv: usize,
+    pub d: usize,
+    pub dv: usize,
+    pub scale: f32,
+    pub causal: bool,
+}
+
+/// Dense attention: `q [B, H, Sq, D]`, `k [B, Hkv, Skv, D]`, `v [B, Hkv, Skv, Dv]` ->
+/// `(out [B, H, Sq, Dv]` in q's dtype, `lse [B, H, Sq]` f32`)`.
+///
+/// q, k and v share one dtype (f32, f16, bf16); `H` is a multiple of `Hkv` (head `h` reads KV
+/// head `h / (H / Hkv)`); `D` and `Dv` are at most [`MAX_HEAD_DIM`]. `s = scale * q . k` in f32,
+/// `out = softmax(s) . v`, `lse = ln sum exp(s)` (natural log). `Sq` and `Skv` may be 0. A query
+/// that sees no key (causal with `i + Skv - Sq < 0`, or `Skv = 0`) gives out 0 and lse +inf.
+///
+/// # Errors
+/// [`OpError::Invalid`] naming the argument for any broken rule; [`OpError::Package`] for the
+/// kernel backends, which are not built yet.
+pub fn flash_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    params: &FlashAttentionParams,
+    backend: Option<Backend>,
+) -> Result<(Tensor, Tensor), OpError> {
+    let backend = bridge::resolve_backend(backend)?;
+    let p = validate_dense(FLASH, q, k, v, params)?;
+    match backend {
+        Backend::Reference => reference::dense(q, k, v, &p),
+        other => Err(no_kernel(FLASH, other)),
+    }
+}
+
+/// Packed (varlen) attention over `B` sequences of different lengths: `q [total_q, H, D]`,
+/// `k [total_k, Hkv, D]`, `v [total_k, Hkv, Dv]`, `cu_seqlens_q/k [B + 1]` (I32/I64/U32,
+/// starting at 0, non-decreasing, ending at `total_q` / `total_k`) -> `(out [total_q, H, Dv]`,
+/// `lse [total_q, H]` f32`)`. Sequence `b` is rows `cu_seqlens_q[b]..cu_seqlens_q[b + 1]` of q
+/// against rows `cu_seqlens_k[b]..cu_seqlens_k[b + 1]` of k/v, with the rules of
+/// [`flash_attention`] (a sequence may be empty).
+///
+/// # Errors
+/// As [`flash_attention`], plus cu_seqlens that are not monotone, do not start at 0 or do not
+/// end at the totals.
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attention_varlen(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    cu_seqlens_q: &Tensor,
+    cu_seqlens_k: &Tensor,
+    params: &FlashAttentionParams,
+    backend: Option<Backend>,
+) -> Result<(Tensor, Tensor), OpError> {
+    let backend = bridge::resolve_backend(backend)?;
+    let p = validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, params)?;
+    match backend {
+        Backend::Reference => reference::varlen(q, k, v, &p),
+        other => Err(no_kernel(VARLEN, other)),
+    }
+}
+
+/// `q [M, D]`, `k [N, D]` (one dtype: f32, f16, bf16; `D` at most [`MAX_HEAD_DIM`]) ->
+/// `P [M, N] = softmax(scale * q k^T)` along N, computed in f32 and returned in q's dtype.
+///
+/// # Errors
+/// [`OpError::Invalid`] naming the argument for any broken rule; [`OpError::Package`] for the
+/// kernel backends, which are not built yet.
+pub fn qk_softmax(
+    q: &Tensor,
+    k: &Tensor,
+    scale: f32,
+    backend: Option<Backend>,
+) -> Result<Tensor, OpError> {
+    let backend = bridge::resolve_backend(backend)?;
+    let qd = data_dims(QK, "q", q, "[M, D]", 2, &[0, 1])?;
+    let kd = data_dims(QK, "k", k, "[N, D]", 2, &[0, 1])?;
+    bridge::check_same_dtype(QK, "k", k, "q", q.dtype())?;
+    check_head_dim(QK, "q", qd[1], "D")?;
+    bridge::check_dim(QK, "k", &kd, 1, "D", qd[1], "q is [M, D]")?;
+    bridge::check_scale(QK, scale)?;
+    match backend {
+        Backend::Reference => reference::qk_softmax(q, k, scale),
+        other => Err(no_kernel(QK, other)),
+    }
+}
+
+/// The error of a kernel backend before the DN-mode kernel exists.
+fn no_kernel(op: &'static str, backend: Backend) -> OpError {
+    OpError::Package {
+        op,
+        why: format!("the {backend} backend has no kernel for this op yet: use Backend::Reference"),
+    }
+}
+
+/// Checks device, rank and dtype of a data tensor; the dims listed in `nonzero` must not be 0
+/// (the others may, e.g. a sequence length). Returns the dims.
+fn data_dims(
+    op: &'static str,
+    arg: &'static str,
+    t: &Tensor,
+    form: &str,
+    rank: usize,
+    nonzero: &[usize],
+) -> Result<Vec<usize>, OpError> {
+    let dims = bridge::check_rank(op, arg, t, form, rank)?.to_vec();
+    bridge::data_dtype(op, arg, t.dtype())?;
+    if let Some(&a) = nonzero.iter().find(|&&a| dims[a] == 0) {
+        return Err(OpError::invalid(
+            op,
+            arg,
+            format!("dim {a} of {form} must not be 0; shape {dims:?}"),
+        ));
+    }
+    Ok(dims)
+}
+
+/// Checks a head dim against [`MAX_HEAD_DIM`].
+fn check_head_dim(
+    op: &'static str,
+    arg: &'static str,
+    dim: usize,
+    name: &str,
+) -> Result<(), OpError> {
+    if dim <= MAX_HEAD_DIM {
+        Ok(())
+    } else {
+        Err(OpError::invalid(
+            op,
+            arg,
+            format!(
+                "head dim {name} = {dim} exceeds {MAX_HEAD_DIM}, the most the kernel's L1/UB tiles hold"
+            ),
+        ))
+    }
+}
+
+/// Checks the head counts: `H` a multiple of `Hkv`.
+fn check_heads(op: &'static str, heads: usize, kv_heads: usize) -> Result<(), OpError> {
+    if heads % kv_heads == 0 {
+        Ok(())
+    } else {
+        Err(OpError::invalid(
+            op,
+            "k",
+            format!(
+                "the query heads H = {heads} must be a multiple of the KV heads Hkv = {kv_heads} (GQA)"
+            ),
+        ))
+    }
+}
+
+/// Checks what q, k, v of either form share once their dims are read: dtypes, head dims, heads
+/// and the scale. `qd`/`kd`/`vd` are `(heads, D)` of q, `(heads, D)` of k, `(heads, Dv)` of v.
+#[allow(clippy::too_many_arguments)]
+fn check_common(
+    op: &'static str,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    (h, d): (usize, usize),
+    (hk, dk): (usize, usize),
+    (hv, dv): (usize, usize),
+    params: &FlashAttentionParams,
+) -> Result<(), OpError> {
+    bridge::check_same_dtype(op, "k", k, "q", q.dtype())?;
+    bridge::check_same_dtype(op, "v", v, "q", q.dtype())?;
+    check_head_dim(op, "q", d, "D")?;
+    check_head_dim(op, "v", dv, "Dv")?;
+    if dk != d {
+        return Err(OpError::invalid(
+            op,
+            "k",
+            format!("head dim D is {dk}, but q's is {d}: q and k share D"),
+        ));
+    }
+    if hv != hk {
+        return Err(OpError::invalid(
+            op,
+            "v",
+            format!("has {hv} KV heads, but k has {hk}: k and v share Hkv"),
+        ));
+    }
+    check_heads(op, h, hk)?;
+    bridge::check_scale(op, params.scale)
+}
+
+fn validate_dense(
+    op: &'static str,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    params: &FlashAttentionParams,
+) -> Result<Dense, OpError> {
+    let qd = data_dims(op, "q", q, "[B, H, Sq, D]", 4, &[0, 1, 3])?;
+    let kd = data_dims(op, "k", k, "[B, Hkv, Skv, D]", 4, &[0, 1, 3])?;
+    let vd = data_dims(op, "v", v, "[B, Hkv, Skv, Dv]", 4, &[0, 1, 3])?;
+    bridge::check_dim(op, "k", &kd, 0, "B", qd[0], "q is [B, H, Sq, D]")?;
+    bridge::check_dim(op, "v", &vd, 0, "B", qd[0], "q is [B, H, Sq, D]")?;
+    bridge::check_dim(op, "v", &vd, 2, "Skv", kd[2], "k is [B, Hkv, Skv, D]")?;
+    check_common(
+        op,
+        q,
+        k,
+        v,
+        (qd[1], qd[3]),
+        (kd[1], kd[3]),
+        (vd[1], vd[3]),
+        params,
+    )?;
+    Ok(Dense {
+        batch: qd[0],
+        heads: qd[1],
+        kv_heads: kd[1],
+        sq: qd[2],
+        skv: kd[2],
+        d: qd[3],
+        dv: vd[3],
+        scale: params.scale,
+        causal: params.causal,
+    })
+}
+
+/// A validated varlen call: the per-sequence row ranges of q and k.
+#[derive(Debug, Clone)]
+pub(crate) struct Varlen {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub dv: usize,
+    pub total_q: usize,
+    pub scale: f32,
+    pub causal: bool,
+    /// `B + 1` offsets into q's rows.
+    pub cu_q: Vec<usize>,
+    /// `B + 1` offsets into k's rows.
+    pub cu_k: Vec<usize>,
+}
+
+fn validate_varlen(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    cu_q: &Tensor,
+    cu_k: &Tensor,
+    params: &FlashAttentionParams,
+) -> Result<Varlen, OpError> {
+    let op = VARLEN;
+    let qd = data_dims(op, "q", q, "[total_q, H, D]", 3, &[1, 2])?;
+    let kd = data_dims(op, "k", k, "[total_k, Hkv, D]", 3, &[1, 2])?;
+    let vd = data_dims(op, "v", v, "[total_k, Hkv, Dv]", 3, &[1, 2])?;
+    bridge::check_dim(op, "v", &vd, 0, "total_k", kd[0], "k is [total_k, Hkv, D]")?;
+    check_common(
+        op,
+        q,
+        k,
+        v,
+        (qd[1], qd[2]),
+        (kd[1], kd[2]),
+        (vd[1], vd[2]),
+        params,
+    )?;
+    let cq = offsets(op, "cu_seqlens_q", cu_q, qd[0], "total_q")?;
+    let ck = offsets(op, "cu_seqlens_k", cu_k, kd[0], "total_k")?;
+    if cq.len() != ck.len() {
+        return Err(OpError::invalid(
+            op,
+            "cu_seqlens_k",
+            format!(
+                "has {} entries, but cu_seqlens_q has {}: both are [B + 1]",
+                ck.len(),
+                cq.len()
+            ),
+        ));
+    }
+    Ok(Varlen {
+        heads: qd[1],
+        kv_heads: kd[1],
+        dv: vd[2],
+        total_q: qd[0],
+        scale: params.scale,
+        causal: params.causal,
+        cu_q: cq,
+        cu_k: ck,
+    })
+}
+
+/// Reads and checks cumulative sequence offsets: `[B + 1]`, B >= 1, starting at 0,
+/// non-decreasing, ending at `total`.
+fn offsets(
+    op: &'static str,
+    arg: &'static str,
+    t: &Tensor,
+    total: usize,
+    total_name: &str,
+) -> Result<Vec<usize>, OpError> {
+    let (dims, vals) = bridge::check_index(op, arg, t, "[B + 1]", 1, bridge::TABLE_DTYPES)?;
+    if dims[0] < 2 {
+        return Err(OpError::invalid(
+            op,
+            arg,
+            format!("must hold B + 1 >= 2 offsets, found {}", dims[0]),
+        ));
+    }
+    if vals[0] != 0 {
+        return Err(OpError::invalid(
+            op,
+            arg,
+            format!("must start at 0, found {arg}[0] = {}", vals[0]),
+        ));
+    }
+    if let Some(i) = (1..vals.len()).find(|&i| vals[i] < vals[i - 1]) {
+        return Err(OpError::invalid(
+            op,
+            arg,
+            format!(
+                "must be non-decreasing, but {arg}[{i}] = {} < {arg}[{}] = {}",
+                vals[i],
+                i - 1,
+                vals[i - 1]
+            ),
+        ));
+    }
+    let last = vals[vals.len() - 1];
+    if last != total as i64 {
+        return Err(OpError::invalid(
+            op,
+            arg,
+            format!(
+                "must end at {total_name} = {total}, found {arg}[{}] = {last}",
+                vals.len() - 1
+            ),
+        ));
+    }
+    Ok(vals.into_iter().map(|x| x as usize).collect())
+}
+
+/// The lse dtype of every op here.
+pub(crate) const LSE_DTYPE: DType = DType::F32;

@@ -1,0 +1,487 @@
+//! The flash-attention ops on the Reference backend against a plain-Rust f64 scalar model
+//! (shapes with tails, GQA, causal with Sq != Skv, Dv != D, varlen with ragged and empty
+//! sequences), the kernel backends' "not built yet" error, and one test per bad input.
+
+#![allow(clippy::result_large_err)]
+
+#[allow(unused_macros)]
+#[path = "support/mod.rs"]
+mod support;
+
+use candle_core::{DType, Device, Tensor};
+use support::*;
+use tileops_ops::{
+    flash_attention, flash_attention_varlen, qk_softmax, Backend, FlashAttentionParams, OpError,
+};
+
+const R: Option<Backend> = Some(Backend::Reference);
+
+/// The scalar model of one (batch, head) problem: `q [sq, d]`, `k [skv, d]`, `v [skv, dv]`
+/// -> (`out [sq, dv]`, `lse [sq]`).
+#[allow(clippy::too_many_arguments)]
+fn model_head(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    sq: usize,
+    skv: usize,
+    d: usize,
+    dv: usize,
+    scale: f32,
+    causal: bool,
+) -> (Vec<f32>, Vec<f32>) {
+    let mut out = vec![0f32; sq * dv];
+    let mut lse = vec![f32::INFINITY; sq];
+    for i in 0..sq {
+        let seen: Vec<usize> = (0..skv)
+            .filter(|&j| !causal || j as i64 <= i as i64 + skv as i64 - sq as i64)
+            .collect();
+        if seen.is_empty() {
+            continue;
+        }
+        let s: Vec<f64> = seen
+            .iter()
+            .map(|&j| {
+                let dot: f64 = (0..d)
+                    .map(|c| f64::from(q[i * d + c]) * f64::from(k[j * d + c]))
+                    .sum();
+                dot * f64::from(scale)
+            })
+            .collect();
+        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+        let sum: f64 = e.iter().sum();
+        lse[i] = (m + sum.ln()) as f32;
+        for c in 0..dv {
+            let acc: f64 = seen
+                .iter()
+                .zip(&e)
+                .map(|(&j, &w)| w * f64::from(v[j * dv + c]))
+                .sum();
+            out[i * dv + c] = (acc / sum) as f32;
+        }
+    }
+    (out, lse)
+}
+
+/// The dense model over `[B, H, Sq, D]` etc.
+#[allow(clippy::too_many_arguments)]
+fn model_dense(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    (b, h, hkv): (usize, usize, usize),
+    (sq, skv, d, dv): (usize, usize, usize, usize),
+    scale: f32,
+    causal: bool,
+) -> (Vec<f32>, Vec<f32>) {
+    let g = h / hkv;
+    let mut out = Vec::new();
+    let mut lse = Vec::new();
+    for bi in 0..b {
+        for hi in 0..h {
+            let kh = bi * hkv + hi / g;
+            let qo = (bi * h + hi) * sq * d;
+            let (o, l) = model_head(
+                &q[qo..qo + sq * d],
+                &k[kh * skv * d..(kh + 1) * skv * d],
+                &v[kh * skv * dv..(kh + 1) * skv * dv],
+                sq,
+                skv,
+                d,
+                dv,
+                scale,
+                causal,
+            );
+            out.extend(o);
+            lse.extend(l);
+        }
+    }
+    (out, lse)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn dense_case(
+    seed: u64,
+    dtype: DType,
+    (b, h, hkv): (usize, usize, usize),
+    (sq, skv, d, dv): (usize, usize, usize, usize),
+    causal: bool,
+) {
+    let mut rng = Rng::new(seed);
+    let (q, qv) = rand_data(&mut rng, &[b, h, sq, d], dtype);
+    let (k, kv) = rand_data(&mut rng, &[b, hkv, skv, d], dtype);
+    let (v, vv) = rand_data(&mut rng, &[b, hkv, skv, dv], dtype);
+    let scale = 1.0 / (d as f32).sqrt();
+    let p = FlashAttentionParams::new(scale, causal);
+    let (out, lse) = flash_attention(&q, &k, &v, &p, R).expect("flash_attention");
+    assert_eq!(out.dims(), &[b, h, sq, dv]);
+    assert_eq!(lse.dims(), &[b, h, sq]);
+    assert_eq!((out.dtype(), lse.dtype()), (dtype, DType::F32));
+    let (wo, wl) = model_dense(&qv, &kv, &vv, (b, h, hkv), (sq, skv, d, dv), scale, causal);
+    let what = format!("{dtype:?} b{b} h{h}/{hkv} sq{sq} skv{skv} d{d} dv{dv} causal {causal}");
+    assert_close(&format!("out {what}"), &values(&out), &wo, out_tol(dtype));
+    assert_close(&format!("lse {what}"), &values(&lse), &wl, LSE_TOL);
+}
+
+#[test]
+fn dense_matches_the_model_over_paired_lengths() {
+    let pairs = [(1, 1), (1, 300), (17, 100), (100, 17), (129, 129)];
+    let mut seed = 0;
+    for (sq, skv) in pairs {
+        for (d, dv) in [(64, 64), (192, 128)] {
+            for causal in [false, true] {
+                seed += 1;
+                dense_case(seed, DType::F32, (1, 2, 1), (sq, skv, d, dv), causal);
+            }
+        }
+    }
+}
+
+#[test]
+fn dense_half_dtypes_and_gqa_ratios() {
+    for (i, (dtype, (h, hkv))) in [
+        (DType::F16, (4, 4)),
+        (DType::BF16, (8, 2)),
+        (DType::F16, (16, 1)),
+        (DType::F32, (16, 4)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        dense_case(100 + i as u64, dtype, (2, h, hkv), (33, 47, 128, 128), true);
+    }
+}
+
+#[test]
+fn blind_queries_give_zero_and_infinite_lse() {
+    // Causal with Sq > Skv: the first Sq - Skv queries see no key.
+    dense_case(200, DType::F32, (1, 2, 2), (9, 4, 64, 32), true);
+    // Skv = 0: every query is blind.
+    dense_case(201, DType::BF16, (1, 2, 1), (3, 0, 64, 64), false);
+    // Sq = 0: empty results.
+    dense_case(202, DType::F32, (1, 2, 1), (0, 5, 64, 64), true);
+}
+
+#[test]
+fn varlen_matches_per_sequence_dense() {
+    let mut rng = Rng::new(300);
+    let (h, hkv, d, dv) = (4, 2, 64, 48);
+    let lq = [1usize, 7, 0, 20];
+    let lk = [1usize, 30, 5, 20];
+    let (tq, tk) = (lq.iter().sum::<usize>(), lk.iter().sum::<usize>());
+    let dtype = DType::F16;
+    let (q, qv) = rand_data(&mut rng, &[tq, h, d], dtype);
+    let (k, kv) = rand_data(&mut rng, &[tk, hkv, d], dtype);
+    let (v, vv) = rand_data(&mut rng, &[tk, hkv, dv], dtype);
+    let cu = |l: &[usize]| -> Vec<i64> {
+        std::iter::once(0)
+            .chain(l.iter().scan(0i64, |s, &x| {
+                *s += x as i64;
+                Some(*s)
+            }))
+            .collect()
+    };
+    let (cq, ck) = (cu(&lq), cu(&lk));
+    let scale = 0.125;
+    for causal in [false, true] {
+        let p = FlashAttentionParams::new(scale, causal);
+        let (out, lse) = flash_attention_varlen(
+            &q,
+            &k,
+            &v,
+            &ints(&cq, &[5], DType::I32),
+            &ints(&ck, &[5], DType::U32),
+            &p,
+            R,
+        )
+        .expect("varlen");
+        assert_eq!(out.dims(), &[tq, h, dv]);
+        assert_eq!(lse.dims(), &[tq, h]);
+        // The model over [len, H, D] rows: transpose each sequence to head-major.
+        let mut wo = vec![0f32; tq * h * dv];
+        let mut wl = vec![0f32; tq * h];
+        for s in 0..lq.len() {
+            let (q0, k0) = (cq[s] as usize, ck[s] as usize);
+            let (sq, skv) = (lq[s], lk[s]);
+            for hi in 0..h {
+                let kh = hi / (h / hkv);
+                let gather =
+                    |src: &[f32], r0: usize, n: usize, heads: usize, hh: usize, w: usize| {
+                        (0..n)
+                            .flat_map(|r| {
+                                let o = ((r0 + r) * heads + hh) * w;
+                                src[o..o + w].to_vec()
+                            })
+                            .collect::<Vec<f32>>()
+                    };
+                let (o, l) = model_head(
+                    &gather(&qv, q0, sq, h, hi, d),
+                    &gather(&kv, k0, skv, hkv, kh, d),
+                    &gather(&vv, k0, skv, hkv, kh, dv),
+                    sq,
+                    skv,
+                    d,
+                    dv,
+                    scale,
+                    causal,
+                );
+                for r in 0..sq {
+                    let row = (q0 + r) * h + hi;
+                    wo[row * dv..(row + 1) * dv].copy_from_slice(&o[r * dv..(r + 1) * dv]);
+                    wl[row] = l[r];
+                }
+            }
+        }
+        assert_close("varlen out", &values(&out), &wo, out_tol(dtype));
+        assert_close("varlen lse", &values(&lse), &wl, LSE_TOL);
+    }
+}
+
+#[test]
+fn qk_softmax_matches_the_model() {
+    let mut rng = Rng::new(400);
+    let (m, n, d) = (19, 70, 128);
+    for dtype in [DType::F32, DType::BF16] {
+        let (q, qv) = rand_data(&mut rng, &[m, d], dtype);
+        let (k, kv) = rand_data(&mut rng, &[n, d], dtype);
+        let p = qk_softmax(&q, &k, 0.3, R).expect("qk_softmax");
+        assert_eq!((p.dims(), p.dtype()), (&[m, n][..], dtype));
+        // P is out of attention with V = I.
+        let eye: Vec<f32> = (0..n * n)
+            .map(|i| f32::from(u8::from(i / n == i % n)))
+            .collect();
+        let (want, _) = model_head(&qv, &kv, &eye, m, n, d, n, 0.3, false);
+        assert_close("qk_softmax", &values(&p), &want, out_tol(dtype));
+    }
+}
+
+#[test]
+fn kernel_backends_report_no_kernel_yet() {
+    let q = Tensor::zeros((1, 1, 2, 64), DType::F32, &Device::Cpu).expect("q");
+    for bk in [Backend::TileSim, Backend::Ascend950] {
+        let r = flash_attention(&q, &q, &q, &FlashAttentionParams::new(1.0, false), Some(bk));
+        assert!(matches!(r, Err(OpError::Package { .. })), "{bk}: {r:?}");
+    }
+}
+
+// ----- bad inputs -----
+
+const F: &str = "flash_attention";
+const VL: &str = "flash_attention_varlen";
+const QK: &str = "qk_softmax";
+
+fn z(shape: &[usize], dtype: DType) -> Tensor {
+    Tensor::zeros(shape, dtype, &Device::Cpu).expect("zeros")
+}
+
+fn fa(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    p: FlashAttentionParams,
+) -> Result<(Tensor, Tensor), OpError> {
+    flash_attention(q, k, v, &p, R)
+}
+
+#[test]
+fn dense_rejects_bad_inputs() {
+    let f = DType::F32;
+    let ok = FlashAttentionParams::new(0.1, true);
+    let (q, k, v) = (
+        z(&[1, 4, 3, 64], f),
+        z(&[1, 2, 5, 64], f),
+        z(&[1, 2, 5, 32], f),
+    );
+    assert!(fa(&q, &k, &v, ok).is_ok());
+    expect_invalid(
+        fa(&z(&[4, 3, 64], f), &k, &v, ok),
+        F,
+        "q",
+        &["rank 4", "[B, H, Sq, D]"],
+    );
+    expect_invalid(fa(&q, &z(&[1, 2, 5], f), &v, ok), F, "k", &["rank 4"]);
+    expect_invalid(
+        fa(&q, &k, &z(&[1, 2, 5, 32, 1], f), ok),
+        F,
+        "v",
+        &["rank 4"],
+    );
+    expect_invalid(
+        fa(&z(&[1, 4, 3, 64], DType::I64), &k, &v, ok),
+        F,
+        "q",
+        &["I64"],
+    );
+    expect_invalid(
+        fa(&q, &z(&[1, 2, 5, 64], DType::F16), &v, ok),
+        F,
+        "k",
+        &["F16", "F32"],
+    );
+    expect_invalid(
+        fa(&q, &k, &z(&[1, 2, 5, 32], DType::BF16), ok),
+        F,
+        "v",
+        &["BF16"],
+    );
+    expect_invalid(
+        fa(&q, &z(&[2, 2, 5, 64], f), &v, ok),
+        F,
+        "k",
+        &["(B) is 2", "must be 1"],
+    );
+    expect_invalid(
+        fa(&q, &k, &z(&[1, 2, 6, 32], f), ok),
+        F,
+        "v",
+        &["(Skv) is 6", "must be 5"],
+    );
+    expect_invalid(
+        fa(&q, &z(&[1, 2, 5, 32], f), &v, ok),
+        F,
+        "k",
+        &["D is 32", "64"],
+    );
+    expect_invalid(
+        fa(&q, &k, &z(&[1, 1, 5, 32], f), ok),
+        F,
+        "v",
+        &["1 KV heads", "2"],
+    );
+    expect_invalid(
+        fa(&q, &z(&[1, 3, 5, 64], f), &z(&[1, 3, 5, 32], f), ok),
+        F,
+        "k",
+        &["H = 4", "Hkv = 3"],
+    );
+    expect_invalid(
+        fa(&z(&[1, 4, 3, 0], f), &k, &v, ok),
+        F,
+        "q",
+        &["dim 3", "must not be 0"],
+    );
+    expect_invalid(
+        fa(&z(&[1, 4, 3, 320], f), &z(&[1, 2, 5, 320], f), &v, ok),
+        F,
+        "q",
+        &["D = 320", "256"],
+    );
+    expect_invalid(
+        fa(&q, &k, &z(&[1, 2, 5, 512], f), ok),
+        F,
+        "v",
+        &["Dv = 512", "256"],
+    );
+    for s in [f32::NAN, f32::INFINITY] {
+        expect_invalid(
+            fa(&q, &k, &v, FlashAttentionParams::new(s, false)),
+            F,
+            "scale",
+            &["finite"],
+        );
+    }
+}
+
+#[test]
+fn varlen_rejects_bad_inputs() {
+    let f = DType::F32;
+    let p = FlashAttentionParams::new(0.1, false);
+    let (q, k, v) = (z(&[4, 4, 64], f), z(&[6, 2, 64], f), z(&[6, 2, 64], f));
+    let c = |x: &[i64], dt: DType| ints(x, &[x.len()], dt);
+    let run = |cq: &Tensor, ck: &Tensor| flash_attention_varlen(&q, &k, &v, cq, ck, &p, R);
+    let (cq, ck) = (c(&[0, 1, 4], DType::I64), c(&[0, 3, 6], DType::I32));
+    assert!(run(&cq, &ck).is_ok());
+    expect_invalid(
+        run(&c(&[0, 3, 1, 4], DType::I64), &c(&[0, 2, 4, 6], DType::I64)),
+        VL,
+        "cu_seqlens_q",
+        &["non-decreasing", "[2] = 1"],
+    );
+    expect_invalid(
+        run(&cq, &c(&[0, 3, 5], DType::I32)),
+        VL,
+        "cu_seqlens_k",
+        &["total_k = 6", "5"],
+    );
+    expect_invalid(
+        run(&c(&[1, 2, 4], DType::I32), &ck),
+        VL,
+        "cu_seqlens_q",
+        &["start at 0"],
+    );
+    expect_invalid(
+        run(&c(&[0], DType::I32), &ck),
+        VL,
+        "cu_seqlens_q",
+        &["B + 1 >= 2"],
+    );
+    expect_invalid(
+        run(&cq, &c(&[0, 2, 4, 6], DType::I32)),
+        VL,
+        "cu_seqlens_k",
+        &["4 entries", "3"],
+    );
+    expect_invalid(
+        run(&cq, &ck.to_dtype(DType::F32).expect("f32")),
+        VL,
+        "cu_seqlens_k",
+        &["F32"],
+    );
+    expect_invalid(
+        run(&cq.reshape((1, 3)).expect("2d"), &ck),
+        VL,
+        "cu_seqlens_q",
+        &["rank 1"],
+    );
+    let bad_v = z(&[5, 2, 64], f);
+    expect_invalid(
+        flash_attention_varlen(&q, &k, &bad_v, &cq, &ck, &p, R),
+        VL,
+        "v",
+        &["(total_k) is 5", "6"],
+    );
+    expect_invalid(
+        flash_attention_varlen(&z(&[4, 4, 64, 1], f), &k, &v, &cq, &ck, &p, R),
+        VL,
+        "q",
+        &["rank 3"],
+    );
+}
+
+#[test]
+fn qk_softmax_rejects_bad_inputs() {
+    let f = DType::F32;
+    let (q, k) = (z(&[3, 64], f), z(&[5, 64], f));
+    expect_invalid(qk_softmax(&z(&[3], f), &k, 1.0, R), QK, "q", &["rank 2"]);
+    expect_invalid(
+        qk_softmax(&q, &z(&[5, 32], f), 1.0, R),
+        QK,
+        "k",
+        &["(D) is 32", "64"],
+    );
+    expect_invalid(
+        qk_softmax(&q, &z(&[5, 64], DType::F16), 1.0, R),
+        QK,
+        "k",
+        &["F16"],
+    );
+    expect_invalid(
+        qk_softmax(&q, &z(&[0, 64], f), 1.0, R),
+        QK,
+        "k",
+        &["must not be 0"],
+    );
+    expect_invalid(
+        qk_softmax(&z(&[3, 300], f), &z(&[5, 300], f), 1.0, R),
+        QK,
+        "q",
+        &["D = 300"],
+    );
+    expect_invalid(
+        qk_softmax(&q, &k, f32::NEG_INFINITY, R),
+        QK,
+        "scale",
+        &["finite"],
+    );
+}
