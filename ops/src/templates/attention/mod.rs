@@ -189,7 +189,8 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
     let lse_t = kb.tile("lse", ty(Ub, DType::F32, r, 1, DN).dynamic());
     let rows = vector::StatRows::declare(&mut kb, r, [m, l, mc, lc, alpha, lse_t]);
     let o_t = kb.tile_group("o", ty(Ub, DType::F32, r, ns, ND).dynamic(), nns as u32);
-    let pv_ub = kb.tile("pv_ub", ty(Ub, DType::F32, r, ns, ND));
+    // Dynamic like `o_t`: the CPU model of PTO-ISA types TADD with one tile type for all operands.
+    let pv_ub = kb.tile("pv_ub", ty(Ub, DType::F32, r, ns, ND).dynamic());
 
     let ch_s = kb.channel("s", CoreKind::Cube, 1);
     let ch_p = kb.channel("p", CoreKind::Vector, 1);

@@ -95,6 +95,7 @@ pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
     for t in rows.all() {
         v.set_validshape(t, 1, r);
     }
+    v.set_validshape(pv_ub, r, ns);
     v.fill(rows.m, M_INIT);
     v.fill(rows.l, 0.0);
     for j in 0..nns {
