@@ -80,6 +80,9 @@ fn syntax_check(p: &Package) -> Result<(), String> {
     let result = (|| {
         gxx(&files[0], &["__DAV_CUBE__"]).map_err(|e| format!("cube section:\n{e}"))?;
         gxx(&files[0], &["__DAV_VEC__"]).map_err(|e| format!("vector section:\n{e}"))?;
+        // The CPU-simulation build of PTO-ISA defines both: the sections must not clash.
+        gxx(&files[0], &["__DAV_CUBE__", "__DAV_VEC__"])
+            .map_err(|e| format!("both sections as one unit:\n{e}"))?;
         gxx(&files[1], &["TILEOPS_SYNTAX_CHECK"]).map_err(|e| format!("launcher:\n{e}"))
     })();
     let _ = std::fs::remove_dir_all(&dir);
@@ -1184,4 +1187,110 @@ fn package_writes_three_files() {
         .unwrap_or_default()
         .contains("--cce-aicore-arch=dav-c310-vec"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_element_wise_op_on_a_dn_column_fails_the_syntax_check() {
+    // A5's TADD / TEXP / TMAXS take row-major tiles only (a5/TAdd.hpp, TUnaryOp.hpp,
+    // docs/isa/TMAXS.md): the verifier's vector-layout rule and the header's static_assert agree.
+    let col = |layout: Layout| {
+        let (rows, cols) = if layout == Layout::DN {
+            (32, 1)
+        } else {
+            (1, 32)
+        };
+        let mut kb = KernelBuilder::new("stats");
+        let x = kb.input("x", DType::F32, [32u64]);
+        let a = kb.tile(
+            "a",
+            TileType::new(MemSpace::Vec, DType::F32, rows, cols, layout),
+        );
+        let b = kb.tile(
+            "b",
+            TileType::new(MemSpace::Vec, DType::F32, rows, cols, layout),
+        );
+        kb.vector(|v| {
+            let view = if layout == Layout::DN {
+                GmView::dn(x, 0, 32, 1, 1)
+            } else {
+                GmView::nd(x, 0, 1, 32, 32)
+            };
+            v.load(a, view);
+            v.fill(b, 0.0);
+            v.add(b, b, a);
+            v.exp(b, b);
+            v.binary_scalar(BinaryOp::Max, b, b, 1.0);
+        });
+        kb.build()
+    };
+    let ok = col(Layout::ND);
+    let report = tile_backend::verify::verify(&ok);
+    assert!(report.is_ok(), "{report}");
+    assert_syntax_ok(&package_unverified(&ok));
+    let bad = col(Layout::DN);
+    let report = tile_backend::verify::verify(&bad);
+    for inst in ["TEXPANDS", "TADD", "TEXP", "TMAXS"] {
+        assert!(
+            report
+                .errors()
+                .any(|d| d.rule == tile_backend::verify::Rule::VectorLayout
+                    && d.message.starts_with(&format!("{inst} on Ascend 950"))),
+            "{inst}: {report}"
+        );
+    }
+    expect_static_assert(
+        &package_unverified(&bad),
+        "takes row-major tiles only on A5",
+    );
+}
+
+/// The PTO instruction names a function body of the code generator can produce: every string
+/// literal of the form `"T..."` (upper case), plus the sync and scalar forms.
+fn emitted_names(src: &str, func: &str) -> BTreeSet<String> {
+    let start = src
+        .find(&format!("fn {func}("))
+        .unwrap_or_else(|| panic!("no fn {func}"));
+    let body = &src[start..];
+    let end = body.find("\n}\n").map_or(body.len(), |e| e);
+    body[..end]
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|t| {
+            !t.is_empty()
+                && !t.contains(' ')
+                && t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && t != &"not"
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_emitted_instruction_has_an_audit_row() {
+    let doc = include_str!("../../docs/codegen.md");
+    let audit = doc
+        .split("## A5 audit")
+        .nth(1)
+        .and_then(|a| a.split("\n## ").next())
+        .expect("docs/codegen.md has the A5 audit section");
+    let rows: Vec<&str> = audit.lines().filter(|l| l.starts_with("| `")).collect();
+    let first_cells: Vec<&str> = rows.iter().filter_map(|l| l.split(" | ").next()).collect();
+    let mut names = emitted_names(include_str!("../src/codegen/pto/mod.rs"), "instruction");
+    names.extend(emitted_names(
+        include_str!("../src/codegen/pto/moves.rs"),
+        "instruction_name",
+    ));
+    assert!(names.len() > 50, "found only {names:?}");
+    for n in &names {
+        let cell = format!("`{n}`");
+        assert!(
+            first_cells.iter().any(|c| c.contains(&cell)),
+            "the emitter can produce {n}, but docs/codegen.md's A5 audit has no row for it"
+        );
+    }
+    // Multi-word names ("GM scalar read") are matched whole.
+    for n in ["GM scalar read", "GM scalar write"] {
+        assert!(audit.contains(&format!("`{n}`")), "{n}");
+    }
 }

@@ -860,3 +860,83 @@ fn a_softmax_row_block_is_clean() {
     });
     expect_clean(&verify(&kb.build()));
 }
+
+// ---------------------------------------------------------------- vector-layout
+
+#[test]
+fn element_wise_ops_take_row_major_tiles_only() {
+    // The statistics of a row reduction, kept as DN [8, 1] columns: A5's TADD, TEXP, TMAXS and
+    // TEXPANDS reject them (npu/a5/TAdd.hpp, TUnaryOp.hpp, docs/isa/TMAXS.md, TEXPANDS.md).
+    let col = TileType::new(Vec, F32, 8, 1, DN);
+    let row = TileType::new(Vec, F32, 1, 8, ND);
+    let r = vec3(col.clone(), col.clone(), col.clone(), |v, [a, b, c]| {
+        v.add(c, a, b)
+    });
+    let d = expect_err(
+        &r,
+        Rule::VectorLayout,
+        &[
+            "TADD on Ascend 950 takes row-major tiles only",
+            "its destination `c` is DN",
+            "a DN [8, 1] column is ND [1, 8] in memory",
+        ],
+    );
+    assert!(d.to_string().starts_with("error[vector-layout]"));
+    let r = vec3(col.clone(), col.clone(), col.clone(), |v, [a, b, _]| {
+        v.exp(b, a)
+    });
+    expect_err(&r, Rule::VectorLayout, &["TEXP on Ascend 950"]);
+    let r = vec3(col.clone(), col.clone(), col.clone(), |v, [a, b, _]| {
+        v.binary_scalar(BinaryOp::Max, b, a, 1.0)
+    });
+    expect_err(&r, Rule::VectorLayout, &["TMAXS on Ascend 950"]);
+    let r = vec3(col.clone(), col.clone(), col.clone(), |v, [a, _, _]| {
+        v.fill(a, 0.0)
+    });
+    expect_err(&r, Rule::VectorLayout, &["TEXPANDS on Ascend 950"]);
+    // The same bytes seen as ND [1, 8] rows pass.
+    let r = vec3(row.clone(), row.clone(), row.clone(), |v, [a, b, c]| {
+        v.add(c, a, b);
+        v.exp(c, c);
+        v.binary_scalar(BinaryOp::Max, c, c, 1.0);
+        v.fill(a, 0.0)
+    });
+    expect_no(&r, Rule::VectorLayout);
+    expect_clean(&r);
+}
+
+#[test]
+fn broadcasts_take_the_layouts_a5_accepts() {
+    // A row broadcast writes and reads a row-major full tile (npu/a5/TRowExpandMul.hpp).
+    let r = vec3(
+        TileType::new(Vec, F32, 64, 8, DN),
+        TileType::new(Vec, F32, 8, 1, DN),
+        TileType::new(Vec, F32, 64, 8, DN),
+        |v, [s, o, d]| v.broadcast(BinaryOp::Mul, Axis::Row, d, s, o),
+    );
+    expect_err(
+        &r,
+        Rule::VectorLayout,
+        &["TROWEXPANDMUL on Ascend 950 takes row-major tiles only: its destination `c` is DN"],
+    );
+    // A column broadcast reads and writes ND only (npu/a5/TColExpandBinOp.hpp).
+    let r = vec3(
+        TileType::new(Vec, F32, 64, 8, DN),
+        TileType::new(Vec, F32, 1, 8, ND),
+        TileType::new(Vec, F32, 64, 8, DN),
+        |v, [s, o, d]| v.broadcast(BinaryOp::Sub, Axis::Col, d, s, o),
+    );
+    expect_err(
+        &r,
+        Rule::VectorLayout,
+        &["TCOLEXPANDSUB on Ascend 950 takes ND"],
+    );
+    let full = vt(F32, 8, 64);
+    let r = vec3(
+        full.clone(),
+        TileType::new(Vec, F32, 8, 1, DN),
+        full.clone(),
+        |v, [s, o, d]| v.broadcast(BinaryOp::Mul, Axis::Row, d, s, o),
+    );
+    expect_no(&r, Rule::VectorLayout);
+}

@@ -26,6 +26,20 @@ pub enum Pipe {
 }
 
 impl Pipe {
+    /// Every pipe, in the timeline's track order: the one list of pipes (the timeline, the cost
+    /// report, the trace and the hazard checker iterate it).
+    pub const ALL: [Pipe; 7] = [
+        Pipe::S,
+        Pipe::Mte2,
+        Pipe::Mte1,
+        Pipe::M,
+        Pipe::Fix,
+        Pipe::V,
+        Pipe::Mte3,
+    ];
+}
+
+impl Pipe {
     /// PTO spelling (`PIPE_MTE2`, ...).
     pub const fn pto_name(self) -> &'static str {
         match self {

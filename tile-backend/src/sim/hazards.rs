@@ -155,15 +155,7 @@ impl fmt::Display for Hazard {
     }
 }
 
-const PIPES: [Pipe; 7] = [
-    Pipe::Mte2,
-    Pipe::Mte1,
-    Pipe::M,
-    Pipe::Fix,
-    Pipe::V,
-    Pipe::Mte3,
-    Pipe::S,
-];
+const PIPES: [Pipe; 7] = Pipe::ALL;
 const NP: usize = PIPES.len();
 const NT: usize = 3 * NP;
 

@@ -7,16 +7,8 @@ use crate::arch::{Arch, Rates};
 use crate::ir::{c0, DType, Kernel, MemSpace, Op, Phase, Pipe, UnaryOp};
 use std::collections::HashMap;
 
-/// The pipes of the timeline, in track order.
-pub const PIPES: [Pipe; 7] = [
-    Pipe::S,
-    Pipe::Mte2,
-    Pipe::Mte1,
-    Pipe::M,
-    Pipe::Fix,
-    Pipe::V,
-    Pipe::Mte3,
-];
+/// The pipes of the timeline, in track order ([`Pipe::ALL`]).
+pub const PIPES: [Pipe; 7] = Pipe::ALL;
 
 fn pipe_slot(p: Pipe) -> usize {
     PIPES.iter().position(|q| *q == p).unwrap_or(0)

@@ -90,6 +90,7 @@ pub enum Rule {
     VectorSpace,
     VectorShape,
     VectorDtype,
+    VectorLayout,
     ReducePad,
     ReduceLayout,
     PadValue,

@@ -108,6 +108,7 @@ fn check_one(cx: &mut Ctx<'_>, d: &TileDecl, axis: Axis, full: &TileDecl) {
 pub(super) fn check(cx: &mut Ctx<'_>, op: &Op) {
     let first = cx.diags.len();
     check_operands(cx, op);
+    check_layouts(cx, op);
     // The instruction's own dtype list is checked once the operands are otherwise sound, so an op
     // already rejected for its dtype (mixed operands, fp8, integer division, ...) reports that once.
     let rejected = cx.diags[first..].iter().any(|d| {
@@ -289,6 +290,92 @@ fn check_operands(cx: &mut Ctx<'_>, op: &Op) {
                         );
                     }
                 }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Whether PTO's `Tile::isRowMajor` holds for a tile of this layout (BLayout::RowMajor: ND, ZN).
+fn row_major(layout: Layout) -> bool {
+    matches!(layout, Layout::ND | Layout::ZN)
+}
+
+/// The A5 layout rules of the element-wise, scalar, fill and broadcast instructions
+/// (`vector-layout`; docs/codegen.md's audit table names the header of each): element-wise binary,
+/// unary and tile-scalar ops and TEXPANDS on Vec take row-major operands only; a row broadcast
+/// (TROWEXPAND<OP>) writes and reads row-major full tiles and takes its per-row operand as a DN
+/// column `[R, 1]` (not checked yet); a column broadcast or expand (TCOLEXPAND*) takes ND tiles; a row expand
+/// (TROWEXPAND) writes ND. A DN `[N, 1]` column is ND `[1, N]` in memory: reinterpret it.
+fn check_layouts(cx: &mut Ctx<'_>, op: &Op) {
+    let kernel = cx.kernel;
+    let decl = |r: &TileRef| {
+        kernel
+            .try_tile(r.tile)
+            .filter(|d| d.ty.space == MemSpace::Vec)
+    };
+    let inst = instruction(kernel, op);
+    let need = |cx: &mut Ctx<'_>, r: &TileRef, role: &str, ok: fn(Layout) -> bool, what: &str| {
+        if let Some(d) = decl(r) {
+            if !ok(d.ty.layout) {
+                let hint = if d.ty.layout == Layout::DN && d.ty.cols == 1 {
+                    format!(
+                        " (a DN [{n}, 1] column is ND [1, {n}] in memory: reinterpret it)",
+                        n = d.ty.rows
+                    )
+                } else {
+                    String::new()
+                };
+                cx.error(
+                    Rule::VectorLayout,
+                    format!(
+                        "{inst} on Ascend 950 takes {what} tiles only: its {role} `{}` is {}{hint}",
+                        d.name, d.ty.layout
+                    ),
+                );
+            }
+        }
+    };
+    let nd = |l: Layout| l == Layout::ND;
+    match op {
+        Op::Binary { dst, lhs, rhs, .. } => {
+            need(cx, dst, "destination", row_major, "row-major");
+            need(cx, lhs, "left operand", row_major, "row-major");
+            need(cx, rhs, "right operand", row_major, "row-major");
+        }
+        Op::Unary { dst, src, .. } | Op::BinaryScalar { dst, src, .. } => {
+            need(cx, dst, "destination", row_major, "row-major");
+            need(cx, src, "source", row_major, "row-major");
+        }
+        Op::Fill { dst, .. } => need(cx, dst, "destination", row_major, "row-major"),
+        Op::Broadcast {
+            axis: Axis::Row,
+            dst,
+            src,
+            operand,
+            ..
+        } => {
+            need(cx, dst, "destination", row_major, "row-major");
+            // The per-row operand (a DN [R, 1] column, or a row-major tile 32 bytes wide read
+            // block by block) is not checked yet: see docs/codegen.md's audit.
+            let _ = operand;
+            need(cx, src, "source", row_major, "row-major");
+        }
+        Op::Broadcast {
+            axis: Axis::Col,
+            dst,
+            src,
+            operand,
+            ..
+        } => {
+            need(cx, dst, "destination", nd, "ND");
+            need(cx, src, "source", nd, "ND");
+            need(cx, operand, "per-column operand", nd, "ND");
+        }
+        Op::Expand { axis, dst, src } => {
+            need(cx, dst, "destination", nd, "ND");
+            if *axis == Axis::Col {
+                need(cx, src, "source", nd, "ND");
             }
         }
         _ => {}

@@ -207,8 +207,10 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
     let lc = col(&mut kb, "l_chunk");
     let alpha = col(&mut kb, "alpha");
     let lse_t = kb.tile("lse", ty(Ub, DType::F32, r, 1, DN).dynamic());
+    let rows = vector::StatRows::declare(&mut kb, r, [m, l, mc, lc, alpha, lse_t]);
     let o_t = kb.tile_group("o", ty(Ub, DType::F32, r, ns, ND).dynamic(), nns as u32);
-    let pv_ub = kb.tile("pv_ub", ty(Ub, DType::F32, r, ns, ND));
+    // Dynamic like `o_t`: the CPU model of PTO-ISA types TADD with one tile type for all operands.
+    let pv_ub = kb.tile("pv_ub", ty(Ub, DType::F32, r, ns, ND).dynamic());
 
     let ch_s = kb.channel("s", CoreKind::Cube, 1);
     let ch_p = kb.channel("p", CoreKind::Vector, 1);
@@ -250,12 +252,12 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
         pv_acc,
         s_ub,
         p_nz,
-        m,
         l,
         mc,
         lc,
         alpha,
         lse_t,
+        rows,
         o_t,
         pv_ub,
         p_ub,
@@ -342,8 +344,6 @@ pub(super) struct SplitKernel<'a> {
     pub s_ub: TileId,
     /// Tile `p_nz`.
     pub p_nz: TileId,
-    /// Tile `m`.
-    pub m: TileId,
     /// Tile `l`.
     pub l: TileId,
     /// Tile `mc`.
@@ -354,6 +354,8 @@ pub(super) struct SplitKernel<'a> {
     pub alpha: TileId,
     /// Tile `lse_t`.
     pub lse_t: TileId,
+    /// The statistics above seen as ND rows, for the element-wise ops (A5 takes no DN there).
+    pub rows: vector::StatRows,
     /// Tile `o_t`.
     pub o_t: TileId,
     /// Tile `pv_ub`.

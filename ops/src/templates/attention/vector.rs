@@ -3,8 +3,61 @@
 //! and the split's normalised partial result.
 
 use super::{SplitKernel, M_INIT};
-use tile_backend::dsl::Body;
-use tile_backend::ir::{Axis, BinaryOp, Expr, GmView, ParamId, Pipe, RoundMode, UnaryOp};
+use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
+use tile_backend::ir::{
+    Axis, BinaryOp, Expr, GmView, Layout, ParamId, Pipe, RoundMode, TileId, UnaryOp,
+};
+
+/// The per-row statistics `m`, `l`, `m_chunk`, `l_chunk`, `alpha` and `lse`, each a DN `[r, 1]`
+/// column (what a row reduction writes and a row broadcast reads), seen as the ND `[1, r]` row of
+/// the same bytes: A5's element-wise, scalar and fill instructions take row-major tiles only
+/// (`vector-layout`), so every op between statistics runs on these rows.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StatRows {
+    m: TileId,
+    l: TileId,
+    mc: TileId,
+    lc: TileId,
+    alpha: TileId,
+    lse: TileId,
+}
+
+impl StatRows {
+    /// Declares the row views of the columns `[m, l, m_chunk, l_chunk, alpha, lse]` (`r` rows).
+    pub(crate) fn declare(kb: &mut KernelBuilder, r: u64, cols: [TileId; 6]) -> Self {
+        let names = [
+            "m_row",
+            "l_row",
+            "m_chunk_row",
+            "l_chunk_row",
+            "alpha_row",
+            "lse_row",
+        ];
+        let [m, l, mc, lc, alpha, lse] = std::array::from_fn(|i| {
+            kb.reinterpret(
+                names[i],
+                cols[i],
+                Reinterpret {
+                    dtype: None,
+                    shape: Some((1, r)),
+                    layout: Some(Layout::ND),
+                },
+            )
+        });
+        StatRows {
+            m,
+            l,
+            mc,
+            lc,
+            alpha,
+            lse,
+        }
+    }
+
+    fn all(&self) -> [TileId; 6] {
+        [self.m, self.l, self.mc, self.lc, self.alpha, self.lse]
+    }
+}
 
 /// Appends the vector program of the split kernel `k` to `v`.
 pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
@@ -22,12 +75,12 @@ pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
         p_l1,
         s_ub,
         p_nz,
-        m,
         l,
         mc,
         lc,
         alpha,
         lse_t,
+        rows,
         o_t,
         pv_ub,
         p_ub,
@@ -39,8 +92,12 @@ pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
     let p = |id: ParamId| Expr::Param(id);
     let (split, _ht, bi, cnt, c0, iters, h0, hv) = k.coords(v);
     v.set_validshape(s_ub, r, chunk);
-    v.fill(m, M_INIT);
-    v.fill(l, 0.0);
+    for t in rows.all() {
+        v.set_validshape(t, 1, r);
+    }
+    v.set_validshape(pv_ub, r, ns);
+    v.fill(rows.m, M_INIT);
+    v.fill(rows.l, 0.0);
     for j in 0..nns {
         v.set_validshape(o_t.at(j), r, ns);
         v.fill(o_t.at(j), 0.0);
@@ -58,15 +115,15 @@ pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
             t.set_validshape(s_ub, r, chunk);
         });
         b.row_max(mc, s_ub);
-        b.max(mc, mc, m);
-        b.binary(BinaryOp::Sub, alpha, m, mc);
-        b.exp(alpha, alpha);
-        b.max(m, m, mc);
+        b.max(rows.mc, rows.mc, rows.m);
+        b.binary(BinaryOp::Sub, rows.alpha, rows.m, rows.mc);
+        b.exp(rows.alpha, rows.alpha);
+        b.max(rows.m, rows.m, rows.mc);
         b.broadcast(BinaryOp::Sub, Axis::Row, s_ub, s_ub, mc);
         b.exp(s_ub, s_ub);
         b.row_sum(lc, s_ub);
-        b.mul(l, l, alpha);
-        b.add(l, l, lc);
+        b.mul(rows.l, rows.l, rows.alpha);
+        b.add(rows.l, rows.l, rows.lc);
         match p_ub {
             Some(pu) => {
                 b.cast(pu, s_ub, RoundMode::Rint);
@@ -96,13 +153,12 @@ pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
     });
     v.wait_flag(Pipe::Mte3, Pipe::V, 0);
     // Normalise and write this split's partial result.
-    v.binary_scalar(BinaryOp::Max, l, l, 1.0);
+    v.binary_scalar(BinaryOp::Max, rows.l, rows.l, 1.0);
     for j in 0..nns {
         v.broadcast(BinaryOp::Div, Axis::Row, o_t.at(j), o_t.at(j), l);
     }
-    v.set_validshape(lse_t, r, 1);
-    v.unary(UnaryOp::Ln, lse_t, l);
-    v.add(lse_t, lse_t, m);
+    v.unary(UnaryOp::Ln, rows.lse, rows.l);
+    v.add(rows.lse, rows.lse, rows.m);
     v.set_flag(Pipe::V, Pipe::Mte3, 1);
     v.wait_flag(Pipe::V, Pipe::Mte3, 1);
     let mine = v.let_(

@@ -1609,6 +1609,11 @@ PTO_INST RecordEvent TINSERT(
 // Vector unit (all operands Vec tiles)
 // ----------------------------------------------------------------------------------------------
 #define TILEOPS_PTO_VEC(NAME, T) static_assert(T::Loc == TileType::Vec, "PTO: " #NAME " operands must be Vec tiles")
+// a5/TAdd.hpp ("TADD only support row major layout"), TSub, TMul, TDiv, TMax, TMin, TAnd, TOr,
+// a5/TUnaryOp.hpp ("TUnaryOp: Not supported Layout type"), a5/TRsqrt.hpp, docs/isa/T<OP>S.md and
+// TEXPANDS.md ("Tile layout must be row-major"), a5/TRowExpand<Op>.hpp (dst), a5/TColExpandBinOp.hpp.
+#define TILEOPS_PTO_ROW_MAJOR(NAME, T) \
+    static_assert(T::isRowMajor, "PTO: " #NAME " takes row-major tiles only on A5 (a DN [N, 1] column is not)")
 #define TILEOPS_PTO_SAME(NAME, A, B)                                                  \
     static_assert(std::is_same_v<typename A::DType, typename B::DType>, "PTO: " #NAME \
                                                                         " requires equal element types")
@@ -1636,9 +1641,12 @@ PTO_INST RecordEvent TINSERT(
     template <typename TileDataDst, typename TileDataSrc0, typename TileDataSrc1, typename... WaitEvents>      \
     PTO_INST RecordEvent NAME(TileDataDst& dst, TileDataSrc0& src0, TileDataSrc1& src1, WaitEvents&... events) \
     {                                                                                                           \
-        TILEOPS_PTO_VEC(NAME, TileDataDst);                                                                     \
-        TILEOPS_PTO_VEC(NAME, TileDataSrc0);                                                                    \
-        TILEOPS_PTO_VEC(NAME, TileDataSrc1);                                                                    \
+        TILEOPS_PTO_VEC(NAME, TileDataDst);  \
+        TILEOPS_PTO_ROW_MAJOR(NAME, TileDataDst);                                                                     \
+        TILEOPS_PTO_VEC(NAME, TileDataSrc0);  \
+        TILEOPS_PTO_ROW_MAJOR(NAME, TileDataSrc0);                                                                    \
+        TILEOPS_PTO_VEC(NAME, TileDataSrc1);  \
+        TILEOPS_PTO_ROW_MAJOR(NAME, TileDataSrc1);                                                                    \
         TILEOPS_PTO_SAME(NAME, TileDataDst, TileDataSrc0);                                                      \
         TILEOPS_PTO_SAME(NAME, TileDataDst, TileDataSrc1);                                                      \
         static_assert(!CHECKED || detail::is_one_of_v<typename TileDataDst::DType, __VA_ARGS__>,               \
@@ -1663,8 +1671,11 @@ template <auto PrecisionType = DivAlgorithm::DEFAULT, typename TileDataDst, type
 PTO_INST RecordEvent TDIV(TileDataDst& dst, TileDataSrc0& src0, TileDataSrc1& src1, WaitEvents&... events)
 {
     TILEOPS_PTO_VEC(TDIV, TileDataDst);
+    TILEOPS_PTO_ROW_MAJOR(TDIV, TileDataDst);
     TILEOPS_PTO_VEC(TDIV, TileDataSrc0);
+    TILEOPS_PTO_ROW_MAJOR(TDIV, TileDataSrc0);
     TILEOPS_PTO_VEC(TDIV, TileDataSrc1);
+    TILEOPS_PTO_ROW_MAJOR(TDIV, TileDataSrc1);
     TILEOPS_PTO_SAME(TDIV, TileDataDst, TileDataSrc0);
     TILEOPS_PTO_SAME(TDIV, TileDataDst, TileDataSrc1);
     TILEOPS_PTO_DTYPES(TDIV, TileDataDst, TILEOPS_PTO_DIV_TYPES);
@@ -1680,8 +1691,10 @@ PTO_INST RecordEvent TDIV(TileDataDst& dst, TileDataSrc0& src0, TileDataSrc1& sr
     PTO_INST RecordEvent NAME(                                                                               \
         TileDataDst& dst, TileDataSrc& src0, typename TileDataSrc::DType scalar, WaitEvents&... events)      \
     {                                                                                                        \
-        TILEOPS_PTO_VEC(NAME, TileDataDst);                                                                  \
-        TILEOPS_PTO_VEC(NAME, TileDataSrc);                                                                  \
+        TILEOPS_PTO_VEC(NAME, TileDataDst);  \
+        TILEOPS_PTO_ROW_MAJOR(NAME, TileDataDst);                                                                  \
+        TILEOPS_PTO_VEC(NAME, TileDataSrc);  \
+        TILEOPS_PTO_ROW_MAJOR(NAME, TileDataSrc);                                                                  \
         TILEOPS_PTO_SAME(NAME, TileDataDst, TileDataSrc);                                                    \
         TILEOPS_PTO_DTYPES(NAME, TileDataDst, __VA_ARGS__);                                                  \
         (void)dst;                                                                                           \
@@ -1703,7 +1716,9 @@ PTO_INST RecordEvent TDIVS(
     TileDataDst& dst, TileDataSrc& src0, typename TileDataSrc::DType scalar, WaitEvents&... events)
 {
     TILEOPS_PTO_VEC(TDIVS, TileDataDst);
+    TILEOPS_PTO_ROW_MAJOR(TDIVS, TileDataDst);
     TILEOPS_PTO_VEC(TDIVS, TileDataSrc);
+    TILEOPS_PTO_ROW_MAJOR(TDIVS, TileDataSrc);
     TILEOPS_PTO_SAME(TDIVS, TileDataDst, TileDataSrc);
     TILEOPS_PTO_DTYPES(TDIVS, TileDataDst, TILEOPS_PTO_DIV_TYPES);
     (void)dst;
@@ -1719,7 +1734,9 @@ PTO_INST RecordEvent TDIVS(
     TileDataDst& dst, typename TileDataDst::DType scalar, TileDataSrc& src0, WaitEvents&... events)
 {
     TILEOPS_PTO_VEC(TDIVS, TileDataDst);
+    TILEOPS_PTO_ROW_MAJOR(TDIVS, TileDataDst);
     TILEOPS_PTO_VEC(TDIVS, TileDataSrc);
+    TILEOPS_PTO_ROW_MAJOR(TDIVS, TileDataSrc);
     TILEOPS_PTO_SAME(TDIVS, TileDataDst, TileDataSrc);
     (void)dst;
     (void)src0;
@@ -1732,8 +1749,10 @@ PTO_INST RecordEvent TDIVS(
     template <typename TileDataDst, typename TileDataSrc, typename... WaitEvents>                      \
     PTO_INST RecordEvent NAME(TileDataDst& dst, TileDataSrc& src, WaitEvents&... events)               \
     {                                                                                                  \
-        TILEOPS_PTO_VEC(NAME, TileDataDst);                                                            \
-        TILEOPS_PTO_VEC(NAME, TileDataSrc);                                                            \
+        TILEOPS_PTO_VEC(NAME, TileDataDst);  \
+        TILEOPS_PTO_ROW_MAJOR(NAME, TileDataDst);                                                            \
+        TILEOPS_PTO_VEC(NAME, TileDataSrc);  \
+        TILEOPS_PTO_ROW_MAJOR(NAME, TileDataSrc);                                                            \
         TILEOPS_PTO_SAME(NAME, TileDataDst, TileDataSrc);                                              \
         TILEOPS_PTO_DTYPES(NAME, TileDataSrc, __VA_ARGS__);                                            \
         (void)dst;                                                                                     \
@@ -1752,8 +1771,10 @@ TILEOPS_PTO_UNARY(TRELU, int32_t, half, float)
         typename... WaitEvents>                                                                               \
     PTO_INST RecordEvent NAME(TileDataDst& dst, TileDataSrc& src, WaitEvents&... events)                      \
     {                                                                                                         \
-        TILEOPS_PTO_VEC(NAME, TileDataDst);                                                                   \
-        TILEOPS_PTO_VEC(NAME, TileDataSrc);                                                                   \
+        TILEOPS_PTO_VEC(NAME, TileDataDst);  \
+        TILEOPS_PTO_ROW_MAJOR(NAME, TileDataDst);                                                                   \
+        TILEOPS_PTO_VEC(NAME, TileDataSrc);  \
+        TILEOPS_PTO_ROW_MAJOR(NAME, TileDataSrc);                                                                   \
         TILEOPS_PTO_SAME(NAME, TileDataDst, TileDataSrc);                                                     \
         TILEOPS_PTO_DTYPES(NAME, TileDataSrc, __VA_ARGS__);                                                   \
         (void)dst;                                                                                            \
@@ -1775,6 +1796,8 @@ PTO_INST RecordEvent TEXPANDS(TileData& dst, typename TileData::DType scalar, Wa
 {
     static_assert(TileData::Loc == TileType::Vec || TileData::Loc == TileType::Mat,
         "PTO: TEXPANDS destination must be a Vec (or Mat) tile");
+    static_assert(TileData::Loc != TileType::Vec || TileData::isRowMajor,
+        "PTO: TEXPANDS takes row-major Vec tiles only on A5 (a DN [N, 1] column is not)");
     TILEOPS_PTO_DTYPES(TEXPANDS, TileData, TILEOPS_PTO_ARITH_TYPES);
     (void)dst;
     (void)scalar;
@@ -1907,6 +1930,7 @@ PTO_INST RecordEvent TCOLEXPAND(TileDataDst& dst, TileDataSrc& src, WaitEvents&.
     static_assert(sizeof(typename TileDataSrc::DType) == 1 || sizeof(typename TileDataSrc::DType) == 2 ||
                       sizeof(typename TileDataSrc::DType) == 4 || sizeof(typename TileDataSrc::DType) == 8,
         "PTO: TCOLEXPAND element type must be 1, 2, 4 or 8 bytes (b8/b16/b32/b64)");
+    static_assert(detail::is_nd_v<TileDataDst> && detail::is_nd_v<TileDataSrc>, "PTO: TCOLEXPAND takes ND tiles only on A5");
     (void)dst;
     (void)src;
     TSYNC(events...);
@@ -1917,7 +1941,8 @@ PTO_INST RecordEvent TCOLEXPAND(TileDataDst& dst, TileDataSrc& src, WaitEvents&.
     template <typename TileDataDst, typename TileDataSrc0, typename TileDataSrc1, typename... WaitEvents>      \
     PTO_INST RecordEvent NAME(TileDataDst& dst, TileDataSrc0& src0, TileDataSrc1& src1, WaitEvents&... events) \
     {                                                                                                           \
-        TILEOPS_PTO_VEC(NAME, TileDataDst);                                                                     \
+        TILEOPS_PTO_VEC(NAME, TileDataDst);  \
+        TILEOPS_PTO_ROW_MAJOR(NAME, TileDataDst);                                                                     \
         TILEOPS_PTO_VEC(NAME, TileDataSrc0);                                                                    \
         TILEOPS_PTO_VEC(NAME, TileDataSrc1);                                                                    \
         TILEOPS_PTO_SAME(NAME, TileDataDst, TileDataSrc0);                                                      \
@@ -1935,7 +1960,8 @@ PTO_INST RecordEvent TCOLEXPAND(TileDataDst& dst, TileDataSrc& src, WaitEvents&.
     PTO_INST RecordEvent NAME(                                                                                    \
         TileDataDst& dst, TileDataSrc0& src0, TileDataSrc1& src1, TileDataTmp& tmp, WaitEvents&... events)        \
     {                                                                                                             \
-        TILEOPS_PTO_VEC(NAME, TileDataDst);                                                                       \
+        TILEOPS_PTO_VEC(NAME, TileDataDst);  \
+        TILEOPS_PTO_ROW_MAJOR(NAME, TileDataDst);                                                                       \
         TILEOPS_PTO_VEC(NAME, TileDataSrc0);                                                                      \
         TILEOPS_PTO_VEC(NAME, TileDataSrc1);                                                                      \
         TILEOPS_PTO_SAME(NAME, TileDataDst, TileDataSrc0);                                                        \

@@ -154,8 +154,10 @@ impl<'k> Emitter<'k> {
 }
 
 /// The bisheng command lines for `dav-c310` (cube, vector, mixed objects, launcher, link).
+/// `-DREGISTER_BASE` as the public PTO-ISA repository's own A5 builds (its
+/// `tests/npu/a5/**/CMakeLists.txt`; `-DMEMORY_BASE` is the A2/A3 one).
 fn build_commands(name: &str) -> Value {
-    let common = "bisheng -c -xcce -O2 -std=c++17 -DMEMORY_BASE -I\"$PTO_ISA/include\" -I\"$ASCEND_HOME_PATH/include\"";
+    let common = "bisheng -c -xcce -O2 -std=c++17 -DREGISTER_BASE -I\"$PTO_ISA/include\" -I\"$ASCEND_HOME_PATH/include\"";
     json!({
         "env": "source $ASCEND_HOME_PATH/set_env.sh; PTO_ISA = a checkout of hw-native-sys/pto-isa",
         "cube": format!("{common} --cce-aicore-only --cce-aicore-arch=dav-c310-cube {name}.cpp -o {name}_cube.o"),

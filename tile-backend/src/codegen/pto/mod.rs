@@ -800,14 +800,16 @@ impl<'k> Emitter<'k> {
             host::signature(self)
         );
         if !cube.is_empty() {
-            s.push_str("#if defined(__DAV_CUBE__)\n");
+            // Each section is its own scope: the CPU-simulation build of PTO-ISA defines both
+            // macros in one unit, and both sections declare `block_idx`.
+            s.push_str("#if defined(__DAV_CUBE__)\n    {\n");
             s.push_str(cube);
-            s.push_str("#endif  // __DAV_CUBE__\n");
+            s.push_str("    }\n#endif  // __DAV_CUBE__\n");
         }
         if !vector.is_empty() {
-            s.push_str("#if defined(__DAV_VEC__)\n");
+            s.push_str("#if defined(__DAV_VEC__)\n    {\n");
             s.push_str(vector);
-            s.push_str("#endif  // __DAV_VEC__\n");
+            s.push_str("    }\n#endif  // __DAV_VEC__\n");
         }
         s.push_str("}\n");
         s

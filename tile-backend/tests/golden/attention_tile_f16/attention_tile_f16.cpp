@@ -42,6 +42,7 @@ using GmO = GlobalTensor<float, pto::Shape<1, 1, 1, 16, 64>, pto::Stride<1, 1, 1
 extern "C" __global__ AICORE void attention_tile_f16(__gm__ half *q, __gm__ half *k, __gm__ half *v, __gm__ float *o, float scale)
 {
 #if defined(__DAV_CUBE__)
+    {
     const int64_t block_idx = get_block_idx();
 
     KL1 k_l1;
@@ -114,8 +115,10 @@ extern "C" __global__ AICORE void attention_tile_f16(__gm__ half *q, __gm__ half
     wait_intra_block(PIPE_FIX, 17);  // AIV1
     wait_intra_block(PIPE_FIX, 5);  // AIV0
     wait_intra_block(PIPE_FIX, 21);  // AIV1
+    }
 #endif  // __DAV_CUBE__
 #if defined(__DAV_VEC__)
+    {
     const int64_t block_idx = get_block_idx();
     const int64_t sub_block_idx = get_subblockid();
 
@@ -163,5 +166,6 @@ extern "C" __global__ AICORE void attention_tile_f16(__gm__ half *q, __gm__ half
     TSTORE(o_gm, o_ub);
     set_intra_block(PIPE_MTE3, 5);
     wait_intra_block(PIPE_MTE3, 3);
+    }
 #endif  // __DAV_VEC__
 }

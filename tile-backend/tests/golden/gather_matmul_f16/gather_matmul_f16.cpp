@@ -29,6 +29,7 @@ using GmS = GlobalTensor<float, pto::Shape<1, 1, 1, 16, 32>, pto::Stride<1, 1, 1
 extern "C" __global__ AICORE void gather_matmul_f16(__gm__ half *q, __gm__ half *cache, __gm__ int32_t *indices, __gm__ int32_t *block_table, __gm__ float *s)
 {
 #if defined(__DAV_CUBE__)
+    {
     const int64_t block_idx = get_block_idx();
     const int64_t block_num = get_block_num();
 
@@ -128,5 +129,6 @@ extern "C" __global__ AICORE void gather_matmul_f16(__gm__ half *q, __gm__ half 
     wait_flag(PIPE_MTE1, PIPE_MTE2, EVENT_ID1);
     wait_flag(PIPE_M, PIPE_MTE1, EVENT_ID1);
     wait_flag(PIPE_FIX, PIPE_M, EVENT_ID1);
+    }
 #endif  // __DAV_CUBE__
 }

@@ -27,6 +27,7 @@ using GmC = GlobalTensor<float, pto::Shape<1, 1, 1, 64, 64>, pto::Stride<1, 1, 1
 extern "C" __global__ AICORE void matmul_f16(__gm__ half *a, __gm__ half *b, __gm__ float *c)
 {
 #if defined(__DAV_CUBE__)
+    {
     const int64_t block_idx = get_block_idx();
 
     AL1 a_l1[2];
@@ -103,6 +104,7 @@ extern "C" __global__ AICORE void matmul_f16(__gm__ half *a, __gm__ half *b, __g
         wait_flag(PIPE_M, PIPE_MTE1, EVENT_ID0);
         wait_flag(PIPE_MTE1, PIPE_MTE2, EVENT_ID1);
         wait_flag(PIPE_M, PIPE_MTE1, EVENT_ID1);
+    }
     }
 #endif  // __DAV_CUBE__
 }
