@@ -102,8 +102,8 @@ pub enum Phase {
     Final,
 }
 
-/// A Fixpipe quantisation word (ASCEND950.md §6): bits [31:0] the fp32 scale, bit 46 signed 8-bit
-/// output, bits [45:37] a 9-bit offset.
+/// A Fixpipe quantisation word (ASCEND950.md §6): bits \[31:0\] the fp32 scale, bit 46 signed 8-bit
+/// output, bits \[45:37\] a 9-bit offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct QuantWord(pub u64);
 
@@ -115,11 +115,11 @@ impl QuantWord {
     pub fn new(scale: f32, signed: bool) -> Self {
         QuantWord(scale.to_bits() as u64 | if signed { Self::SIGNED_BIT } else { 0 })
     }
-    /// The fp32 scale in bits [31:0].
+    /// The fp32 scale in bits \[31:0\].
     pub fn scale(self) -> f32 {
         f32::from_bits(self.0 as u32)
     }
-    /// The scale the per-channel hardware uses: bits [12:0] of the fp32 cleared (19 bits kept).
+    /// The scale the per-channel hardware uses: bits \[12:0\] of the fp32 cleared (19 bits kept).
     pub fn scale_19bit(self) -> f32 {
         f32::from_bits(self.0 as u32 & !0x1fff)
     }
@@ -127,7 +127,7 @@ impl QuantWord {
     pub fn signed(self) -> bool {
         self.0 & Self::SIGNED_BIT != 0
     }
-    /// The 9-bit offset of bits [45:37], sign-extended.
+    /// The 9-bit offset of bits \[45:37\], sign-extended.
     pub fn offset(self) -> i32 {
         let raw = ((self.0 >> 37) & 0x1ff) as i32;
         if raw & 0x100 != 0 {

@@ -1,9 +1,9 @@
 //! The verifier: every rule of the machine (ASCEND950.md) that can be checked before running.
 //!
 //! Each violation is a [`Diagnostic`] naming the rule, the op and the numbers involved. Rules live
-//! in one file per family: [`memory`] (tile shapes, capacity, alignment, loads and stores),
-//! [`moves`], [`matmul`], [`quant`], [`gather`], [`reinterpret`], [`vector`], [`sync`] and
-//! [`structure`] (ids, scopes and which core may touch which space).
+//! in one file per family: `memory` (tile shapes, capacity, alignment, loads and stores),
+//! `moves`, `matmul`, `quant`, `gather`, `reinterpret`, `vector`, `sync` and
+//! `structure` (ids, scopes and which core may touch which space).
 
 mod gather;
 mod matmul;
