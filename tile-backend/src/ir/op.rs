@@ -37,6 +37,17 @@ impl Pipe {
         Pipe::V,
         Pipe::Mte3,
     ];
+
+    /// The pipes that move or compute data: [`Pipe::ALL`] without the scalar unit (which issues
+    /// in order), for the sync pass's ordering.
+    pub const DATA: [Pipe; 6] = [
+        Pipe::ALL[1],
+        Pipe::ALL[2],
+        Pipe::ALL[3],
+        Pipe::ALL[4],
+        Pipe::ALL[5],
+        Pipe::ALL[6],
+    ];
 }
 
 impl Pipe {
@@ -636,7 +647,24 @@ impl Op {
             | Op::Cast { src, .. } => vec![src],
             Op::Binary { lhs, rhs, .. } => vec![lhs, rhs],
             Op::Broadcast { src, operand, .. } => vec![src, operand],
-            _ => vec![],
+            // GM sources, metadata, scalars and sync: no tile read. Listed one by one (no
+            // catch-all) so that a new op fails to compile until its reads are given.
+            Op::Load { .. }
+            | Op::GatherInL1 { .. }
+            | Op::Fill { .. }
+            | Op::FillPad { .. }
+            | Op::SetValidShape { .. }
+            | Op::ReadScalar { .. }
+            | Op::WriteScalar { .. }
+            | Op::SetFlag { .. }
+            | Op::WaitFlag { .. }
+            | Op::Barrier { .. }
+            | Op::SetCrossFlag { .. }
+            | Op::WaitCrossFlag { .. }
+            | Op::ChannelAcquire { .. }
+            | Op::ChannelPush { .. }
+            | Op::ChannelPop { .. }
+            | Op::ChannelRelease { .. } => vec![],
         }
     }
 
@@ -656,7 +684,21 @@ impl Op {
             | Op::Cast { dst, .. }
             | Op::Fill { dst, .. } => vec![dst],
             Op::FillPad { tile } => vec![tile],
-            _ => vec![],
+            // GM destinations, metadata, scalars and sync: no tile written (no catch-all, as in
+            // `tile_reads`).
+            Op::Store { .. }
+            | Op::SetValidShape { .. }
+            | Op::ReadScalar { .. }
+            | Op::WriteScalar { .. }
+            | Op::SetFlag { .. }
+            | Op::WaitFlag { .. }
+            | Op::Barrier { .. }
+            | Op::SetCrossFlag { .. }
+            | Op::WaitCrossFlag { .. }
+            | Op::ChannelAcquire { .. }
+            | Op::ChannelPush { .. }
+            | Op::ChannelPop { .. }
+            | Op::ChannelRelease { .. } => vec![],
         }
     }
 }

@@ -185,7 +185,20 @@ pub fn op_cost(
             }
         }
         Op::ReadScalar { .. } => (r.scalar_gm_read_cycles.value, 0.0),
-        _ => (1.0, 0.0),
+        // One cycle each: a scalar write to the data cache, valid-shape metadata, and the sync
+        // and channel ops (their waiting is the timeline's, not a cost). Listed one by one (no
+        // catch-all) so that a new op fails to compile until its cost is given.
+        Op::WriteScalar { .. }
+        | Op::SetValidShape { .. }
+        | Op::SetFlag { .. }
+        | Op::WaitFlag { .. }
+        | Op::Barrier { .. }
+        | Op::SetCrossFlag { .. }
+        | Op::WaitCrossFlag { .. }
+        | Op::ChannelAcquire { .. }
+        | Op::ChannelPush { .. }
+        | Op::ChannelPop { .. }
+        | Op::ChannelRelease { .. } => (1.0, 0.0),
     }
 }
 

@@ -7,14 +7,7 @@ use crate::ir::{CoreKind, Expr, Kernel, MemSpace, Op, Phase, Pipe, Stmt, TileId,
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The pipes whose ordering the pass tracks (S is in-order with issue; `All` is not a pipe).
-const PIPES: [Pipe; 6] = [
-    Pipe::Mte2,
-    Pipe::Mte1,
-    Pipe::M,
-    Pipe::Fix,
-    Pipe::V,
-    Pipe::Mte3,
-];
+const PIPES: [Pipe; 6] = Pipe::DATA;
 
 fn pidx(p: Pipe) -> Option<usize> {
     PIPES.iter().position(|&q| q == p)
