@@ -32,11 +32,15 @@ impl Rng {
     }
 }
 
-/// Runs `f` profiled and fails on any hazard the simulator found.
-fn no_hazards<R>(f: impl FnOnce() -> R) -> R {
+/// Runs `f` profiled on `backend` and fails on any hazard the simulator found; a TileSim call
+/// must have launched one kernel.
+fn no_hazards<R>(backend: Backend, f: impl FnOnce() -> R) -> R {
     let (r, records) = profile(f);
     for l in &records {
         assert!(l.hazards.is_empty(), "{}: {:?}", l.kernel, l.hazards);
+    }
+    if backend == Backend::TileSim {
+        assert_eq!(records.len(), 1, "one launch");
     }
     r
 }
@@ -106,7 +110,7 @@ fn check_exact(
             .map(|b| Tensor::from_slice(b, n, &Device::Cpu).expect("bias")),
         relu,
     };
-    let got = no_hazards(|| quant_matmul(&x, &w, &params, Some(backend)));
+    let got = no_hazards(backend, || quant_matmul(&x, &w, &params, Some(backend)));
     let got = match (backend, got) {
         (Backend::Ascend950, Err(OpError::DeviceUnavailable { .. })) => return,
         (_, r) => r.unwrap_or_else(|e| panic!("{backend} m={m} k={k} n={n}: {e}")),
@@ -141,6 +145,11 @@ fn exact_on_shapes(backend: Backend) {
 #[test]
 fn reference_gives_the_modelled_values() {
     exact_on_shapes(Backend::Reference);
+}
+
+#[test]
+fn tilesim_gives_the_modelled_values() {
+    exact_on_shapes(Backend::TileSim);
 }
 
 #[test]
