@@ -5,6 +5,8 @@
 //!
 //! `cargo run --release --example quant_matmul -- [M] [K] [N]` (default 256 4096 4096).
 
+#![allow(clippy::result_large_err)] // OpError carries the simulator's error by value
+
 use anyhow::{bail, Context, Result};
 use candle_core::{Device, Tensor};
 use std::time::Instant;
