@@ -206,7 +206,7 @@ impl Default for ReshapeAndCacheShape {
     }
 }
 
-/// The shape of a [`crate::quant_matmul`] call (`x [m, k]`, int8 weight `[n, k]`; result `[m,
+/// The shape of a [`crate::quant_matmul()`] call (`x [m, k]`, int8 weight `[n, k]`; result `[m,
 /// n]`), or of [`crate::quant_matmul_int8`] when `out` is i8. Only the output dtype, the bias
 /// and the ReLU are static; `m`, `k` and `n` are runtime scalars that set the block count. The
 /// default is one DeepSeek-V3 MoE expert projection for 16 tokens (7168 -> 2048, bf16).
@@ -330,7 +330,7 @@ crate::op_shape! {
 // ---------------------------------------------------------------------------------------------
 // Launches
 
-/// The launch of [`crate::quant_matmul`] (or [`crate::quant_matmul_int8`] for an i8 `out`) for
+/// The launch of [`crate::quant_matmul()`] (or [`crate::quant_matmul_int8`] for an i8 `out`) for
 /// `shape`: one block per 64 x 256 output tile. Errors: a size of 0 or above [`MAX_DIM`], an
 /// output dtype other than f32/f16/bf16/i8, a bias with the int8 output.
 pub fn quant_matmul(shape: &QuantMatmulShape) -> Result<Vec<Launch>, OpError> {

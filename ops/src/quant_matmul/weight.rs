@@ -17,7 +17,7 @@ const OP: &str = "quantize";
 pub(crate) const QMAX: f32 = 127.0;
 
 /// Rounds an f32 scale to the 19 bits (1 sign + 8 exponent + 10 mantissa) the Fixpipe uses from a
-/// per-channel word (ASCEND950.md §6: it ignores bits [12:0]), to nearest, ties to even, so that
+/// per-channel word (ASCEND950.md §6: it ignores bits \[12:0\]), to nearest, ties to even, so that
 /// the hardware's truncation leaves it unchanged and every backend applies the same scale.
 pub fn round_scale_19(s: f32) -> f32 {
     let b = s.to_bits();
