@@ -15,6 +15,7 @@
 //! | [`paged_attention`] | `paged_attn_<dtype>` (split), `attn_merge_<dtype>` (merge) |
 //! | [`paged_gather`] | `paged_gather_<dtype>_<size>` |
 //! | [`reshape_and_cache`] | `reshape_and_cache_<dtype>_<width>` |
+//! | [`quant_matmul`] | `quant_matmul_<out>_b<bias>_r<relu>` (or `quant_matmul_i8_r<relu>`) |
 //!
 //! ```
 //! use tileops_ops::kernels::{sparse_paged_attention, SparseAttentionShape};
@@ -206,8 +207,92 @@ impl Default for ReshapeAndCacheShape {
     }
 }
 
+/// The shape of a [`crate::quant_matmul`] call (`x [m, k]`, int8 weight `[n, k]`; result `[m,
+/// n]`), or of [`crate::quant_matmul_int8`] when `out` is i8. Only the output dtype, the bias
+/// and the ReLU are static; `m`, `k` and `n` are runtime scalars that set the block count. The
+/// default is one DeepSeek-V3 MoE expert projection for 16 tokens (7168 -> 2048, bf16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuantMatmulShape {
+    /// Result dtype: f32, f16, bf16, or i8 for the int8-output variant.
+    pub out: DType,
+    /// Rows `M` (tokens).
+    pub m: usize,
+    /// Input features `K`.
+    pub k: usize,
+    /// Output channels `N`.
+    pub n: usize,
+    /// A bias argument (float output only).
+    pub bias: bool,
+    /// ReLU.
+    pub relu: bool,
+}
+
+impl Default for QuantMatmulShape {
+    fn default() -> Self {
+        QuantMatmulShape {
+            out: DType::BF16,
+            m: 16,
+            k: 7168,
+            n: 2048,
+            bias: false,
+            relu: false,
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Launches
+
+/// The launch of [`crate::quant_matmul`] (or [`crate::quant_matmul_int8`] for an i8 `out`) for
+/// `shape`: one block per 64 x 256 output tile. Errors: a size of 0 or above [`MAX_DIM`], an
+/// output dtype other than f32/f16/bf16/i8, a bias with the int8 output.
+pub fn quant_matmul(shape: &QuantMatmulShape) -> Result<Vec<Launch>, OpError> {
+    use crate::quant_matmul::kernel::{grid, quant_matmul_kernel, Epilogue, TM, TN};
+    let op = if shape.out == DType::I8 {
+        "quant_matmul_int8"
+    } else {
+        "quant_matmul"
+    };
+    for (arg, v) in [("m", shape.m), ("k", shape.k), ("n", shape.n)] {
+        dim(op, arg, v)?;
+    }
+    let epi = match shape.out {
+        DType::I8 if shape.bias => {
+            return Err(OpError::invalid(
+                op,
+                "bias",
+                "the int8-output variant takes no bias",
+            ))
+        }
+        DType::I8 => Epilogue::Int8 { relu: shape.relu },
+        out => {
+            data_dtype(op, out).map_err(|_| {
+                OpError::invalid(
+                    op,
+                    "out",
+                    format!("{out} is not supported: use f32, f16, bf16 or i8"),
+                )
+            })?;
+            Epilogue::Float {
+                out,
+                bias: shape.bias,
+                relu: shape.relu,
+            }
+        }
+    };
+    let (tm, tn, blocks) = grid(shape.m, shape.n);
+    Ok(vec![Launch {
+        kernel: quant_matmul_kernel(epi),
+        block_dim: blocks as u64,
+        scalars: vec![
+            ("m", shape.m as i64),
+            ("k", shape.k as i64),
+            ("n", shape.n as i64),
+            ("m_pad", (tm * TM as usize) as i64),
+            ("n_pad", (tn * TN as usize) as i64),
+        ],
+    }])
+}
 
 /// The launches of [`crate::sparse_paged_attention`] for `shape`: the top-k split kernel on
 /// `batch * head_tiles * splits` blocks, then the merge kernel. Errors: a size of 0 or above
@@ -551,6 +636,35 @@ mod tests {
             width: 16,
         };
         assert_eq!(got, planned(&reshape_and_cache(&shape).expect("valid")));
+
+        // quant_matmul: one block per 64 x 256 tile, kernel keyed by the epilogue.
+        use candle_core::{Device, Tensor};
+        let x = Tensor::ones((70, 96), candle_core::DType::F16, &Device::Cpu).expect("x");
+        let w = crate::quantize_per_channel(
+            &Tensor::ones((300, 96), candle_core::DType::F32, &Device::Cpu).expect("w"),
+        )
+        .expect("w");
+        let params = crate::QuantMatmulParams {
+            relu: true,
+            ..Default::default()
+        };
+        let (r, records) =
+            profile(|| crate::quant_matmul(&x, &w, &params, Some(crate::Backend::TileSim)));
+        r.expect("runs");
+        let got: Vec<(String, u64)> = records
+            .iter()
+            .map(|l| (l.kernel.clone(), l.block_dim as u64))
+            .collect();
+        let shape = QuantMatmulShape {
+            out: DType::F16,
+            m: 70,
+            k: 96,
+            n: 300,
+            bias: false,
+            relu: true,
+        };
+        assert_eq!(got, planned(&quant_matmul(&shape).expect("valid")));
+        assert_eq!(got, [("quant_matmul_f16_b0_r1".to_string(), 4)]);
     }
 
     #[test]
@@ -569,6 +683,9 @@ mod tests {
         assert_eq!(planned(&g), [("paged_gather_bf16_576".to_string(), 32)]);
         let c = reshape_and_cache(&ReshapeAndCacheShape::default()).expect("valid");
         assert_eq!(planned(&c), [("reshape_and_cache_f16_1024".to_string(), 4)]);
+        // 7168 -> 2048 for 16 tokens: one row of tiles, 8 tiles of 256 channels.
+        let q = quant_matmul(&QuantMatmulShape::default()).expect("valid");
+        assert_eq!(planned(&q), [("quant_matmul_bf16_b0_r0".to_string(), 8)]);
     }
 
     fn expect_invalid(r: Result<Vec<Launch>, OpError>, op: &str, arg: &str, needle: &str) {
@@ -701,6 +818,32 @@ mod tests {
             "paged_gather",
             "size",
             "static tile columns",
+        );
+        let qm = QuantMatmulShape::default();
+        expect_invalid(
+            quant_matmul(&QuantMatmulShape { k: 0, ..qm }),
+            "quant_matmul",
+            "k",
+            "got 0",
+        );
+        expect_invalid(
+            quant_matmul(&QuantMatmulShape {
+                out: DType::I8,
+                bias: true,
+                ..qm
+            }),
+            "quant_matmul_int8",
+            "bias",
+            "no bias",
+        );
+        expect_invalid(
+            quant_matmul(&QuantMatmulShape {
+                out: DType::I32,
+                ..qm
+            }),
+            "quant_matmul",
+            "out",
+            "f32, f16, bf16 or i8",
         );
         let rc = ReshapeAndCacheShape::default();
         expect_invalid(

@@ -6,7 +6,8 @@
 //! writes the kernel package and reports that no device is present. See docs/ops.md.
 //!
 //! The ops: [`paged_gather`], [`sparse_paged_attention`], [`paged_attention`],
-//! [`reshape_and_cache`].
+//! [`reshape_and_cache`], [`quant_matmul`] (with [`quantize_per_channel`],
+//! [`quantize_per_token`] and the int8-output [`quant_matmul_int8`]).
 //!
 //! Layout: [`backend`], [`error`], [`runtime`] (kernel cache, launcher, profiling), [`kernels`]
 //! (the kernels each op launches and their block counts, built from shape parameters alone: what
@@ -39,6 +40,7 @@ pub mod kernels;
 pub mod kv_cache;
 pub mod paged_attention;
 pub mod paged_gather;
+pub mod quant_matmul;
 pub mod runtime;
 pub mod sparse_attention;
 
@@ -47,5 +49,9 @@ pub use error::OpError;
 pub use kv_cache::reshape_and_cache;
 pub use paged_attention::{paged_attention, PagedAttentionParams};
 pub use paged_gather::paged_gather;
+pub use quant_matmul::{
+    quant_matmul, quant_matmul_int8, quantize_per_channel, quantize_per_token, Int8MatmulParams,
+    QuantMatmulParams, QuantizedActivations, QuantizedWeight,
+};
 pub use runtime::{profile, LaunchRecord, PlanTarget};
 pub use sparse_attention::{sparse_paged_attention, SparseAttentionParams};

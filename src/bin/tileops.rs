@@ -35,7 +35,8 @@ use tile_backend::kernels::{AttentionParams, GatherMatmulParams, Handoff, Matmul
 use tile_backend::sim::io::ScalarValue;
 use tile_backend::verify::{verify, Report};
 use tileops_ops::kernels::{
-    self, Launch, PagedAttentionShape, PagedGatherShape, ReshapeAndCacheShape, SparseAttentionShape,
+    self, Launch, PagedAttentionShape, PagedGatherShape, QuantMatmulShape, ReshapeAndCacheShape,
+    SparseAttentionShape,
 };
 use tileops_ops::OpError;
 
@@ -839,6 +840,31 @@ const OPS: &[OpEntry] = &[
                 width: f.usize("width", d.width)?,
             };
             Ok(kernels::reshape_and_cache(&s)?)
+        },
+    },
+    OpEntry {
+        name: "quant-matmul",
+        about: "per-channel W8A8 matmul, int32 accumulation, Fixpipe dequantisation from a \
+                Scaling tile (tileops_ops::quant_matmul; --out-dtype i8: quant_matmul_int8)",
+        flags: &[
+            ("out-dtype", "result dtype: f32, f16, bf16, or i8 (the int8-output variant)"),
+            ("m", "rows M (tokens; sets the blocks)"),
+            ("k", "input features K"),
+            ("n", "output channels N (sets the blocks)"),
+            ("bias", "a bias argument: true or false"),
+            ("relu", "ReLU: true or false"),
+        ],
+        build: |f| {
+            let d = QuantMatmulShape::default();
+            let s = QuantMatmulShape {
+                out: f.dtype("out-dtype", d.out)?,
+                m: f.usize("m", d.m)?,
+                k: f.usize("k", d.k)?,
+                n: f.usize("n", d.n)?,
+                bias: f.bool("bias", d.bias)?,
+                relu: f.bool("relu", d.relu)?,
+            };
+            Ok(kernels::quant_matmul(&s)?)
         },
     },
 ];

@@ -1,0 +1,407 @@
+//! The quant_matmul kernels in the tile DSL, and their host code.
+//!
+//! CONTRACT (the op layer in `mod.rs` calls exactly this): `run_float` and `run_int8` receive
+//! validated inputs (quantised activations, 19-bit scale words).
+//!
+//! # Kernel
+//!
+//! One block per `[TM, TN]` output tile (`TM` = 64 rows, `TN` = 256 channels: one Scaling chunk,
+//! at most 512 words); `M`, `K` and `N` are runtime scalars, tails use runtime valid shapes and
+//! zero padding, so a new batch size never recompiles.
+//!
+//! ```text
+//! cube:  MTE2  words[bn*TN.., TN] -> s_l1 (Mat, u64)        FIX  s_l1 -> sc (Scaling)  [MTE2 -> FIX]
+//!        for each K slice (TK = 256):
+//!          MTE2  x[rows, slice] -> a_l1 (ND -> NZ)   w[cols, slice] as B -> b_l1 (DN -> ZN); fillpad
+//!          MTE1  a_l1 -> a_l0 (Left), b_l1 -> b_l0 (Right)
+//!          M     acc (+)= a_l0 · b_l0  (int8 x int8 -> int32; Partial, Final on the last slice)
+//!        FIX   acc -> d_ub of AIV0 with the Scaling tile (Final): f16 (float) or int8 (bit 46)
+//! AIV0:  float: d_ub -> f32, · row factor [TM, 1] (row broadcast), + bias [1, TN] (column
+//!        broadcast), ReLU, cast -> out;  int8: store d_ub
+//! ```
+//!
+//! The Fixpipe's quantising move cannot use a dual mode (§5), so the tile goes to AIV0 whole;
+//! AIV1 only takes part in the channel handshake. Intra-core flags come from the sync pass.
+
+use super::{QuantizedActivations, QuantizedWeight, Validated};
+use crate::bridge;
+use crate::error::OpError;
+use crate::runtime::{compiled, Runner};
+use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
+use tile_backend::ir::{
+    AccToVecMode, Axis, BinaryOp, CoreKind, DType, Expr, GmView, Kernel, Layout, MemSpace,
+    PadValue, Phase, QuantWord, RoundMode, Scale, TileId, TileType, UnaryOp, VarId,
+};
+use tile_backend::sim::{Arg, GmInput, GmTensor};
+
+const OP: &str = "quant_matmul";
+
+/// Rows of an output tile.
+pub const TM: u64 = 64;
+/// Channels of an output tile (one Scaling chunk: a multiple of 16, at most 512).
+pub const TN: u64 = 256;
+/// Depth of a K slice (a multiple of the int8 C0, 32).
+pub const TK: u64 = 256;
+
+/// What the kernel does after the Fixpipe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Epilogue {
+    /// f16 dequantisation, then per-token factor, optional bias, optional ReLU, cast to `out`.
+    Float {
+        /// Result dtype (f32, f16, bf16).
+        out: DType,
+        /// A bias `[1, N]` argument is present.
+        bias: bool,
+        /// ReLU after the bias.
+        relu: bool,
+    },
+    /// Signed int8 requantisation by the Fixpipe (bit 46), ReLU in the Fixpipe.
+    Int8 {
+        /// Fixpipe ReLU.
+        relu: bool,
+    },
+}
+
+impl Epilogue {
+    fn key(self) -> String {
+        match self {
+            Epilogue::Float { out, bias, relu } => format!("{out}_b{}_r{}", bias as u8, relu as u8),
+            Epilogue::Int8 { relu } => format!("i8_r{}", relu as u8),
+        }
+    }
+}
+
+/// Output tiles along M and N, and the block count (`tiles_m * tiles_n`).
+pub fn grid(m: usize, n: usize) -> (usize, usize, usize) {
+    let (tm, tn) = (m.div_ceil(TM as usize), n.div_ceil(TN as usize));
+    (tm, tn, tm * tn)
+}
+
+/// The kernel for `epi`. Arguments, in order: scalars `m`, `k`, `n`, `m_pad` (`tiles_m * TM`),
+/// `n_pad` (`tiles_n * TN`); tensors `x [m, k]` (i8), `w [n, k]` (i8), `words [1, n_pad]`
+/// (u64 Fixpipe words), for [`Epilogue::Float`] `rows [1, m_pad]` (f32 row factors) and, with a
+/// bias, `bias [1, n_pad]` (f32); then `out [m, n]` (output).
+pub fn quant_matmul_kernel(epi: Epilogue) -> Kernel {
+    let mut kb = KernelBuilder::new(format!("quant_matmul_{}", epi.key()));
+    let m = Expr::Param(kb.scalar("m", DType::I64));
+    let k = Expr::Param(kb.scalar("k", DType::I64));
+    let n = Expr::Param(kb.scalar("n", DType::I64));
+    let m_pad = Expr::Param(kb.scalar("m_pad", DType::I64));
+    let n_pad = Expr::Param(kb.scalar("n_pad", DType::I64));
+    let x = kb.input("x", DType::I8, [m.clone(), k.clone()]);
+    let w = kb.input("w", DType::I8, [n.clone(), k.clone()]);
+    let words = kb.input("words", DType::U64, [Expr::from(1), n_pad.clone()]);
+    let (rows, bias) = match epi {
+        Epilogue::Float { bias, .. } => (
+            Some(kb.input("rows", DType::F32, [Expr::from(1), m_pad])),
+            bias.then(|| kb.input("bias", DType::F32, [Expr::from(1), n_pad.clone()])),
+        ),
+        Epilogue::Int8 { .. } => (None, None),
+    };
+    let out_dt = match epi {
+        Epilogue::Float { out, .. } => out,
+        Epilogue::Int8 { .. } => DType::I8,
+    };
+    let out = kb.output("out", out_dt, [m.clone(), n.clone()]);
+
+    let zero_pad = |t: TileType| t.dynamic().pad(PadValue::Zero);
+    let a_l1 = kb.tile(
+        "a_l1",
+        zero_pad(TileType::new(MemSpace::Mat, DType::I8, TM, TK, Layout::NZ)),
+    );
+    let b_l1 = kb.tile(
+        "b_l1",
+        zero_pad(TileType::new(MemSpace::Mat, DType::I8, TK, TN, Layout::ZN)),
+    );
+    let s_l1 = kb.tile(
+        "s_l1",
+        TileType::new(MemSpace::Mat, DType::U64, 1, TN, Layout::ND),
+    );
+    let sc = kb.tile(
+        "sc",
+        TileType::new(MemSpace::Scaling, DType::U64, 1, TN, Layout::ND),
+    );
+    let a_l0 = kb.tile(
+        "a_l0",
+        TileType::new(MemSpace::Left, DType::I8, TM, TK, Layout::NZ),
+    );
+    let b_l0 = kb.tile(
+        "b_l0",
+        TileType::new(MemSpace::Right, DType::I8, TK, TN, Layout::ZN),
+    );
+    let acc = kb.tile(
+        "acc",
+        TileType::new(MemSpace::Acc, DType::I32, TM, TN, Layout::NZ).dynamic(),
+    );
+    let fix_dt = match epi {
+        Epilogue::Float { .. } => DType::F16,
+        Epilogue::Int8 { .. } => DType::I8,
+    };
+    let d_ub = kb.tile(
+        "d_ub",
+        TileType::new(MemSpace::Vec, fix_dt, TM, TN, Layout::ND).dynamic(),
+    );
+    let ch = kb.channel("dequant", CoreKind::Cube, 1);
+
+    // The tile of this block: bm, bn, valid rows and columns.
+    let place = move |b: &mut Body<'_>, m: &Expr, n: &Expr| -> (VarId, VarId, VarId, VarId) {
+        let tiles_n = n.clone().ceil_div(TN as i64);
+        let bm = b.let_("bm", Expr::BlockIdx / tiles_n.clone());
+        let bn = b.let_("bn", Expr::BlockIdx % tiles_n);
+        let mv = b.let_(
+            "mv",
+            (m.clone() - Expr::from(bm) * TM as i64).min(TM as i64),
+        );
+        let nv = b.let_(
+            "nv",
+            (n.clone() - Expr::from(bn) * TN as i64).min(TN as i64),
+        );
+        (bm, bn, mv, nv)
+    };
+    let (mc, kc, nc) = (m.clone(), k.clone(), n.clone());
+    kb.cube(|c| {
+        let (bm, bn, mv, nv) = place(c, &mc, &nc);
+        c.set_validshape(acc, mv, nv);
+        c.load(
+            s_l1,
+            GmView::nd(words, Expr::from(bn) * TN as i64, 1, TN, n_pad.clone()),
+        );
+        c.mov(sc, s_l1);
+        let steps = c.let_("steps", kc.clone().ceil_div(TK as i64));
+        c.for_range("kk", 0, Expr::from(steps), 1, |s, kk| {
+            let kk = Expr::from(kk);
+            let kv = s.let_("kv", (kc.clone() - kk.clone() * TK as i64).min(TK as i64));
+            s.set_validshape(a_l1, mv, kv);
+            s.set_validshape(b_l1, kv, nv);
+            let a_off = Expr::from(bm) * (TM as i64) * kc.clone() + kk.clone() * TK as i64;
+            s.load(a_l1, GmView::nd(x, a_off, mv, kv, kc.clone()));
+            // B[p, j] = w[col0 + j, k0 + p]: a column-major view of w's rows.
+            let b_off = Expr::from(bn) * (TN as i64) * kc.clone() + kk.clone() * TK as i64;
+            s.load(b_l1, GmView::dn(w, b_off, kv, nv, kc.clone()));
+            s.fillpad(a_l1);
+            s.fillpad(b_l1);
+            s.mov(a_l0, a_l1);
+            s.mov(b_l0, b_l1);
+            let last = kk.clone().eq_(Expr::from(steps) - 1);
+            let ops = (acc, a_l0, b_l0);
+            let phase = |t: &mut Body<'_>, accumulate: bool| {
+                t.if_else(
+                    last.clone(),
+                    |f| matmul(f, ops, accumulate, Phase::Final),
+                    |p| matmul(p, ops, accumulate, Phase::Partial),
+                )
+            };
+            s.if_else(kk.clone().eq_(0), |f| phase(f, false), |r| phase(r, true));
+        });
+        c.acquire(ch);
+        let mv_ = c
+            .mov(d_ub, acc)
+            .mode(AccToVecMode::SingleModeVec0)
+            .scale(Scale::Tile(sc.into()))
+            .phase(Phase::Final);
+        if matches!(epi, Epilogue::Int8 { relu: true }) {
+            mv_.relu();
+        }
+        c.push(ch);
+    });
+
+    let f_ub = kb.tile(
+        "f_ub",
+        TileType::new(MemSpace::Vec, DType::F32, TM, TN, Layout::ND).dynamic(),
+    );
+    let o_ub = (out_dt != DType::F32 && out_dt != DType::I8).then(|| {
+        kb.tile(
+            "o_ub",
+            TileType::new(MemSpace::Vec, out_dt, TM, TN, Layout::ND).dynamic(),
+        )
+    });
+    let r_ub = kb.tile(
+        "r_ub",
+        TileType::new(MemSpace::Vec, DType::F32, 1, TM, Layout::ND),
+    );
+    let r_col = kb.reinterpret(
+        "r_col",
+        r_ub,
+        Reinterpret {
+            dtype: None,
+            shape: Some((TM, 1)),
+            layout: Some(Layout::DN),
+        },
+    );
+    let bias_ub = kb.tile(
+        "bias_ub",
+        TileType::new(MemSpace::Vec, DType::F32, 1, TN, Layout::ND).dynamic(),
+    );
+    kb.vector(|v| {
+        let (bm, bn, mv, nv) = place(v, &m, &n);
+        v.pop(ch);
+        v.if_(Expr::SubBlockIdx.eq_(0), |a| {
+            a.set_validshape(d_ub, mv, nv);
+            let o_off = Expr::from(bm) * (TM as i64) * n.clone() + Expr::from(bn) * TN as i64;
+            let out_view = GmView::nd(out, o_off, mv, nv, n.clone());
+            let Epilogue::Float {
+                bias: has_bias,
+                relu,
+                ..
+            } = epi
+            else {
+                a.store(out_view, d_ub);
+                return;
+            };
+            a.set_validshape(f_ub, mv, nv);
+            a.cast(f_ub, d_ub, RoundMode::Rint);
+            if let Some(rows) = rows {
+                a.load(
+                    r_ub,
+                    GmView::nd(rows, Expr::from(bm) * TM as i64, 1, TM, m_pad_expr(&m)),
+                );
+                a.set_validshape(r_col, mv, 1);
+                a.broadcast(BinaryOp::Mul, Axis::Row, f_ub, f_ub, r_col);
+            }
+            if let (true, Some(bias)) = (has_bias, bias) {
+                a.set_validshape(bias_ub, 1, nv);
+                a.load(
+                    bias_ub,
+                    GmView::nd(bias, Expr::from(bn) * TN as i64, 1, nv, n_pad_expr(&n)),
+                );
+                a.broadcast(BinaryOp::Add, Axis::Col, f_ub, f_ub, bias_ub);
+            }
+            if relu {
+                a.unary(UnaryOp::Relu, f_ub, f_ub);
+            }
+            match o_ub {
+                Some(o) => {
+                    a.set_validshape(o, mv, nv);
+                    a.cast(o, f_ub, RoundMode::Rint);
+                    a.store(out_view, o);
+                }
+                None => {
+                    a.store(out_view, f_ub);
+                }
+            }
+        });
+        v.release(ch);
+    });
+    kb.build()
+}
+
+/// `acc (+)= a · b` with the unit-flag phase `ph`.
+fn matmul(t: &mut Body<'_>, (acc, a, b): (TileId, TileId, TileId), accumulate: bool, ph: Phase) {
+    if accumulate {
+        t.matmul_acc(acc, a, b).phase(ph);
+    } else {
+        t.matmul(acc, a, b).phase(ph);
+    }
+}
+
+/// `tiles_m * TM` from `m` (the row-factor tensor's width).
+fn m_pad_expr(m: &Expr) -> Expr {
+    m.clone().ceil_div(TM as i64) * TM as i64
+}
+
+/// `tiles_n * TN` from `n` (the word and bias tensors' width).
+fn n_pad_expr(n: &Expr) -> Expr {
+    n.clone().ceil_div(TN as i64) * TN as i64
+}
+
+/// Fixpipe words for per-channel scales, padded to `n_pad` (padding channels get scale 0).
+fn word_tensor(scales: &[f32], n_pad: usize, signed: bool) -> GmTensor {
+    let v: Vec<i64> = (0..n_pad)
+        .map(|j| QuantWord::new(scales.get(j).copied().unwrap_or(0.0), signed).0 as i64)
+        .collect();
+    GmTensor::from_i64(DType::U64, &[1, n_pad], &v)
+}
+
+/// f32 values padded with zeros to `len`, as a `[1, len]` tensor.
+fn padded_f32(v: &[f32], len: usize) -> GmTensor {
+    let mut p = v.to_vec();
+    p.resize(len, 0.0);
+    GmTensor::from_f32(DType::F32, &[1, len], &p)
+}
+
+/// Int8 values as a kernel input borrowing their bytes.
+fn i8_input<'a>(v: &'a [i8], shape: &[usize]) -> Arg<'a> {
+    Arg::Input(GmInput {
+        dtype: DType::I8,
+        shape: shape.to_vec(),
+        data: bytemuck::cast_slice(v),
+    })
+}
+
+/// Launches the kernel of `epi` and returns `out`.
+fn launch(
+    runner: &mut Runner,
+    epi: Epilogue,
+    (m, k, n): (usize, usize, usize),
+    mut tensors: Vec<Arg<'_>>,
+) -> Result<GmTensor, OpError> {
+    let key = format!("{OP}/{}", epi.key());
+    let kernel = compiled(OP, &key, || quant_matmul_kernel(epi))?;
+    let (tm, tn, blocks) = grid(m, n);
+    let mut args = vec![
+        Arg::Int(m as i64),
+        Arg::Int(k as i64),
+        Arg::Int(n as i64),
+        Arg::Int((tm * TM as usize) as i64),
+        Arg::Int((tn * TN as usize) as i64),
+    ];
+    args.append(&mut tensors);
+    let dt = match epi {
+        Epilogue::Float { out, .. } => out,
+        Epilogue::Int8 { .. } => DType::I8,
+    };
+    args.push(Arg::Tensor(GmTensor::zeros(dt, &[m, n])));
+    runner.launch(&kernel, blocks, &mut args)?;
+    match args.pop() {
+        Some(Arg::Tensor(out)) => Ok(out),
+        _ => Err(OpError::Package {
+            op: OP,
+            why: "the launcher lost the output argument".into(),
+        }),
+    }
+}
+
+/// Runs the float-output kernel: `[M, N]` in `v.out_dtype`.
+pub(crate) fn run_float(
+    runner: &mut Runner,
+    w: &QuantizedWeight,
+    v: &Validated,
+) -> Result<GmTensor, OpError> {
+    let (m, k, n) = (v.m, w.k(), w.n());
+    let (tm, tn, _) = grid(m, n);
+    let out = bridge::data_dtype(OP, "out_dtype", v.out_dtype)?;
+    let epi = Epilogue::Float {
+        out,
+        bias: v.bias.is_some(),
+        relu: v.relu,
+    };
+    let (m_pad, n_pad) = (tm * TM as usize, tn * TN as usize);
+    let mut t = vec![
+        i8_input(&v.xq, &[m, k]),
+        i8_input(w.data(), &[n, k]),
+        Arg::Tensor(word_tensor(&v.dequant.words, n_pad, false)),
+        Arg::Tensor(padded_f32(&v.row_factor, m_pad)),
+    ];
+    if let Some(b) = &v.bias {
+        t.push(Arg::Tensor(padded_f32(b, n_pad)));
+    }
+    launch(runner, epi, (m, k, n), t)
+}
+
+/// Runs the int8-output kernel: `[M, N]` int8.
+pub(crate) fn run_int8(
+    runner: &mut Runner,
+    x: &QuantizedActivations,
+    w: &QuantizedWeight,
+    words: &[f32],
+    relu: bool,
+) -> Result<GmTensor, OpError> {
+    let (m, k, n) = (x.m(), w.k(), w.n());
+    let (_, tn, _) = grid(m, n);
+    let t = vec![
+        i8_input(x.data(), &[m, k]),
+        i8_input(w.data(), &[n, k]),
+        Arg::Tensor(word_tensor(words, tn * TN as usize, true)),
+    ];
+    launch(runner, Epilogue::Int8 { relu }, (m, k, n), t)
+}

@@ -1,0 +1,284 @@
+//! [`QuantizedWeight`]: int8 per-channel weights, their quantisation and their safetensors form.
+//!
+//! candle has no i8 dtype, so the int8 data lives in a `Vec<i8>` of ours; in a safetensors file
+//! it is stored with the real `I8` dtype (tensor `name`, `[N, K]`) beside its scales (tensor
+//! `{name}_scale`, F32 `[N]`), so a checkpoint written elsewhere in that form loads too.
+
+use crate::error::OpError;
+use candle_core::{DType as CDType, Device, Tensor};
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype, SafeTensors};
+use std::path::Path;
+use std::sync::OnceLock;
+
+const OP: &str = "quantize";
+
+/// Largest quantised magnitude (symmetric int8: `-127..=127`, -128 unused).
+pub(crate) const QMAX: f32 = 127.0;
+
+/// Rounds an f32 scale to the 19 bits (1 sign + 8 exponent + 10 mantissa) the Fixpipe uses from a
+/// per-channel word (ASCEND950.md §6: it ignores bits [12:0]), to nearest, ties to even, so that
+/// the hardware's truncation leaves it unchanged and every backend applies the same scale.
+pub fn round_scale_19(s: f32) -> f32 {
+    let b = s.to_bits();
+    let lsb = (b >> 13) & 1;
+    f32::from_bits(b.wrapping_add(0x0fff + lsb) & !0x1fff)
+}
+
+/// Int8 weights `[N, K]` (row-major, one row per output channel) with one f32 scale per channel
+/// (`w[n, k] ≈ data[n, k] * scale[n]`), the scales already rounded to the Fixpipe's 19 bits
+/// ([`round_scale_19`]).
+#[derive(Debug, Clone)]
+pub struct QuantizedWeight {
+    data: Vec<i8>,
+    scale: Vec<f32>,
+    n: usize,
+    k: usize,
+    /// The Reference backend's f32 copy of the data, built on first use (see `reference.rs`).
+    pub(crate) reference: OnceLock<Tensor>,
+}
+
+impl QuantizedWeight {
+    /// Weights from int8 `data` (`n * k` values, row-major `[n, k]`) and `n` scales, each finite
+    /// and positive (rounded here to 19 bits: a no-op for scales from
+    /// [`quantize_per_channel`](crate::quantize_per_channel)).
+    pub fn new(data: Vec<i8>, scale: Vec<f32>, n: usize, k: usize) -> Result<Self, OpError> {
+        if n == 0 || k == 0 {
+            return Err(OpError::invalid(
+                OP,
+                "weight",
+                format!("must not be empty: shape [N, K] is [{n}, {k}]"),
+            ));
+        }
+        let want = n
+            .checked_mul(k)
+            .ok_or_else(|| OpError::invalid(OP, "weight", format!("[{n}, {k}] overflows usize")))?;
+        if data.len() != want {
+            return Err(OpError::invalid(
+                OP,
+                "data",
+                format!(
+                    "holds {} values, but [N, K] = [{n}, {k}] needs {want}",
+                    data.len()
+                ),
+            ));
+        }
+        if scale.len() != n {
+            return Err(OpError::invalid(
+                OP,
+                "scale",
+                format!(
+                    "holds {} values, but must hold one per channel (N = {n})",
+                    scale.len()
+                ),
+            ));
+        }
+        let scale: Vec<f32> = scale.into_iter().map(round_scale_19).collect();
+        if let Some((i, s)) = scale
+            .iter()
+            .enumerate()
+            .find(|(_, s)| !(s.is_finite() && **s > 0.0))
+        {
+            return Err(OpError::invalid(
+                OP,
+                "scale",
+                format!("scale[{i}] = {s} must be finite and positive"),
+            ));
+        }
+        Ok(QuantizedWeight {
+            data,
+            scale,
+            n,
+            k,
+            reference: OnceLock::new(),
+        })
+    }
+
+    /// Output channels `N`.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Input features `K` (the contraction).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// The int8 data, row-major `[N, K]`.
+    pub fn data(&self) -> &[i8] {
+        &self.data
+    }
+
+    /// The per-channel scales (`N`, 19-bit rounded).
+    pub fn scale(&self) -> &[f32] {
+        &self.scale
+    }
+
+    /// The dequantised weights `data[n, k] * scale[n]` as an f32 `[N, K]` tensor on `device`.
+    pub fn dequantize(&self, device: &Device) -> Result<Tensor, OpError> {
+        let q = int8_tensor(&self.data, (self.n, self.k), device)?;
+        let s = Tensor::from_slice(&self.scale, (self.n, 1), device)?;
+        Ok(q.broadcast_mul(&s)?)
+    }
+
+    /// The weight stored as tensors `name` (I8 `[N, K]`) and `{name}_scale` (F32 `[N]`) of a
+    /// safetensors file. Errors name the tensor: missing, wrong dtype, wrong shape.
+    pub fn from_safetensors(st: &SafeTensors<'_>, name: &str) -> Result<Self, OpError> {
+        let bad = |rule: String| OpError::invalid(OP, "safetensors", rule);
+        let data = st
+            .tensor(name)
+            .map_err(|e| bad(format!("tensor `{name}`: {e}")))?;
+        if data.dtype() != Dtype::I8 {
+            return Err(bad(format!(
+                "tensor `{name}` has dtype {:?}, but quantised weights are I8",
+                data.dtype()
+            )));
+        }
+        let [n, k] = data.shape()[..] else {
+            return Err(bad(format!(
+                "tensor `{name}` has shape {:?}, but must be 2-D [N, K]",
+                data.shape()
+            )));
+        };
+        let sname = format!("{name}_scale");
+        let scale = st
+            .tensor(&sname)
+            .map_err(|e| bad(format!("tensor `{sname}`: {e}")))?;
+        if scale.dtype() != Dtype::F32 {
+            return Err(bad(format!(
+                "tensor `{sname}` has dtype {:?}, but scales are F32",
+                scale.dtype()
+            )));
+        }
+        if scale.shape() != [n] {
+            return Err(bad(format!(
+                "tensor `{sname}` has shape {:?}, but must be [N] = [{n}] (one scale per row of `{name}`)",
+                scale.shape()
+            )));
+        }
+        let q: Vec<i8> = data.data().iter().map(|&b| b as i8).collect();
+        let s: Vec<f32> = scale
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        QuantizedWeight::new(q, s, n, k)
+    }
+
+    /// The two tensors of [`Self::from_safetensors`], borrowing this weight's bytes, to pass to
+    /// `safetensors::serialize` together with other tensors (a multi-tensor checkpoint).
+    pub fn safetensors_entries(&self, name: &str) -> Vec<(String, TensorView<'_>)> {
+        let data: &[u8] = bytemuck::cast_slice(&self.data);
+        let scale: &[u8] = bytemuck::cast_slice(&self.scale);
+        // Both views are consistent by construction (data n * k bytes, scale 4 n bytes), so
+        // `TensorView::new` cannot fail; an entry it refused would be left out.
+        [
+            (name.to_string(), Dtype::I8, vec![self.n, self.k], data),
+            (format!("{name}_scale"), Dtype::F32, vec![self.n], scale),
+        ]
+        .into_iter()
+        .filter_map(|(n, d, s, b)| TensorView::new(d, s, b).ok().map(|v| (n, v)))
+        .collect()
+    }
+
+    /// Writes the weight to a safetensors file at `path` as tensors `name` and `{name}_scale`.
+    pub fn save(&self, path: &Path, name: &str) -> Result<(), OpError> {
+        safetensors::serialize_to_file(self.safetensors_entries(name), None, path)
+            .map_err(|e| OpError::invalid(OP, "path", format!("writing {}: {e}", path.display())))
+    }
+
+    /// Reads tensors `name` and `{name}_scale` from the safetensors file at `path` (memory
+    /// mapped, then copied into the weight).
+    pub fn load(path: &Path, name: &str) -> Result<Self, OpError> {
+        let io = |e: std::io::Error| {
+            OpError::invalid(OP, "path", format!("reading {}: {e}", path.display()))
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        // SAFETY: the map is read only and lives only inside this function; every byte read from
+        // it is copied out into the weight before it is dropped. Another process truncating or
+        // rewriting the file meanwhile would be undefined behaviour, as for every mmap'd
+        // checkpoint (candle's loader makes the same assumption): the file is not ours to lock.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        let st = SafeTensors::deserialize(&map).map_err(|e| {
+            OpError::invalid(
+                OP,
+                "path",
+                format!("{} is not a safetensors file: {e}", path.display()),
+            )
+        })?;
+        Self::from_safetensors(&st, name)
+    }
+}
+
+/// Int8 values as an f32 tensor of `shape` (exact).
+pub(crate) fn int8_tensor(
+    q: &[i8],
+    shape: (usize, usize),
+    device: &Device,
+) -> Result<Tensor, OpError> {
+    let f: Vec<f32> = q.iter().map(|&v| f32::from(v)).collect();
+    Ok(Tensor::from_vec(f, shape, device)?)
+}
+
+/// Symmetric per-row int8 quantisation of a 2-D f32/f16/bf16 tensor, with candle ops: scale =
+/// `round_scale_19(max|row| / 127)` (1 for an all-zero row), `q = round(x / scale)` half away
+/// from zero, clamped to ±127. `arg` names the tensor in errors. Returns the values row-major
+/// and the scales.
+pub(crate) fn quantize_rows(
+    op: &'static str,
+    arg: &'static str,
+    x: &Tensor,
+) -> Result<(Vec<i8>, Vec<f32>), OpError> {
+    let (r, _) = crate::bridge::check_data(op, arg, x, "[R, K]", 2).map(|d| (d[0], d[1]))?;
+    let xf = x.to_dtype(CDType::F32)?.contiguous()?;
+    let finite = xf.abs()?.le(f32::MAX)?.min_all()?.to_scalar::<u8>()?;
+    if finite == 0 {
+        return Err(OpError::invalid(
+            op,
+            arg,
+            "must be finite: a NaN or an infinity has no int8 quantisation",
+        ));
+    }
+    let amax = xf.abs()?.max_keepdim(1)?.flatten_all()?.to_vec1::<f32>()?;
+    let scale: Vec<f32> = amax
+        .iter()
+        .map(|&a| {
+            let s = round_scale_19(a / QMAX);
+            if a == 0.0 || s == 0.0 {
+                1.0
+            } else {
+                s
+            }
+        })
+        .collect();
+    let st = Tensor::from_slice(&scale, (r, 1), x.device())?;
+    // round() is half away from zero; +127 maps -127..=127 to the u8 range exactly.
+    let q = xf
+        .broadcast_div(&st)?
+        .round()?
+        .clamp(-QMAX, QMAX)?
+        .affine(1.0, f64::from(QMAX))?
+        .to_dtype(CDType::U8)?
+        .flatten_all()?
+        .to_vec1::<u8>()?;
+    let q = q.into_iter().map(|v| (i16::from(v) - 127) as i8).collect();
+    Ok((q, scale))
+}
+
+/// Quantises weights `w [N, K]` (f32, f16 or bf16) per output channel (row): symmetric, scale =
+/// `max|w[n]| / 127` rounded to the Fixpipe's 19 bits, values rounded half away from zero and
+/// clamped to ±127; an all-zero row gets scale 1. Non-finite weights are an error.
+pub fn quantize_per_channel(w: &Tensor) -> Result<QuantizedWeight, OpError> {
+    let (n, k) = w.dims2().unwrap_or((0, 0));
+    let (q, s) = quantize_rows("quantize_per_channel", "w", w)?;
+    QuantizedWeight::new(q, s, n, k)
+}
+
+/// Quantises activations `x [M, K]` (f32, f16 or bf16) per token (row), exactly as
+/// [`quantize_per_channel`] quantises a weight's rows: returns the int8 values row-major and the
+/// f32 scales `[M]`.
+pub fn quantize_per_token(x: &Tensor) -> Result<(Vec<i8>, Tensor), OpError> {
+    let (q, s) = quantize_rows("quantize_per_token", "x", x)?;
+    let m = s.len();
+    Ok((q, Tensor::from_vec(s, m, x.device())?))
+}
