@@ -6,4 +6,7 @@
 //! an engine that prefills and decodes a batch of prompts through the ops ([`engine`]). It uses
 //! only the public `tileops_ops` API.
 
+pub mod deepseek;
 pub mod kv_cache;
+pub mod tokenizer;
+pub mod weights;

@@ -1,0 +1,3 @@
+//! A tiny DeepSeek-V3.2-style model: MLA, the lightning indexer, MoE.
+
+pub mod config;
