@@ -7,6 +7,7 @@
 //! only the public `tileops_ops` API.
 
 pub mod deepseek;
+pub mod engine;
 pub mod kv_cache;
 pub mod tokenizer;
 pub mod weights;
