@@ -2,12 +2,13 @@
 //! tokens, then decode steps of one token per sequence, over the paged cache manager.
 
 use crate::deepseek::config::Config;
-use crate::deepseek::model::{Batch, Model, SeqRows};
+use crate::deepseek::model::{AttentionCall, Batch, Model, SeqRows};
 use crate::deepseek::ops::{to_vec_f32, ModelError, Result};
 use crate::kv_cache::{PagedKvCache, SeqId};
 use crate::weights::{Rng, Weights};
+use candle_core::{Device, Tensor};
 use std::time::{Duration, Instant};
-use tileops_ops::Backend;
+use tileops_ops::{profile, sparse_paged_attention, Backend, SparseAttentionParams};
 
 /// How the next token is chosen.
 #[derive(Debug, Clone)]
@@ -255,4 +256,55 @@ impl Engine {
         }
         Ok(g)
     }
+}
+
+/// The simulator's estimated Ascend 950 time (seconds) of one sparse-attention call: the call
+/// re-run on TileSim inside `tileops_ops::profile`, its launches' cost reports summed.
+pub fn estimate_950(call: &AttentionCall) -> Result<f64> {
+    let (r, records) = profile(|| {
+        sparse_paged_attention(
+            &call.q,
+            &call.cache,
+            &call.indices,
+            &call.table,
+            &call.params,
+            Some(Backend::TileSim),
+        )
+        .map_err(ModelError::from)
+    });
+    r?;
+    Ok(records
+        .iter()
+        .filter_map(|r| r.cost.as_ref())
+        .map(|c| c.seconds)
+        .sum())
+}
+
+/// One decode step of sparse attention at DeepSeek-V3.2's real per-layer shape: B = 1,
+/// H = 128, Dqk = 576 (latent 512 + rope 64), v_dim = 512, top-k 2048 of `context` cached
+/// tokens (block 64), deterministic inputs from `seed`.
+pub fn v32_attention_call(context: usize, seed: u64) -> Result<AttentionCall> {
+    let (h, d, v, topk, bs) = (128, 576, 512, 2048, 64);
+    if context < topk {
+        return Err(ModelError::Invalid(format!(
+            "context {context} < top-k {topk}"
+        )));
+    }
+    let dev = &Device::Cpu;
+    let mut rng = Rng(seed);
+    let blocks = context.div_ceil(bs);
+    let mut unit = |n: usize| -> Vec<f32> { (0..n).map(|_| 2.0 * rng.uniform() - 1.0).collect() };
+    let q = Tensor::from_vec(unit(h * d), (1, h, d), dev)?;
+    let cache = Tensor::from_vec(unit(blocks * bs * d), (blocks, bs, d), dev)?;
+    // Every other position up to 2 * top-k, the rest of the context unread.
+    let indices: Vec<i32> = (0..topk as i32).map(|i| (2 * i) % context as i32).collect();
+    let table: Vec<i32> = (0..blocks as i32).rev().collect();
+    Ok(AttentionCall {
+        q,
+        cache,
+        indices: Tensor::from_vec(indices, (1, topk), dev)?,
+        table: Tensor::from_vec(table, (1, blocks), dev)?,
+        // (qk_nope + qk_rope)^-0.5 = 192^-0.5 times the YaRN mscale² of factor 40.
+        params: SparseAttentionParams::new(v, 0.13523),
+    })
 }
