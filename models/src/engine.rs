@@ -191,6 +191,16 @@ impl Engine {
                 )));
             }
         }
+        if let Sampling::TopP {
+            temperature, top_p, ..
+        } = sampling
+        {
+            if !(temperature.is_finite() && *temperature > 0.0 && *top_p > 0.0 && *top_p <= 1.0) {
+                return Err(ModelError::Invalid(format!(
+                    "sampling needs a finite temperature > 0 (got {temperature}) and top_p in (0, 1] (got {top_p})"
+                )));
+            }
+        }
         if let Sampling::Forced(f) = sampling {
             if f.len() < prompts.len() || f.iter().any(|s| s.len() < max_new) {
                 return Err(ModelError::Invalid(

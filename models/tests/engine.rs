@@ -21,22 +21,40 @@ fn bad_requests_are_errors_and_leave_the_pool_whole() {
     let none = |_: usize, _: u32| {};
     let err = e
         .generate(&[vec![]], 4, &Sampling::Greedy, none)
+        .map(|_| ())
         .unwrap_err();
     assert!(err.to_string().contains("empty"), "{err}");
     let err = e
         .generate(&[vec![1; 30]], 4, &Sampling::Greedy, none)
+        .map(|_| ())
         .unwrap_err();
     assert!(err.to_string().contains("max_seq_len"), "{err}");
     let err = e
         .generate(&[vec![5000]], 2, &Sampling::Greedy, none)
+        .map(|_| ())
         .unwrap_err();
     assert!(err.to_string().contains("vocabulary"), "{err}");
     // Five sequences of 20 tokens need 15 blocks of 8; the pool has 8.
     let err = e
         .generate(&vec![vec![1; 16]; 5], 4, &Sampling::Greedy, none)
+        .map(|_| ())
         .unwrap_err();
     assert!(err.to_string().contains("out of KV-cache blocks"), "{err}");
     assert_eq!(e.cache.free_blocks(), e.cache.num_blocks());
+    for (temperature, top_p) in [(0.0, 0.9), (f32::NAN, 0.9), (1.0, 0.0), (1.0, 1.5)] {
+        let s = Sampling::TopP {
+            temperature,
+            top_p,
+            seed: 1,
+        };
+        let err = e.generate(&[vec![1]], 2, &s, none).map(|_| ()).unwrap_err();
+        assert!(err.to_string().contains("sampling needs"), "{err}");
+    }
+    let err = e
+        .generate(&[vec![1]], 2, &Sampling::Forced(vec![vec![1]]), none)
+        .map(|_| ())
+        .unwrap_err();
+    assert!(err.to_string().contains("forced"), "{err}");
     let g = e
         .generate(&[vec![1, 2, 3]], 3, &Sampling::Greedy, none)
         .unwrap();
