@@ -293,6 +293,21 @@ mod tests {
             ..Config::default()
         };
         assert!(long.softmax_scale() > Config::default().softmax_scale());
+        let path = std::env::temp_dir().join(format!("tileops-cfg-{}.json", std::process::id()));
+        let mut v = serde_json::to_value(Config::default()).unwrap();
+        v["n_limited_groups"] = 5.into();
+        std::fs::write(&path, v.to_string()).unwrap();
+        let err = Config::from_file(&path).unwrap_err().to_string();
+        assert!(err.contains("n_limited_groups"), "{err}");
+        v["n_limited_groups"] = 1.into();
+        v["hidden_size"] = 7.into();
+        std::fs::write(&path, v.to_string()).unwrap();
+        let err = Config::from_file(&path).unwrap_err().to_string();
+        assert!(err.contains("hidden_size"), "{err}");
+        v.as_object_mut().unwrap().remove("hidden_size");
+        std::fs::write(&path, v.to_string()).unwrap();
+        assert_eq!(Config::from_file(&path).unwrap(), Config::default());
+        std::fs::remove_file(&path).ok();
         let (a, b) = (long.rope_freqs(), Config::default().rope_freqs());
         assert_eq!(a[0], b[0]);
         assert!((a[31] - b[31] / 40.0).abs() < 1e-9);
