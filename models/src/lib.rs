@@ -1,8 +1,13 @@
 //! `tileops-models`: models built on the tileops operators.
 //!
-//! This crate will hold a paged KV-cache manager (block allocator, per-sequence block tables, slot
-//! mapping), a small DeepSeek-V3.2-style model (MLA in the absorbed decode form, a lightning
-//! indexer picking top-k, int8 MoE experts), a safetensors weight loader, a tokenizer and an
-//! engine that prefills and decodes a batch of prompts through the ops.
-//!
-//! It is empty today: nothing is implemented until its issue lands.
+//! A paged KV-cache manager ([`kv_cache`]), a tiny DeepSeek-V3.2-style model ([`deepseek`]: MLA
+//! in the absorbed decode form, a lightning indexer picking top-k, int8 MoE experts), a
+//! safetensors weight generator and loader ([`weights`]), a BPE tokenizer ([`tokenizer`]) and
+//! an engine that prefills and decodes a batch of prompts through the ops ([`engine`]). It uses
+//! only the public `tileops_ops` API.
+
+pub mod deepseek;
+pub mod engine;
+pub mod kv_cache;
+pub mod tokenizer;
+pub mod weights;

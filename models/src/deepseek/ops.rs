@@ -1,0 +1,157 @@
+//! Shared pieces of the model: errors, RMSNorm, RoPE, linear layers, per-op timers.
+
+use crate::kv_cache::CacheError;
+use crate::weights::WeightError;
+use candle_core::{DType, Tensor, D};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// An error of the model or the engine.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// An operator refused its inputs or failed.
+    #[error(transparent)]
+    Op(Box<tileops_ops::OpError>),
+    /// A candle tensor operation failed.
+    #[error("tensor: {0}")]
+    Candle(Box<candle_core::Error>),
+    /// Weights are missing or misshapen.
+    #[error(transparent)]
+    Weights(Box<WeightError>),
+    /// The KV cache is out of blocks or the sequence is unknown.
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    /// A bad request (e.g. a prompt too long for `max_seq_len`).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl From<tileops_ops::OpError> for ModelError {
+    fn from(e: tileops_ops::OpError) -> Self {
+        ModelError::Op(Box::new(e))
+    }
+}
+
+impl From<candle_core::Error> for ModelError {
+    fn from(e: candle_core::Error) -> Self {
+        ModelError::Candle(Box::new(e))
+    }
+}
+
+impl From<WeightError> for ModelError {
+    fn from(e: WeightError) -> Self {
+        ModelError::Weights(Box::new(e))
+    }
+}
+
+/// The model's result type.
+pub type Result<T> = std::result::Result<T, ModelError>;
+
+/// Wall time per operation name, accumulated.
+#[derive(Debug, Default)]
+pub struct Timers {
+    inner: RefCell<BTreeMap<&'static str, (Duration, usize)>>,
+}
+
+impl Timers {
+    /// Runs `f`, charging its time to `name`.
+    pub fn time<R>(&self, name: &'static str, f: impl FnOnce() -> R) -> R {
+        let t = Instant::now();
+        let r = f();
+        let mut m = self.inner.borrow_mut();
+        let e = m.entry(name).or_default();
+        e.0 += t.elapsed();
+        e.1 += 1;
+        r
+    }
+
+    /// `(name, total time, calls)`, largest time first.
+    pub fn report(&self) -> Vec<(&'static str, Duration, usize)> {
+        let mut v: Vec<_> = self
+            .inner
+            .borrow()
+            .iter()
+            .map(|(k, v)| (*k, v.0, v.1))
+            .collect();
+        v.sort_by_key(|e| std::cmp::Reverse(e.1));
+        v
+    }
+
+    /// Forgets everything recorded.
+    pub fn reset(&self) {
+        self.inner.borrow_mut().clear();
+    }
+}
+
+/// RMSNorm over the last dim (eps 1e-6) times `w`.
+pub fn rms_norm(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
+    Ok(x.broadcast_div(&(ms + 1e-6)?.sqrt()?)?.broadcast_mul(w)?)
+}
+
+/// `x · w^T` for `x [.., K]` and `w [N, K]`.
+pub fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    Ok(x.broadcast_matmul(&w.t()?)?)
+}
+
+/// SiLU.
+pub fn silu(x: &Tensor) -> Result<Tensor> {
+    Ok((x * sigmoid(x)?)?)
+}
+
+/// Logistic sigmoid.
+pub fn sigmoid(x: &Tensor) -> Result<Tensor> {
+    Ok((x.neg()?.exp()? + 1.0)?.recip()?)
+}
+
+/// RoPE tables for `positions`: `(cos, sin)`, each `[N, freqs.len()]`.
+pub fn rope_tables(freqs: &[f32], positions: &[usize]) -> Result<(Tensor, Tensor)> {
+    let n = positions.len();
+    let half = freqs.len();
+    let mut c = Vec::with_capacity(n * half);
+    let mut s = Vec::with_capacity(n * half);
+    for &p in positions {
+        for &f in freqs {
+            let a = p as f32 * f;
+            c.push(a.cos());
+            s.push(a.sin());
+        }
+    }
+    let dev = &candle_core::Device::Cpu;
+    Ok((
+        Tensor::from_vec(c, (n, half), dev)?,
+        Tensor::from_vec(s, (n, half), dev)?,
+    ))
+}
+
+/// Rotates `x [N, heads, 2 * half]` by the tables: MLA's interleaved form (adjacent pairs)
+/// or the indexer's halves form (`i` with `i + half`).
+pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, interleaved: bool) -> Result<Tensor> {
+    let (n, h, d) = x.dims3()?;
+    let half = d / 2;
+    let cos = cos.reshape((n, 1, half))?;
+    let sin = sin.reshape((n, 1, half))?;
+    let rot = |a: &Tensor, b: &Tensor| -> Result<(Tensor, Tensor)> {
+        let ra = (a.broadcast_mul(&cos)? - b.broadcast_mul(&sin)?)?;
+        let rb = (a.broadcast_mul(&sin)? + b.broadcast_mul(&cos)?)?;
+        Ok((ra, rb))
+    };
+    if interleaved {
+        let p = x.reshape((n, h, half, 2))?;
+        let a = p.narrow(3, 0, 1)?.squeeze(3)?;
+        let b = p.narrow(3, 1, 1)?.squeeze(3)?;
+        let (ra, rb) = rot(&a, &b)?;
+        Ok(Tensor::stack(&[ra, rb], 3)?.reshape((n, h, d))?)
+    } else {
+        let a = x.narrow(2, 0, half)?;
+        let b = x.narrow(2, half, half)?;
+        let (ra, rb) = rot(&a, &b)?;
+        Ok(Tensor::cat(&[ra, rb], 2)?)
+    }
+}
+
+/// A tensor's values as f32 (any float dtype, any shape).
+pub fn to_vec_f32(t: &Tensor) -> Result<Vec<f32>> {
+    Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
+}
