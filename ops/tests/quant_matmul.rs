@@ -3,6 +3,11 @@
 
 #![allow(clippy::result_large_err)] // OpError carries the simulator's error by value
 
+// The ops' shared test support, for its per-backend test macro.
+#[macro_use]
+#[path = "support/mod.rs"]
+mod support;
+
 use candle_core::{DType, Device, Tensor};
 use half::f16;
 use tileops_ops::quant_matmul::round_scale_19;
@@ -256,24 +261,8 @@ fn ascend950_writes_the_package_and_reports_no_device() {
     }
 }
 
-macro_rules! on_backends {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                #[test]
-                fn reference() {
-                    super::$name(tileops_ops::Backend::Reference)
-                }
-                #[test]
-                fn tilesim() {
-                    super::$name(tileops_ops::Backend::TileSim)
-                }
-            }
-        )*
-    };
-}
-
-on_backends!(
+for_each_backend!(
+    simulated:
     zero_rows,
     error_bounds,
     int8_variant,

@@ -7,24 +7,28 @@ use std::path::Path;
 use tileops_ops::{profile, Backend, OpError};
 
 /// Instantiates each named case `fn case(backend: Backend)` once per backend, as
-/// `case::reference`, `case::tilesim` and `case::ascend950`.
+/// `case::reference`, `case::tilesim` and `case::ascend950`; with `simulated:` before the names,
+/// only `case::reference` and `case::tilesim` (cases whose body runs the result, while the
+/// Ascend950 package path has a test of its own).
 macro_rules! for_each_backend {
+    (simulated: $($name:ident),* $(,)?) => {
+        $( for_each_backend!(@case $name: reference = Reference, tilesim = TileSim); )*
+    };
+    (@case $name:ident: $($test:ident = $backend:ident),*) => {
+        mod $name {
+            $(
+                #[test]
+                fn $test() {
+                    super::$name(tileops_ops::Backend::$backend)
+                }
+            )*
+        }
+    };
     ($($name:ident),* $(,)?) => {
         $(
-            mod $name {
-                #[test]
-                fn reference() {
-                    super::$name(tileops_ops::Backend::Reference)
-                }
-                #[test]
-                fn tilesim() {
-                    super::$name(tileops_ops::Backend::TileSim)
-                }
-                #[test]
-                fn ascend950() {
-                    super::$name(tileops_ops::Backend::Ascend950)
-                }
-            }
+            for_each_backend!(
+                @case $name: reference = Reference, tilesim = TileSim, ascend950 = Ascend950
+            );
         )*
     };
 }
