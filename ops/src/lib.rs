@@ -49,6 +49,7 @@ pub mod sparse_attention;
 mod templates;
 
 pub use backend::Backend;
+pub use bridge::{MAX_ELEMENTS, MAX_POSITION};
 pub use error::OpError;
 pub use flash_attention::{
     flash_attention, flash_attention_varlen, qk_softmax, FlashAttentionParams,
@@ -60,5 +61,5 @@ pub use quant_matmul::{
     quant_matmul, quant_matmul_int8, quantize_per_channel, quantize_per_token, Int8MatmulParams,
     QuantMatmulParams, QuantizedActivations, QuantizedWeight,
 };
-pub use runtime::{profile, LaunchRecord, PlanTarget};
+pub use runtime::{profile, LaunchRecord, PlanTarget, CPU_PLAN_BLOCKS};
 pub use sparse_attention::{sparse_paged_attention, SparseAttentionParams};
