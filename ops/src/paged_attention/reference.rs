@@ -7,6 +7,11 @@
 //!
 //! Only the `context_lens[b]` slots a sequence owns are ever read: no padding slot, and no slot
 //! past the context, reaches the arithmetic (so NaN or inf stored there cannot reach `out`).
+//!
+//! Non-finite data (docs/ops.md, "Non-finite data"): NaN or ±inf in a head's q or in a K row it
+//! reads makes the head's whole `out` row NaN (each head adds `sum_j 0 * s_j`, 0 or NaN, as the
+//! softmax alone would let a score of -inf through as a weight of 0); NaN or ±inf in a V value
+//! it reads makes the output elements of that column NaN (`o + 0 * o`).
 
 use super::Validated;
 use crate::error::OpError;
@@ -43,10 +48,13 @@ pub(crate) fn paged_attention(
         let vv = gather(&v_rows)?;
         let qb = qf.get(b)?.reshape((hkv, group, d))?;
         let s = (qb.matmul(&k.t()?)? * f64::from(v.scale))?; // [Hkv, G, L]
+        let poison = s.affine(0.0, 0.0)?.sum_keepdim(D::Minus1)?; // [Hkv, G, 1]: 0 or NaN
         let m = s.max_keepdim(D::Minus1)?;
         let e = s.broadcast_sub(&m)?.exp()?;
         let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
-        outs.push(p.matmul(&vv)?.reshape((h, d))?);
+        let o = p.matmul(&vv)?; // [Hkv, G, D]
+        let o = (&o + o.affine(0.0, 0.0)?.broadcast_add(&poison)?)?;
+        outs.push(o.reshape((h, d))?);
     }
     Ok(Tensor::stack(&outs, 0)?.to_dtype(q.dtype())?)
 }

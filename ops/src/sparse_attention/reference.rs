@@ -6,6 +6,11 @@
 //! Only the slots of valid entries are read: an invalid entry (-1, or past `topk_length`) is
 //! dropped before the gather, so NaN or inf stored in a slot the op must not read cannot reach
 //! `out` or `lse`. A row with no valid entry gives `out = 0`, `lse = +inf` without arithmetic.
+//!
+//! Non-finite data (docs/ops.md, "Non-finite data"): NaN or ±inf in a value a row reads (its q,
+//! a gathered cache row) makes some of its scores non-finite, and then the row's `out` and `lse`
+//! are NaN. The softmax alone would not always say so (a score of -inf is a weight of 0), so
+//! each row adds `sum_j 0 * s_j` (0, or NaN when a score is not finite) to both.
 
 use super::Validated;
 use crate::error::OpError;
@@ -39,12 +44,15 @@ pub(crate) fn sparse_paged_attention(
         let ids = Tensor::from_vec(slots, n, dev)?;
         let k = rows.index_select(&ids, 0)?.to_dtype(DType::F32)?; // [n, Dqk]
         let s = (qf.get(b)?.matmul(&k.t()?)? * f64::from(v.scale))?; // [H, n]
+        let poison = s.affine(0.0, 0.0)?.sum_keepdim(D::Minus1)?; // [H, 1]: 0 or NaN
         let m = s.max_keepdim(D::Minus1)?;
         let e = s.broadcast_sub(&m)?.exp()?;
         let sum = e.sum_keepdim(D::Minus1)?; // [H, 1]
         let p = e.broadcast_div(&sum)?;
-        let mut out = p.matmul(&k.narrow(1, 0, v.v_dim)?)?; // [H, v_dim]
-        let lse = (m + sum.log()?)?.squeeze(D::Minus1)?; // [H]
+        let mut out = p
+            .matmul(&k.narrow(1, 0, v.v_dim)?)?
+            .broadcast_add(&poison)?; // [H, v_dim]
+        let lse = (m + sum.log()? + poison)?.squeeze(D::Minus1)?; // [H]
         if let Some(sink) = &sink {
             // out *= 1 / (1 + exp(sink - lse)).
             let f = (sink.sub(&lse)?.exp()? + 1.0)?.recip()?;

@@ -41,25 +41,24 @@ fn run(
     let table_t = ints(&table, &[b, max_blocks], table_dtype);
     let lens_t = ints(lens, &[b], DType::I32);
     let scale = (d as f32).powf(-0.5);
+    let (want, spread) = paged_model_with_spread(
+        &q_v,
+        &k_v,
+        &v_v,
+        &table,
+        lens,
+        [b, h, hkv, d, block_size, max_blocks],
+        scale,
+    );
     check_backend(
         backend,
-        || {
-            vec![paged_model(
-                &q_v,
-                &k_v,
-                &v_v,
-                &table,
-                lens,
-                [b, h, hkv, d, block_size, max_blocks],
-                scale,
-            )]
-        },
+        || vec![want.clone()],
         |bk| {
             let params = PagedAttentionParams { scale };
             let out = paged_attention(&q, &k, &v, &table_t, &lens_t, &params, Some(bk))?;
             assert_eq!(out.dims(), &[b, h, d]);
             assert_eq!(out.dtype(), dtype);
-            Ok(vec![Part::of("out", &out, out_tol(dtype))])
+            Ok(vec![Part::attention_out(&out, dtype, &spread)])
         },
     );
 }

@@ -46,7 +46,7 @@ fn paged_unused_slots(backend: Backend) {
             backend,
             || {
                 let dims = [b, h, hkv, d, bs, mb];
-                vec![paged_model(&q_v, &k_v, &v_v, &table, &lens, dims, scale)]
+                vec![paged_model_with_spread(&q_v, &k_v, &v_v, &table, &lens, dims, scale).0]
             },
             |bk| {
                 let params = PagedAttentionParams { scale };
@@ -99,14 +99,15 @@ fn sparse_unused_slots(backend: Backend) {
             backend,
             || {
                 let (out, lse) = SparseModel {
-                    q: &q_v,
-                    kv: &kv_v,
-                    indices: &indices,
-                    table: &table,
-                    dims: [b, h, dqk, topk, bs, mb, vd],
-                    scale,
                     topk_length: Some(&topk_length),
-                    sink: None,
+                    ..SparseModel::new(
+                        &q_v,
+                        &kv_v,
+                        &indices,
+                        &table,
+                        [b, h, dqk, topk, bs, mb, vd],
+                        scale,
+                    )
                 }
                 .run();
                 vec![out, lse]

@@ -150,14 +150,9 @@ pub(crate) fn run_attention(
         return Ok((o_ws, lse_ws));
     };
     let merge = compiled(op, &mcfg.key(), || attn_merge(&mcfg))?;
+    // Added to the merged lse: +inf on rows with no valid index, 0 (NaN stays NaN) elsewhere.
     let fix: Vec<f32> = (0..rows)
-        .map(|g| {
-            if has_token(g) {
-                f32::NEG_INFINITY
-            } else {
-                f32::INFINITY
-            }
-        })
+        .map(|g| if has_token(g) { 0.0 } else { f32::INFINITY })
         .collect();
     let mut named = vec![
         ("rows", Arg::Int(rows as i64)),

@@ -37,8 +37,12 @@ pub(crate) fn merge_blocks(rows: usize) -> usize {
 
 /// The merge kernel (see the module docs). Arguments: scalars `rows` (batch * heads) and
 /// `splits` (i32); `o_ws [splits*rows, v_dim]` f32, `lse_ws [splits*rows]` f32, `fix [rows]`
-/// f32 (+inf: empty row, else -inf), (`sink [rows]` f32), outputs `out [rows, v_dim]` (dtype)
-/// and `lse [rows]` f32. Launch [`merge_blocks`] blocks.
+/// f32 (+inf: empty row, else 0; added to the lse, so a NaN lse stays NaN whatever the vector
+/// unit's max does with NaN), (`sink [rows]` f32), outputs `out [rows, v_dim]` (dtype) and
+/// `lse [rows]` f32. Launch [`merge_blocks`] blocks.
+///
+/// NaN in a part (the split kernel's non-finite policy) reaches the result without relying on
+/// `max`: `w_i = exp(NaN - M)` is NaN, so `s`, `lse = M + ln s` and `out = sum w_i o_i / s` are.
 pub(crate) fn attn_merge(cfg: &MergeCfg) -> Kernel {
     let dt = cfg.dtype;
     let v_dim = cfg.v_dim;
@@ -169,7 +173,7 @@ pub(crate) fn attn_merge(cfg: &MergeCfg) -> Kernel {
                 b.binary_scalar(BinaryOp::Add, t, t, 1.0);
                 b.broadcast(BinaryOp::Div, Axis::Row, acc, acc, t_col);
             }
-            b.max(s, s, fixt);
+            b.add(s, s, fixt);
             b.set_flag(Pipe::V, Pipe::Mte3, 0);
             b.wait_flag(Pipe::V, Pipe::Mte3, 0);
             b.store(GmView::nd(lse_out, g0, 1, rv, hm), s);

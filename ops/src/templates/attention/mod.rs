@@ -26,7 +26,9 @@
 //!        m_new = max(m, rowmax s); alpha = exp(m - m_new); s = exp(s - m_new);
 //!        l = l alpha + rowsum s; P = cast(s) ND -> NZ -> p_l1[c % pbufs] rows sub*r..
 //!        (channel P);
-//!        O_j = O_j alpha + PV_j.  End: o = O / max(l, 1), lse = m + ln(max(l, 1));
+//!        O_j = O_j alpha + PV_j.  End: l = max(l, 1) + 0 * (low + l) (low: the split's lowest
+//!        score, taken before masking: NaN or ±inf data make the row NaN, docs/ops.md),
+//!        o = O / l, lse = m + ln(l);
 //!        MTE3 o -> o_ws[sp, b*H + h, :], lse -> lse_ws[sp, b*H + h].
 //! ```
 //!
@@ -59,17 +61,17 @@
 //!
 //! Each AIV owns `hm` consecutive global rows `g = b*H + h`: M = max_i lse_i, w_i = exp(lse_i -
 //! M), s = sum w_i, lse = M + ln s, out = sum_i (w_i / s) o_i; sink: out *= 1 / (1 + exp(sink -
-//! lse)); lse = max(lse, fix) where the host's `fix` row is +inf for a row with no valid index
-//! (its out is already 0) and -inf otherwise; out cast to the data dtype. With one split, f32
-//! data and no sink that is the identity but for the +inf, so a CPU-plan run does not launch it
-//! (`merge_is_identity`).
+//! lse)); lse = lse + fix where the host's `fix` row is +inf for a row with no valid index
+//! (its out is already 0) and 0 otherwise (an add, not a max, so a NaN lse stays NaN); out
+//! cast to the data dtype. With one split, f32 data and no sink that is the identity but for
+//! the +inf, so a CPU-plan run does not launch it (`merge_is_identity`).
 //!
 //! ```text
 //! vector (each AIV: hm rows g0..): MTE2 lse_ws -> lse_parts ND [splits, hm] (part i of row g in
 //!        column g); M = colmax, w = exp(lse_parts - M) (column broadcast), s = colsum w,
 //!        all ND [1, hm]; per part i (o_i double buffered): MTE2 o_ws[i] -> o_i ND [hm, vp];
 //!        w_i = row i of w, seen as DN [hm, 1]; acc += o_i * w_i (row broadcast).
-//!        acc /= s (as DN [hm, 1]); lse = M + ln s; sink; lse = max(lse, fix); MTE3 out, lse.
+//!        acc /= s (as DN [hm, 1]); lse = M + ln s; sink; lse = lse + fix; MTE3 out, lse.
 //! ```
 
 mod cube;

@@ -5,13 +5,16 @@
 use super::{SplitKernel, M_INIT};
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
-    Axis, BinaryOp, Expr, GmView, Layout, ParamId, Pipe, RoundMode, TileId, UnaryOp,
+    Axis, BinaryOp, DType, Expr, GmView, Layout, MemSpace, ParamId, Pipe, ReduceOp, RoundMode,
+    TileId, TileType, UnaryOp,
 };
 
 /// The per-row statistics `m`, `l`, `m_chunk`, `l_chunk`, `alpha` and `lse`, each a DN `[r, 1]`
 /// column (what a row reduction writes and a row broadcast reads), seen as the ND `[1, r]` row of
 /// the same bytes: A5's element-wise, scalar and fill instructions take row-major tiles only
-/// (`vector-layout`), so every op between statistics runs on these rows.
+/// (`vector-layout`), so every op between statistics runs on these rows. Beside them, for the
+/// non-finite policy (see [`body`]): the column `low_chunk` (a chunk's row minimum of the scores)
+/// with its row view, and the row `low` (the lowest score of the split so far).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct StatRows {
     m: TileId,
@@ -20,10 +23,14 @@ pub(crate) struct StatRows {
     lc: TileId,
     alpha: TileId,
     lse: TileId,
+    low_chunk: TileId,
+    low_chunk_row: TileId,
+    low: TileId,
 }
 
 impl StatRows {
-    /// Declares the row views of the columns `[m, l, m_chunk, l_chunk, alpha, lse]` (`r` rows).
+    /// Declares the row views of the columns `[m, l, m_chunk, l_chunk, alpha, lse]` (`r` rows),
+    /// and declares `low_chunk` (with its row view) and `low`.
     pub(crate) fn declare(kb: &mut KernelBuilder, r: u64, cols: [TileId; 6]) -> Self {
         let names = [
             "m_row",
@@ -33,17 +40,27 @@ impl StatRows {
             "alpha_row",
             "lse_row",
         ];
-        let [m, l, mc, lc, alpha, lse] = std::array::from_fn(|i| {
+        let row_of = |kb: &mut KernelBuilder, name: &str, col: TileId| {
             kb.reinterpret(
-                names[i],
-                cols[i],
+                name,
+                col,
                 Reinterpret {
                     dtype: None,
                     shape: Some((1, r)),
                     layout: Some(Layout::ND),
                 },
             )
-        });
+        };
+        let [m, l, mc, lc, alpha, lse] = std::array::from_fn(|i| row_of(kb, names[i], cols[i]));
+        let low_chunk = kb.tile(
+            "low_chunk",
+            TileType::new(MemSpace::Vec, DType::F32, r, 1, Layout::DN),
+        );
+        let low = kb.tile(
+            "low",
+            TileType::new(MemSpace::Vec, DType::F32, 1, r, Layout::ND).dynamic(),
+        );
+        let low_chunk_row = row_of(kb, "low_chunk_row", low_chunk);
         StatRows {
             m,
             l,
@@ -51,15 +68,38 @@ impl StatRows {
             lc,
             alpha,
             lse,
+            low_chunk,
+            low_chunk_row,
+            low,
         }
     }
 
-    fn all(&self) -> [TileId; 6] {
-        [self.m, self.l, self.mc, self.lc, self.alpha, self.lse]
+    fn all(&self) -> [TileId; 8] {
+        [
+            self.m,
+            self.l,
+            self.mc,
+            self.lc,
+            self.alpha,
+            self.lse,
+            self.low_chunk_row,
+            self.low,
+        ]
     }
 }
 
 /// Appends the vector program of the split kernel `k` to `v`.
+///
+/// Non-finite data (docs/ops.md, "Non-finite data"): NaN or ±inf in q or in a gathered K row
+/// makes scores of the row non-finite, and the row's partial `o` and `lse` must then be NaN
+/// whatever the vector unit's max does with NaN. The online softmax alone does not ensure it:
+/// a NaN score makes `l` NaN, but `max(l, 1)` may drop it, and a score of -inf is a weight of 0.
+/// So each chunk takes its row minimum before the tail is masked with -inf (the tail's columns
+/// are `q . 0`: 0, or NaN when q is not finite) and keeps the lowest score in `low`; at the end
+/// `l = max(l, 1) + 0 * (low + l)`, which is `max(l, 1)` for finite scores (`low + l` cannot
+/// overflow) and NaN otherwise, and `o / l` and `lse = m + ln l` follow. With a separate V
+/// cache (dense), a non-finite V value reaches only its column of `o`: `o += 0 * o` turns ±inf
+/// there into NaN too.
 pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
     let SplitKernel {
         sp,
@@ -98,6 +138,7 @@ pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
     v.set_validshape(pv_ub, r, ns);
     v.fill(rows.m, M_INIT);
     v.fill(rows.l, 0.0);
+    v.fill(rows.low, 0.0);
     for j in 0..nns {
         v.set_validshape(o_t.at(j), r, ns);
         v.fill(o_t.at(j), 0.0);
@@ -109,21 +150,20 @@ pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
         let nv = b.let_("nv", (Expr::Var(cnt) - t0).min(chunk));
         b.pop(ch_s);
         b.muls(s_ub, s_ub, sp.scale);
+        b.reduce(ReduceOp::Min, Axis::Row, rows.low_chunk, s_ub);
         b.if_(Expr::Var(nv).lt(chunk), |t| {
             t.set_validshape(s_ub, r, nv);
             t.fillpad(s_ub);
             t.set_validshape(s_ub, r, chunk);
         });
+        // m_chunk = max(m, rowmax s) is the new running max; P is made from it first, and the
+        // statistics that only O and l need (alpha, m, l, low) follow the P handoff, off the
+        // path the cube waits on.
         b.row_max(mc, s_ub);
         b.max(rows.mc, rows.mc, rows.m);
-        b.binary(BinaryOp::Sub, rows.alpha, rows.m, rows.mc);
-        b.exp(rows.alpha, rows.alpha);
-        b.max(rows.m, rows.m, rows.mc);
         b.broadcast(BinaryOp::Sub, Axis::Row, s_ub, s_ub, mc);
         b.exp(s_ub, s_ub);
         b.row_sum(lc, s_ub);
-        b.mul(rows.l, rows.l, rows.alpha);
-        b.add(rows.l, rows.l, rows.lc);
         match p_ub {
             Some(pu) => {
                 b.cast(pu, s_ub, RoundMode::Rint);
@@ -144,6 +184,12 @@ pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
             .offset(Expr::SubBlockIdx * r, 0);
         b.set_flag(Pipe::Mte3, Pipe::V, 0);
         b.push(ch_p);
+        b.binary(BinaryOp::Sub, rows.alpha, rows.m, rows.mc);
+        b.exp(rows.alpha, rows.alpha);
+        b.max(rows.m, rows.m, rows.mc);
+        b.mul(rows.l, rows.l, rows.alpha);
+        b.add(rows.l, rows.l, rows.lc);
+        b.binary(BinaryOp::Min, rows.low, rows.low, rows.low_chunk_row);
         for j in 0..nns {
             b.broadcast(BinaryOp::Mul, Axis::Row, o_t.at(j), o_t.at(j), alpha);
             b.pop(ch_pv);
@@ -152,10 +198,17 @@ pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
         }
     });
     v.wait_flag(Pipe::Mte3, Pipe::V, 0);
-    // Normalise and write this split's partial result.
+    // Normalise and write this split's partial result: l = max(l, 1) + 0 * (low + l).
+    v.add(rows.low, rows.low, rows.l);
+    v.muls(rows.low, rows.low, 0.0);
     v.binary_scalar(BinaryOp::Max, rows.l, rows.l, 1.0);
+    v.add(rows.l, rows.l, rows.low);
     for j in 0..nns {
         v.broadcast(BinaryOp::Div, Axis::Row, o_t.at(j), o_t.at(j), l);
+        if k.cfg.separate_v {
+            v.muls(pv_ub, o_t.at(j), 0.0);
+            v.add(o_t.at(j), o_t.at(j), pv_ub);
+        }
     }
     v.unary(UnaryOp::Ln, rows.lse, rows.l);
     v.add(rows.lse, rows.lse, rows.m);
