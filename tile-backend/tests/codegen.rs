@@ -1244,6 +1244,48 @@ fn an_element_wise_op_on_a_dn_column_fails_the_syntax_check() {
     );
 }
 
+#[test]
+fn a_row_broadcast_with_an_nd_per_row_operand_fails_the_syntax_check() {
+    // A5's TROWEXPANDMUL reads a row-major per-row operand as a 32-byte block per row
+    // (a5/TRowExpandBinOp.hpp; TRowExpandMul.hpp's PTO_ASSERT wants 32 / sizeof(T) valid
+    // columns): the verifier's broadcast-operand rule and the header's static_assert agree.
+    let kernel = |operand: TileType| {
+        let mut kb = KernelBuilder::new("row_scale");
+        let x = kb.input("x", DType::F32, [16u64, 64]);
+        let tx = kb.tile(
+            "tx",
+            TileType::new(MemSpace::Vec, DType::F32, 16, 64, Layout::ND),
+        );
+        let m = kb.tile("m", operand);
+        kb.vector(|v| {
+            v.load(tx, GmView::nd(x, 0, 16, 64, 64));
+            v.row_max(m, tx);
+            v.broadcast(BinaryOp::Mul, Axis::Row, tx, tx, m);
+            v.broadcast(BinaryOp::Div, Axis::Row, tx, tx, m);
+        });
+        kb.build()
+    };
+    let ok = kernel(TileType::new(MemSpace::Vec, DType::F32, 16, 1, Layout::DN));
+    let report = tile_backend::verify::verify(&ok);
+    assert!(report.is_ok(), "{report}");
+    assert_syntax_ok(&package_unverified(&ok));
+    let bad = kernel(TileType::new(MemSpace::Vec, DType::F32, 16, 8, Layout::ND).valid(16, 1));
+    let report = tile_backend::verify::verify(&bad);
+    for inst in ["TROWEXPANDMUL", "TROWEXPANDDIV"] {
+        assert!(
+            report
+                .errors()
+                .any(|d| d.rule == tile_backend::verify::Rule::BroadcastOperand
+                    && d.message.starts_with(&format!("{inst} on Ascend 950"))),
+            "{inst}: {report}"
+        );
+    }
+    expect_static_assert(
+        &package_unverified(&bad),
+        "takes its per-row operand as a DN column [R, 1]",
+    );
+}
+
 /// The PTO instruction names a function body of the code generator can produce: every string
 /// literal of the form `"T..."` (upper case), plus the sync and scalar forms.
 fn emitted_names(src: &str, func: &str) -> BTreeSet<String> {

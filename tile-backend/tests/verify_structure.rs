@@ -342,8 +342,8 @@ fn covered_in(rule: Rule) -> &'static str {
         GatherDtype | GatherIndices | GatherBlockTable | GatherSize | GatherDst => {
             include_str!("verify_gather.rs")
         }
-        VectorSpace | VectorShape | VectorDtype | VectorLayout | ReducePad | ReduceLayout
-        | PadValue | ValidShape => {
+        VectorSpace | VectorShape | VectorDtype | VectorLayout | BroadcastOperand | ReducePad
+        | ReduceLayout | PadValue | ValidShape => {
             include_str!("verify_vector.rs")
         }
         FlagEvent | FlagPipe | CrossFlag | ChannelSide | ChannelDepth => {
@@ -404,6 +404,7 @@ fn every_rule_is_exercised_by_its_family_file() {
         VectorShape,
         VectorDtype,
         VectorLayout,
+        BroadcastOperand,
         ReducePad,
         ReduceLayout,
         PadValue,

@@ -108,10 +108,10 @@ fn element_wise_operands_share_the_valid_shape() {
 
 #[test]
 fn reductions_and_broadcasts_take_one_column_or_one_row_operands() {
-    // Row reduce [16, 64] -> [16, 1] (in a 16 x 8 allocation: ND needs 32-byte rows).
+    // Row reduce [16, 64] -> [16, 1] (a DN column: what a row broadcast reads).
     let ok = vec3(
         vt(F32, 16, 64),
-        vt(F32, 16, 8).valid(16, 1),
+        TileType::new(Vec, F32, 16, 1, DN),
         vt(F32, 16, 64),
         |v, [s, m, d]| {
             v.row_max(m, s);
@@ -256,6 +256,12 @@ fn vtile(dt: DType) -> TileType {
 /// A per-row tile for a row reduction of `dt`: [8, 1] valid in a 32-byte-wide allocation.
 fn per_row(dt: DType) -> TileType {
     vt(dt, 8, 32).valid(8, 1)
+}
+
+/// A full tile and a DN per-row column of `dt` with 32 rows (a DN column needs 32-byte columns:
+/// 32 rows cover every dtype).
+fn full_and_column(dt: DType) -> (TileType, TileType) {
+    (vt(dt, 32, 32), TileType::new(Vec, dt, 32, 1, DN))
 }
 
 /// Runs `f` on tiles `a` (destination-sized), `b` (source), `c` of dtype `dt`.
@@ -403,7 +409,8 @@ fn ops_whose_instruction_takes_every_vector_dtype_stay_legal() {
     // TADD/TSUB/TMAX/TMIN and their scalar forms, the row/column broadcasts (division included:
     // a5/TRowExpandDiv.hpp takes bf16 and 8-bit), TROWEXPAND/TCOLEXPAND and TEXPANDS.
     for dt in [BF16, I8, U8] {
-        let r = vec3(vtile(dt), per_row(dt), vtile(dt), |v, [a, m, c]| {
+        let (full, column) = full_and_column(dt);
+        let r = vec3(full.clone(), column, full, |v, [a, m, c]| {
             for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Max, BinaryOp::Min] {
                 v.binary(op, a, a, c);
                 v.binary_scalar(op, a, a, 1.0);
@@ -416,7 +423,8 @@ fn ops_whose_instruction_takes_every_vector_dtype_stay_legal() {
         });
         expect_clean(&r);
     }
-    let r = vec3(vtile(BF16), per_row(BF16), vtile(BF16), |v, [a, m, _]| {
+    let (full, column) = full_and_column(BF16);
+    let r = vec3(full.clone(), column, full, |v, [a, m, _]| {
         v.broadcast(BinaryOp::Div, Axis::Row, a, a, m)
     });
     expect_clean(&r);
@@ -844,8 +852,8 @@ fn a_softmax_row_block_is_clean() {
     let mut kb = KernelBuilder::new("softmax");
     let scale = kb.scalar("scale", F32);
     let s = kb.tile("s", vt(F32, 16, 64).pad(PadValue::Min));
-    let m = kb.tile("m", vt(F32, 16, 8).valid(16, 1));
-    let l = kb.tile("l", vt(F32, 16, 8).valid(16, 1));
+    let m = kb.tile("m", TileType::new(Vec, F32, 16, 1, DN));
+    let l = kb.tile("l", TileType::new(Vec, F32, 16, 1, DN));
     let p = kb.tile("p", vt(F32, 16, 64));
     let h = kb.tile("h", vt(F16, 16, 64));
     kb.vector(|v| {
@@ -939,4 +947,68 @@ fn broadcasts_take_the_layouts_a5_accepts() {
         |v, [s, o, d]| v.broadcast(BinaryOp::Mul, Axis::Row, d, s, o),
     );
     expect_no(&r, Rule::VectorLayout);
+}
+
+// ---------------------------------------------------------------- broadcast-operand
+
+#[test]
+fn a_row_broadcast_takes_its_per_row_operand_as_a_dn_column() {
+    // A5 reads a row-major per-row operand as a 32-byte block per row, combined element by
+    // element (npu/a5/TRowExpandBinOp.hpp): an ND tile with one valid column is not [R, 1].
+    let full = vt(F32, 16, 64);
+    for op in [BinaryOp::Mul, BinaryOp::Div, BinaryOp::Sub] {
+        let r = vec3(
+            full.clone(),
+            vt(F32, 16, 8).valid(16, 1),
+            full.clone(),
+            |v, [s, o, d]| v.broadcast(op, Axis::Row, d, s, o),
+        );
+        let d = expect_err(
+            &r,
+            Rule::BroadcastOperand,
+            &[
+                "on Ascend 950 reads its per-row operand as a DN column [R, 1]",
+                "`b` is ND",
+                "declare it DN [16, 1]",
+            ],
+        );
+        assert!(d.to_string().starts_with("error[broadcast-operand]"), "{d}");
+    }
+    // The DN column passes, declared so or reinterpreted from an ND [1, 16] row.
+    let r = vec3(
+        full.clone(),
+        TileType::new(Vec, F32, 16, 1, DN),
+        full.clone(),
+        |v, [s, o, d]| v.broadcast(BinaryOp::Mul, Axis::Row, d, s, o),
+    );
+    expect_no(&r, Rule::BroadcastOperand);
+    expect_clean(&r);
+    let mut kb = KernelBuilder::new("row_view");
+    let s = kb.tile("s", full);
+    let row = kb.tile("row", vt(F32, 1, 16));
+    let col = kb.reinterpret(
+        "col",
+        row,
+        Reinterpret {
+            dtype: None,
+            shape: Some((16, 1)),
+            layout: Some(DN),
+        },
+    );
+    kb.vector(|v| {
+        v.fill(s, 1.0);
+        v.fill(row, 2.0);
+        v.set_validshape(col, 16, 1);
+        v.broadcast(BinaryOp::Mul, Axis::Row, s, s, col);
+    });
+    let r = verify(&kb.build());
+    expect_no(&r, Rule::BroadcastOperand);
+    // A column broadcast's per-column operand is not a per-row one (ND [1, C], no such rule).
+    let r = vec3(
+        vt(F32, 16, 64),
+        vt(F32, 1, 64),
+        vt(F32, 16, 64),
+        |v, [s, o, d]| v.broadcast(BinaryOp::Mul, Axis::Col, d, s, o),
+    );
+    expect_no(&r, Rule::BroadcastOperand);
 }

@@ -91,6 +91,7 @@ pub enum Rule {
     VectorShape,
     VectorDtype,
     VectorLayout,
+    BroadcastOperand,
     ReducePad,
     ReduceLayout,
     PadValue,

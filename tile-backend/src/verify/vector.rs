@@ -305,8 +305,9 @@ fn row_major(layout: Layout) -> bool {
 /// (`vector-layout`; docs/codegen.md's audit table names the header of each): element-wise binary,
 /// unary and tile-scalar ops and TEXPANDS on Vec take row-major operands only; a row broadcast
 /// (TROWEXPAND<OP>) writes and reads row-major full tiles and takes its per-row operand as a DN
-/// column `[R, 1]` (not checked yet); a column broadcast or expand (TCOLEXPAND*) takes ND tiles; a row expand
-/// (TROWEXPAND) writes ND. A DN `[N, 1]` column is ND `[1, N]` in memory: reinterpret it.
+/// column `[R, 1]` (`broadcast-operand`, [`row_operand`]); a column broadcast or expand
+/// (TCOLEXPAND*) takes ND tiles; a row expand (TROWEXPAND) writes ND. A DN `[N, 1]` column is ND
+/// `[1, N]` in memory: reinterpret it.
 fn check_layouts(cx: &mut Ctx<'_>, op: &Op) {
     let kernel = cx.kernel;
     let decl = |r: &TileRef| {
@@ -356,10 +357,10 @@ fn check_layouts(cx: &mut Ctx<'_>, op: &Op) {
             ..
         } => {
             need(cx, dst, "destination", row_major, "row-major");
-            // The per-row operand (a DN [R, 1] column, or a row-major tile 32 bytes wide read
-            // block by block) is not checked yet: see docs/codegen.md's audit.
-            let _ = operand;
             need(cx, src, "source", row_major, "row-major");
+            if let Some(d) = decl(operand) {
+                row_operand(cx, inst, d);
+            }
         }
         Op::Broadcast {
             axis: Axis::Col,
@@ -379,6 +380,25 @@ fn check_layouts(cx: &mut Ctx<'_>, op: &Op) {
             }
         }
         _ => {}
+    }
+}
+
+/// The per-row operand of a row broadcast (`broadcast-operand`). A5's TROWEXPAND<OP>
+/// (`npu/a5/TRowExpandBinOp.hpp`, the PTO_ASSERT of `TRowExpandMul.hpp` and its siblings) reads a
+/// column-major operand one element per row (valid columns 1), and a row-major one as a 32-byte
+/// block per row (`32 / sizeof(T)` valid columns) combined element by element with each block
+/// of the row, which is not the broadcast of one value per row. So the `[R, 1]` operand must be
+/// an unboxed DN column; an ND tile with one valid column would read the 7 (f32) or 15 (f16)
+/// columns beside it.
+fn row_operand(cx: &mut Ctx<'_>, inst: &str, d: &TileDecl) {
+    if d.ty.layout != Layout::DN {
+        cx.error(
+            Rule::BroadcastOperand,
+            format!(
+                "{inst} on Ascend 950 reads its per-row operand as a DN column [R, 1] (one element per row; a row-major operand is read as a 32-byte block per row, a different operation): `{}` is {} (declare it DN [{}, 1], or reinterpret an ND [1, {}] row as one)",
+                d.name, d.ty.layout, d.ty.rows, d.ty.rows
+            ),
+        );
     }
 }
 

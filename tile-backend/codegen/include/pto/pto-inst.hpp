@@ -1937,7 +1937,21 @@ PTO_INST RecordEvent TCOLEXPAND(TileDataDst& dst, TileDataSrc& src, WaitEvents&.
     return {};
 }
 
-#define TILEOPS_PTO_EXPAND_BIN(NAME)                                                                            \
+// The per-row operand of TROWEXPAND<OP> (npu/a5/TRowExpandBinOp.hpp, the PTO_ASSERT of
+// TRowExpandMul.hpp and its siblings): unboxed; column-major with one valid column (one element
+// per row), or row-major with 32 / sizeof(T) valid columns (a 32-byte block per row, combined
+// element by element: not a per-row broadcast, so our verifier's `broadcast-operand` takes the DN
+// column only). A dynamic valid column count is checked at run time on A5.
+#define TILEOPS_PTO_ROW_OPERAND(NAME, T)                                                                     \
+    static_assert(!T::isBoxedLayout &&                                                                        \
+                      (T::ValidCol == DYNAMIC ||                                                              \
+                          (T::isRowMajor ? T::ValidCol == static_cast<int>(32 / sizeof(typename T::DType))   \
+                                         : T::ValidCol == 1)),                                                \
+        "PTO: " #NAME " takes its per-row operand as a DN column [R, 1] with one valid column "                \
+        "(row-major: 32 / sizeof(T) valid columns, one 32-byte block per row)")
+// TCOLEXPAND<OP>'s per-column operand: checked by its row-major / ND asserts.
+#define TILEOPS_PTO_COL_OPERAND(NAME, T) static_assert(true, "")
+#define TILEOPS_PTO_EXPAND_BIN(NAME, OPERAND)                                                                   \
     template <typename TileDataDst, typename TileDataSrc0, typename TileDataSrc1, typename... WaitEvents>      \
     PTO_INST RecordEvent NAME(TileDataDst& dst, TileDataSrc0& src0, TileDataSrc1& src1, WaitEvents&... events) \
     {                                                                                                           \
@@ -1945,6 +1959,7 @@ PTO_INST RecordEvent TCOLEXPAND(TileDataDst& dst, TileDataSrc& src, WaitEvents&.
         TILEOPS_PTO_ROW_MAJOR(NAME, TileDataDst);                                                                     \
         TILEOPS_PTO_VEC(NAME, TileDataSrc0);                                                                    \
         TILEOPS_PTO_VEC(NAME, TileDataSrc1);                                                                    \
+        OPERAND(NAME, TileDataSrc1);                                                                           \
         TILEOPS_PTO_SAME(NAME, TileDataDst, TileDataSrc0);                                                      \
         TILEOPS_PTO_SAME(NAME, TileDataDst, TileDataSrc1);                                                      \
         TILEOPS_PTO_DTYPES(NAME, TileDataDst, TILEOPS_PTO_EXPAND_TYPES);                                        \
@@ -1954,7 +1969,7 @@ PTO_INST RecordEvent TCOLEXPAND(TileDataDst& dst, TileDataSrc& src, WaitEvents&.
         TSYNC(events...);                                                                                       \
         return {};                                                                                              \
     }
-#define TILEOPS_PTO_EXPAND_BIN_TMP(NAME)                                                                          \
+#define TILEOPS_PTO_EXPAND_BIN_TMP(NAME, OPERAND)                                                                 \
     template <typename TileDataDst, typename TileDataSrc0, typename TileDataSrc1, typename TileDataTmp,          \
         typename... WaitEvents>                                                                                   \
     PTO_INST RecordEvent NAME(                                                                                    \
@@ -1964,6 +1979,7 @@ PTO_INST RecordEvent TCOLEXPAND(TileDataDst& dst, TileDataSrc& src, WaitEvents&.
         TILEOPS_PTO_ROW_MAJOR(NAME, TileDataDst);                                                                       \
         TILEOPS_PTO_VEC(NAME, TileDataSrc0);                                                                      \
         TILEOPS_PTO_VEC(NAME, TileDataSrc1);                                                                      \
+        OPERAND(NAME, TileDataSrc1);                                                                           \
         TILEOPS_PTO_SAME(NAME, TileDataDst, TileDataSrc0);                                                        \
         TILEOPS_PTO_DTYPES(NAME, TileDataDst, TILEOPS_PTO_EXPAND_TYPES);                                          \
         (void)dst;                                                                                                \
@@ -1973,25 +1989,26 @@ PTO_INST RecordEvent TCOLEXPAND(TileDataDst& dst, TileDataSrc& src, WaitEvents&.
         TSYNC(events...);                                                                                         \
         return {};                                                                                                \
     }
-TILEOPS_PTO_EXPAND_BIN(TROWEXPANDSUB)
-TILEOPS_PTO_EXPAND_BIN(TROWEXPANDMUL)
-TILEOPS_PTO_EXPAND_BIN(TROWEXPANDADD)
-TILEOPS_PTO_EXPAND_BIN(TROWEXPANDMAX)
-TILEOPS_PTO_EXPAND_BIN_TMP(TROWEXPANDSUB)
-TILEOPS_PTO_EXPAND_BIN_TMP(TROWEXPANDMUL)
-TILEOPS_PTO_EXPAND_BIN_TMP(TROWEXPANDADD)
-TILEOPS_PTO_EXPAND_BIN_TMP(TROWEXPANDMAX)
-TILEOPS_PTO_EXPAND_BIN(TCOLEXPANDSUB)
-TILEOPS_PTO_EXPAND_BIN(TCOLEXPANDMUL)
-TILEOPS_PTO_EXPAND_BIN(TCOLEXPANDADD)
-TILEOPS_PTO_EXPAND_BIN(TCOLEXPANDMAX)
+TILEOPS_PTO_EXPAND_BIN(TROWEXPANDSUB, TILEOPS_PTO_ROW_OPERAND)
+TILEOPS_PTO_EXPAND_BIN(TROWEXPANDMUL, TILEOPS_PTO_ROW_OPERAND)
+TILEOPS_PTO_EXPAND_BIN(TROWEXPANDADD, TILEOPS_PTO_ROW_OPERAND)
+TILEOPS_PTO_EXPAND_BIN(TROWEXPANDMAX, TILEOPS_PTO_ROW_OPERAND)
+TILEOPS_PTO_EXPAND_BIN_TMP(TROWEXPANDSUB, TILEOPS_PTO_ROW_OPERAND)
+TILEOPS_PTO_EXPAND_BIN_TMP(TROWEXPANDMUL, TILEOPS_PTO_ROW_OPERAND)
+TILEOPS_PTO_EXPAND_BIN_TMP(TROWEXPANDADD, TILEOPS_PTO_ROW_OPERAND)
+TILEOPS_PTO_EXPAND_BIN_TMP(TROWEXPANDMAX, TILEOPS_PTO_ROW_OPERAND)
+TILEOPS_PTO_EXPAND_BIN(TCOLEXPANDSUB, TILEOPS_PTO_COL_OPERAND)
+TILEOPS_PTO_EXPAND_BIN(TCOLEXPANDMUL, TILEOPS_PTO_COL_OPERAND)
+TILEOPS_PTO_EXPAND_BIN(TCOLEXPANDADD, TILEOPS_PTO_COL_OPERAND)
+TILEOPS_PTO_EXPAND_BIN(TCOLEXPANDMAX, TILEOPS_PTO_COL_OPERAND)
 // TROWEXPANDMIN / TCOLEXPANDMIN: pto_instr.hpp declares them like the MAX forms (added by the
 // code generator's helper; the emitter maps Broadcast { op: Min } to them).
-TILEOPS_PTO_EXPAND_BIN(TROWEXPANDMIN)
-TILEOPS_PTO_EXPAND_BIN_TMP(TROWEXPANDMIN)
-TILEOPS_PTO_EXPAND_BIN(TCOLEXPANDMIN)
+TILEOPS_PTO_EXPAND_BIN(TROWEXPANDMIN, TILEOPS_PTO_ROW_OPERAND)
+TILEOPS_PTO_EXPAND_BIN_TMP(TROWEXPANDMIN, TILEOPS_PTO_ROW_OPERAND)
+TILEOPS_PTO_EXPAND_BIN(TCOLEXPANDMIN, TILEOPS_PTO_COL_OPERAND)
 #undef TILEOPS_PTO_EXPAND_BIN
 #undef TILEOPS_PTO_EXPAND_BIN_TMP
+#undef TILEOPS_PTO_COL_OPERAND
 
 template <auto PrecisionType = DivAlgorithm::DEFAULT, typename TileDataDst, typename TileDataSrc0,
     typename TileDataSrc1, typename... WaitEvents>
@@ -2000,6 +2017,7 @@ PTO_INST RecordEvent TROWEXPANDDIV(TileDataDst& dst, TileDataSrc0& src0, TileDat
     TILEOPS_PTO_VEC(TROWEXPANDDIV, TileDataDst);
     TILEOPS_PTO_VEC(TROWEXPANDDIV, TileDataSrc0);
     TILEOPS_PTO_VEC(TROWEXPANDDIV, TileDataSrc1);
+    TILEOPS_PTO_ROW_OPERAND(TROWEXPANDDIV, TileDataSrc1);
     TILEOPS_PTO_SAME(TROWEXPANDDIV, TileDataDst, TileDataSrc0);
     TILEOPS_PTO_DTYPES(TROWEXPANDDIV, TileDataDst, TILEOPS_PTO_EXPAND_TYPES);
     (void)dst;
@@ -2016,6 +2034,7 @@ PTO_INST RecordEvent TROWEXPANDDIV(
     TILEOPS_PTO_VEC(TROWEXPANDDIV, TileDataDst);
     TILEOPS_PTO_VEC(TROWEXPANDDIV, TileDataSrc0);
     TILEOPS_PTO_VEC(TROWEXPANDDIV, TileDataSrc1);
+    TILEOPS_PTO_ROW_OPERAND(TROWEXPANDDIV, TileDataSrc1);
     TILEOPS_PTO_SAME(TROWEXPANDDIV, TileDataDst, TileDataSrc0);
     TILEOPS_PTO_DTYPES(TROWEXPANDDIV, TileDataDst, TILEOPS_PTO_EXPAND_TYPES);
     (void)dst;
