@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tile_backend::arch::{Arch, Sku};
 use tile_backend::codegen::pto::{emit, LaunchSpec};
 use tile_backend::ir::Kernel;
-use tile_backend::launch::Arg;
+use tile_backend::launch::{self, Arg, GmTensor};
 use tile_backend::passes::compile;
 use tile_backend::sim::{self, cost::CostReport, SimOptions};
 
@@ -296,6 +296,37 @@ impl Runner {
             }
         }
         Ok(())
+    }
+
+    /// Binds `named` to `kernel`'s parameters by name ([`tile_backend::launch::bind`]: every
+    /// parameter exactly once) and launches it as [`Runner::launch`] does; returns the arguments
+    /// in parameter order, outputs written in, for [`Runner::take`].
+    pub fn launch_named<'a>(
+        &mut self,
+        kernel: &Kernel,
+        block_dim: usize,
+        named: Vec<(&str, Arg<'a>)>,
+    ) -> Result<Vec<Arg<'a>>, OpError> {
+        let mut args = launch::bind(kernel, named).map_err(|e| OpError::Package {
+            op: self.op,
+            why: e.to_string(),
+        })?;
+        self.launch(kernel, block_dim, &mut args)?;
+        Ok(args)
+    }
+
+    /// Takes the tensor bound to `kernel`'s parameter `name` out of `args` (as
+    /// [`Runner::launch_named`] returned them).
+    pub fn take(
+        &self,
+        kernel: &Kernel,
+        args: &mut [Arg<'_>],
+        name: &str,
+    ) -> Result<GmTensor, OpError> {
+        launch::take_tensor(kernel, args, name).ok_or_else(|| OpError::Package {
+            op: self.op,
+            why: format!("kernel argument `{name}` is not a tensor"),
+        })
     }
 
     /// Ends the op's launches: `Ok` after simulation; for the Ascend950 backend, the error saying
