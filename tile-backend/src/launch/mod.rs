@@ -1,8 +1,13 @@
-//! The launch ABI: the host tensors a kernel is launched with ([`GmTensor`] owned,
-//! [`GmInput`] borrowed read-only, [`GmInOut`] borrowed read-write) and its arguments
-//! ([`Arg`], bound to the kernel's parameters by name with [`bind`] and read back with
-//! [`take_tensor`]), shared by the simulator (`crate::sim`), the package writer and the ops.
-//! Nothing here depends on how a launch is carried out.
+//! The launch ABI and the launch itself: the host tensors a kernel is launched with
+//! ([`GmTensor`] owned, [`GmInput`] borrowed read-only, [`GmInOut`] borrowed read-write) and its
+//! arguments ([`Arg`], bound to the kernel's parameters by name with [`bind`] and read back
+//! with [`take_tensor`]), shared by the simulator (`crate::sim`), the package writer and the
+//! ops; and [`run`], the one fork between simulating a kernel (plainly or profiled) and writing
+//! its Ascend 950 package ([`LaunchTarget`]).
+
+mod target;
+
+pub use target::{run, LaunchError, LaunchTarget, Launched};
 
 use crate::ir::DType;
 use crate::sim::numeric;
