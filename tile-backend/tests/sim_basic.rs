@@ -1,7 +1,6 @@
 //! Simulator smoke tests against plain-Rust computations.
 
 use tile_backend::arch::Arch;
-use tile_backend::dsl::KernelBuilder;
 use tile_backend::ir::*;
 use tile_backend::sim::io::Rng;
 use tile_backend::sim::{self, Arg, GmTensor, SimOptions};
