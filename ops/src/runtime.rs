@@ -1,6 +1,7 @@
-//! Running compiled tile kernels for an op: the kernel cache, the launcher that either simulates
-//! a kernel or writes its Ascend 950 package, and the profiling hook that collects cost reports
-//! and hazards of every simulated launch.
+//! Running compiled tile kernels for an op: the kernel cache, the op's [`Runner`] (which picks
+//! the launch target — simulate, profile or write the Ascend 950 package — and hands each launch
+//! to [`tile_backend::launch::run`], the one fork between them), and the profiling hook that
+//! collects cost reports and hazards of every simulated launch.
 //!
 //! An op's host code is backend-agnostic: it builds its kernels through [`compiled`] (cached by a
 //! specialisation key, so a decode step does not recompile) and launches them on a [`Runner`].
@@ -12,11 +13,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use tile_backend::arch::{Arch, Sku};
-use tile_backend::codegen::pto::{emit, LaunchSpec};
 use tile_backend::ir::Kernel;
-use tile_backend::launch::Arg;
+use tile_backend::launch::{self, Arg, GmTensor, LaunchError, LaunchTarget};
 use tile_backend::passes::compile;
-use tile_backend::sim::{self, cost::CostReport, SimOptions};
+use tile_backend::sim::cost::CostReport;
 
 /// The environment variable naming the directory the Ascend950 backend writes packages into
 /// (default: `<temp dir>/tileops-packages`).
@@ -251,51 +251,72 @@ impl Runner {
         let n = self.launches;
         self.launches += 1;
         let op = self.op;
-        let sim_err = |source| OpError::Sim {
-            op,
-            kernel: kernel.name.clone(),
-            source,
+        let sub;
+        let target = match &self.mode {
+            Mode::Sim if profiling() => LaunchTarget::Profile(Sku::Ascend950PR),
+            Mode::Sim => LaunchTarget::Simulate,
+            Mode::Package { dir, .. } => {
+                sub = dir.join(format!("{n}-{}", kernel.name));
+                LaunchTarget::Package(&sub)
+            }
         };
-        match &mut self.mode {
-            Mode::Sim => {
-                let opts = SimOptions { block_dim };
-                if profiling() {
-                    let (_, trace) =
-                        sim::run_traced(kernel, arch(), args, opts).map_err(sim_err)?;
-                    let cost =
-                        sim::cost::report(kernel, arch(), Sku::Ascend950PR, &trace, block_dim);
-                    let hazards = sim::hazards::check(kernel, &trace)
-                        .iter()
-                        .map(|h| h.to_string())
-                        .collect();
-                    record(LaunchRecord {
-                        op,
-                        kernel: kernel.name.clone(),
-                        block_dim,
-                        cost: Some(cost),
-                        hazards,
-                        files: Vec::new(),
-                    });
-                } else {
-                    sim::run(kernel, arch(), args, opts).map_err(sim_err)?;
-                }
-            }
-            Mode::Package { dir, files } => {
-                let sub = dir.join(format!("{n}-{}", kernel.name));
-                let written = write_package(kernel, block_dim, &sub)
-                    .map_err(|why| OpError::Package { op, why })?;
-                record(LaunchRecord {
-                    op,
-                    kernel: kernel.name.clone(),
-                    block_dim,
-                    cost: None,
-                    hazards: Vec::new(),
-                    files: written.clone(),
-                });
-                files.extend(written);
-            }
+        let traced = target != LaunchTarget::Simulate;
+        let done = launch::run(kernel, arch(), block_dim, args, target).map_err(|e| match e {
+            LaunchError::Sim(source) => OpError::Sim {
+                op,
+                kernel: kernel.name.clone(),
+                source,
+            },
+            LaunchError::Package(e) => OpError::Package {
+                op,
+                why: e.to_string(),
+            },
+        })?;
+        if let Mode::Package { files, .. } = &mut self.mode {
+            files.extend(done.files.iter().cloned());
+        }
+        if traced {
+            record(LaunchRecord {
+                op,
+                kernel: kernel.name.clone(),
+                block_dim,
+                cost: done.cost,
+                hazards: done.hazards.iter().map(|h| h.to_string()).collect(),
+                files: done.files,
+            });
         }
         Ok(())
+    }
+
+    /// Binds `named` to `kernel`'s parameters by name ([`tile_backend::launch::bind`]: every
+    /// parameter exactly once) and launches it as [`Runner::launch`] does; returns the arguments
+    /// in parameter order, outputs written in, for [`Runner::take`].
+    pub fn launch_named<'a>(
+        &mut self,
+        kernel: &Kernel,
+        block_dim: usize,
+        named: Vec<(&str, Arg<'a>)>,
+    ) -> Result<Vec<Arg<'a>>, OpError> {
+        let mut args = launch::bind(kernel, named).map_err(|e| OpError::Package {
+            op: self.op,
+            why: e.to_string(),
+        })?;
+        self.launch(kernel, block_dim, &mut args)?;
+        Ok(args)
+    }
+
+    /// Takes the tensor bound to `kernel`'s parameter `name` out of `args` (as
+    /// [`Runner::launch_named`] returned them).
+    pub fn take(
+        &self,
+        kernel: &Kernel,
+        args: &mut [Arg<'_>],
+        name: &str,
+    ) -> Result<GmTensor, OpError> {
+        launch::take_tensor(kernel, args, name).ok_or_else(|| OpError::Package {
+            op: self.op,
+            why: format!("kernel argument `{name}` is not a tensor"),
+        })
     }
 
     /// Ends the op's launches: `Ok` after simulation; for the Ascend950 backend, the error saying
@@ -312,13 +333,4 @@ impl Runner {
             }),
         }
     }
-}
-
-/// Writes one launch's package: the PTO-ISA kernel source, the host launcher and the manifest.
-fn write_package(kernel: &Kernel, block_dim: usize, dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let launch = LaunchSpec {
-        block_dim: block_dim as u64,
-    };
-    let package = emit(kernel, arch(), &launch).map_err(|e| e.to_string())?;
-    package.write_to(dir).map_err(|e| e.to_string())
 }

@@ -9,34 +9,16 @@ use tileops_ops::paged_attention::kernel::{self as paged, PagedProblem};
 use tileops_ops::runtime::{PlanTarget, Runner};
 use tileops_ops::sparse_attention::kernel::{self as sparse, SparseProblem};
 
-/// xorshift64*: deterministic test data without a dependency.
-struct Rng(u64);
+// The ops' shared test support, for its generator.
+#[allow(unused_macros)]
+#[path = "support/mod.rs"]
+mod support;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    /// Uniform in [-1, 1).
-    fn f(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.below(i + 1);
-            v.swap(i, j);
-        }
-    }
-}
+use support::Rng;
 
 fn tensor(rng: &mut Rng, dtype: DType, shape: &[usize], amp: f32) -> GmTensor {
     let n: usize = shape.iter().product();
-    let v: Vec<f32> = (0..n).map(|_| rng.f() * amp).collect();
+    let v: Vec<f32> = (0..n).map(|_| rng.uniform(-1.0, 1.0) * amp).collect();
     GmTensor::from_f32(dtype, shape, &v)
 }
 
@@ -162,7 +144,7 @@ impl SparseCase {
 }
 
 fn run_sparse(c: &SparseCase) {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ c.seed.wrapping_mul(7919));
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15 ^ c.seed.wrapping_mul(7919));
     // Logical context long enough for the top-k (distinct unless duplicates are wanted).
     let ctx = (c.topk + 5).max(c.bs);
     let max_blocks = ctx.div_ceil(c.bs) + 1;
@@ -201,9 +183,11 @@ fn run_sparse(c: &SparseCase) {
             .map(|r| ((r * 7 + 3) % (c.topk + 1)) as i64)
             .collect::<Vec<_>>()
     });
-    let sink = c
-        .sink
-        .then(|| (0..c.h).map(|_| rng.f() * 2.0).collect::<Vec<f32>>());
+    let sink = c.sink.then(|| {
+        (0..c.h)
+            .map(|_| rng.uniform(-1.0, 1.0) * 2.0)
+            .collect::<Vec<f32>>()
+    });
     let scale = 1.0 / (c.dqk as f32).sqrt() * 1.5;
     let p = SparseProblem {
         q: q.as_input(),
@@ -391,7 +375,7 @@ struct DenseCase {
 }
 
 fn run_dense(c: &DenseCase) {
-    let mut rng = Rng(0x1234_5678 ^ (c.group * 131 + c.d) as u64);
+    let mut rng = Rng::new(0x1234_5678 ^ (c.group * 131 + c.d) as u64);
     let h = c.hkv * c.group;
     let max_ctx = *c.ctx.iter().max().expect("a context") as usize;
     let max_blocks = max_ctx.div_ceil(c.bs) + 1;
@@ -516,7 +500,7 @@ fn deepseek_decode_cost() {
     use candle_core::{Device, Tensor};
     use std::time::Instant;
     let (b, h, dqk, v_dim, topk, bs) = (4usize, 128usize, 576usize, 512usize, 2048usize, 64usize);
-    let mut rng = Rng(77);
+    let mut rng = Rng::new(77);
     let max_blocks = 4096 / bs;
     let num_blocks = b * max_blocks;
     let q = tensor(&mut rng, DType::BF16, &[b, h, dqk], 1.0);

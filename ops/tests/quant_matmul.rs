@@ -3,7 +3,7 @@
 
 #![allow(clippy::result_large_err)] // OpError carries the simulator's error by value
 
-// The ops' shared test support, for its per-backend test macro.
+// The ops' shared test support, for its per-backend test macro and its generator.
 #[macro_use]
 #[path = "support/mod.rs"]
 mod support;
@@ -16,25 +16,16 @@ use tileops_ops::{
     Int8MatmulParams, OpError, QuantMatmulParams, QuantizedActivations, QuantizedWeight,
 };
 
-/// A small deterministic generator (splitmix64).
-struct Rng(u64);
+use support::Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [-1, 1).
-    fn value(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    fn tensor(&mut self, rows: usize, cols: usize, amp: f32) -> Tensor {
-        let v: Vec<f32> = (0..rows * cols).map(|_| self.value() * amp).collect();
-        Tensor::from_vec(v, (rows, cols), &Device::Cpu).expect("tensor")
-    }
+/// A `[rows, cols]` f32 tensor uniform in `[-amp, amp)`.
+fn random(rng: &mut Rng, rows: usize, cols: usize, amp: f32) -> Tensor {
+    let v: Vec<f32> = rng
+        .vec(rows * cols, -1.0, 1.0)
+        .iter()
+        .map(|x| x * amp)
+        .collect();
+    Tensor::from_vec(v, (rows, cols), &Device::Cpu).expect("tensor")
 }
 
 /// Runs `f` profiled on `backend` and fails on any hazard the simulator found; a TileSim call
@@ -104,10 +95,10 @@ fn check_exact(
     bias: bool,
     relu: bool,
 ) {
-    let mut rng = Rng((m * 1000 + k * 10 + n) as u64);
-    let x = rng.tensor(m, k, 2.0).to_dtype(dtype).expect("x");
-    let w = quantize_per_channel(&rng.tensor(n, k, 0.5)).expect("w");
-    let b: Option<Vec<f32>> = bias.then(|| (0..n).map(|_| rng.value()).collect());
+    let mut rng = Rng::new((m * 1000 + k * 10 + n) as u64);
+    let x = random(&mut rng, m, k, 2.0).to_dtype(dtype).expect("x");
+    let w = quantize_per_channel(&random(&mut rng, n, k, 0.5)).expect("w");
+    let b: Option<Vec<f32>> = bias.then(|| (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect());
     let params = QuantMatmulParams {
         out_dtype: None,
         bias: b
@@ -153,14 +144,18 @@ fn exact_on_shapes(backend: Backend) {
 /// `x` with rows 0 and 2 all zero, `w` with channel 1 all zero: the zero rows get scale 1 and
 /// quantise to zeros; their outputs are exactly the bias.
 fn zero_rows(backend: Backend) {
-    let mut rng = Rng(5);
+    let mut rng = Rng::new(5);
     let (m, k, n) = (4, 96, 40);
     let mask = Tensor::new(&[[0f32], [1.0], [0.0], [1.0]], &Device::Cpu).expect("mask");
-    let x = rng.tensor(m, k, 1.0).broadcast_mul(&mask).expect("x");
+    let x = random(&mut rng, m, k, 1.0).broadcast_mul(&mask).expect("x");
     let wmask: Vec<f32> = (0..n).map(|j| if j == 1 { 0.0 } else { 1.0 }).collect();
     let wmask = Tensor::from_vec(wmask, (n, 1), &Device::Cpu).expect("wm");
-    let w = quantize_per_channel(&rng.tensor(n, k, 1.0).broadcast_mul(&wmask).expect("w"))
-        .expect("quantise");
+    let w = quantize_per_channel(
+        &random(&mut rng, n, k, 1.0)
+            .broadcast_mul(&wmask)
+            .expect("w"),
+    )
+    .expect("quantise");
     assert_eq!(w.scale()[1], 1.0);
     assert!(w.data()[k..2 * k].iter().all(|&q| q == 0));
     let b: Vec<f32> = (0..n).map(|j| j as f32 * 0.25 - 3.0).collect();
@@ -185,12 +180,12 @@ fn zero_rows(backend: Backend) {
 /// the f32 steps (docs/ops.md), and to the f64 product of the unquantised data within the
 /// quantisation error `Σ_k (s_x/2 |w_k| + |x_k| s_w/2 + s_x s_w / 4)`.
 fn error_bounds(backend: Backend) {
-    let mut rng = Rng(77);
+    let mut rng = Rng::new(77);
     let (m, k, n) = (9, 700, 70);
-    let x = rng.tensor(m, k, 3.0);
-    let wf = rng.tensor(n, k, 0.02);
+    let x = random(&mut rng, m, k, 3.0);
+    let wf = random(&mut rng, n, k, 0.02);
     let w = quantize_per_channel(&wf).expect("w");
-    let b: Vec<f32> = (0..n).map(|_| rng.value()).collect();
+    let b: Vec<f32> = (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect();
     let params = QuantMatmulParams {
         bias: Some(Tensor::from_slice(&b, n, &Device::Cpu).expect("b")),
         ..Default::default()
@@ -244,9 +239,9 @@ fn tilesim_gives_the_modelled_values() {
 
 #[test]
 fn ascend950_writes_the_package_and_reports_no_device() {
-    let mut rng = Rng(3);
-    let x = rng.tensor(2, 64, 1.0);
-    let w = quantize_per_channel(&rng.tensor(32, 64, 1.0)).expect("w");
+    let mut rng = Rng::new(3);
+    let x = random(&mut rng, 2, 64, 1.0);
+    let w = quantize_per_channel(&random(&mut rng, 32, 64, 1.0)).expect("w");
     match quant_matmul(
         &x,
         &w,
@@ -323,11 +318,11 @@ fn model_int8(
 }
 
 fn int8_variant(backend: Backend) {
-    let mut rng = Rng(11);
+    let mut rng = Rng::new(11);
     // Two chained layers: [7, 300] -> [7, 257] -> [7, 33].
-    let x = QuantizedActivations::quantize(&rng.tensor(7, 300, 1.0), 1.0 / 127.0).expect("x");
-    let w1 = quantize_per_channel(&rng.tensor(257, 300, 0.1)).expect("w1");
-    let w2 = quantize_per_channel(&rng.tensor(33, 257, 0.1)).expect("w2");
+    let x = QuantizedActivations::quantize(&random(&mut rng, 7, 300, 1.0), 1.0 / 127.0).expect("x");
+    let w1 = quantize_per_channel(&random(&mut rng, 257, 300, 0.1)).expect("w1");
+    let w2 = quantize_per_channel(&random(&mut rng, 33, 257, 0.1)).expect("w2");
     for relu in [false, true] {
         let p1 = Int8MatmulParams {
             out_scale: 0.02,
@@ -408,14 +403,14 @@ fn expect_invalid<T: std::fmt::Debug>(r: Result<T, OpError>, arg: &str, needle: 
 
 #[test]
 fn bad_inputs_name_the_argument() {
-    let mut rng = Rng(9);
-    let w = quantize_per_channel(&rng.tensor(16, 64, 1.0)).expect("w");
-    let x = rng.tensor(3, 64, 1.0);
+    let mut rng = Rng::new(9);
+    let w = quantize_per_channel(&random(&mut rng, 16, 64, 1.0)).expect("w");
+    let x = random(&mut rng, 3, 64, 1.0);
     let p = QuantMatmulParams::default();
     for backend in [Backend::Reference, Backend::TileSim] {
         let b = Some(backend);
         expect_invalid(
-            quant_matmul(&rng.tensor(3, 48, 1.0), &w, &p, b),
+            quant_matmul(&random(&mut rng, 3, 48, 1.0), &w, &p, b),
             "x",
             "K = 64",
         );
@@ -529,8 +524,8 @@ fn scratch(name: &str) -> std::path::PathBuf {
 #[test]
 fn safetensors_round_trip_and_a_file_written_with_the_real_i8_dtype() {
     use safetensors::{tensor::TensorView, Dtype};
-    let mut rng = Rng(21);
-    let w = quantize_per_channel(&rng.tensor(33, 70, 1.0)).expect("w");
+    let mut rng = Rng::new(21);
+    let w = quantize_per_channel(&random(&mut rng, 33, 70, 1.0)).expect("w");
     let path = scratch("round-trip");
     w.save(&path, "layer.w").expect("save");
     let back = QuantizedWeight::load(&path, "layer.w").expect("load");

@@ -11,34 +11,16 @@ use tileops_ops::paged_gather::kernel::{self as pg, GatherProblem};
 use tileops_ops::runtime::Runner;
 use tileops_ops::{profile, LaunchRecord, OpError};
 
-/// The simulator's splitmix64 ([`tile_backend::sim::io::Rng`]) with this file's draws.
-struct Rng(tile_backend::sim::io::Rng);
+// The ops' shared test support, for its generator.
+#[allow(unused_macros)]
+#[path = "support/mod.rs"]
+mod support;
 
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(tile_backend::sim::io::Rng::new(seed))
-    }
-    fn next(&mut self) -> u64 {
-        self.0.next_u64()
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn value(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0
-    }
-    fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.below(i + 1);
-            v.swap(i, j);
-        }
-    }
-}
+use support::Rng;
 
 fn random_tensor(rng: &mut Rng, dtype: DType, shape: &[usize]) -> GmTensor {
     let n: usize = shape.iter().product();
-    let values: Vec<f32> = (0..n).map(|_| rng.value()).collect();
-    GmTensor::from_f32(dtype, shape, &values)
+    GmTensor::from_f32(dtype, shape, &rng.vec(n, -4.0, 4.0))
 }
 
 fn assert_clean(records: &[LaunchRecord], launches: usize) {

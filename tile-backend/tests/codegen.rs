@@ -1318,11 +1318,9 @@ fn every_emitted_instruction_has_an_audit_row() {
         .expect("docs/codegen.md has the A5 audit section");
     let rows: Vec<&str> = audit.lines().filter(|l| l.starts_with("| `")).collect();
     let first_cells: Vec<&str> = rows.iter().filter_map(|l| l.split(" | ").next()).collect();
-    let mut names = emitted_names(include_str!("../src/codegen/pto/mod.rs"), "instruction");
-    names.extend(emitted_names(
-        include_str!("../src/codegen/pto/moves.rs"),
-        "instruction_name",
-    ));
+    let table = include_str!("../src/arch/instructions.rs");
+    let mut names = emitted_names(table, "instruction");
+    names.extend(emitted_names(table, "move_instruction"));
     assert!(names.len() > 50, "found only {names:?}");
     for n in &names {
         let cell = format!("`{n}`");

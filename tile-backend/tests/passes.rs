@@ -1295,16 +1295,7 @@ fn channels_exhausting_cross_flag_ids_is_an_error() {
 // Randomized programs: whatever the structure, the output is balanced and race-free.
 // ---------------------------------------------------------------------------------------------
 
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-}
+use tile_backend::sim::io::Rng;
 
 struct Gen {
     x: ParamId,
@@ -1316,22 +1307,22 @@ struct Gen {
 }
 
 impl Gen {
-    fn tile(&self, rng: &mut Lcg, vars: &[VarId]) -> TileRef {
-        let k = rng.next(self.tiles.len() as u64 + 1) as usize;
+    fn tile(&self, rng: &mut Rng, vars: &[VarId]) -> TileRef {
+        let k = rng.below(self.tiles.len() as u64 + 1) as usize;
         if k < self.tiles.len() {
             return self.tiles[k].into();
         }
-        match (rng.next(3), vars.last()) {
-            (0, _) | (_, None) => self.group.at(rng.next(2)),
+        match (rng.below(3), vars.last()) {
+            (0, _) | (_, None) => self.group.at(rng.below(2)),
             (1, Some(v)) => self.group.at(*v % 2),
             (_, Some(v)) => self.group.at((*v + 1) % 2),
         }
     }
 
-    fn emit(&self, b: &mut tile_backend::dsl::Body<'_>, rng: &mut Lcg, depth: u32, vars: &[VarId]) {
-        let count = 1 + rng.next(5);
+    fn emit(&self, b: &mut tile_backend::dsl::Body<'_>, rng: &mut Rng, depth: u32, vars: &[VarId]) {
+        let count = 1 + rng.below(5);
         for _ in 0..count {
-            match rng.next(if depth < 2 { 10 } else { 8 }) {
+            match rng.below(if depth < 2 { 10 } else { 8 }) {
                 0 | 1 => {
                     let t = self.tile(rng, vars);
                     b.load(t, GmView::nd(self.x, 0, 16, 64, 64));
@@ -1354,7 +1345,7 @@ impl Gen {
                 }
                 6 => {
                     // A balanced hand-written pair or a full barrier.
-                    match rng.next(3) {
+                    match rng.below(3) {
                         0 => {
                             b.set_flag(Pipe::Mte2, Pipe::V, 5);
                             b.wait_flag(Pipe::Mte2, Pipe::V, 5);
@@ -1371,26 +1362,26 @@ impl Gen {
                     b.fill(t, 1.0f32);
                 }
                 8 => {
-                    let seed = rng.next(u64::MAX);
-                    let mut inner = Lcg(seed);
+                    let seed = rng.next_u64();
+                    let mut inner = Rng::new(seed);
                     let mut vs = vars.to_vec();
-                    let step = 1 + rng.next(2) as i64;
+                    let step = 1 + rng.below(2) as i64;
                     b.for_range("i", 0, Expr::Param(self.n), step, |b2, v| {
                         vs.push(v);
                         self.emit(b2, &mut inner, depth + 1, &vs);
                     });
                 }
                 _ => {
-                    let (s1, s2) = (rng.next(u64::MAX), rng.next(u64::MAX));
+                    let (s1, s2) = (rng.next_u64(), rng.next_u64());
                     let cond = match vars.last() {
-                        Some(v) if rng.next(2) == 0 => Expr::from(*v).lt(1),
+                        Some(v) if rng.below(2) == 0 => Expr::from(*v).lt(1),
                         _ => Expr::Param(self.c),
                     };
                     let (v1, v2) = (vars.to_vec(), vars.to_vec());
                     b.if_else(
                         cond,
-                        |t| self.emit(t, &mut Lcg(s1), depth + 1, &v1),
-                        |e| self.emit(e, &mut Lcg(s2), depth + 1, &v2),
+                        |t| self.emit(t, &mut Rng::new(s1), depth + 1, &v1),
+                        |e| self.emit(e, &mut Rng::new(s2), depth + 1, &v2),
                     );
                 }
             }
@@ -1422,7 +1413,7 @@ fn random_vector_programs_are_balanced_and_race_free() {
             tiles,
             group,
         };
-        let mut rng = Lcg(seed.wrapping_mul(0x9e3779b97f4a7c15) | 1);
+        let mut rng = Rng::new(seed);
         kb.vector(|v| gen.emit(v, &mut rng, 0, &[]));
         let k = kb.build();
         let out = compile(&k, &arch()).unwrap_or_else(|e| panic!("seed {seed}: {e}"));

@@ -8,6 +8,7 @@
 use tile_backend::arch::Arch;
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::*;
+use tile_backend::sim::io::Rng;
 use tile_backend::sim::{self, Arg, GmTensor, SimOptions};
 
 const M: u64 = 16;
@@ -15,16 +16,9 @@ const K: u64 = 32;
 const N: u64 = 32;
 
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            // Small integers times 1/8: every product and sum is exact in f32.
-            ((s >> 40) % 17) as f32 / 8.0 - 1.0
-        })
-        .collect()
+    let mut rng = Rng::new(seed);
+    // Small integers times 1/8: every product and sum is exact in f32.
+    (0..n).map(|_| rng.below(17) as f32 / 8.0 - 1.0).collect()
 }
 
 /// The tiles and GM views of a kernel computing one `M x N` product from two candidate A

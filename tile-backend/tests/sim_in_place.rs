@@ -69,15 +69,12 @@ fn cases() -> Vec<(String, OpFn)> {
 }
 
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
+    let mut rng = tile_backend::sim::io::Rng::new(seed);
     (0..n)
         .map(|i| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
             // Zeros (in the data, not the broadcast operands, seeds 3 and 4, so every op
             // changes something), negatives (NaN from ln / sqrt) and a spread of magnitudes.
-            let v = ((s >> 40) as f32 / (1u64 << 24) as f32) * 6.0 - 3.0;
+            let v = rng.uniform(-3.0, 3.0);
             match (i % 11, seed) {
                 (0, 1 | 2) => 0.0,
                 (1, 1 | 2) => -0.0,

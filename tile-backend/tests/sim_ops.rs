@@ -4,6 +4,7 @@
 use tile_backend::arch::Arch;
 use tile_backend::dsl::{KernelBuilder, Reinterpret};
 use tile_backend::ir::*;
+use tile_backend::sim::io::Rng;
 use tile_backend::sim::{self, numeric, Arg, GmTensor, SimOptions};
 
 /// Memory planning (the real pass; these kernels carry their own syncs).
@@ -12,15 +13,7 @@ fn plan(k: Kernel) -> Kernel {
 }
 
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-        })
-        .collect()
+    Rng::new(seed).uniform_vec(n, -2.0, 2.0)
 }
 
 fn run(k: &Kernel, args: &mut [Arg]) {

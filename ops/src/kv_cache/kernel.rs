@@ -54,7 +54,7 @@ pub struct CacheWrite<'a> {
     pub slot_mapping: Vec<i64>,
 }
 
-/// The cache kernel for `dtype` rows of `row` columns. Arguments, in order: scalars `n` (N),
+/// The cache kernel for `dtype` rows of `row` columns. Parameters (bound by name): scalars `n` (N),
 /// `slots` (rows of the cache); tensors `rows [N, row]`, `slot_mapping [1, N]` (i32),
 /// `cache [slots, row]` (output, written only at the mapped slots).
 pub(crate) fn cache_kernel(dtype: DType, row: u64) -> Kernel {
@@ -170,12 +170,16 @@ pub fn run(runner: &mut Runner, cache: GmInOut<'_>, w: &CacheWrite<'_>) -> Resul
         shape: vec![slots, row],
         data: cache.data,
     };
-    let mut args = [
-        Arg::Int(n as i64),
-        Arg::Int(slots as i64),
-        Arg::Input(rows),
-        Arg::Tensor(gm_i32(&[1, n], &w.slot_mapping)),
-        Arg::InOut(cache),
+    let named = vec![
+        ("n", Arg::Int(n as i64)),
+        ("slots", Arg::Int(slots as i64)),
+        ("rows", Arg::Input(rows)),
+        (
+            "slot_mapping",
+            Arg::Tensor(gm_i32(&[1, n], &w.slot_mapping)),
+        ),
+        ("cache", Arg::InOut(cache)),
     ];
-    runner.launch(&kernel, block_dim_for(n), &mut args)
+    runner.launch_named(&kernel, block_dim_for(n), named)?;
+    Ok(())
 }

@@ -53,8 +53,8 @@ pub struct GatherProblem<'a> {
     pub size: usize,
 }
 
-/// The gather kernel for `dtype` rows of `size` columns. Arguments, in order: scalars `n`,
-/// `tokens` (T), `cols` (C), `table_len` (nb), `block_size`; tensors `src [T, C]`,
+/// The gather kernel for `dtype` rows of `size` columns. Parameters (bound by name): scalars
+/// `n`, `tokens` (T), `cols` (C), `table_len` (nb), `block_size`; tensors `src [T, C]`,
 /// `indices [1, n]` (i32), `block_table [1, nb]` (i32), `out [n, size]` (output).
 pub(crate) fn gather_kernel(dtype: DType, size: u64) -> Kernel {
     let rt = RowTiles::new(dtype, size);
@@ -127,23 +127,17 @@ pub fn run(runner: &mut Runner, p: &GatherProblem<'_>) -> Result<GmTensor, OpErr
     let key = format!("{OP}/{dtype}/{size}");
     let kernel = compiled(OP, &key, || gather_kernel(dtype, size))?;
     let nb = p.block_table.len();
-    let mut args = vec![
-        Arg::Int(n as i64),
-        Arg::Int(t as i64),
-        Arg::Int(c as i64),
-        Arg::Int(nb as i64),
-        Arg::Int(p.block_size as i64),
-        Arg::Input(p.src.clone()),
-        Arg::Tensor(gm_i32(&[1, n], &p.indices)),
-        Arg::Tensor(gm_i32(&[1, nb], &p.block_table)),
-        Arg::Tensor(out),
+    let named = vec![
+        ("n", Arg::Int(n as i64)),
+        ("tokens", Arg::Int(t as i64)),
+        ("cols", Arg::Int(c as i64)),
+        ("table_len", Arg::Int(nb as i64)),
+        ("block_size", Arg::Int(p.block_size as i64)),
+        ("src", Arg::Input(p.src.clone())),
+        ("indices", Arg::Tensor(gm_i32(&[1, n], &p.indices))),
+        ("block_table", Arg::Tensor(gm_i32(&[1, nb], &p.block_table))),
+        ("out", Arg::Tensor(out)),
     ];
-    runner.launch(&kernel, block_dim_for(n), &mut args)?;
-    match args.pop() {
-        Some(Arg::Tensor(out)) => Ok(out),
-        _ => Err(OpError::Package {
-            op: OP,
-            why: "the launcher lost the output argument".into(),
-        }),
-    }
+    let mut args = runner.launch_named(&kernel, block_dim_for(n), named)?;
+    runner.take(&kernel, &mut args, "out")
 }

@@ -54,26 +54,30 @@ impl Rng {
 
     /// Uniform in `[lo, hi)`.
     pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
-        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
-        lo + (hi - lo) * u
+        self.0.uniform(lo, hi)
     }
 
     /// Uniform integer in `0..n`.
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
+        self.0.below(n as u64) as usize
     }
 
     /// `n` values uniform in `[lo, hi)`.
     pub fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-        (0..n).map(|_| self.uniform(lo, hi)).collect()
+        self.0.uniform_vec(n, lo, hi)
+    }
+
+    /// Shuffles `v` in place (Fisher-Yates).
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            v.swap(i, self.below(i + 1));
+        }
     }
 
     /// A random permutation of `0..n`.
     pub fn perm(&mut self, n: usize) -> Vec<usize> {
         let mut p: Vec<usize> = (0..n).collect();
-        for i in (1..n).rev() {
-            p.swap(i, self.below(i + 1));
-        }
+        self.shuffle(&mut p);
         p
     }
 }

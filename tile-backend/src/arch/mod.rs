@@ -3,24 +3,16 @@
 
 mod a2a3;
 mod ascend950;
+mod instructions;
 mod rates;
 mod vector_dtypes;
 
+pub use crate::ir::Target;
+pub use instructions::instruction;
 pub use rates::{Basis, Figure, Rates};
 
 use crate::ir::{DType, Layout, MemSpace, Op, OpFamily, Pipe, TileRef};
 use serde::{Deserialize, Serialize};
-use std::fmt;
-
-/// A machine a kernel can be written for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-pub enum Target {
-    /// Ascend 950 (A5, `dav-c310`).
-    #[default]
-    Ascend950,
-    /// Ascend 910B/910C (A2/A3, `dav-c220`).
-    A2A3,
-}
 
 /// A chip variant of a target, for rates (950PR vs 950DT bandwidth).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -32,15 +24,6 @@ pub enum Sku {
     Ascend950DT,
     /// A2/A3 (910B/910C).
     A2A3,
-}
-
-impl fmt::Display for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Target::Ascend950 => "Ascend 950",
-            Target::A2A3 => "Ascend A2/A3",
-        })
-    }
 }
 
 /// Which shapes a move rule covers, comparing destination and source (allocated) shapes.

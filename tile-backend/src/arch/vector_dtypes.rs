@@ -30,7 +30,7 @@ fn row(instruction: &str, dtypes: &[DType]) -> VectorDtypes {
 }
 
 /// Instruction -> element types on Ascend 950, one row per instruction the code generator emits
-/// for a vector op (`codegen::pto::instruction`). Sources, per row:
+/// for a vector op (`arch::instruction`). Sources, per row:
 ///
 /// | instruction | source |
 /// | --- | --- |

@@ -1,8 +1,27 @@
 //! Kernels: arguments, tile declarations, channels and the cube and vector programs.
 
 use super::{ChannelId, CoreKind, DType, Expr, Op, ParamId, TileDecl, TileId, VarId};
-use crate::arch::Target;
 use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A machine a kernel can be written for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum Target {
+    /// Ascend 950 (A5, `dav-c310`).
+    #[default]
+    Ascend950,
+    /// Ascend 910B/910C (A2/A3, `dav-c220`).
+    A2A3,
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Target::Ascend950 => "Ascend 950",
+            Target::A2A3 => "Ascend A2/A3",
+        })
+    }
+}
 
 /// The values a tensor's elements (or a scalar) take, for generating valid inputs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,5 +1,7 @@
 //! The tile IR: typed tiles, GM views, scalar expressions, operations, structured control flow
 //! and per-core sections. Kernels are plain data (serde) built by [`crate::dsl::KernelBuilder`].
+//! The IR depends on no other module of the crate: the machine model (`arch`), the simulator and
+//! the code generator read it, never the reverse.
 
 mod dtype;
 mod expr;
@@ -11,7 +13,9 @@ mod tile;
 
 pub use dtype::DType;
 pub use expr::{BinOp, EvalError, Expr, ExprEnv, NoEnv, ParamId, VarId};
-pub use kernel::{walk_ops, Channel, Kernel, OpLoc, Param, ParamKind, Stmt, ValueRange, VarDecl};
+pub use kernel::{
+    walk_ops, Channel, Kernel, OpLoc, Param, ParamKind, Stmt, Target, ValueRange, VarDecl,
+};
 pub use layout::{c0, Fractal, Layout, C0_BYTES};
 pub use op::{
     AccToVecMode, Axis, BinaryOp, ChannelId, Op, OpFamily, Phase, Pipe, QuantWord, ReduceOp,

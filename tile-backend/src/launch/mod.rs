@@ -1,7 +1,13 @@
-//! The launch ABI: the host tensors a kernel is launched with ([`GmTensor`] owned,
-//! [`GmInput`] borrowed read-only, [`GmInOut`] borrowed read-write) and its arguments
-//! ([`Arg`]), shared by the simulator (`crate::sim`), the package writer and the ops. Nothing
-//! here depends on how a launch is carried out.
+//! The launch ABI and the launch itself: the host tensors a kernel is launched with
+//! ([`GmTensor`] owned, [`GmInput`] borrowed read-only, [`GmInOut`] borrowed read-write) and its
+//! arguments ([`Arg`], bound to the kernel's parameters by name with [`bind`] and read back
+//! with [`take_tensor`]), shared by the simulator (`crate::sim`), the package writer and the
+//! ops; and [`run`], the one fork between simulating a kernel (plainly or profiled) and writing
+//! its Ascend 950 package ([`LaunchTarget`]).
+
+mod target;
+
+pub use target::{run, LaunchError, LaunchTarget, Launched};
 
 use crate::ir::DType;
 use crate::sim::numeric;
@@ -289,6 +295,24 @@ pub fn param_index(kernel: &crate::ir::Kernel, name: &str) -> Option<usize> {
     kernel.params.iter().position(|p| p.name == name)
 }
 
+/// Takes the owned tensor bound to `kernel`'s parameter `name` out of `args` (in parameter
+/// order, as [`bind`] made them) after a launch, leaving a scalar in its place; `None` when no
+/// such parameter exists or its argument is not an owned tensor ([`Arg::Tensor`]).
+pub fn take_tensor(
+    kernel: &crate::ir::Kernel,
+    args: &mut [Arg<'_>],
+    name: &str,
+) -> Option<GmTensor> {
+    let slot = param_index(kernel, name).and_then(|i| args.get_mut(i))?;
+    match std::mem::replace(slot, Arg::Int(0)) {
+        Arg::Tensor(t) => Some(t),
+        other => {
+            *slot = other;
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,6 +334,19 @@ mod tests {
         assert_eq!(args, vec![Arg::Int(3), Arg::Tensor(x)]);
         assert_eq!(param_index(&k, "x"), Some(1));
         assert_eq!(param_index(&k, "y"), None);
+    }
+
+    #[test]
+    fn take_tensor_takes_an_owned_tensor_by_name_only() {
+        let k = kernel();
+        let x = GmTensor::zeros(DType::F32, &[3]);
+        let mut args =
+            bind(&k, vec![("x", Arg::Tensor(x.clone())), ("n", Arg::Int(3))]).expect("binds");
+        assert_eq!(take_tensor(&k, &mut args, "n"), None);
+        assert_eq!(args[0], Arg::Int(3), "a scalar stays in place");
+        assert_eq!(take_tensor(&k, &mut args, "y"), None);
+        assert_eq!(take_tensor(&k, &mut args, "x"), Some(x));
+        assert_eq!(take_tensor(&k, &mut args, "x"), None, "taken once");
     }
 
     #[test]

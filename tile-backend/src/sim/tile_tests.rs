@@ -40,20 +40,21 @@ const SENTINEL: u32 = 0x7fc0_dead;
 /// A region: origin `(r0, c0)` and size `(rows, cols)`.
 type Region = ((usize, usize), (usize, usize));
 
-/// SplitMix64: a small seeded generator for buffer contents and sweep regions.
-struct Rng(u64);
+/// The simulator's generator ([`crate::sim::io::Rng`]) with the draws of these tests: buffer
+/// contents and sweep regions.
+struct Rng(crate::sim::io::Rng);
 
 impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(crate::sim::io::Rng::new(seed))
+    }
+
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        self.0.below(n as u64) as usize
     }
 
     fn bytes(&mut self, n: usize) -> Vec<u8> {
@@ -360,7 +361,7 @@ fn walks_case(
 ) -> Result<(), String> {
     let loc = loc_at(ty, addr);
     let len = addr + ty.bytes() as usize + tail;
-    let buf = Rng(seed).bytes(len);
+    let buf = Rng::new(seed).bytes(len);
     let (at, size) = region;
     let ctx = |e: String| format!("{}, region {size:?} at {at:?}: {e}", describe(&loc));
     let mut runs = vec![];
@@ -384,7 +385,7 @@ fn dense_case(
 ) -> Result<(), String> {
     let loc = loc_at(ty, addr);
     let len = addr + ty.bytes() as usize + tail;
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let buf = rng.bytes(len);
     let (at, size) = region;
     let n = size.0 * size.1;
@@ -462,7 +463,7 @@ fn copy_case(
     seed: u64,
 ) -> Result<(), String> {
     let (s, d) = (loc_at(s_ty, s_addr), loc_at(d_ty, d_addr));
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let (s_tail, d_tail) = (rng.below(40), rng.below(40));
     let src = rng.bytes(s_addr + s_ty.bytes() as usize + s_tail);
     let dst = rng.bytes(d_addr + d_ty.bytes() as usize + d_tail);
@@ -606,7 +607,7 @@ fn checkers_reject_the_wrong_layout() {
     let region = ((3, 5), (20, 20));
     let (at, size) = region;
     let len = 8 + nz.bytes() as usize + 8;
-    let buf = Rng(7).bytes(len);
+    let buf = Rng::new(7).bytes(len);
 
     let mut runs = vec![];
     for_each_run(&ld, len, at, size, |r| runs.push(r)).unwrap();
@@ -630,7 +631,7 @@ fn checkers_reject_the_wrong_layout() {
     // The wrong order fails too.
     assert!(check_decode(&buf, &ld, region, Order::ColMajor, &out).is_err());
 
-    let vals = Rng(8).vals(400);
+    let vals = Rng::new(8).vals(400);
     let mut got = buf.clone();
     assert!(encode_dense(&mut got, &ld, at, size, Order::RowMajor, &vals).unwrap());
     let want_z = encode_reference(&buf, &lz, region, Order::RowMajor, &vals);
@@ -638,7 +639,7 @@ fn checkers_reject_the_wrong_layout() {
     assert!(same_bytes(&got, &want_z, &lz, region).is_err());
     assert!(same_bytes(&got, &want_d, &ld, region).is_ok());
 
-    let src = Rng(9).bytes(len);
+    let src = Rng::new(9).bytes(len);
     let mut got = buf.clone();
     copy_between(&src, &lz, (1, 2), &mut got, &ld, at, size).unwrap();
     let want_z = copy_reference(&src, &lz, (1, 2), &buf, &lz, at, size);
@@ -668,7 +669,7 @@ fn bad_regions_are_errors() {
 
 #[test]
 fn walks_match_formula_sweep() {
-    let mut rng = Rng(0x5eed_0001);
+    let mut rng = Rng::new(0x5eed_0001);
     for &layout in &LAYOUTS {
         for &dtype in &DTYPES {
             for &space in &SPACES {
@@ -691,7 +692,7 @@ fn walks_match_formula_sweep() {
 
 #[test]
 fn dense_match_formula_sweep() {
-    let mut rng = Rng(0x5eed_0002);
+    let mut rng = Rng::new(0x5eed_0002);
     for &layout in &LAYOUTS {
         for &dtype in &DTYPES {
             for &space in &SPACES {
@@ -714,7 +715,7 @@ fn dense_match_formula_sweep() {
 
 #[test]
 fn copy_matches_formula_sweep() {
-    let mut rng = Rng(0x5eed_0003);
+    let mut rng = Rng::new(0x5eed_0003);
     // Source and destination spaces: same boxes, and Acc's 16 x 16 boxes against 16 x C0.
     let space_pairs = [
         (MemSpace::Vec, MemSpace::Vec),
@@ -866,7 +867,7 @@ proptest! {
 /// (AVX where the CPU has it, element by element otherwise), NaN payloads included.
 #[test]
 fn a_zn_box_becomes_the_same_panel_rows_on_every_path() {
-    let mut rng = Rng(0x5eed_0006);
+    let mut rng = Rng::new(0x5eed_0006);
     for _ in 0..16 {
         let bx: [f32; 128] = std::array::from_fn(|_| f32::from_bits(rng.next() as u32));
         let mut portable = [0f32; 128];
@@ -887,7 +888,7 @@ fn a_zn_box_becomes_the_same_panel_rows_on_every_path() {
 /// writes nothing past the panels.
 #[test]
 fn panels_match_formula_sweep() {
-    let mut rng = Rng(0x5eed_0005);
+    let mut rng = Rng::new(0x5eed_0005);
     for &layout in &LAYOUTS {
         for &space in &SPACES {
             for (nr, nc) in [(1, 2), (3, 4), (2, 6)] {

@@ -3,7 +3,7 @@
 //! layouts PTO's TROW*/TCOL* accept and pad correctly; fillpad and set_validshape are meaningful.
 
 use super::{static_dim, Ctx, Rule};
-use crate::codegen::pto::instruction;
+use crate::arch::instruction;
 use crate::ir::{
     Axis, BinaryOp, DType, Layout, MemSpace, Op, PadValue, ReduceOp, TileDecl, TileRef, UnaryOp,
     ValidDim,

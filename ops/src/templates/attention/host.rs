@@ -6,8 +6,8 @@ use super::merge::attn_merge;
 use super::plan::{plan, AttnCfg, AttnPlan, SplitPlan};
 use crate::error::OpError;
 use crate::runtime::{compiled, Runner};
-use tile_backend::ir::{DType, Kernel};
-use tile_backend::launch::{self, Arg, GmInput, GmTensor};
+use tile_backend::ir::DType;
+use tile_backend::launch::{Arg, GmInput, GmTensor};
 
 /// Host-side inputs of one attention call, already in kernel form.
 pub(crate) struct AttnInputs<'a> {
@@ -33,35 +33,6 @@ pub(crate) struct AttnInputs<'a> {
     pub scale: f32,
     /// Per-head sink (`[heads]`).
     pub sink: Option<&'a [f32]>,
-}
-
-/// `kernel`'s arguments in parameter order from `named` (see [`tile_backend::launch::bind`]).
-fn bind<'a>(
-    op: &'static str,
-    kernel: &Kernel,
-    named: Vec<(&str, Arg<'a>)>,
-) -> Result<Vec<Arg<'a>>, OpError> {
-    launch::bind(kernel, named).map_err(|e| OpError::Package {
-        op,
-        why: e.to_string(),
-    })
-}
-
-/// Takes the tensor bound to `kernel`'s parameter `name` out of `args` after a launch.
-fn take(
-    op: &'static str,
-    kernel: &Kernel,
-    args: &mut [Arg<'_>],
-    name: &str,
-) -> Result<GmTensor, OpError> {
-    let slot = launch::param_index(kernel, name).and_then(|i| args.get_mut(i));
-    match slot.map(|a| std::mem::replace(a, Arg::Int(0))) {
-        Some(Arg::Tensor(t)) => Ok(t),
-        _ => Err(OpError::Package {
-            op,
-            why: format!("kernel argument `{name}` is not a tensor"),
-        }),
-    }
 }
 
 /// Runs the split kernel and the merge kernel: returns `out [batch*heads, v_dim]` (data dtype)
@@ -132,10 +103,9 @@ pub(crate) fn run_attention(
     if let Some(v) = inp.v {
         named.push(("v", Arg::Input(v)));
     }
-    let mut args = bind(op, &kernel, named)?;
-    runner.launch(&kernel, blocks as usize, &mut args)?;
-    let mut lse_ws = take(op, &kernel, &mut args, "lse_ws")?;
-    let o_ws = take(op, &kernel, &mut args, "o_ws")?;
+    let mut args = runner.launch_named(&kernel, blocks as usize, named)?;
+    let mut lse_ws = runner.take(&kernel, &mut args, "lse_ws")?;
+    let o_ws = runner.take(&kernel, &mut args, "o_ws")?;
     drop(args);
     let heads = cfg.heads as usize;
     let has_token = |g: usize| inp.counts[g / heads] > 0;
@@ -176,11 +146,10 @@ pub(crate) fn run_attention(
             Arg::Tensor(GmTensor::from_f32(DType::F32, &[rows], &per_row)),
         ));
     }
-    let mut margs = bind(op, &merge, named)?;
-    runner.launch(&merge, merge_blocks, &mut margs)?;
-    let lse = take(op, &merge, &mut margs, "lse")?;
-    let out = take(op, &merge, &mut margs, "out")?;
-    if let Ok(o_ws) = take(op, &merge, &mut margs, "o_ws") {
+    let mut margs = runner.launch_named(&merge, merge_blocks, named)?;
+    let lse = runner.take(&merge, &mut margs, "lse")?;
+    let out = runner.take(&merge, &mut margs, "out")?;
+    if let Ok(o_ws) = runner.take(&merge, &mut margs, "o_ws") {
         workspace::keep(o_ws.data);
     }
     Ok((out, lse))

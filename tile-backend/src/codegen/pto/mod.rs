@@ -11,7 +11,8 @@
 //! - an `extern "C" __global__ AICORE` entry with a cube section (`__DAV_CUBE__`) and a vector
 //!   section (`__DAV_VEC__`), each declaring the tiles it touches once, with `TASSIGN` at the
 //!   planned addresses (`TRESHAPE` for reinterpret aliases);
-//! - the statements: every op as its PTO instruction ([`instruction`] is the table), loops, ifs,
+//! - the statements: every op as its PTO instruction (the machine model's table,
+//!   [`crate::arch::instruction`]), loops, ifs,
 //!   lets and scalar GM reads as C++, syncs as `set_flag` / `wait_flag` / `pipe_barrier` /
 //!   `set_intra_block` / `wait_intra_block`.
 //!
@@ -29,14 +30,16 @@ mod vector;
 
 use crate::arch::{Arch, Target};
 use crate::ir::{
-    walk_ops, Axis, BinaryOp, CoreKind, Kernel, MemSpace, Op, OpFamily, ReduceOp, Scale, Stmt,
-    Storage, TileId, TileRef, UnaryOp,
+    walk_ops, CoreKind, Kernel, MemSpace, Op, OpFamily, Stmt, Storage, TileId, TileRef,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
+/// The instruction table lives with the machine model; re-exported here for readers of emitted
+/// packages.
+pub use crate::arch::instruction;
 pub use types::{ctype, tile_type_spelling};
 
 /// How a kernel is launched.
@@ -187,105 +190,6 @@ pub fn emit(kernel: &Kernel, arch: &Arch, launch: &LaunchSpec) -> Result<Package
         launcher_cpp,
         manifest,
     })
-}
-
-/// The PTO instruction (or intrinsic) an op is emitted as. Channel ops never reach the emitter
-/// (the sync pass lowers them); their entry names the intrinsic they become.
-pub fn instruction(kernel: &Kernel, op: &Op) -> &'static str {
-    let space = |r: &TileRef| kernel.try_tile(r.tile).map(|d| d.ty.space);
-    match op {
-        Op::Load { .. } => "TLOAD",
-        Op::Store { scale, src, .. } => match (space(src), scale) {
-            (Some(MemSpace::Acc), Some(Scale::Tile(_))) => "TSTORE_FP",
-            _ => "TSTORE",
-        },
-        Op::Move {
-            dst,
-            src,
-            offset,
-            acc_to_vec,
-            scale,
-            ..
-        } => moves::instruction_name(kernel, dst, src, offset.is_some(), acc_to_vec.is_some(), {
-            matches!(scale, Some(Scale::Tile(_)))
-        }),
-        Op::Matmul {
-            bias, accumulate, ..
-        } => match (bias.is_some(), accumulate) {
-            (true, _) => "TMATMUL_BIAS",
-            (false, true) => "TMATMUL_ACC",
-            (false, false) => "TMATMUL",
-        },
-        Op::GatherInL1 { .. } => "TLOAD",
-        Op::Unary { op, .. } => match op {
-            UnaryOp::Exp => "TEXP",
-            UnaryOp::Ln => "TLOG",
-            UnaryOp::Abs => "TABS",
-            UnaryOp::Neg => "TNEG",
-            UnaryOp::Sqrt => "TSQRT",
-            UnaryOp::Rsqrt => "TRSQRT",
-            UnaryOp::Recip => "TRECIP",
-            UnaryOp::Relu => "TRELU",
-        },
-        Op::Binary { op, .. } => match op {
-            BinaryOp::Add => "TADD",
-            BinaryOp::Sub => "TSUB",
-            BinaryOp::Mul => "TMUL",
-            BinaryOp::Div => "TDIV",
-            BinaryOp::Max => "TMAX",
-            BinaryOp::Min => "TMIN",
-        },
-        Op::BinaryScalar { op, .. } => match op {
-            BinaryOp::Add => "TADDS",
-            BinaryOp::Sub => "TSUBS",
-            BinaryOp::Mul => "TMULS",
-            BinaryOp::Div => "TDIVS",
-            BinaryOp::Max => "TMAXS",
-            BinaryOp::Min => "TMINS",
-        },
-        Op::Reduce { op, axis, .. } => match (axis, op) {
-            (Axis::Row, ReduceOp::Sum) => "TROWSUM",
-            (Axis::Row, ReduceOp::Max) => "TROWMAX",
-            (Axis::Row, ReduceOp::Min) => "TROWMIN",
-            (Axis::Col, ReduceOp::Sum) => "TCOLSUM",
-            (Axis::Col, ReduceOp::Max) => "TCOLMAX",
-            (Axis::Col, ReduceOp::Min) => "TCOLMIN",
-        },
-        Op::Broadcast { op, axis, .. } => match (axis, op) {
-            (Axis::Row, BinaryOp::Add) => "TROWEXPANDADD",
-            (Axis::Row, BinaryOp::Sub) => "TROWEXPANDSUB",
-            (Axis::Row, BinaryOp::Mul) => "TROWEXPANDMUL",
-            (Axis::Row, BinaryOp::Div) => "TROWEXPANDDIV",
-            (Axis::Row, BinaryOp::Max) => "TROWEXPANDMAX",
-            (Axis::Row, BinaryOp::Min) => "TROWEXPANDMIN",
-            (Axis::Col, BinaryOp::Add) => "TCOLEXPANDADD",
-            (Axis::Col, BinaryOp::Sub) => "TCOLEXPANDSUB",
-            (Axis::Col, BinaryOp::Mul) => "TCOLEXPANDMUL",
-            (Axis::Col, BinaryOp::Div) => "TCOLEXPANDDIV",
-            (Axis::Col, BinaryOp::Max) => "TCOLEXPANDMAX",
-            (Axis::Col, BinaryOp::Min) => "TCOLEXPANDMIN",
-        },
-        Op::Expand { axis, .. } => match axis {
-            Axis::Row => "TROWEXPAND",
-            Axis::Col => "TCOLEXPAND",
-        },
-        Op::Cast { .. } => "TCVT",
-        Op::Fill { .. } => "TEXPANDS",
-        Op::SetValidShape { .. } => "SetValidShape",
-        Op::FillPad { tile } => match space(tile) {
-            Some(MemSpace::Vec) => "TFILLPAD_INPLACE",
-            _ => "TFILLPAD",
-        },
-        Op::ReadScalar { .. } => "GM scalar read",
-        Op::WriteScalar { .. } => "GM scalar write",
-        Op::SetFlag { .. } => "set_flag",
-        Op::WaitFlag { .. } => "wait_flag",
-        Op::Barrier { .. } => "pipe_barrier",
-        Op::SetCrossFlag { .. } => "set_intra_block",
-        Op::WaitCrossFlag { .. } => "wait_intra_block",
-        Op::ChannelAcquire { .. } | Op::ChannelPop { .. } => "wait_intra_block",
-        Op::ChannelPush { .. } | Op::ChannelRelease { .. } => "set_intra_block",
-    }
 }
 
 /// Rejects kernels that did not go through `passes::compile`, or for another target.

@@ -4,7 +4,8 @@
 //! Scaling tile (`TMOV_FP` / `TEXTRACT_FP` / `TINSERT_FP`).
 
 use super::{CodegenError, Emitter, Helper};
-use crate::ir::{AccToVecMode, DType, Kernel, MemSpace, Op, ParamKind, Phase, Scale, TileRef};
+use crate::arch::instruction;
+use crate::ir::{AccToVecMode, DType, MemSpace, Op, ParamKind, Phase, Scale};
 
 /// `STPhase::Partial` / `STPhase::Final`.
 pub(super) fn phase_name(p: Phase) -> &'static str {
@@ -51,33 +52,6 @@ pub(super) fn scale_word(e: &mut Emitter<'_>, s: &Scale) -> Result<String, Codeg
     }
 }
 
-/// Whether a move with an offset is an extract (source at least as large as the destination).
-fn is_extract(kernel: &Kernel, dst: &TileRef, src: &TileRef) -> bool {
-    match (kernel.try_tile(dst.tile), kernel.try_tile(src.tile)) {
-        (Some(d), Some(s)) => s.ty.rows >= d.ty.rows && s.ty.cols >= d.ty.cols,
-        _ => true,
-    }
-}
-
-/// The instruction name of a move (for [`super::instruction`]).
-pub(super) fn instruction_name(
-    kernel: &Kernel,
-    dst: &TileRef,
-    src: &TileRef,
-    offset: bool,
-    mode: bool,
-    fp: bool,
-) -> &'static str {
-    match (offset, is_extract(kernel, dst, src), fp && !mode) {
-        (false, _, false) => "TMOV",
-        (false, _, true) => "TMOV_FP",
-        (true, true, false) => "TEXTRACT",
-        (true, true, true) => "TEXTRACT_FP",
-        (true, false, false) => "TINSERT",
-        (true, false, true) => "TINSERT_FP",
-    }
-}
-
 pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
     let Op::Move {
         dst,
@@ -110,14 +84,7 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
     } else {
         String::new()
     };
-    let name = instruction_name(
-        e.k,
-        dst,
-        src,
-        offset.is_some(),
-        acc_to_vec.is_some(),
-        matches!(scale, Some(Scale::Tile(_))),
-    );
+    let name = instruction(e.k, op);
     if !fixpipe {
         let line = match off {
             None => format!("{name}({d}, {s});"),

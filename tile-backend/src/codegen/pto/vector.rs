@@ -1,7 +1,8 @@
 //! Vector-unit ops (element-wise, scalar forms, row/column reductions and broadcasts, casts,
 //! fills), `set_validshape` and `fillpad`.
 
-use super::{instruction, CodegenError, Emitter};
+use super::{CodegenError, Emitter};
+use crate::arch::instruction;
 use crate::ir::{DType, MemSpace, Op, PadValue, ParamKind, RoundMode, ScalarArg, TileRef};
 
 fn round_name(r: RoundMode) -> &'static str {
