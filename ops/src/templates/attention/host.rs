@@ -36,7 +36,7 @@ pub(crate) struct AttnInputs<'a> {
 }
 
 /// `kernel`'s arguments in parameter order from `named` (see [`tile_backend::launch::bind`]).
-fn bind<'a>(
+pub(super) fn bind<'a>(
     op: &'static str,
     kernel: &Kernel,
     named: Vec<(&str, Arg<'a>)>,
@@ -48,7 +48,7 @@ fn bind<'a>(
 }
 
 /// Takes the tensor bound to `kernel`'s parameter `name` out of `args` after a launch.
-fn take(
+pub(super) fn take(
     op: &'static str,
     kernel: &Kernel,
     args: &mut [Arg<'_>],

@@ -73,6 +73,10 @@
 //! ```
 
 mod cube;
+mod dn;
+mod dn_cube;
+mod dn_host;
+mod dn_vector;
 mod host;
 mod merge;
 mod plan;
@@ -80,6 +84,10 @@ mod plan;
 mod tests;
 mod vector;
 
+pub(crate) use dn::{flash_dn, FlashCfg};
+pub(crate) use dn_host::{
+    descriptors as flash_descriptors, run_flash, FlashInputs, FlashProblem, DESC_COUNT,
+};
 pub(crate) use host::{recycle_result, run_attention, AttnInputs};
 pub(crate) use merge::attn_merge;
 #[cfg(test)]
