@@ -232,6 +232,41 @@ for_each_backend!(
 );
 for_each_backend!(empty_lengths);
 
+/// The Ascend950 backend writes the DN-mode kernel's package (syntax-checked against the PTO
+/// declaration header by `expect_package`); its listing moves S^T with DualModeSplitN and P V
+/// with DualModeSplitM, and each AIV's softmax runs column reductions over its half.
+#[test]
+fn ascend950_writes_the_dn_mode_package() {
+    let mut rng = Rng::new(600);
+    for (dtype, causal) in [(DType::BF16, true), (DType::F32, false)] {
+        let (q, _) = rand_data(&mut rng, &[1, 4, 40, 64], dtype);
+        let (k, _) = rand_data(&mut rng, &[1, 2, 150, 64], dtype);
+        let (v, _) = rand_data(&mut rng, &[1, 2, 150, 32], dtype);
+        let p = FlashAttentionParams::new(0.125, causal);
+        expect_package(|| flash_attention(&q, &k, &v, &p, Some(Backend::Ascend950)).map(|_| ()));
+        let (r, launches) =
+            tileops_ops::profile(|| flash_attention(&q, &k, &v, &p, Some(Backend::Ascend950)));
+        assert!(r.is_err());
+        let cpp: String = launches
+            .iter()
+            .flat_map(|l| &l.files)
+            .filter(|f| f.extension().is_some_and(|e| e == "cpp"))
+            .map(|f| std::fs::read_to_string(f).expect("the package's source is readable"))
+            .collect();
+        for needle in [
+            "AccToVecMode::DualModeSplitN",
+            "AccToVecMode::DualModeSplitM",
+            "TCOLMAX",
+            "TCOLSUM",
+        ] {
+            assert!(
+                cpp.contains(needle),
+                "{dtype:?}: the listing lacks {needle}"
+            );
+        }
+    }
+}
+
 fn varlen_matches_per_sequence_dense(backend: Backend) {
     let mut rng = Rng::new(300);
     let (h, hkv, d, dv) = (4, 2, 64, 48);

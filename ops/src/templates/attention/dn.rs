@@ -14,7 +14,7 @@
 //! `[total, H, D]` form. With `H = ts / 2` queries per vector core:
 //!
 //! ```text
-//! cube  MTE2  Q^T: DN view of the tile's queries -> qt_l1 Mat ZN [dp, ts] (zero padded)
+//! cube  MTE2  Q rows -> q_l1 Mat NZ [ts, dp] (zero padded), seen as qt_l1 ZN [dp, ts] = Q^T
 //!       per KV tile t (keys j0 = t*tkv .., nv of them; slot s = t % 2):
 //!       MTE2  K rows -> k_l1[s] Mat NZ [tkv, dp]; V rows -> v_l1[s] Mat NZ [tkv, vp] (zero pad)
 //!       per D slice j: MTE1 k_l1[s][:, j ks..] -> k_l0 Left NZ [tkv, ks];
@@ -186,6 +186,7 @@ pub(super) struct FlashKernel<'a> {
     pub mask: ParamId,
     pub out: ParamId,
     pub lse: ParamId,
+    pub q_l1: TileId,
     pub qt_l1: TileId,
     pub k_l1: TileId,
     pub v_l1: TileId,
@@ -272,9 +273,19 @@ pub(crate) fn flash_dn(cfg: &FlashCfg) -> Kernel {
     let ty = TileType::new;
     let f32_data = dt == DType::F32;
     // Cube tiles.
-    let qt_l1 = kb.tile(
+    // Q rows in NZ (TFILLPAD on Mat takes NZ only); the same bytes seen as ZN [dp, ts] are Q^T.
+    let q_l1 = kb.tile(
+        "q_l1",
+        ty(Mat, dt, ts, dp, NZ).dynamic().pad(PadValue::Zero),
+    );
+    let qt_l1 = kb.reinterpret(
         "qt_l1",
-        ty(Mat, dt, dp, ts, ZN).dynamic().pad(PadValue::Zero),
+        q_l1,
+        Reinterpret {
+            dtype: None,
+            shape: Some((dp, ts)),
+            layout: Some(ZN),
+        },
     );
     let k_l1 = kb.tile_group(
         "k_l1",
@@ -357,6 +368,7 @@ pub(crate) fn flash_dn(cfg: &FlashCfg) -> Kernel {
         mask,
         out,
         lse,
+        q_l1,
         qt_l1,
         k_l1,
         v_l1,

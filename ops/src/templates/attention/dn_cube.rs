@@ -21,10 +21,10 @@ pub(super) fn body(c: &mut Body<'_>, k: &FlashKernel<'_>) {
     let nq = k.field(c, Desc::Nq);
     let kv_end = k.field(c, Desc::KvEnd);
     let iters = c.let_("iters", kv_end.clone().ceil_div(tkv as i64));
-    // Q^T: the tile's queries seen column-major (query c's dim r at q_off + c q_rs + r).
-    c.set_validshape(k.qt_l1, d, nq.clone());
-    c.load(k.qt_l1, GmView::dn(k.q, q_off, d, nq, p(k.sp.q_rs)));
-    c.fillpad(k.qt_l1);
+    // Q rows in NZ, zero padded; the same bytes as ZN [dp, ts] are Q^T.
+    c.set_validshape(k.q_l1, nq.clone(), d);
+    c.load(k.q_l1, GmView::nd(k.q, q_off, nq, d, p(k.sp.q_rs)));
+    c.fillpad(k.q_l1);
     c.set_validshape(k.qt_l1, dp, ts);
     let mut step = |b: &mut Body<'_>, it: Expr, slot: u64| {
         let j0 = b.let_("j0", it * tkv);
