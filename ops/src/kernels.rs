@@ -455,7 +455,7 @@ pub fn flash_attention(shape: &FlashAttentionShape) -> Result<Vec<Launch>, OpErr
     };
     let cfg = flash_cfg("flash_attn", s.dtype, s.head_dim, s.v_dim, s.seq_q);
     let (problems, strides) = dense_problems(&dense);
-    let blocks = flash_descriptors(&problems, cfg.ts as usize, s.causal, strides).len()
+    let blocks = flash_descriptors(&problems, &cfg, s.causal, strides).len()
         / crate::templates::attention::DESC_COUNT;
     let rows = s.batch * s.heads * s.seq_q;
     Ok(vec![Launch {

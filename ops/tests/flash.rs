@@ -350,23 +350,32 @@ fn varlen_matches_per_sequence_dense(backend: Backend) {
 
 for_each_backend!(simulated: varlen_matches_per_sequence_dense);
 
-#[test]
-fn qk_softmax_matches_the_model() {
+fn qk_softmax_matches_the_model(backend: Backend) {
     let mut rng = Rng::new(400);
-    let (m, n, d) = (19, 70, 128);
-    for dtype in [DType::F32, DType::BF16] {
+    for (dtype, (m, n, d)) in [
+        (DType::F32, (19, 70, 128)),
+        (DType::BF16, (19, 70, 128)),
+        (DType::F16, (1, 1, 64)),
+        (DType::F32, (150, 300, 192)),
+    ] {
         let (q, qv) = rand_data(&mut rng, &[m, d], dtype);
         let (k, kv) = rand_data(&mut rng, &[n, d], dtype);
-        let p = qk_softmax(&q, &k, 0.3, R).expect("qk_softmax");
-        assert_eq!((p.dims(), p.dtype()), (&[m, n][..], dtype));
-        // P is out of attention with V = I.
-        let eye: Vec<f32> = (0..n * n)
-            .map(|i| f32::from(u8::from(i / n == i % n)))
-            .collect();
-        let (want, _) = model_head(&qv, &kv, &eye, m, n, d, n, 0.3, false);
-        assert_close("qk_softmax", &values(&p), &want, out_tol(dtype));
+        let want = || {
+            // P is out of attention with V = I.
+            let eye: Vec<f32> = (0..n * n)
+                .map(|i| f32::from(u8::from(i / n == i % n)))
+                .collect();
+            vec![model_head(&qv, &kv, &eye, m, n, d, n, 0.3, false).0]
+        };
+        check_backend(backend, want, |bk| {
+            let p = qk_softmax(&q, &k, 0.3, Some(bk))?;
+            assert_eq!((p.dims(), p.dtype()), (&[m, n][..], dtype));
+            Ok(vec![Part::of("P", &p, out_tol(dtype))])
+        });
     }
 }
+
+for_each_backend!(qk_softmax_matches_the_model);
 
 // ----- bad inputs -----
 

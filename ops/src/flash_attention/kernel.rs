@@ -64,7 +64,7 @@ pub(crate) fn run_dense(
         FlashInputs {
             q,
             k,
-            v,
+            v: Some(v),
             strides,
             o_len: rows * p.dv,
             lse_len: rows,
@@ -112,7 +112,7 @@ pub(crate) fn run_varlen(
         FlashInputs {
             q,
             k,
-            v,
+            v: Some(v),
             strides: [h_n * d, hkv * d, hkv * p.dv, h_n * p.dv],
             o_len: p.total_q * h_n * p.dv,
             lse_len: p.total_q * h_n,
@@ -129,4 +129,65 @@ pub(crate) fn run_varlen(
         }
     }
     Ok((out, GmTensor::from_f32(DType::F32, &[tm.len()], &tm)))
+}
+
+/// Runs `qk_softmax` on `q [M, D]`, `k [N, D]`: the kernel's P-writing variant writes P^T
+/// `[N, M]` (each AIV's `[keys, queries]` tile as it lies in UB); returned transposed, `[M, N]`
+/// (q's dtype, flat).
+pub(crate) fn run_qk_softmax(
+    runner: &mut Runner,
+    op: &'static str,
+    q: GmInput<'_>,
+    k: GmInput<'_>,
+    scale: f32,
+) -> Result<GmTensor, OpError> {
+    let (m, d) = match q.shape[..] {
+        [m, d] => (m, d),
+        _ => return Err(OpError::invalid(op, "q", "must be [M, D]")),
+    };
+    let n = k.shape.first().copied().unwrap_or(0);
+    let mut cfg = flash_cfg("qk_softmax", q.dtype, d, 16, m);
+    cfg.write_p = true;
+    let dtype = q.dtype;
+    let problem = FlashProblem {
+        q_off: 0,
+        k_off: 0,
+        v_off: 0,
+        o_off: 0,
+        lse_off: 0,
+        sq: m,
+        skv: n,
+    };
+    let (pt, _lse) = run_flash(
+        runner,
+        op,
+        &cfg,
+        FlashInputs {
+            q,
+            k,
+            v: None,
+            strides: [d, d, 0, m],
+            o_len: n * m,
+            lse_len: m,
+            problems: vec![problem],
+            scale,
+            causal: false,
+        },
+    )?;
+    if !runner.executes() {
+        return Ok(pt);
+    }
+    let es = dtype.size_bytes() as usize;
+    let mut p = vec![0u8; pt.data.len()];
+    for j in 0..n {
+        for i in 0..m {
+            let (src, dst) = ((j * m + i) * es, (i * n + j) * es);
+            p[dst..dst + es].copy_from_slice(&pt.data[src..src + es]);
+        }
+    }
+    Ok(GmTensor {
+        dtype,
+        shape: vec![m * n],
+        data: p,
+    })
 }

@@ -146,15 +146,58 @@ pub fn qk_softmax(
     bridge::check_scale(QK, scale)?;
     match backend {
         Backend::Reference => reference::qk_softmax(q, k, scale),
-        other => Err(no_kernel(QK, other)),
+        Backend::TileSim | Backend::Ascend950 => {
+            let op = QkOp {
+                scale,
+                backend,
+                bridge: Bridge::new(QK),
+            };
+            let r = q.contiguous()?.apply_op2_no_bwd(&k.contiguous()?, &op);
+            Ok(op.bridge.finish(r)?.0)
+        }
     }
 }
 
-/// The error of a kernel backend before the qk_softmax kernel exists.
-fn no_kernel(op: &'static str, backend: Backend) -> OpError {
-    OpError::Package {
-        op,
-        why: format!("the {backend} backend has no kernel for this op yet: use Backend::Reference"),
+/// The candle op running `qk_softmax`'s kernel (the P-writing variant of the flash kernel).
+struct QkOp {
+    scale: f32,
+    backend: Backend,
+    bridge: Bridge,
+}
+
+impl QkOp {
+    fn forward(
+        &self,
+        qs: &CpuStorage,
+        ql: &Layout,
+        ks: &CpuStorage,
+        kl: &Layout,
+    ) -> Result<((CpuStorage, Shape), ()), OpError> {
+        let q = bridge::gm_input(QK, "q", qs, ql)?;
+        let k = bridge::gm_input(QK, "k", ks, kl)?;
+        let shape = vec![q.shape[0], k.shape[0]];
+        let mut runner = bridge::runner(QK, self.backend);
+        let p = kernel::run_qk_softmax(&mut runner, QK, q, k, self.scale)?;
+        runner.finish()?;
+        bridge::expect_shape(QK, &p.shape, &[shape[0] * shape[1]], "P")?;
+        let storage = self.bridge.storage(p)?;
+        Ok(((storage, Shape::from(shape)), ()))
+    }
+}
+
+impl candle_core::CustomOp2 for QkOp {
+    fn name(&self) -> &'static str {
+        QK
+    }
+
+    fn cpu_fwd(
+        &self,
+        qs: &CpuStorage,
+        ql: &Layout,
+        ks: &CpuStorage,
+        kl: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.bridge.forward(|| self.forward(qs, ql, ks, kl))
     }
 }
 

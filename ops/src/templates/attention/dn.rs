@@ -73,6 +73,9 @@ pub(crate) struct FlashCfg {
     pub ks: u64,
     /// Dv slice of P V.
     pub ns: u64,
+    /// The `qk_softmax` variant: no V; two passes over the keys (the statistics, then P),
+    /// writing P^T (`[N, M]`, keys by queries: each AIV's tile as it lies in UB) to `out`.
+    pub write_p: bool,
 }
 
 /// L1 bytes the kernel plans within (of 512 KiB).
@@ -117,6 +120,7 @@ impl FlashCfg {
             tkv,
             ks,
             ns,
+            write_p: false,
         }
     }
 
@@ -181,7 +185,7 @@ pub(super) struct FlashKernel<'a> {
     pub sp: FlashParams,
     pub q: ParamId,
     pub k: ParamId,
-    pub v: ParamId,
+    pub v: Option<ParamId>,
     pub desc: ParamId,
     pub mask: ParamId,
     pub out: ParamId,
@@ -189,7 +193,7 @@ pub(super) struct FlashKernel<'a> {
     pub q_l1: TileId,
     pub qt_l1: TileId,
     pub k_l1: TileId,
-    pub v_l1: TileId,
+    pub v_l1: Option<TileId>,
     pub p_l1: TileId,
     pub pt_l1: TileId,
     pub k_l0: TileId,
@@ -236,8 +240,9 @@ impl FlashKernel<'_> {
 /// The DN-mode flash kernel (see the module docs). Arguments, in order: scalars `blocks`,
 /// `q_len`, `k_len`, `v_len`, `o_len`, `lse_len` (elements), `q_rs`, `k_rs`, `v_rs`, `o_rs`
 /// (row strides, elements) (i32) and `scale` (f32); then `q [q_len]`, `k [k_len]`, `v
-/// [v_len]` (dtype), `desc [blocks, Desc::COUNT]` i32, `mask [mask_rows, ts / 2]` f32, outputs
-/// `out [o_len]` (dtype) and `lse [lse_len]` f32. Launch `blocks` blocks.
+/// [v_len]` (dtype; not in the `write_p` variant), `desc [blocks, Desc::COUNT]` i32, `mask
+/// [mask_rows, ts / 2]` f32, outputs `out [o_len]` (dtype: O rows, or P^T for `write_p`) and
+/// `lse [lse_len]` f32. Launch `blocks` blocks.
 pub(crate) fn flash_dn(cfg: &FlashCfg) -> Kernel {
     let dt = cfg.dtype;
     let (ts, tkv, ks, ns) = (cfg.ts, cfg.tkv, cfg.ks, cfg.ns);
@@ -262,7 +267,7 @@ pub(crate) fn flash_dn(cfg: &FlashCfg) -> Kernel {
     let p = |id: ParamId| Expr::Param(id);
     let q = kb.input("q", dt, [p(sp.q_len)]);
     let k = kb.input("k", dt, [p(sp.k_len)]);
-    let v = kb.input("v", dt, [p(sp.v_len)]);
+    let v = (!cfg.write_p).then(|| kb.input("v", dt, [p(sp.v_len)]));
     let desc = kb.input("desc", DType::I32, [p(sp.blocks), Desc::COUNT.into()]);
     let mask = kb.input("mask", DType::F32, [cfg.mask_rows(), h]);
     let out = kb.output("out", dt, [p(sp.o_len)]);
@@ -292,11 +297,13 @@ pub(crate) fn flash_dn(cfg: &FlashCfg) -> Kernel {
         ty(Mat, dt, tkv, dp, NZ).dynamic().pad(PadValue::Zero),
         2,
     );
-    let v_l1 = kb.tile_group(
-        "v_l1",
-        ty(Mat, dt, tkv, vp, NZ).dynamic().pad(PadValue::Zero),
-        2,
-    );
+    let v_l1 = (!cfg.write_p).then(|| {
+        kb.tile_group(
+            "v_l1",
+            ty(Mat, dt, tkv, vp, NZ).dynamic().pad(PadValue::Zero),
+            2,
+        )
+    });
     let p_l1 = kb.tile_group("p_l1", ty(Mat, dt, tkv, ts, NZ), 2);
     let pt_l1 = kb.reinterpret(
         "pt_l1",
@@ -319,7 +326,7 @@ pub(crate) fn flash_dn(cfg: &FlashCfg) -> Kernel {
         ty(Ub, DType::F32, tkv, h, ND).dynamic().pad(PadValue::Min),
     );
     let mask_ub = kb.tile("mask_ub", ty(Ub, DType::F32, tkv, h, ND));
-    let p_ub = (!f32_data).then(|| kb.tile("p_ub", ty(Ub, dt, tkv, h, ND)));
+    let p_ub = (!f32_data).then(|| kb.tile("p_ub", ty(Ub, dt, tkv, h, ND).dynamic()));
     let p_nz = kb.tile("p_nz", ty(Ub, dt, tkv, h, NZ));
     let pv_ub = kb.tile("pv_ub", ty(Ub, DType::F32, h, ns, ND).dynamic());
     let nns = vp / ns;

@@ -65,8 +65,8 @@ pub(crate) struct FlashInputs<'a> {
     pub q: GmInput<'a>,
     /// Keys, flat.
     pub k: GmInput<'a>,
-    /// Values, flat.
-    pub v: GmInput<'a>,
+    /// Values, flat (none for the `write_p` variant).
+    pub v: Option<GmInput<'a>>,
     /// Row strides (elements) of q, k, v and out.
     pub strides: [usize; 4],
     /// Elements of out.
@@ -84,15 +84,18 @@ pub(crate) struct FlashInputs<'a> {
 /// A diagonal past every key (no causal mask).
 const NO_MASK: i64 = i32::MAX as i64 / 2;
 
-/// The descriptor rows of `problems` for `ts`-query tiles; tiles whose queries see no key are
+/// The descriptor rows of `problems` for `cfg`'s query tiles; tiles whose queries see no key are
 /// left out (their output stays 0 and their lse +inf).
 pub(crate) fn descriptors(
     problems: &[FlashProblem],
-    ts: usize,
+    cfg: &FlashCfg,
     causal: bool,
     strides: [usize; 4],
 ) -> Vec<i64> {
     let [q_rs, _, _, o_rs] = strides;
+    let ts = cfg.ts as usize;
+    // Consecutive queries are rows of O, or columns of P^T.
+    let o_step = if cfg.write_p { 1 } else { o_rs };
     let mut rows = Vec::new();
     for p in problems {
         for i0 in (0..p.sq).step_by(ts.max(1)) {
@@ -111,7 +114,7 @@ pub(crate) fn descriptors(
                 (p.q_off + i0 * q_rs) as i64,
                 p.k_off as i64,
                 p.v_off as i64,
-                (p.o_off + i0 * o_rs) as i64,
+                (p.o_off + i0 * o_step) as i64,
                 (p.lse_off + i0) as i64,
                 nq as i64,
                 kv_end,
@@ -130,7 +133,7 @@ pub(crate) fn run_flash(
     cfg: &FlashCfg,
     inp: FlashInputs<'_>,
 ) -> Result<(GmTensor, GmTensor), OpError> {
-    let desc = descriptors(&inp.problems, cfg.ts as usize, inp.causal, inp.strides);
+    let desc = descriptors(&inp.problems, cfg, inp.causal, inp.strides);
     let blocks = desc.len() / Desc::COUNT as usize;
     let mut out = GmTensor::zeros(cfg.dtype, &[inp.o_len]);
     let mut lse = GmTensor::from_f32(
@@ -143,11 +146,12 @@ pub(crate) fn run_flash(
         let [q_rs, k_rs, v_rs, o_rs] = inp.strides;
         let h = (cfg.ts / 2) as usize;
         let int = |x: usize| Arg::Int(x as i64);
-        let named = vec![
+        let v_len = inp.v.as_ref().map_or(0, |v| v.shape.iter().product());
+        let mut named = vec![
             ("blocks", int(blocks)),
             ("q_len", int(inp.q.shape.iter().product())),
             ("k_len", int(inp.k.shape.iter().product())),
-            ("v_len", int(inp.v.shape.iter().product())),
+            ("v_len", int(v_len)),
             ("o_len", int(inp.o_len)),
             ("lse_len", int(inp.lse_len)),
             ("q_rs", int(q_rs)),
@@ -157,7 +161,6 @@ pub(crate) fn run_flash(
             ("scale", Arg::Float(f64::from(inp.scale))),
             ("q", Arg::Input(flat(inp.q))),
             ("k", Arg::Input(flat(inp.k))),
-            ("v", Arg::Input(flat(inp.v))),
             (
                 "desc",
                 Arg::Tensor(GmTensor::from_i64(
@@ -177,6 +180,9 @@ pub(crate) fn run_flash(
             ("out", Arg::Tensor(out)),
             ("lse", Arg::Tensor(lse)),
         ];
+        if let Some(v) = inp.v {
+            named.push(("v", Arg::Input(flat(v))));
+        }
         let mut args = bind(op, &kernel, named)?;
         runner.launch(&kernel, blocks, &mut args)?;
         out = take(op, &kernel, &mut args, "out")?;
