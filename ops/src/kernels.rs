@@ -17,6 +17,7 @@
 //! | [`reshape_and_cache`] | `reshape_and_cache_<dtype>_<width>` |
 //! | [`quant_matmul`] | `quant_matmul_<out>_b<bias>_r<relu>` (or `quant_matmul_i8_r<relu>`) |
 //! | [`flash_attention`] | `flash_attn_<dtype>` (DN mode, one block per query tile) |
+//! | [`qk_softmax`] | `qk_softmax_<dtype>` (the flash kernel writing P^T) |
 //!
 //! ```
 //! use tileops_ops::kernels::{sparse_paged_attention, SparseAttentionShape};
@@ -281,6 +282,31 @@ impl Default for FlashAttentionShape {
     }
 }
 
+/// The shape of a [`crate::qk_softmax()`] call (`q [m, head_dim]`, `k [n, head_dim]`; result
+/// `[m, n]`). The default: 512 queries against 2048 keys, D 128, bf16.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QkSoftmaxShape {
+    /// Data dtype of q, k and P: f32, f16 or bf16.
+    pub dtype: DType,
+    /// Queries `M` (sets the query tile and the blocks).
+    pub m: usize,
+    /// Keys `N`.
+    pub n: usize,
+    /// Head dim `D`.
+    pub head_dim: usize,
+}
+
+impl Default for QkSoftmaxShape {
+    fn default() -> Self {
+        QkSoftmaxShape {
+            dtype: DType::BF16,
+            m: 512,
+            n: 2048,
+            head_dim: 128,
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The registry
 
@@ -301,6 +327,7 @@ pub const OPS: &[OpSpec] = &[
     OpSpec::of::<ReshapeAndCacheShape>(),
     OpSpec::of::<QuantMatmulShape>(),
     OpSpec::of::<FlashAttentionShape>(),
+    OpSpec::of::<QkSoftmaxShape>(),
 ];
 
 /// The registered op called `name`.
@@ -386,8 +413,71 @@ crate::op_shape! {
     causal: "bottom-right causal mask: true or false",
 }
 
+crate::op_shape! {
+    QkSoftmaxShape = "qk-softmax",
+    "softmax(scale q k^T) along the keys (tileops_ops::qk_softmax): the flash kernel's \
+     P-writing variant, one block per query tile",
+    |s| qk_softmax(s);
+    dtype: "q, k, P dtype: f32, f16, bf16",
+    m: "queries M (sets the query tile and the blocks)",
+    n: "keys N",
+    head_dim: "head dim D (at most 256)",
+}
+
 // ---------------------------------------------------------------------------------------------
 // Launches
+
+/// The launch of [`crate::qk_softmax()`] for `shape` on the Ascend 950: the flash kernel's
+/// P-writing variant on one block per query tile. Errors: a size of 0 or above [`MAX_DIM`], a
+/// head dim above 256, a dtype other than f32/f16/bf16, more than [`MAX_DIM`] elements in P.
+pub fn qk_softmax(shape: &QkSoftmaxShape) -> Result<Vec<Launch>, OpError> {
+    use crate::templates::attention::{flash_descriptors, flash_dn, DESC_COUNT};
+    const OP: &str = "qk_softmax";
+    let s = shape;
+    data_dtype(OP, s.dtype)?;
+    for (arg, v) in [("m", s.m), ("n", s.n)] {
+        dim(OP, arg, v)?;
+    }
+    head_dim(OP, "head_dim", s.head_dim)?;
+    if s.m.checked_mul(s.n).is_none_or(|x| x > MAX_DIM) {
+        return Err(OpError::invalid(
+            OP,
+            "n",
+            format!("P [m, n] would hold more than {MAX_DIM} elements"),
+        ));
+    }
+    let (cfg, problem, strides) =
+        crate::flash_attention::kernel::qk_plan(s.dtype, s.m, s.n, s.head_dim);
+    let blocks = flash_descriptors(&[problem], &cfg, false, strides).len() / DESC_COUNT;
+    Ok(vec![Launch {
+        kernel: flash_dn(&cfg),
+        block_dim: blocks as u64,
+        scalars: vec![
+            ("blocks", blocks as i64),
+            ("q_len", (s.m * s.head_dim) as i64),
+            ("k_len", (s.n * s.head_dim) as i64),
+            ("o_len", (s.m * s.n) as i64),
+            ("lse_len", s.m as i64),
+            ("q_rs", s.head_dim as i64),
+            ("k_rs", s.head_dim as i64),
+            ("o_rs", s.m as i64),
+        ],
+    }])
+}
+
+/// A head dim: `1..=MAX_HEAD_DIM` (what the flash kernel's L1/UB tiles hold).
+fn head_dim(op: &'static str, arg: &'static str, v: usize) -> Result<(), OpError> {
+    let max = crate::flash_attention::MAX_HEAD_DIM;
+    if (1..=max).contains(&v) {
+        Ok(())
+    } else {
+        Err(OpError::invalid(
+            op,
+            arg,
+            format!("must be in 1..={max}, got {v}"),
+        ))
+    }
+}
 
 /// The launch of [`crate::flash_attention()`] for `shape` on the Ascend 950: the DN-mode kernel
 /// on one block per query tile that sees a key (fully masked tiles are not launched). Errors: a

@@ -131,6 +131,29 @@ pub(crate) fn run_varlen(
     Ok((out, GmTensor::from_f32(DType::F32, &[tm.len()], &tm)))
 }
 
+/// The P-writing kernel's shape, its one problem and the row strides for `qk_softmax` of `m`
+/// queries against `n` keys of head dim `d`. [`run_qk_softmax`] and [`crate::kernels`] both
+/// launch from it.
+pub(crate) fn qk_plan(
+    dtype: DType,
+    m: usize,
+    n: usize,
+    d: usize,
+) -> (FlashCfg, FlashProblem, [usize; 4]) {
+    let mut cfg = flash_cfg("qk_softmax", dtype, d, 16, m);
+    cfg.write_p = true;
+    let problem = FlashProblem {
+        q_off: 0,
+        k_off: 0,
+        v_off: 0,
+        o_off: 0,
+        lse_off: 0,
+        sq: m,
+        skv: n,
+    };
+    (cfg, problem, [d, d, 0, m])
+}
+
 /// Runs `qk_softmax` on `q [M, D]`, `k [N, D]`: the kernel's P-writing variant writes P^T
 /// `[N, M]` (each AIV's `[keys, queries]` tile as it lies in UB); returned transposed, `[M, N]`
 /// (q's dtype, flat).
@@ -146,18 +169,8 @@ pub(crate) fn run_qk_softmax(
         _ => return Err(OpError::invalid(op, "q", "must be [M, D]")),
     };
     let n = k.shape.first().copied().unwrap_or(0);
-    let mut cfg = flash_cfg("qk_softmax", q.dtype, d, 16, m);
-    cfg.write_p = true;
     let dtype = q.dtype;
-    let problem = FlashProblem {
-        q_off: 0,
-        k_off: 0,
-        v_off: 0,
-        o_off: 0,
-        lse_off: 0,
-        sq: m,
-        skv: n,
-    };
+    let (cfg, problem, strides) = qk_plan(dtype, m, n, d);
     let (pt, _lse) = run_flash(
         runner,
         op,
@@ -166,7 +179,7 @@ pub(crate) fn run_qk_softmax(
             q,
             k,
             v: None,
-            strides: [d, d, 0, m],
+            strides,
             o_len: n * m,
             lse_len: m,
             problems: vec![problem],
