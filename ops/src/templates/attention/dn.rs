@@ -90,7 +90,8 @@ impl FlashCfg {
     pub fn new(name: &'static str, dtype: DType, d: u64, dv: u64, max_sq: u64) -> Self {
         let es = dtype.size_bytes();
         let dp = round_up(d, 16);
-        let vp = round_up(dv, 16);
+        // V columns as the slices pad them (at most one slice more than dv; see `vp`).
+        let vp = round_up(dv, 128).max(round_up(dv, 16));
         let ts = round_up(max_sq.clamp(1, 128), 32);
         let h = ts / 2;
         let l1 = |tkv: u64| ts * dp * es + 2 * tkv * (dp + vp) * es + 2 * tkv * ts * es;
@@ -110,7 +111,9 @@ impl FlashCfg {
         let ks_max = ((l0 - ts * tkv * es) / (2 * tkv * es)).min(l0 / 2 / (2 * ts * es));
         let ks = best_slice(dp, ks_max);
         let ns_max = (l0 / 2 / (2 * tkv * es)).min(128);
-        let ns = best_slice(vp, ns_max);
+        // A power of two (tkv is one): the last slice may run past dv (zero padded), so that
+        // an awkward Dv (e.g. 200) does not fall back to many 16-column slices.
+        let ns = (ns_max.min(round_up(dv, 16)) / 16 * 16).max(16);
         FlashCfg {
             name,
             dtype,
@@ -134,9 +137,9 @@ impl FlashCfg {
         round_up(self.d, 16)
     }
 
-    /// v columns padded to 16.
+    /// v columns padded to 16, then to whole Dv slices.
     pub fn vp(&self) -> u64 {
-        round_up(self.dv, 16)
+        round_up(round_up(self.dv, 16), self.ns)
     }
 
     /// Rows of the causal mask band (`2 tkv + H - 1`, H = ts / 2).

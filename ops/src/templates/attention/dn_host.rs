@@ -208,3 +208,73 @@ fn flat(mut t: GmInput<'_>) -> GmInput<'_> {
     t.shape = vec![t.shape.iter().product()];
     t
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(sq: usize, skv: usize) -> FlashProblem {
+        FlashProblem {
+            q_off: 0,
+            k_off: 0,
+            v_off: 0,
+            o_off: 0,
+            lse_off: 0,
+            sq,
+            skv,
+        }
+    }
+
+    /// `(nq, kv_end, diag)` of each descriptor row.
+    fn tiles(sq: usize, skv: usize, causal: bool) -> Vec<(i64, i64, i64)> {
+        let cfg = FlashCfg::new("t", DType::BF16, 64, 64, 128);
+        assert_eq!(cfg.ts, 128);
+        descriptors(&[problem(sq, skv)], &cfg, causal, [64, 64, 64, 64])
+            .chunks(DESC_COUNT)
+            .map(|r| {
+                (
+                    r[Desc::Nq as usize],
+                    r[Desc::KvEnd as usize],
+                    r[Desc::Diag as usize],
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn causal_tiles_visit_keys_up_to_their_last_query_and_blind_tiles_are_dropped() {
+        // The square: query tile t sees keys up to its last query.
+        assert_eq!(
+            tiles(512, 512, true),
+            vec![
+                (128, 128, 0),
+                (128, 256, 128),
+                (128, 384, 256),
+                (128, 512, 384)
+            ]
+        );
+        // Sq > Skv: queries 0..200 see nothing; tile 0 is not launched, tile 2 is a tail.
+        assert_eq!(tiles(300, 100, true), vec![(128, 56, -72), (44, 100, 56)]);
+        // Not causal: every key, no diagonal.
+        assert_eq!(
+            tiles(300, 100, false),
+            vec![(128, 100, NO_MASK), (128, 100, NO_MASK), (44, 100, NO_MASK)]
+        );
+        // No key at all: nothing to launch.
+        assert!(tiles(5, 0, false).is_empty());
+    }
+
+    #[test]
+    fn the_mask_band_is_a_staircase() {
+        let cfg = FlashCfg::new("t", DType::F16, 64, 64, 32);
+        let h = (cfg.ts / 2) as usize;
+        let band = cfg.mask_band();
+        assert_eq!(band.len(), cfg.mask_rows() as usize * h);
+        for (x, row) in band.chunks(h).enumerate() {
+            for (c, &m) in row.iter().enumerate() {
+                let open = x as i64 - c as i64 <= cfg.tkv as i64 - 1;
+                assert_eq!(m, if open { 0.0 } else { f32::NEG_INFINITY }, "({x}, {c})");
+            }
+        }
+    }
+}
