@@ -272,7 +272,7 @@ mod tests {
         assert_eq!(band.len(), cfg.mask_rows() as usize * h);
         for (x, row) in band.chunks(h).enumerate() {
             for (c, &m) in row.iter().enumerate() {
-                let open = x as i64 - c as i64 < cfg.tkv as i64;
+                let open = (x as i64 - c as i64) < cfg.tkv as i64;
                 assert_eq!(m, if open { 0.0 } else { f32::NEG_INFINITY }, "({x}, {c})");
             }
         }
