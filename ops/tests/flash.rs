@@ -1,6 +1,7 @@
-//! The flash-attention ops on the Reference backend against a plain-Rust f64 scalar model
-//! (shapes with tails, GQA, causal with Sq != Skv, Dv != D, varlen with ragged and empty
-//! sequences), the kernel backends' "not built yet" error, and one test per bad input.
+//! The flash-attention ops on every backend against a plain-Rust f64 scalar model (paired
+//! lengths with tails, GQA, causal with Sq != Skv, Dv != D, varlen with ragged and empty
+//! sequences, qk_softmax), the DN-mode kernel's causal tile skipping and its Ascend950 package,
+//! and one test per bad input.
 
 #![allow(clippy::result_large_err)]
 

@@ -1,5 +1,6 @@
 //! The attention kernel template shared by sparse (top-k) and dense (GQA) paged attention, and
-//! the split-merge kernel.
+//! the split-merge kernel; and the DN-mode prefill kernel `flash_dn` of the flash-attention ops
+//! (`dn.rs`, whose module doc has its pipeline).
 //!
 //! # `attn_split` (one kernel definition, several consumers)
 //!
