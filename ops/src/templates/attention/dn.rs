@@ -15,7 +15,9 @@
 //!
 //! ```text
 //! cube  MTE2  Q rows -> q_l1 Mat NZ [ts, dp] (zero padded), seen as qt_l1 ZN [dp, ts] = Q^T
-//!       per KV tile t (keys j0 = t*tkv .., nv of them; slot s = t % 2):
+//!       per KV tile t (keys j0 = t*tkv .., nv of them; slot s = t % 2), one tile ahead: tile
+//!       t + 1's scores (below, to channel S) are issued before tile t's P V, so the cube
+//!       computes them while the vector cores run tile t's softmax:
 //!       MTE2  K rows -> k_l1[s] Mat NZ [tkv, dp]; V rows -> v_l1[s] Mat NZ [tkv, vp] (zero pad)
 //!       per D slice j: MTE1 k_l1[s][:, j ks..] -> k_l0 Left NZ [tkv, ks];
 //!                           qt_l1[j ks.., :] -> qt_l0 Right ZN [ks, ts]
@@ -44,8 +46,12 @@
 //! (relative to the tile's first key) needs `(r, c)` visible iff `r - c <= delta`, which are
 //! rows `tkv - 1 - clamp(delta, -H, tkv - 1) ..` of the band.
 //!
-//! All intra-core flags are the sync pass's (`tile_backend::passes::sync`); the cube <-> vector
-//! handoffs are the channels S, P and PV.
+//! Hand-written intra-core flags: the cube's L0 slots (M <-> MTE1, events 0, 1 for the slice
+//! slots and 2 for `pt_l0`) and Acc slots (FIX -> M, events 0, 1 for `s_acc`, 2, 3 for
+//! `pv_acc`), the vector's mask tile (V <-> MTE2, event 0, a load under a runtime `if`) and
+//! `p_nz` / the stored P tile (MTE3 <-> V, event 0); without them the sync pass's pairs lost a
+//! signal (the hazard check reports it). The sync pass adds the rest (K/V loads against their
+//! moves, the stores); the cube <-> vector handoffs are the channels S, P and PV.
 
 use super::dn_host::Desc;
 use super::plan::{best_slice, round_up};

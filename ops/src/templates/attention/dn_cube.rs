@@ -7,7 +7,7 @@ use super::dn_host::Desc;
 use super::ping_pong;
 use tile_backend::dsl::Body;
 use tile_backend::ir::{AccToVecMode, Expr, GmView, ParamId, Phase, Pipe, TileId, VarId};
-use Pipe::{Mte1, M as Mm};
+use Pipe::{Fix, Mte1, M as Mm};
 
 /// Appends the cube program of the flash kernel `k` to `c`.
 pub(super) fn body(c: &mut Body<'_>, k: &FlashKernel<'_>) {
@@ -28,11 +28,25 @@ pub(super) fn body(c: &mut Body<'_>, k: &FlashKernel<'_>) {
     for e in [0, 1, PT_EV] {
         c.set_flag(Mm, Mte1, e);
     }
+    // Acc slots start free (FIX -> M events 0, 1 for s_acc, 2, 3 for pv_acc).
+    for e in 0..4 {
+        c.set_flag(Fix, Mm, e);
+    }
     match k.v {
         Some(_) => {
+            // One tile of lookahead: tile t + 1's scores are computed (and handed over) before
+            // tile t's P V, so the cube works while the vector cores run tile t's softmax.
             let v_off = k.field(c, Desc::VOff);
+            c.if_(Expr::Var(iters).gt(0), |b| {
+                scores(b, k, &kv_end, &k_off, Expr::from(0), 0);
+            });
             let mut step = |b: &mut Body<'_>, it: Expr, slot: u64| {
-                let (j0, nv) = scores(b, k, &kv_end, &k_off, it, slot);
+                let next = it.clone() + 1;
+                b.if_(next.clone().lt(Expr::Var(iters)), |nb| {
+                    scores(nb, k, &kv_end, &k_off, next, 1 - slot);
+                });
+                let j0 = b.let_("j0", it * cfg.tkv);
+                let nv = b.let_("nv", (kv_end.clone() - j0).min(cfg.tkv as i64));
                 pv(b, k, &v_off, j0, nv, slot);
             };
             ping_pong(c, Expr::Var(iters), &mut step);
@@ -49,6 +63,9 @@ pub(super) fn body(c: &mut Body<'_>, k: &FlashKernel<'_>) {
     }
     for e in [0, 1, PT_EV] {
         c.wait_flag(Mm, Mte1, e);
+    }
+    for e in 0..4 {
+        c.wait_flag(Fix, Mm, e);
     }
 }
 
@@ -121,6 +138,7 @@ fn scores(
             Phase::Partial
         };
         if j == 0 {
+            b.wait_flag(Fix, Mm, slot as u8);
             b.matmul(k.s_acc.at(slot), kl, ql).phase(phase);
         } else {
             b.matmul_acc(k.s_acc.at(slot), kl, ql).phase(phase);
@@ -132,6 +150,7 @@ fn scores(
     b.mov(k.s_ub, k.s_acc.at(slot))
         .mode(AccToVecMode::DualModeSplitN)
         .phase(Phase::Final);
+    b.set_flag(Fix, Mm, slot as u8);
     b.push(k.ch_s);
     (j0, nv)
 }
@@ -172,6 +191,7 @@ fn pv(b: &mut Body<'_>, k: &FlashKernel<'_>, v_off: &Expr, j0: VarId, nv: VarId,
         b.mov(vl.clone(), v_l1.at(slot)).offset(0, j * ns);
         b.set_flag(Mte1, Mm, x);
         b.wait_flag(Mte1, Mm, x);
+        b.wait_flag(Fix, Mm, 2 + ys as u8);
         b.matmul(k.pv_acc.at(ys), k.pt_l0, vl).phase(Phase::Final);
         b.set_flag(Mm, Mte1, x);
         if j + 1 == nns {
@@ -181,6 +201,7 @@ fn pv(b: &mut Body<'_>, k: &FlashKernel<'_>, v_off: &Expr, j0: VarId, nv: VarId,
         b.mov(k.pv_ub, k.pv_acc.at(ys))
             .mode(AccToVecMode::DualModeSplitM)
             .phase(Phase::Final);
+        b.set_flag(Fix, Mm, 2 + ys as u8);
         b.push(ch_pv);
     }
 }
