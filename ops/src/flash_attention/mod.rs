@@ -57,11 +57,13 @@ pub(crate) struct Dense {
 /// q, k and v share one dtype (f32, f16, bf16); `H` is a multiple of `Hkv` (head `h` reads KV
 /// head `h / (H / Hkv)`); `D` and `Dv` are at most [`MAX_HEAD_DIM`]. `s = scale * q . k` in f32,
 /// `out = softmax(s) . v`, `lse = ln sum exp(s)` (natural log). `Sq` and `Skv` may be 0. A query
-/// that sees no key (causal with `i + Skv - Sq < 0`, or `Skv = 0`) gives out 0 and lse +inf.
+/// that sees no key (causal with `i + Skv - Sq < 0`, or `Skv = 0`) gives out 0 and lse +inf; a
+/// call with no key or no query launches no kernel on any backend.
 ///
 /// # Errors
-/// [`OpError::Invalid`] naming the argument for any broken rule; [`OpError::Package`] for the
-/// kernel backends, which are not built yet.
+/// [`OpError::Invalid`] naming the argument for any broken rule; [`OpError::DeviceUnavailable`]
+/// for [`Backend::Ascend950`] after the package is written; kernel errors for
+/// [`Backend::TileSim`].
 pub fn flash_attention(
     q: &Tensor,
     k: &Tensor,
@@ -129,8 +131,9 @@ pub fn flash_attention_varlen(
 /// `P [M, N] = softmax(scale * q k^T)` along N, computed in f32 and returned in q's dtype.
 ///
 /// # Errors
-/// [`OpError::Invalid`] naming the argument for any broken rule; [`OpError::Package`] for the
-/// kernel backends, which are not built yet.
+/// [`OpError::Invalid`] naming the argument for any broken rule; [`OpError::DeviceUnavailable`]
+/// for [`Backend::Ascend950`] after the package is written; kernel errors for
+/// [`Backend::TileSim`].
 pub fn qk_softmax(
     q: &Tensor,
     k: &Tensor,
