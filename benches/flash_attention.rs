@@ -1,11 +1,13 @@
-//! Dense (prefill) flash attention on the Reference backend (candle), one criterion group per
-//! shape of issue 19, with element throughput set to the unmasked score entries:
+//! Dense (prefill) flash attention on the Reference backend (candle) and on the DN-mode tile
+//! kernel in the simulator (TileSim), one criterion group per shape of issue 19, with element
+//! throughput set to the unmasked score entries:
 //!
 //! - `flash_attention/s512_causal` and `flash_attention/s2048_causal`: B 1, H 16, D 128, causal;
 //! - `flash_attention/mla_prefill_s1024`: B 1, H 16, D 192, Dv 128, causal (DeepSeek MLA prefill).
 //!
-//! The TileSim function joins each group when the DN-mode kernel exists (the Reference is the
-//! speed bar it is measured against). `cargo bench --bench flash_attention` (10 samples each).
+//! The Reference is the speed bar TileSim is measured against; candle-nn's CPU flash attention
+//! is not a dev-dependency (see docs/ops.md). `cargo bench --bench flash_attention` (10
+//! samples each).
 
 use candle_core::{DType, Device, Tensor};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -40,14 +42,14 @@ fn group(c: &mut Criterion, name: &str, (s, h, d, dv): (usize, usize, usize, usi
     g.sample_size(10).measurement_time(Duration::from_secs(10));
     // Unmasked score entries of the causal square: S (S + 1) / 2 per head.
     g.throughput(Throughput::Elements((h * s * (s + 1) / 2) as u64));
-    g.bench_function("Reference", |b| {
-        b.iter(
-            || match flash_attention(&q, &k, &v, &p, Some(Backend::Reference)) {
+    for backend in [Backend::Reference, Backend::TileSim] {
+        g.bench_function(backend.to_string(), |b| {
+            b.iter(|| match flash_attention(&q, &k, &v, &p, Some(backend)) {
                 Ok(r) => black_box(r),
-                Err(e) => panic!("{name}: {e}"),
-            },
-        )
-    });
+                Err(e) => panic!("{name} on {backend}: {e}"),
+            })
+        });
+    }
     g.finish();
 }
 

@@ -387,6 +387,8 @@ fn emit_every_registered_op_with_defaults() {
         "worked-matmul",
         "paged-gather",
         "reshape-and-cache",
+        "flash-attention",
+        "qk-softmax",
     ] {
         let dir = TempDir::new(op);
         let out = tileops(&["emit", "--op", op, "-o", dir.path()]);
@@ -414,6 +416,61 @@ fn emit_every_registered_op_with_defaults() {
     ]);
     assert_eq!(out.status.code(), Some(0), "stderr:\n{}", stderr(&out));
     assert!(dir.0.join("attention_tile_bf16.cpp").exists());
+}
+
+/// `emit --op flash-attention` (MLA prefill shape) and `--op qk-softmax`: the DN-mode kernel's
+/// source compiles against the PTO declaration header, and its listing moves S^T to the vector
+/// cores with DualModeSplitN (and, for flash attention, P V back with DualModeSplitM).
+#[test]
+fn emit_flash_ops_syntax_check_with_dual_mode_moves() {
+    for (op, flags, file, split_m) in [
+        (
+            "flash-attention",
+            vec![
+                "--seq-q",
+                "1024",
+                "--seq-kv",
+                "1024",
+                "--head-dim",
+                "192",
+                "--v-dim",
+                "128",
+            ],
+            "flash_attn_bf16.cpp",
+            true,
+        ),
+        (
+            "qk-softmax",
+            vec!["--dtype", "f32", "--m", "40"],
+            "qk_softmax_f32.cpp",
+            false,
+        ),
+    ] {
+        let dir = TempDir::new(op);
+        let mut args = vec!["emit", "--op", op];
+        args.extend(flags);
+        args.extend(["-o", dir.path()]);
+        let out = tileops(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{op}: stderr:\n{}",
+            stderr(&out)
+        );
+        let path = dir.0.join(file);
+        let kernel = std::fs::read_to_string(&path).expect("kernel written");
+        assert!(kernel.contains("AccToVecMode::DualModeSplitN"), "{op}");
+        assert_eq!(
+            kernel.contains("AccToVecMode::DualModeSplitM"),
+            split_m,
+            "{op}"
+        );
+        assert!(
+            kernel.contains("TCOLMAX") && kernel.contains("TCOLSUM"),
+            "{op}"
+        );
+        support::syntax_check(&path);
+    }
 }
 
 #[test]

@@ -16,6 +16,8 @@
 //! | [`paged_gather`] | `paged_gather_<dtype>_<size>` |
 //! | [`reshape_and_cache`] | `reshape_and_cache_<dtype>_<width>` |
 //! | [`quant_matmul`] | `quant_matmul_<out>_b<bias>_r<relu>` (or `quant_matmul_i8_r<relu>`) |
+//! | [`flash_attention`] | `flash_attn_<dtype>` (DN mode, one block per query tile) |
+//! | [`qk_softmax`] | `qk_softmax_<dtype>` (the flash kernel writing P^T) |
 //!
 //! ```
 //! use tileops_ops::kernels::{sparse_paged_attention, SparseAttentionShape};
@@ -239,6 +241,72 @@ impl Default for QuantMatmulShape {
     }
 }
 
+/// The shape of a [`crate::flash_attention()`] call (`q [batch, heads, seq_q, head_dim]`, `k
+/// [batch, kv_heads, seq_kv, head_dim]`, `v [batch, kv_heads, seq_kv, v_dim]`). The default is
+/// the prefill bench shape: batch 1, 16 heads, 2048 tokens, D 128, causal, bf16.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlashAttentionShape {
+    /// Data dtype of q, k, v and out: f32, f16 or bf16.
+    pub dtype: DType,
+    /// Batch `B`.
+    pub batch: usize,
+    /// Query heads `H`.
+    pub heads: usize,
+    /// KV heads `Hkv` (divides `H`).
+    pub kv_heads: usize,
+    /// Queries per sequence `Sq` (sets the query tile and the blocks).
+    pub seq_q: usize,
+    /// Keys per sequence `Skv`.
+    pub seq_kv: usize,
+    /// Head dim `D` of q and k.
+    pub head_dim: usize,
+    /// Head dim `Dv` of v.
+    pub v_dim: usize,
+    /// Bottom-right causal mask.
+    pub causal: bool,
+}
+
+impl Default for FlashAttentionShape {
+    fn default() -> Self {
+        FlashAttentionShape {
+            dtype: DType::BF16,
+            batch: 1,
+            heads: 16,
+            kv_heads: 16,
+            seq_q: 2048,
+            seq_kv: 2048,
+            head_dim: 128,
+            v_dim: 128,
+            causal: true,
+        }
+    }
+}
+
+/// The shape of a [`crate::qk_softmax()`] call (`q [m, head_dim]`, `k [n, head_dim]`; result
+/// `[m, n]`). The default: 512 queries against 2048 keys, D 128, bf16.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QkSoftmaxShape {
+    /// Data dtype of q, k and P: f32, f16 or bf16.
+    pub dtype: DType,
+    /// Queries `M` (sets the query tile and the blocks).
+    pub m: usize,
+    /// Keys `N`.
+    pub n: usize,
+    /// Head dim `D`.
+    pub head_dim: usize,
+}
+
+impl Default for QkSoftmaxShape {
+    fn default() -> Self {
+        QkSoftmaxShape {
+            dtype: DType::BF16,
+            m: 512,
+            n: 2048,
+            head_dim: 128,
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The registry
 
@@ -258,6 +326,8 @@ pub const OPS: &[OpSpec] = &[
     OpSpec::of::<PagedGatherShape>(),
     OpSpec::of::<ReshapeAndCacheShape>(),
     OpSpec::of::<QuantMatmulShape>(),
+    OpSpec::of::<FlashAttentionShape>(),
+    OpSpec::of::<QkSoftmaxShape>(),
 ];
 
 /// The registered op called `name`.
@@ -327,8 +397,177 @@ crate::op_shape! {
     relu: "ReLU: true or false",
 }
 
+crate::op_shape! {
+    FlashAttentionShape = "flash-attention",
+    "dense prefill attention with GQA and a bottom-right causal mask \
+     (tileops_ops::flash_attention): the DN-mode kernel, one block per query tile",
+    |s| flash_attention(s);
+    dtype: "q, k, v dtype: f32, f16, bf16",
+    batch: "batch B",
+    heads: "query heads H",
+    kv_heads: "KV heads Hkv (divides H)",
+    seq_q: "queries per sequence Sq (sets the query tile and the blocks)",
+    seq_kv: "keys per sequence Skv",
+    head_dim: "head dim D of q and k (at most 256)",
+    v_dim: "head dim Dv of v (at most 256)",
+    causal: "bottom-right causal mask: true or false",
+}
+
+crate::op_shape! {
+    QkSoftmaxShape = "qk-softmax",
+    "softmax(scale q k^T) along the keys (tileops_ops::qk_softmax): the flash kernel's \
+     P-writing variant, one block per query tile",
+    |s| qk_softmax(s);
+    dtype: "q, k, P dtype: f32, f16, bf16",
+    m: "queries M (sets the query tile and the blocks)",
+    n: "keys N",
+    head_dim: "head dim D (at most 256)",
+}
+
 // ---------------------------------------------------------------------------------------------
 // Launches
+
+/// The launch of [`crate::qk_softmax()`] for `shape` on the Ascend 950: the flash kernel's
+/// P-writing variant on one block per query tile. Errors: a size of 0 or above [`MAX_DIM`], a
+/// head dim above 256, a dtype other than f32/f16/bf16, more than [`MAX_DIM`] elements in P.
+pub fn qk_softmax(shape: &QkSoftmaxShape) -> Result<Vec<Launch>, OpError> {
+    use crate::templates::attention::{flash_descriptors, flash_dn, DESC_COUNT};
+    const OP: &str = "qk_softmax";
+    let s = shape;
+    data_dtype(OP, s.dtype)?;
+    for (arg, v) in [("m", s.m), ("n", s.n)] {
+        dim(OP, arg, v)?;
+    }
+    head_dim(OP, "head_dim", s.head_dim)?;
+    if s.m.checked_mul(s.n).is_none_or(|x| x > MAX_DIM) {
+        return Err(OpError::invalid(
+            OP,
+            "n",
+            format!("P [m, n] would hold more than {MAX_DIM} elements"),
+        ));
+    }
+    let (cfg, problem, strides) =
+        crate::flash_attention::kernel::qk_plan(s.dtype, s.m, s.n, s.head_dim);
+    let blocks = flash_descriptors(&[problem], &cfg, false, strides).len() / DESC_COUNT;
+    Ok(vec![Launch {
+        kernel: flash_dn(&cfg),
+        block_dim: blocks as u64,
+        scalars: vec![
+            ("blocks", blocks as i64),
+            ("q_len", (s.m * s.head_dim) as i64),
+            ("k_len", (s.n * s.head_dim) as i64),
+            ("o_len", (s.m * s.n) as i64),
+            ("lse_len", s.m as i64),
+            ("q_rs", s.head_dim as i64),
+            ("k_rs", s.head_dim as i64),
+            ("o_rs", s.m as i64),
+        ],
+    }])
+}
+
+/// A head dim: `1..=MAX_HEAD_DIM` (what the flash kernel's L1/UB tiles hold).
+fn head_dim(op: &'static str, arg: &'static str, v: usize) -> Result<(), OpError> {
+    let max = crate::flash_attention::MAX_HEAD_DIM;
+    if (1..=max).contains(&v) {
+        Ok(())
+    } else {
+        Err(OpError::invalid(
+            op,
+            arg,
+            format!("must be in 1..={max}, got {v}"),
+        ))
+    }
+}
+
+/// The launch of [`crate::flash_attention()`] for `shape` on the Ascend 950: the DN-mode kernel
+/// on one block per query tile that sees a key (fully masked tiles are not launched). Errors: a
+/// size of 0 or above [`MAX_DIM`], head dims above 256, `heads % kv_heads != 0`, a dtype other
+/// than f32/f16/bf16, more than [`MAX_DIM`] elements in a tensor.
+pub fn flash_attention(shape: &FlashAttentionShape) -> Result<Vec<Launch>, OpError> {
+    use crate::flash_attention::kernel::{dense_problems, flash_cfg};
+    use crate::templates::attention::{flash_descriptors, flash_dn};
+    const OP: &str = "flash_attention";
+    let s = shape;
+    data_dtype(OP, s.dtype)?;
+    for (arg, v) in [
+        ("batch", s.batch),
+        ("heads", s.heads),
+        ("kv_heads", s.kv_heads),
+        ("seq_q", s.seq_q),
+        ("seq_kv", s.seq_kv),
+    ] {
+        dim(OP, arg, v)?;
+    }
+    for (arg, v) in [("head_dim", s.head_dim), ("v_dim", s.v_dim)] {
+        if !(1..=crate::flash_attention::MAX_HEAD_DIM).contains(&v) {
+            return Err(OpError::invalid(
+                OP,
+                arg,
+                format!(
+                    "must be in 1..={}, got {v}",
+                    crate::flash_attention::MAX_HEAD_DIM
+                ),
+            ));
+        }
+    }
+    if s.heads % s.kv_heads != 0 {
+        return Err(OpError::invalid(
+            OP,
+            "kv_heads",
+            format!("must divide heads = {}, got {}", s.heads, s.kv_heads),
+        ));
+    }
+    let elems = |a: usize, b: usize, c: usize, d: usize| {
+        a.checked_mul(b)
+            .and_then(|x| x.checked_mul(c))
+            .and_then(|x| x.checked_mul(d))
+            .filter(|&x| x <= MAX_DIM)
+    };
+    let fits = elems(s.batch, s.heads, s.seq_q, s.head_dim.max(s.v_dim)).is_some()
+        && elems(s.batch, s.kv_heads, s.seq_kv, s.head_dim.max(s.v_dim)).is_some();
+    if !fits {
+        return Err(OpError::invalid(
+            OP,
+            "batch",
+            format!("q, k, v or out would hold more than {MAX_DIM} elements"),
+        ));
+    }
+    let dense = crate::flash_attention::Dense {
+        batch: s.batch,
+        heads: s.heads,
+        kv_heads: s.kv_heads,
+        sq: s.seq_q,
+        skv: s.seq_kv,
+        d: s.head_dim,
+        dv: s.v_dim,
+        scale: 1.0,
+        causal: s.causal,
+    };
+    let cfg = flash_cfg("flash_attn", s.dtype, s.head_dim, s.v_dim, s.seq_q);
+    let (problems, strides) = dense_problems(&dense);
+    let blocks = flash_descriptors(&problems, &cfg, s.causal, strides).len()
+        / crate::templates::attention::DESC_COUNT;
+    let rows = s.batch * s.heads * s.seq_q;
+    Ok(vec![Launch {
+        kernel: flash_dn(&cfg),
+        block_dim: blocks as u64,
+        scalars: vec![
+            ("blocks", blocks as i64),
+            ("q_len", (rows * s.head_dim) as i64),
+            (
+                "k_len",
+                (s.batch * s.kv_heads * s.seq_kv * s.head_dim) as i64,
+            ),
+            ("v_len", (s.batch * s.kv_heads * s.seq_kv * s.v_dim) as i64),
+            ("o_len", (rows * s.v_dim) as i64),
+            ("lse_len", rows as i64),
+            ("q_rs", strides[0] as i64),
+            ("k_rs", strides[1] as i64),
+            ("v_rs", strides[2] as i64),
+            ("o_rs", strides[3] as i64),
+        ],
+    }])
+}
 
 /// The launch of [`crate::quant_matmul()`] (or [`crate::quant_matmul_int8`] for an i8 `out`) for
 /// `shape`: one block per 64 x 256 output tile. Errors: a size of 0 or above [`MAX_DIM`], an

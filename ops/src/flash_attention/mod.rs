@@ -1,16 +1,18 @@
 //! `flash_attention`, `flash_attention_varlen` and `qk_softmax`: dense (prefill) attention with
 //! GQA, a bottom-right aligned causal mask and the log-sum-exp side output, as candle ops.
 //!
-//! Only the Reference backend computes these ops so far; the DN-mode tile kernel (S^T = K Q^T,
-//! DualModeSplitN / DualModeSplitM) is not built yet, so [`Backend::TileSim`] and
-//! [`Backend::Ascend950`] return [`OpError::Package`] after validating the call.
+//! The kernel backends run the shared DN-mode kernel (`templates::attention::flash_dn`: S^T =
+//! K Q^T moved to the vector cores with DualModeSplitN, the softmax down each AIV's columns, P V
+//! moved back with DualModeSplitM); [`Backend::Ascend950`] writes its package.
 
+pub(crate) mod kernel;
 mod reference;
 
 use crate::backend::Backend;
-use crate::bridge;
+use crate::bridge::{self, Bridge};
 use crate::error::OpError;
-use candle_core::{DType, Tensor};
+use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor};
+use tile_backend::launch::GmTensor;
 
 const FLASH: &str = "flash_attention";
 const VARLEN: &str = "flash_attention_varlen";
@@ -55,11 +57,13 @@ pub(crate) struct Dense {
 /// q, k and v share one dtype (f32, f16, bf16); `H` is a multiple of `Hkv` (head `h` reads KV
 /// head `h / (H / Hkv)`); `D` and `Dv` are at most [`MAX_HEAD_DIM`]. `s = scale * q . k` in f32,
 /// `out = softmax(s) . v`, `lse = ln sum exp(s)` (natural log). `Sq` and `Skv` may be 0. A query
-/// that sees no key (causal with `i + Skv - Sq < 0`, or `Skv = 0`) gives out 0 and lse +inf.
+/// that sees no key (causal with `i + Skv - Sq < 0`, or `Skv = 0`) gives out 0 and lse +inf; a
+/// call with no key or no query launches no kernel on any backend.
 ///
 /// # Errors
-/// [`OpError::Invalid`] naming the argument for any broken rule; [`OpError::Package`] for the
-/// kernel backends, which are not built yet.
+/// [`OpError::Invalid`] naming the argument for any broken rule; [`OpError::DeviceUnavailable`]
+/// for [`Backend::Ascend950`] after the package is written; kernel errors for
+/// [`Backend::TileSim`].
 pub fn flash_attention(
     q: &Tensor,
     k: &Tensor,
@@ -71,7 +75,17 @@ pub fn flash_attention(
     let p = validate_dense(FLASH, q, k, v, params)?;
     match backend {
         Backend::Reference => reference::dense(q, k, v, &p),
-        other => Err(no_kernel(FLASH, other)),
+        Backend::TileSim | Backend::Ascend950 => {
+            let dev = q.device();
+            let rows = (p.batch, p.heads, p.sq);
+            if p.sq == 0 || p.skv == 0 {
+                // Nothing to compute: every query sees no key.
+                let out = Tensor::zeros((p.batch, p.heads, p.sq, p.dv), q.dtype(), dev)?;
+                return Ok((out, Tensor::full(f32::INFINITY, rows, dev)?));
+            }
+            let (out, lse) = run_op(q, k, v, Call::Dense(p), backend)?;
+            Ok((out, Tensor::from_vec(lse, rows, dev)?))
+        }
     }
 }
 
@@ -99,7 +113,17 @@ pub fn flash_attention_varlen(
     let p = validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, params)?;
     match backend {
         Backend::Reference => reference::varlen(q, k, v, &p),
-        other => Err(no_kernel(VARLEN, other)),
+        Backend::TileSim | Backend::Ascend950 => {
+            let dev = q.device();
+            let rows = (p.total_q, p.heads);
+            if p.total_q == 0 || k.dim(0)? == 0 {
+                let out = Tensor::zeros((p.total_q, p.heads, p.dv), q.dtype(), dev)?;
+                return Ok((out, Tensor::full(f32::INFINITY, rows, dev)?));
+            }
+            let d = q.dim(2)?;
+            let (out, lse) = run_op(q, k, v, Call::Varlen(p, d), backend)?;
+            Ok((out, Tensor::from_vec(lse, rows, dev)?))
+        }
     }
 }
 
@@ -107,8 +131,9 @@ pub fn flash_attention_varlen(
 /// `P [M, N] = softmax(scale * q k^T)` along N, computed in f32 and returned in q's dtype.
 ///
 /// # Errors
-/// [`OpError::Invalid`] naming the argument for any broken rule; [`OpError::Package`] for the
-/// kernel backends, which are not built yet.
+/// [`OpError::Invalid`] naming the argument for any broken rule; [`OpError::DeviceUnavailable`]
+/// for [`Backend::Ascend950`] after the package is written; kernel errors for
+/// [`Backend::TileSim`].
 pub fn qk_softmax(
     q: &Tensor,
     k: &Tensor,
@@ -124,15 +149,163 @@ pub fn qk_softmax(
     bridge::check_scale(QK, scale)?;
     match backend {
         Backend::Reference => reference::qk_softmax(q, k, scale),
-        other => Err(no_kernel(QK, other)),
+        Backend::TileSim | Backend::Ascend950 => {
+            let op = QkOp {
+                scale,
+                backend,
+                bridge: Bridge::new(QK),
+            };
+            let r = q.contiguous()?.apply_op2_no_bwd(&k.contiguous()?, &op);
+            Ok(op.bridge.finish(r)?.0)
+        }
     }
 }
 
-/// The error of a kernel backend before the DN-mode kernel exists.
-fn no_kernel(op: &'static str, backend: Backend) -> OpError {
-    OpError::Package {
-        op,
-        why: format!("the {backend} backend has no kernel for this op yet: use Backend::Reference"),
+/// The candle op running `qk_softmax`'s kernel (the P-writing variant of the flash kernel).
+struct QkOp {
+    scale: f32,
+    backend: Backend,
+    bridge: Bridge,
+}
+
+impl QkOp {
+    fn forward(
+        &self,
+        qs: &CpuStorage,
+        ql: &Layout,
+        ks: &CpuStorage,
+        kl: &Layout,
+    ) -> Result<((CpuStorage, Shape), ()), OpError> {
+        let q = bridge::gm_input(QK, "q", qs, ql)?;
+        let k = bridge::gm_input(QK, "k", ks, kl)?;
+        let shape = vec![q.shape[0], k.shape[0]];
+        let mut runner = bridge::runner(QK, self.backend);
+        let p = kernel::run_qk_softmax(&mut runner, QK, q, k, self.scale)?;
+        runner.finish()?;
+        bridge::expect_shape(QK, &p.shape, &[shape[0] * shape[1]], "P")?;
+        let storage = self.bridge.storage(p)?;
+        Ok(((storage, Shape::from(shape)), ()))
+    }
+}
+
+impl candle_core::CustomOp2 for QkOp {
+    fn name(&self) -> &'static str {
+        QK
+    }
+
+    fn cpu_fwd(
+        &self,
+        qs: &CpuStorage,
+        ql: &Layout,
+        ks: &CpuStorage,
+        kl: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.bridge.forward(|| self.forward(qs, ql, ks, kl))
+    }
+}
+
+/// A validated call of a kernel backend.
+enum Call {
+    Dense(Dense),
+    /// The packed form and q's head dim `D`.
+    Varlen(Varlen, usize),
+}
+
+impl Call {
+    fn op(&self) -> &'static str {
+        match self {
+            Call::Dense(_) => FLASH,
+            Call::Varlen(..) => VARLEN,
+        }
+    }
+
+    /// The output's shape.
+    fn out_shape(&self) -> Vec<usize> {
+        match self {
+            Call::Dense(p) => vec![p.batch, p.heads, p.sq, p.dv],
+            Call::Varlen(p, _) => vec![p.total_q, p.heads, p.dv],
+        }
+    }
+}
+
+/// Runs a call on a kernel backend: `(out, lse values)`.
+fn run_op(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    call: Call,
+    backend: Backend,
+) -> Result<(Tensor, Vec<f32>), OpError> {
+    let op = FlashOp {
+        bridge: Bridge::new(call.op()),
+        call,
+        backend,
+    };
+    op.bridge.finish(
+        q.contiguous()?
+            .apply_op3_no_bwd(&k.contiguous()?, &v.contiguous()?, &op),
+    )
+}
+
+/// The candle op running the flash kernel (simulated, or packaged for the Ascend 950); `lse`
+/// comes back through the bridge.
+struct FlashOp {
+    call: Call,
+    backend: Backend,
+    bridge: Bridge<Vec<f32>>,
+}
+
+impl FlashOp {
+    #[allow(clippy::too_many_arguments)]
+    fn forward(
+        &self,
+        qs: &CpuStorage,
+        ql: &Layout,
+        ks: &CpuStorage,
+        kl: &Layout,
+        vs: &CpuStorage,
+        vl: &Layout,
+    ) -> Result<((CpuStorage, Shape), Vec<f32>), OpError> {
+        let op = self.call.op();
+        let q = bridge::gm_input(op, "q", qs, ql)?;
+        let k = bridge::gm_input(op, "k", ks, kl)?;
+        let v = bridge::gm_input(op, "v", vs, vl)?;
+        let dtype = q.dtype;
+        let mut runner = bridge::runner(op, self.backend);
+        let (out, lse): (GmTensor, GmTensor) = match &self.call {
+            Call::Dense(p) => kernel::run_dense(&mut runner, op, q, k, v, p),
+            Call::Varlen(p, d) => kernel::run_varlen(&mut runner, op, q, k, v, p, *d),
+        }?;
+        runner.finish()?;
+        let shape = self.call.out_shape();
+        let elems: usize = shape.iter().product();
+        bridge::expect_shape(op, &out.shape, &[elems], "out")?;
+        if out.dtype != dtype {
+            return Err(OpError::Package {
+                op,
+                why: format!("the kernel returned out {}, expected {dtype}", out.dtype),
+            });
+        }
+        let storage = self.bridge.storage(out)?;
+        Ok(((storage, Shape::from(shape)), lse.to_f32()))
+    }
+}
+
+impl CustomOp3 for FlashOp {
+    fn name(&self) -> &'static str {
+        self.call.op()
+    }
+
+    fn cpu_fwd(
+        &self,
+        qs: &CpuStorage,
+        ql: &Layout,
+        ks: &CpuStorage,
+        kl: &Layout,
+        vs: &CpuStorage,
+        vl: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.bridge.forward(|| self.forward(qs, ql, ks, kl, vs, vl))
     }
 }
 

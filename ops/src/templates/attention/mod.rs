@@ -1,5 +1,6 @@
 //! The attention kernel template shared by sparse (top-k) and dense (GQA) paged attention, and
-//! the split-merge kernel.
+//! the split-merge kernel; and the DN-mode prefill kernel `flash_dn` of the flash-attention ops
+//! (`dn.rs`, whose module doc has its pipeline).
 //!
 //! # `attn_split` (one kernel definition, several consumers)
 //!
@@ -75,6 +76,10 @@
 //! ```
 
 mod cube;
+mod dn;
+mod dn_cube;
+mod dn_host;
+mod dn_vector;
 mod host;
 mod merge;
 mod plan;
@@ -82,6 +87,10 @@ mod plan;
 mod tests;
 mod vector;
 
+pub(crate) use dn::{flash_dn, FlashCfg};
+pub(crate) use dn_host::{
+    descriptors as flash_descriptors, run_flash, FlashInputs, FlashProblem, DESC_COUNT,
+};
 pub(crate) use host::{recycle_result, run_attention, AttnInputs};
 pub(crate) use merge::attn_merge;
 #[cfg(test)]

@@ -150,7 +150,7 @@ impl AttnCfg {
 }
 
 /// The largest multiple of 16 that divides `total` (a multiple of 16) and is at most `max`.
-fn best_slice(total: u64, max: u64) -> u64 {
+pub(crate) fn best_slice(total: u64, max: u64) -> u64 {
     let mut s = max.min(total) / 16 * 16;
     while s > 16 && total % s != 0 {
         s -= 16;

@@ -1,0 +1,217 @@
+//! Dense (prefill) flash attention on the Reference backend (candle) and on the DN-mode tile
+//! kernel in the Ascend 950 simulator (TileSim), with the simulator's Ascend 950 estimate.
+//!
+//! Default shape: B = 1, H = 16, S = 2048 queries and keys, D = Dv = 128, causal, bf16. The
+//! report gives the largest difference of `out` and `lse` between the backends, the CPU wall
+//! time of each (median of a few alternating runs after a warm-up), and the 950 estimate:
+//! device time, per-pipe utilisation, and the fraction of the roofline reached, where the
+//! roofline counts only the score entries the mask leaves (2 (D + Dv) FLOPs each) and the
+//! distinct GM bytes.
+//!
+//! ```text
+//! cargo run --release --example flash_attention [-- --seq S --heads H --kv-heads HKV
+//!     --d D --dv DV --causal true|false --dtype f32|f16|bf16 --runs N]
+//! ```
+//! `--mla` selects the MLA prefill shape (S 1024, H 16, D 192, Dv 128).
+
+#![allow(clippy::result_large_err)]
+
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device, Tensor};
+use std::time::{Duration, Instant};
+use tileops::ops::{flash_attention, profile, runtime::arch, Backend, FlashAttentionParams};
+use tileops::tile_backend::sim::cost::CostReport;
+
+/// Command-line settings.
+struct Settings {
+    dtype: DType,
+    runs: usize,
+    seq: usize,
+    heads: usize,
+    kv_heads: usize,
+    d: usize,
+    dv: usize,
+    causal: bool,
+}
+
+fn settings() -> Result<Settings> {
+    let mut s = Settings {
+        dtype: DType::BF16,
+        runs: 3,
+        seq: 2048,
+        heads: 16,
+        kv_heads: 16,
+        d: 128,
+        dv: 128,
+        causal: true,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        if a == "--mla" {
+            (s.seq, s.d, s.dv) = (1024, 192, 128);
+            continue;
+        }
+        let v = args.next().with_context(|| format!("{a} needs a value"))?;
+        let num = |v: &str| v.parse::<usize>().with_context(|| format!("{a} {v}"));
+        match a.as_str() {
+            "--seq" => s.seq = num(&v)?,
+            "--heads" => s.heads = num(&v)?,
+            "--kv-heads" => s.kv_heads = num(&v)?,
+            "--d" => s.d = num(&v)?,
+            "--dv" => s.dv = num(&v)?,
+            "--runs" => s.runs = num(&v)?.max(1),
+            "--causal" => s.causal = v.parse().with_context(|| format!("--causal {v}"))?,
+            "--dtype" => {
+                s.dtype = match v.as_str() {
+                    "f32" => DType::F32,
+                    "f16" => DType::F16,
+                    "bf16" => DType::BF16,
+                    other => bail!("unknown dtype `{other}`: choose f32, f16 or bf16"),
+                }
+            }
+            other => bail!("unknown argument `{other}`"),
+        }
+    }
+    if s.kv_heads == 0 || s.heads % s.kv_heads != 0 {
+        bail!("--kv-heads must divide --heads");
+    }
+    Ok(s)
+}
+
+/// `n` values in `[-1, 1)` from the simulator's splitmix64.
+fn tensor(
+    rng: &mut tileops::tile_backend::sim::io::Rng,
+    shape: &[usize],
+    dt: DType,
+) -> Result<Tensor> {
+    let n = shape.iter().product();
+    let v: Vec<f32> = (0..n)
+        .map(|_| (rng.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
+        .collect();
+    Ok(Tensor::from_vec(v, shape, &Device::Cpu)?.to_dtype(dt)?)
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> Result<f32> {
+    let d = (a.to_dtype(DType::F32)? - b.to_dtype(DType::F32)?)?.abs()?;
+    Ok(d.flatten_all()?.max(0)?.to_scalar::<f32>()?)
+}
+
+/// Score entries the mask leaves for one head (query i sees keys j <= i + Skv - Sq).
+fn unmasked(sq: usize, skv: usize, causal: bool) -> u64 {
+    if !causal {
+        return (sq * skv) as u64;
+    }
+    (0..sq as i64)
+        .map(|i| (i + skv as i64 - sq as i64 + 1).clamp(0, skv as i64) as u64)
+        .sum()
+}
+
+fn main() -> Result<()> {
+    let s = settings()?;
+    let (b, h, hkv, sq, d, dv) = (1, s.heads, s.kv_heads, s.seq, s.d, s.dv);
+    println!(
+        "flash attention: B={b} H={h} Hkv={hkv} S={sq} D={d} Dv={dv} causal={} dtype={:?}",
+        s.causal, s.dtype
+    );
+    let mut rng = tileops::tile_backend::sim::io::Rng::new(19);
+    let q = tensor(&mut rng, &[b, h, sq, d], s.dtype)?;
+    let k = tensor(&mut rng, &[b, hkv, sq, d], s.dtype)?;
+    let v = tensor(&mut rng, &[b, hkv, sq, dv], s.dtype)?;
+    let p = FlashAttentionParams::new(1.0 / (d as f32).sqrt(), s.causal);
+    let run = |bk| flash_attention(&q, &k, &v, &p, Some(bk));
+
+    // Warm-up (compiles and caches the kernel), then alternating timed runs.
+    let mut reference = run(Backend::Reference).context("Reference")?;
+    let mut sim = run(Backend::TileSim).context("TileSim")?;
+    let (mut rt, mut st): (Vec<Duration>, Vec<Duration>) = (vec![], vec![]);
+    for _ in 0..s.runs {
+        let t = Instant::now();
+        reference = run(Backend::Reference).context("Reference")?;
+        rt.push(t.elapsed());
+        let t = Instant::now();
+        sim = run(Backend::TileSim).context("TileSim")?;
+        st.push(t.elapsed());
+    }
+    rt.sort();
+    st.sort();
+    let (rt, st) = (rt[rt.len() / 2], st[st.len() / 2]);
+    println!();
+    println!("accuracy (TileSim vs Reference)");
+    println!(
+        "  out  max |diff| {:.3e}",
+        max_abs_diff(&sim.0, &reference.0)?
+    );
+    println!(
+        "  lse  max |diff| {:.3e}",
+        max_abs_diff(&sim.1, &reference.1)?
+    );
+    println!();
+    println!(
+        "CPU wall time (median of {} alternating runs after a warm-up)",
+        s.runs
+    );
+    println!("  Reference  {rt:>10.2?}");
+    println!(
+        "  TileSim    {st:>10.2?}   (Reference / TileSim = {:.2})",
+        rt.as_secs_f64() / st.as_secs_f64().max(1e-12)
+    );
+
+    let (profiled, records) = profile(|| run(Backend::TileSim));
+    profiled.context("profiled TileSim run")?;
+    let hazards: usize = records.iter().map(|r| r.hazards.len()).sum();
+    let costs: Vec<CostReport> = records.iter().filter_map(|r| r.cost.clone()).collect();
+    println!();
+    println!(
+        "simulated Ascend 950: {} launch(es) ({}), {hazards} hazard(s)",
+        records.len(),
+        records
+            .iter()
+            .map(|r| format!("{} x{}", r.kernel, r.block_dim))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let Some(c) = CostReport::sum(&costs) else {
+        println!("  no cost report (no simulated launch)");
+        return Ok(());
+    };
+    // The roofline of the useful work: unmasked score entries, 2 D FLOPs for S and 2 Dv for PV.
+    let r = &arch().rates;
+    let macs = if s.dtype == DType::F32 {
+        r.cube_macs_fp32.value
+    } else {
+        r.cube_macs_fp16.value
+    };
+    let useful = 2.0 * (d + dv) as f64 * (b * h) as f64 * unmasked(sq, sq, s.causal) as f64;
+    let compute = useful / (2.0 * macs * r.clusters.value * r.clock_ghz.value * 1e9);
+    let memory =
+        (c.bytes.gm_read_distinct + c.bytes.gm_written_distinct) / r.chip_gm_bytes_per_s.value;
+    let roofline = compute.max(memory);
+    println!(
+        "  estimated device time {:.2} us; roofline of the unmasked work {:.2} us ({}-bound: \
+         {:.2} GFLOP, {:.2} MB distinct GM); {:.1}% of roofline",
+        c.seconds * 1e6,
+        roofline * 1e6,
+        if compute >= memory {
+            "compute"
+        } else {
+            "memory"
+        },
+        useful / 1e9,
+        (c.bytes.gm_read_distinct + c.bytes.gm_written_distinct) / 1e6,
+        roofline / c.seconds.max(1e-15) * 100.0
+    );
+    println!(
+        "  (executed matmul work {:.2} GFLOP: padding and the diagonal tiles' masked half)",
+        c.flops / 1e9
+    );
+    let busy: Vec<String> = c
+        .busy
+        .iter()
+        .filter(|x| x.fraction > 0.0)
+        .map(|x| format!("{} {:?} {:.1}%", x.core, x.pipe, x.fraction * 100.0))
+        .collect();
+    println!("  pipe utilisation: {}", busy.join(", "));
+    println!();
+    print!("{c}");
+    Ok(())
+}

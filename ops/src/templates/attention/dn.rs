@@ -1,0 +1,414 @@
+//! The DN-mode flash-attention kernel `flash_dn` (prefill: many queries against many keys),
+//! written the Ascend 950 way (ASCEND950.md §9): the scores are computed transposed, so each
+//! vector core's softmax runs down the columns of its own tile and no reduction crosses the
+//! two AIVs.
+//!
+//! # `flash_dn`
+//!
+//! One block = one query tile of one (sequence, head) problem, described by a row of the host's
+//! descriptor table (`desc`, [`Desc`]): where the tile's `nq <= ts` queries, its KV head's keys
+//! and values, its output rows and its lse entries start, how many keys it visits (`kv_end`:
+//! every key, or with a causal mask the keys up to the tile's last visible one, so fully masked
+//! KV tiles are never loaded nor computed) and the causal diagonal. Row strides are runtime
+//! scalars, so one kernel serves the dense `[B, H, S, D]` form and the packed varlen
+//! `[total, H, D]` form. With `H = ts / 2` queries per vector core:
+//!
+//! ```text
+//! cube  MTE2  Q rows -> q_l1 Mat NZ [ts, dp] (zero padded), seen as qt_l1 ZN [dp, ts] = Q^T
+//!       per KV tile t (keys j0 = t*tkv .., nv of them; slot s = t % 2), one tile ahead: tile
+//!       t + 1's scores (below, to channel S) are issued before tile t's P V, so the cube
+//!       computes them while the vector cores run tile t's softmax:
+//!       MTE2  K rows -> k_l1[s] Mat NZ [tkv, dp]; V rows -> v_l1[s] Mat NZ [tkv, vp] (zero pad)
+//!       per D slice j: MTE1 k_l1[s][:, j ks..] -> k_l0 Left NZ [tkv, ks];
+//!                           qt_l1[j ks.., :] -> qt_l0 Right ZN [ks, ts]
+//!                      M    s_acc[s] Acc [tkv, ts] (+)= K Q^T = S^T
+//!       FIX   s_acc[s] -> s_ub, DualModeSplitN: AIV i gets S^T[:, i H ..], all tkv keys of
+//!             its H queries                                                 -> channel S
+//!       MTE1  (channel P) p_l1 [tkv, ts] seen as ZN [ts, tkv] (= P, same bytes) -> pt_l0
+//!             Left NZ [ts, tkv]
+//!       per Dv slice j: MTE1 v_l1[s][:, j ns..] -> v_l0 Right ZN [tkv, ns];
+//!             M pv_acc Acc [ts, ns] = P V_j; FIX -> pv_ub, DualModeSplitM: AIV i gets rows
+//!             i H .., the same H queries                                    -> channel PV
+//! vector (each AIV, f32; m, l, alpha ND [1, H] rows, one entry per query):
+//!       s *= scale; keys past kv_end: rows nv.. := -inf (fillpad); a tile crossing the causal
+//!       diagonal: s += mask rows (0 / -inf staircase loaded from the host's band);
+//!       m_new = max(m, colmax s); alpha = exp(m - m_new); s = exp(s - m_new) (column
+//!       broadcast); l = l alpha + colsum s; P = cast(s) ND -> NZ -> p_l1 columns i H ..
+//!       (channel P); O_j = O_j alpha + PV_j (alpha seen as the DN column [H, 1]: a row
+//!       broadcast over O's rows).
+//!       End: O /= max(l, 1); lse = m + ln(max(l, 1)); MTE3 O (cast) -> out rows, lse.
+//! ```
+//!
+//! `m` starts at `M_INIT` (finite): a query that sees no key keeps l = 0 and o = 0 and writes
+//! lse ~ -1e30, which the host turns into +inf ([`run_flash`]); a column that is all -inf in one
+//! tile adds exp(-inf) = 0. The causal mask row band (`mask [2 tkv + H - 1, H]`): `mask[x][c] =
+//! 0` iff `x - c <= tkv - 1`; the tile of an AIV whose first query sees keys up to `delta`
+//! (relative to the tile's first key) needs `(r, c)` visible iff `r - c <= delta`, which are
+//! rows `tkv - 1 - clamp(delta, -H, tkv - 1) ..` of the band.
+//!
+//! Hand-written intra-core flags: the cube's L0 slots (M <-> MTE1, events 0, 1 for the slice
+//! slots and 2 for `pt_l0`) and Acc slots (FIX -> M, events 0, 1 for `s_acc`, 2, 3 for
+//! `pv_acc`), the vector's mask tile (V <-> MTE2, event 0, a load under a runtime `if`) and
+//! `p_nz` / the stored P tile (MTE3 <-> V, event 0); without them the sync pass's pairs lost a
+//! signal (the hazard check reports it). The sync pass adds the rest (K/V loads against their
+//! moves, the stores); the cube <-> vector handoffs are the channels S, P and PV.
+
+use super::dn_host::Desc;
+use super::plan::{best_slice, round_up};
+use tile_backend::dsl::{KernelBuilder, Reinterpret};
+use tile_backend::ir::{
+    ChannelId, CoreKind, DType, Expr, Kernel, Layout, MemSpace, PadValue, ParamId, TileId, TileType,
+};
+
+/// Static shape of the DN-mode flash kernel (its specialisation key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FlashCfg {
+    /// Kernel name prefix.
+    pub name: &'static str,
+    /// Data dtype (q, k, v, P, out).
+    pub dtype: DType,
+    /// Head dim of q and k (the contraction of Q K^T).
+    pub d: u64,
+    /// Head dim of v (output columns).
+    pub dv: u64,
+    /// Queries per tile (a multiple of 32: each AIV owns `ts / 2`, 16-aligned).
+    pub ts: u64,
+    /// Keys per KV tile (a multiple of 16).
+    pub tkv: u64,
+    /// D slice of Q K^T (L0A/L0B operand width).
+    pub ks: u64,
+    /// Dv slice of P V.
+    pub ns: u64,
+    /// The `qk_softmax` variant: no V; two passes over the keys (the statistics, then P),
+    /// writing P^T (`[N, M]`, keys by queries: each AIV's tile as it lies in UB) to `out`.
+    pub write_p: bool,
+}
+
+/// L1 bytes the kernel plans within (of 512 KiB).
+const L1_BUDGET: u64 = 500 * 1024;
+/// UB bytes per AIV the kernel plans within (of the 240 KiB safe).
+const UB_BUDGET: u64 = 224 * 1024;
+
+impl FlashCfg {
+    /// The tiling for `d`/`dv` head dims of `dtype` and queries per problem of at most
+    /// `max_sq`: query tiles of up to 128 (rounded to 32), KV tiles of up to 128 keys and
+    /// slices that fit L1, L0A/L0B and UB with K and V double buffered.
+    pub fn new(name: &'static str, dtype: DType, d: u64, dv: u64, max_sq: u64) -> Self {
+        let es = dtype.size_bytes();
+        let dp = round_up(d, 16);
+        // V columns as the slices pad them (at most one slice more than dv; see `vp`).
+        let vp = round_up(dv, 128).max(round_up(dv, 16));
+        let ts = round_up(max_sq.clamp(1, 128), 32);
+        let h = ts / 2;
+        let l1 = |tkv: u64| ts * dp * es + 2 * tkv * (dp + vp) * es + 2 * tkv * ts * es;
+        let ub = |tkv: u64| {
+            // s, mask (f32) + P (dtype, ND and NZ) + O (f32) + PV slice + out cast + stats.
+            2 * tkv * h * 4 + 2 * tkv * h * es + h * vp * 4 + h * 128 * (4 + es) + 8 * h * 4
+        };
+        // L0A holds P^T [ts, tkv] beside two K slices of at least 16 columns.
+        let l0a = |tkv: u64| ts * tkv * es + 2 * tkv * 16 * es;
+        let mut tkv = 128;
+        while tkv > 16 && (l1(tkv) > L1_BUDGET || ub(tkv) > UB_BUDGET || l0a(tkv) > 64 * 1024) {
+            tkv /= 2;
+        }
+        // L0A: P^T [ts, tkv] + two K slices [tkv, ks]; L0B: two Q^T slices [ks, ts] + two V
+        // slices [tkv, ns], half each.
+        let l0 = 64 * 1024;
+        let ks_max = ((l0 - ts * tkv * es) / (2 * tkv * es)).min(l0 / 2 / (2 * ts * es));
+        let ks = best_slice(dp, ks_max);
+        let ns_max = (l0 / 2 / (2 * tkv * es)).min(128);
+        // A power of two (tkv is one): the last slice may run past dv (zero padded), so that
+        // an awkward Dv (e.g. 200) does not fall back to many 16-column slices.
+        let ns = (ns_max.min(round_up(dv, 16)) / 16 * 16).max(16);
+        FlashCfg {
+            name,
+            dtype,
+            d,
+            dv,
+            ts,
+            tkv,
+            ks,
+            ns,
+            write_p: false,
+        }
+    }
+
+    /// The cache key (every static parameter the kernel reads).
+    pub fn key(&self) -> String {
+        format!("{self:?}")
+    }
+
+    /// q/k columns padded to 16.
+    pub fn dp(&self) -> u64 {
+        round_up(self.d, 16)
+    }
+
+    /// v columns padded to 16, then to whole Dv slices.
+    pub fn vp(&self) -> u64 {
+        round_up(round_up(self.dv, 16), self.ns)
+    }
+
+    /// Rows of the causal mask band (`2 tkv + H - 1`, H = ts / 2).
+    pub fn mask_rows(&self) -> u64 {
+        2 * self.tkv + self.ts / 2 - 1
+    }
+
+    /// The causal mask band `[mask_rows, ts / 2]` f32 (see the module docs).
+    pub fn mask_band(&self) -> Vec<f32> {
+        let h = self.ts / 2;
+        let mut band = Vec::with_capacity((self.mask_rows() * h) as usize);
+        for x in 0..self.mask_rows() as i64 {
+            for c in 0..h as i64 {
+                band.push(if x - c < self.tkv as i64 {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                });
+            }
+        }
+        band
+    }
+}
+
+/// The runtime scalars of `flash_dn`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FlashParams {
+    pub blocks: ParamId,
+    pub q_len: ParamId,
+    pub k_len: ParamId,
+    pub v_len: ParamId,
+    pub o_len: ParamId,
+    pub lse_len: ParamId,
+    pub q_rs: ParamId,
+    pub k_rs: ParamId,
+    pub v_rs: ParamId,
+    pub o_rs: ParamId,
+    pub scale: ParamId,
+}
+
+/// Everything the cube and vector programs of `flash_dn` share: the static shape, the
+/// parameters and the tiles and channels declared once for both cores.
+#[derive(Clone, Copy)]
+pub(super) struct FlashKernel<'a> {
+    pub cfg: &'a FlashCfg,
+    pub sp: FlashParams,
+    pub q: ParamId,
+    pub k: ParamId,
+    pub v: Option<ParamId>,
+    pub desc: ParamId,
+    pub mask: ParamId,
+    pub out: ParamId,
+    pub lse: ParamId,
+    pub q_l1: TileId,
+    pub qt_l1: TileId,
+    pub k_l1: TileId,
+    pub v_l1: Option<TileId>,
+    pub p_l1: TileId,
+    pub pt_l1: TileId,
+    pub k_l0: TileId,
+    pub qt_l0: TileId,
+    pub pt_l0: TileId,
+    pub v_l0: TileId,
+    pub s_acc: TileId,
+    pub pv_acc: TileId,
+    pub s_ub: TileId,
+    pub mask_ub: TileId,
+    pub p_ub: Option<TileId>,
+    pub p_nz: TileId,
+    pub pv_ub: TileId,
+    pub o_t: TileId,
+    pub o_cast: Option<TileId>,
+    pub stats: Stats,
+    pub ch_s: ChannelId,
+    pub ch_p: ChannelId,
+    pub ch_pv: ChannelId,
+}
+
+/// The per-query statistics, each an ND `[1, H]` row (what a column reduction writes, and what
+/// A5's element-wise ops take), and the DN `[H, 1]` column views a row broadcast over O reads.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Stats {
+    pub m: TileId,
+    pub l: TileId,
+    pub mc: TileId,
+    pub lc: TileId,
+    pub alpha: TileId,
+    pub lse: TileId,
+    pub alpha_col: TileId,
+    pub l_col: TileId,
+}
+
+impl FlashKernel<'_> {
+    /// Reads field `f` of this block's descriptor row.
+    pub(super) fn field(&self, b: &mut tile_backend::dsl::Body<'_>, f: Desc) -> Expr {
+        let name = format!("{f:?}").to_lowercase();
+        Expr::Var(b.read_scalar(name, self.desc, Expr::BlockIdx * Desc::COUNT + f as i64))
+    }
+}
+
+/// The DN-mode flash kernel (see the module docs). Arguments, in order: scalars `blocks`,
+/// `q_len`, `k_len`, `v_len`, `o_len`, `lse_len` (elements), `q_rs`, `k_rs`, `v_rs`, `o_rs`
+/// (row strides, elements) (i32) and `scale` (f32); then `q [q_len]`, `k [k_len]`, `v
+/// [v_len]` (dtype; not in the `write_p` variant), `desc [blocks, Desc::COUNT]` i32, `mask
+/// [mask_rows, ts / 2]` f32, outputs `out [o_len]` (dtype: O rows, or P^T for `write_p`) and
+/// `lse [lse_len]` f32. Launch `blocks` blocks.
+pub(crate) fn flash_dn(cfg: &FlashCfg) -> Kernel {
+    let dt = cfg.dtype;
+    let (ts, tkv, ks, ns) = (cfg.ts, cfg.tkv, cfg.ks, cfg.ns);
+    let (dp, vp) = (cfg.dp(), cfg.vp());
+    let h = ts / 2;
+    let mut kb = KernelBuilder::new(format!("{}_{dt}", cfg.name));
+    let int = |kb: &mut KernelBuilder, n: &str| kb.scalar(n, DType::I32);
+    let sp = FlashParams {
+        blocks: int(&mut kb, "blocks"),
+        q_len: int(&mut kb, "q_len"),
+        k_len: int(&mut kb, "k_len"),
+        v_len: int(&mut kb, "v_len"),
+        o_len: int(&mut kb, "o_len"),
+        lse_len: int(&mut kb, "lse_len"),
+        q_rs: int(&mut kb, "q_rs"),
+        k_rs: int(&mut kb, "k_rs"),
+        v_rs: int(&mut kb, "v_rs"),
+        o_rs: int(&mut kb, "o_rs"),
+        scale: kb.scalar("scale", DType::F32),
+    };
+    kb.range(sp.scale, 0.01, 0.25);
+    let p = |id: ParamId| Expr::Param(id);
+    let q = kb.input("q", dt, [p(sp.q_len)]);
+    let k = kb.input("k", dt, [p(sp.k_len)]);
+    let v = (!cfg.write_p).then(|| kb.input("v", dt, [p(sp.v_len)]));
+    let desc = kb.input("desc", DType::I32, [p(sp.blocks), Desc::COUNT.into()]);
+    let mask = kb.input("mask", DType::F32, [cfg.mask_rows(), h]);
+    let out = kb.output("out", dt, [p(sp.o_len)]);
+    let lse = kb.output("lse", DType::F32, [p(sp.lse_len)]);
+
+    use Layout::{DN, ND, NZ, ZN};
+    use MemSpace::{Acc, Left, Mat, Right, Vec as Ub};
+    let ty = TileType::new;
+    let f32_data = dt == DType::F32;
+    // Cube tiles.
+    // Q rows in NZ (TFILLPAD on Mat takes NZ only); the same bytes seen as ZN [dp, ts] are Q^T.
+    let q_l1 = kb.tile(
+        "q_l1",
+        ty(Mat, dt, ts, dp, NZ).dynamic().pad(PadValue::Zero),
+    );
+    let qt_l1 = kb.reinterpret(
+        "qt_l1",
+        q_l1,
+        Reinterpret {
+            dtype: None,
+            shape: Some((dp, ts)),
+            layout: Some(ZN),
+        },
+    );
+    let k_l1 = kb.tile_group(
+        "k_l1",
+        ty(Mat, dt, tkv, dp, NZ).dynamic().pad(PadValue::Zero),
+        2,
+    );
+    let v_l1 = (!cfg.write_p).then(|| {
+        kb.tile_group(
+            "v_l1",
+            ty(Mat, dt, tkv, vp, NZ).dynamic().pad(PadValue::Zero),
+            2,
+        )
+    });
+    let p_l1 = kb.tile_group("p_l1", ty(Mat, dt, tkv, ts, NZ), 2);
+    let pt_l1 = kb.reinterpret(
+        "pt_l1",
+        p_l1,
+        Reinterpret {
+            dtype: None,
+            shape: Some((ts, tkv)),
+            layout: Some(ZN),
+        },
+    );
+    let k_l0 = kb.tile_group("k_l0", ty(Left, dt, tkv, ks, NZ), 2);
+    let qt_l0 = kb.tile_group("qt_l0", ty(Right, dt, ks, ts, ZN), 2);
+    let pt_l0 = kb.tile("pt_l0", ty(Left, dt, ts, tkv, NZ));
+    let v_l0 = kb.tile_group("v_l0", ty(Right, dt, tkv, ns, ZN), 2);
+    let s_acc = kb.tile_group("s_acc", ty(Acc, DType::F32, tkv, ts, NZ), 2);
+    let pv_acc = kb.tile_group("pv_acc", ty(Acc, DType::F32, ts, ns, NZ), 2);
+    // Vector tiles (one set per AIV, at the same UB addresses).
+    let s_ub = kb.tile(
+        "s_ub",
+        ty(Ub, DType::F32, tkv, h, ND).dynamic().pad(PadValue::Min),
+    );
+    let mask_ub = kb.tile("mask_ub", ty(Ub, DType::F32, tkv, h, ND));
+    let p_ub = (!f32_data).then(|| kb.tile("p_ub", ty(Ub, dt, tkv, h, ND).dynamic()));
+    let p_nz = kb.tile("p_nz", ty(Ub, dt, tkv, h, NZ));
+    let pv_ub = kb.tile("pv_ub", ty(Ub, DType::F32, h, ns, ND).dynamic());
+    let nns = vp / ns;
+    let o_t = kb.tile_group("o", ty(Ub, DType::F32, h, ns, ND).dynamic(), nns as u32);
+    let o_cast = (!f32_data).then(|| kb.tile("o_cast", ty(Ub, dt, h, ns, ND).dynamic()));
+    let row = |kb: &mut KernelBuilder, n: &str| kb.tile(n, ty(Ub, DType::F32, 1, h, ND).dynamic());
+    let (m, l, mc, lc, alpha, lse_t) = (
+        row(&mut kb, "m"),
+        row(&mut kb, "l"),
+        row(&mut kb, "m_tile"),
+        row(&mut kb, "l_tile"),
+        row(&mut kb, "alpha"),
+        row(&mut kb, "lse_row"),
+    );
+    let column = |kb: &mut KernelBuilder, n: &str, src: TileId| {
+        kb.reinterpret(
+            n,
+            src,
+            Reinterpret {
+                dtype: None,
+                shape: Some((h, 1)),
+                layout: Some(DN),
+            },
+        )
+    };
+    let stats = Stats {
+        m,
+        l,
+        mc,
+        lc,
+        alpha,
+        lse: lse_t,
+        alpha_col: column(&mut kb, "alpha_col", alpha),
+        l_col: column(&mut kb, "l_col", l),
+    };
+    let ch_s = kb.channel("s", CoreKind::Cube, 1);
+    let ch_p = kb.channel("p", CoreKind::Vector, 1);
+    let ch_pv = kb.channel("pv", CoreKind::Cube, 1);
+    let fk = FlashKernel {
+        cfg,
+        sp,
+        q,
+        k,
+        v,
+        desc,
+        mask,
+        out,
+        lse,
+        q_l1,
+        qt_l1,
+        k_l1,
+        v_l1,
+        p_l1,
+        pt_l1,
+        k_l0,
+        qt_l0,
+        pt_l0,
+        v_l0,
+        s_acc,
+        pv_acc,
+        s_ub,
+        mask_ub,
+        p_ub,
+        p_nz,
+        pv_ub,
+        o_t,
+        o_cast,
+        stats,
+        ch_s,
+        ch_p,
+        ch_pv,
+    };
+    kb.cube(|c| super::dn_cube::body(c, &fk));
+    kb.vector(|vb| super::dn_vector::body(vb, &fk));
+    kb.build()
+}

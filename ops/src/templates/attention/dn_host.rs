@@ -1,0 +1,278 @@
+//! The host side of `flash_dn`: [`run_flash`] cuts each (sequence, head) problem into query
+//! tiles, writes the descriptor table, launches the kernel and fixes the lse of queries that see
+//! no key.
+
+use super::dn::{flash_dn, FlashCfg};
+use crate::error::OpError;
+use crate::runtime::{compiled, Runner};
+use tile_backend::ir::DType;
+use tile_backend::launch::{Arg, GmInput, GmTensor};
+
+/// The fields of a row of `flash_dn`'s descriptor table (one row per block), in column order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Desc {
+    /// Element offset of the tile's first query row in `q`.
+    QOff,
+    /// Element offset of the problem's first key row in `k`.
+    KOff,
+    /// Element offset of the problem's first value row in `v`.
+    VOff,
+    /// Element offset of the tile's first output row in `out`.
+    OOff,
+    /// Offset of the tile's first lse entry in `lse` (consecutive per query).
+    LseOff,
+    /// Queries in the tile (`1..=ts`).
+    Nq,
+    /// Keys the tile visits (`1..=Skv`): all, or up to its last visible one when causal.
+    KvEnd,
+    /// The last key the tile's first query sees (`i0 + Skv - Sq` when causal), or a value past
+    /// every key (no mask).
+    Diag,
+}
+
+/// Columns of the descriptor table, as a count.
+pub(crate) const DESC_COUNT: usize = Desc::COUNT as usize;
+
+impl Desc {
+    /// Columns of the descriptor table.
+    pub(crate) const COUNT: i64 = 8;
+}
+
+/// One (sequence, head) attention problem of a call, in element offsets of the call's
+/// tensors (row strides are the call's [`FlashInputs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FlashProblem {
+    /// Offset of query 0's row in `q`.
+    pub q_off: usize,
+    /// Offset of key 0's row in `k`.
+    pub k_off: usize,
+    /// Offset of value 0's row in `v`.
+    pub v_off: usize,
+    /// Offset of query 0's output row in `out`.
+    pub o_off: usize,
+    /// Offset of query 0's lse (the problem's lse entries are consecutive).
+    pub lse_off: usize,
+    /// Queries.
+    pub sq: usize,
+    /// Keys.
+    pub skv: usize,
+}
+
+/// Host-side inputs of one flash call, already in kernel form (flat tensors).
+pub(crate) struct FlashInputs<'a> {
+    /// Queries, flat.
+    pub q: GmInput<'a>,
+    /// Keys, flat.
+    pub k: GmInput<'a>,
+    /// Values, flat (none for the `write_p` variant).
+    pub v: Option<GmInput<'a>>,
+    /// Row strides (elements) of q, k, v and out.
+    pub strides: [usize; 4],
+    /// Elements of out.
+    pub o_len: usize,
+    /// Entries of lse.
+    pub lse_len: usize,
+    /// The problems.
+    pub problems: Vec<FlashProblem>,
+    /// Softmax scale.
+    pub scale: f32,
+    /// Bottom-right causal mask.
+    pub causal: bool,
+}
+
+/// A diagonal past every key (no causal mask).
+const NO_MASK: i64 = i32::MAX as i64 / 2;
+
+/// The descriptor rows of `problems` for `cfg`'s query tiles; tiles whose queries see no key are
+/// left out (their output stays 0 and their lse +inf).
+pub(crate) fn descriptors(
+    problems: &[FlashProblem],
+    cfg: &FlashCfg,
+    causal: bool,
+    strides: [usize; 4],
+) -> Vec<i64> {
+    let [q_rs, _, _, o_rs] = strides;
+    let ts = cfg.ts as usize;
+    // Consecutive queries are rows of O, or columns of P^T.
+    let o_step = if cfg.write_p { 1 } else { o_rs };
+    let mut rows = Vec::new();
+    for p in problems {
+        for i0 in (0..p.sq).step_by(ts.max(1)) {
+            let nq = ts.min(p.sq - i0);
+            let shift = p.skv as i64 - p.sq as i64;
+            let (kv_end, diag) = if causal {
+                let last = i0 as i64 + nq as i64 - 1 + shift;
+                ((last + 1).clamp(0, p.skv as i64), i0 as i64 + shift)
+            } else {
+                (p.skv as i64, NO_MASK)
+            };
+            if kv_end == 0 {
+                continue;
+            }
+            rows.extend([
+                (p.q_off + i0 * q_rs) as i64,
+                p.k_off as i64,
+                p.v_off as i64,
+                (p.o_off + i0 * o_step) as i64,
+                (p.lse_off + i0) as i64,
+                nq as i64,
+                kv_end,
+                diag,
+            ]);
+        }
+    }
+    rows
+}
+
+/// Runs the flash kernel over every problem: returns `out [o_len]` (data dtype) and
+/// `lse [lse_len]` f32, with out 0 and lse +inf for every query that sees no key.
+pub(crate) fn run_flash(
+    runner: &mut Runner,
+    op: &'static str,
+    cfg: &FlashCfg,
+    inp: FlashInputs<'_>,
+) -> Result<(GmTensor, GmTensor), OpError> {
+    let desc = descriptors(&inp.problems, cfg, inp.causal, inp.strides);
+    let blocks = desc.len() / Desc::COUNT as usize;
+    let mut out = GmTensor::zeros(cfg.dtype, &[inp.o_len]);
+    let mut lse = GmTensor::from_f32(
+        DType::F32,
+        &[inp.lse_len],
+        &vec![f32::INFINITY; inp.lse_len],
+    );
+    if blocks > 0 {
+        let kernel = compiled(op, &cfg.key(), || flash_dn(cfg))?;
+        let [q_rs, k_rs, v_rs, o_rs] = inp.strides;
+        let h = (cfg.ts / 2) as usize;
+        let int = |x: usize| Arg::Int(x as i64);
+        let v_len = inp.v.as_ref().map_or(0, |v| v.shape.iter().product());
+        let mut named = vec![
+            ("blocks", int(blocks)),
+            ("q_len", int(inp.q.shape.iter().product())),
+            ("k_len", int(inp.k.shape.iter().product())),
+            ("v_len", int(v_len)),
+            ("o_len", int(inp.o_len)),
+            ("lse_len", int(inp.lse_len)),
+            ("q_rs", int(q_rs)),
+            ("k_rs", int(k_rs)),
+            ("v_rs", int(v_rs)),
+            ("o_rs", int(o_rs)),
+            ("scale", Arg::Float(f64::from(inp.scale))),
+            ("q", Arg::Input(flat(inp.q))),
+            ("k", Arg::Input(flat(inp.k))),
+            (
+                "desc",
+                Arg::Tensor(GmTensor::from_i64(
+                    DType::I32,
+                    &[blocks, Desc::COUNT as usize],
+                    &desc,
+                )),
+            ),
+            (
+                "mask",
+                Arg::Tensor(GmTensor::from_f32(
+                    DType::F32,
+                    &[cfg.mask_rows() as usize, h],
+                    &cfg.mask_band(),
+                )),
+            ),
+            ("out", Arg::Tensor(out)),
+            ("lse", Arg::Tensor(lse)),
+        ];
+        if let Some(v) = inp.v {
+            named.push(("v", Arg::Input(flat(v))));
+        }
+        let mut args = runner.launch_named(&kernel, blocks, named)?;
+        out = runner.take(&kernel, &mut args, "out")?;
+        lse = runner.take(&kernel, &mut args, "lse")?;
+    }
+    if inp.causal {
+        // Queries before the diagonal's start see no key: the kernel wrote lse ~ -1e30.
+        for p in &inp.problems {
+            let blind = p.sq.saturating_sub(p.skv).min(p.sq);
+            for i in 0..blind {
+                let at = (p.lse_off + i) * 4;
+                if let Some(x) = lse.data.get_mut(at..at + 4) {
+                    x.copy_from_slice(&f32::INFINITY.to_le_bytes());
+                }
+            }
+        }
+    }
+    Ok((out, lse))
+}
+
+/// `t` as a flat tensor (the kernel views it through offsets and row strides).
+fn flat(mut t: GmInput<'_>) -> GmInput<'_> {
+    t.shape = vec![t.shape.iter().product()];
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(sq: usize, skv: usize) -> FlashProblem {
+        FlashProblem {
+            q_off: 0,
+            k_off: 0,
+            v_off: 0,
+            o_off: 0,
+            lse_off: 0,
+            sq,
+            skv,
+        }
+    }
+
+    /// `(nq, kv_end, diag)` of each descriptor row.
+    fn tiles(sq: usize, skv: usize, causal: bool) -> Vec<(i64, i64, i64)> {
+        let cfg = FlashCfg::new("t", DType::BF16, 64, 64, 128);
+        assert_eq!(cfg.ts, 128);
+        descriptors(&[problem(sq, skv)], &cfg, causal, [64, 64, 64, 64])
+            .chunks(DESC_COUNT)
+            .map(|r| {
+                (
+                    r[Desc::Nq as usize],
+                    r[Desc::KvEnd as usize],
+                    r[Desc::Diag as usize],
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn causal_tiles_visit_keys_up_to_their_last_query_and_blind_tiles_are_dropped() {
+        // The square: query tile t sees keys up to its last query.
+        assert_eq!(
+            tiles(512, 512, true),
+            vec![
+                (128, 128, 0),
+                (128, 256, 128),
+                (128, 384, 256),
+                (128, 512, 384)
+            ]
+        );
+        // Sq > Skv: queries 0..200 see nothing; tile 0 is not launched, tile 2 is a tail.
+        assert_eq!(tiles(300, 100, true), vec![(128, 56, -72), (44, 100, 56)]);
+        // Not causal: every key, no diagonal.
+        assert_eq!(
+            tiles(300, 100, false),
+            vec![(128, 100, NO_MASK), (128, 100, NO_MASK), (44, 100, NO_MASK)]
+        );
+        // No key at all: nothing to launch.
+        assert!(tiles(5, 0, false).is_empty());
+    }
+
+    #[test]
+    fn the_mask_band_is_a_staircase() {
+        let cfg = FlashCfg::new("t", DType::F16, 64, 64, 32);
+        let h = (cfg.ts / 2) as usize;
+        let band = cfg.mask_band();
+        assert_eq!(band.len(), cfg.mask_rows() as usize * h);
+        for (x, row) in band.chunks(h).enumerate() {
+            for (c, &m) in row.iter().enumerate() {
+                let open = (x as i64 - c as i64) < cfg.tkv as i64;
+                assert_eq!(m, if open { 0.0 } else { f32::NEG_INFINITY }, "({x}, {c})");
+            }
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! The vector program of `flash_dn` (see `dn.rs`): the online softmax down the columns of each
+//! KV tile's `[tkv, H]` slice of S^T (one column per query), P back to the cube (channel P),
+//! O accumulated from P V (channel PV), the final divide and lse. The P-writing variant runs
+//! the statistics pass, then normalises each recomputed tile and stores it.
+
+use super::dn::FlashKernel;
+use super::dn_host::Desc;
+use super::ping_pong;
+use super::plan::M_INIT;
+use tile_backend::dsl::Body;
+use tile_backend::ir::{Axis, BinaryOp, Expr, GmView, Pipe, RoundMode, UnaryOp, VarId};
+
+/// The event of the mask tile's hand-written V <-> MTE2 flags.
+const MASK_EV: u8 = 0;
+/// The event of `p_nz`'s (or the stored P tile's) hand-written MTE3 <-> V flags.
+const P_EV: u8 = 0;
+
+/// Appends the vector program of the flash kernel `k` to `v`.
+pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
+    let cfg = k.cfg;
+    let (ts, tkv, ns) = (cfg.ts, cfg.tkv, cfg.ns);
+    let h = ts / 2;
+    let nns = cfg.vp() / ns;
+    let st = k.stats;
+    let o_off = k.field(v, Desc::OOff);
+    let lse_off = k.field(v, Desc::LseOff);
+    let nq = k.field(v, Desc::Nq);
+    let kv_end = k.field(v, Desc::KvEnd);
+    let diag = k.field(v, Desc::Diag);
+    let iters = v.let_("iters", kv_end.clone().ceil_div(tkv as i64));
+    // The last key this AIV's first query sees, relative to key 0 of the sequence.
+    let diag = v.let_("diag_mine", diag + Expr::SubBlockIdx * h);
+    let mine = v.let_("mine", (nq - Expr::SubBlockIdx * h).min(h as i64).max(0));
+    v.set_validshape(k.s_ub, tkv, h);
+    if let Some(pu) = k.p_ub {
+        v.set_validshape(pu, tkv, h);
+    }
+    for t in [st.m, st.l, st.mc, st.lc, st.alpha, st.lse] {
+        v.set_validshape(t, 1, h);
+    }
+    v.set_validshape(st.alpha_col, h, 1);
+    v.set_validshape(st.l_col, h, 1);
+    v.set_validshape(k.pv_ub, h, ns);
+    v.fill(st.m, M_INIT);
+    v.fill(st.l, 0.0);
+    if !cfg.write_p {
+        for j in 0..nns {
+            v.set_validshape(k.o_t.at(j), h, ns);
+            v.fill(k.o_t.at(j), 0.0);
+        }
+    }
+    // mask_ub and p_nz start free; their flags are written by hand (a load under a runtime
+    // `if`; p_nz is free again once its move to L1 has read it).
+    v.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+    v.set_flag(Pipe::Mte3, Pipe::V, P_EV);
+    let mut step = |b: &mut Body<'_>, it: Expr, slot: u64| {
+        let j0 = b.let_("j0", it * tkv);
+        let nv = b.let_("nv", (kv_end.clone() - j0).min(tkv as i64));
+        softmax_tile(b, k, diag, j0, nv);
+        if !cfg.write_p {
+            p_and_o(b, k, slot);
+        } else {
+            b.release(k.ch_s);
+        }
+    };
+    ping_pong(v, Expr::Var(iters), &mut step);
+    // Normalise; lse = m + ln l (a query with no key: l = 0 -> 1, o = 0, lse ~ M_INIT).
+    v.binary_scalar(BinaryOp::Max, st.l, st.l, 1.0);
+    if cfg.write_p {
+        write_p(v, k, &kv_end, iters, o_off.clone(), mine);
+    } else {
+        for j in 0..nns {
+            v.broadcast(BinaryOp::Div, Axis::Row, k.o_t.at(j), k.o_t.at(j), st.l_col);
+        }
+    }
+    v.wait_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+    v.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
+    v.unary(UnaryOp::Ln, st.lse, st.l);
+    v.add(st.lse, st.lse, st.m);
+    v.if_(Expr::Var(mine).gt(0), |t| {
+        if !cfg.write_p {
+            store_o(t, k, o_off, mine);
+        }
+        t.set_validshape(st.lse, 1, mine);
+        t.store(
+            GmView::nd(k.lse, lse_off + Expr::SubBlockIdx * h, 1, mine, mine),
+            st.lse,
+        );
+    });
+}
+
+/// One KV tile's scores (channel S) into the running statistics: `s` ends as
+/// `exp(scale s - m_new)` with keys past `nv` and past the causal diagonal at 0, `alpha` as
+/// `exp(m_old - m_new)`.
+fn softmax_tile(b: &mut Body<'_>, k: &FlashKernel<'_>, diag: VarId, j0: VarId, nv: VarId) {
+    let (tkv, h) = (k.cfg.tkv, k.cfg.ts / 2);
+    let st = k.stats;
+    b.pop(k.ch_s);
+    b.muls(k.s_ub, k.s_ub, k.sp.scale);
+    // Keys past kv_end: -inf.
+    b.if_(Expr::Var(nv).lt(tkv), |t| {
+        t.set_validshape(k.s_ub, nv, h);
+        t.fillpad(k.s_ub);
+        t.set_validshape(k.s_ub, tkv, h);
+    });
+    // A tile crossing the causal diagonal: add the staircase of the mask band.
+    let delta = b.let_("delta", Expr::Var(diag) - j0);
+    b.if_(Expr::Var(delta).lt(tkv as i64 - 1), |t| {
+        let clamped = Expr::Var(delta).max(-(h as i64)).min(tkv as i64 - 1);
+        let row0 = Expr::from(tkv as i64 - 1) - clamped;
+        t.wait_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+        t.load(k.mask_ub, GmView::nd(k.mask, row0 * h, tkv, h, h));
+        t.set_flag(Pipe::Mte2, Pipe::V, MASK_EV);
+        t.wait_flag(Pipe::Mte2, Pipe::V, MASK_EV);
+        t.add(k.s_ub, k.s_ub, k.mask_ub);
+        t.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+    });
+    // Online softmax down the columns (one per query).
+    b.col_max(st.mc, k.s_ub);
+    b.max(st.mc, st.mc, st.m);
+    b.binary(BinaryOp::Sub, st.alpha, st.m, st.mc);
+    b.exp(st.alpha, st.alpha);
+    b.max(st.m, st.m, st.mc);
+    b.broadcast(BinaryOp::Sub, Axis::Col, k.s_ub, k.s_ub, st.mc);
+    b.exp(k.s_ub, k.s_ub);
+    b.col_sum(st.lc, k.s_ub);
+    b.mul(st.l, st.l, st.alpha);
+    b.add(st.l, st.l, st.lc);
+}
+
+/// P (cast, ND -> NZ) into this AIV's column half of P^T in L1 slot `slot` (channel P), then
+/// `O = O alpha + P V` per Dv slice (channel PV; alpha seen as the DN column [H, 1]: a row
+/// broadcast over O's rows).
+fn p_and_o(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
+    let h = k.cfg.ts / 2;
+    let nns = k.cfg.vp() / k.cfg.ns;
+    match k.p_ub {
+        Some(pu) => {
+            b.cast(pu, k.s_ub, RoundMode::Rint);
+            b.release(k.ch_s);
+            b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
+            b.mov(k.p_nz, pu);
+        }
+        None => {
+            b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
+            b.mov(k.p_nz, k.s_ub);
+            b.release(k.ch_s);
+        }
+    }
+    b.set_flag(Pipe::V, Pipe::Mte3, P_EV);
+    b.wait_flag(Pipe::V, Pipe::Mte3, P_EV);
+    b.acquire(k.ch_p);
+    b.mov(k.p_l1.at(slot), k.p_nz)
+        .offset(0, Expr::SubBlockIdx * h);
+    b.set_flag(Pipe::Mte3, Pipe::V, P_EV);
+    b.push(k.ch_p);
+    for j in 0..nns {
+        b.broadcast(
+            BinaryOp::Mul,
+            Axis::Row,
+            k.o_t.at(j),
+            k.o_t.at(j),
+            k.stats.alpha_col,
+        );
+        b.pop(k.ch_pv);
+        b.add(k.o_t.at(j), k.o_t.at(j), k.pv_ub);
+        b.release(k.ch_pv);
+    }
+}
+
+/// The `write_p` pass: each KV tile's scores again (channel S), `P = exp(scale s - m) / l`
+/// (column broadcasts), stored as this AIV's `[nv, mine]` block of P^T (row stride `o_rs`).
+fn write_p(
+    v: &mut Body<'_>,
+    k: &FlashKernel<'_>,
+    kv_end: &Expr,
+    iters: VarId,
+    o_off: Expr,
+    mine: VarId,
+) {
+    let (tkv, h) = (k.cfg.tkv, k.cfg.ts / 2);
+    let st = k.stats;
+    // 1 / l into l_tile.
+    v.fill(st.lc, 1.0);
+    v.binary(BinaryOp::Div, st.lc, st.lc, st.l);
+    let pt = k.p_ub.unwrap_or(k.s_ub);
+    let mut step = |b: &mut Body<'_>, it: Expr, _slot: u64| {
+        let j0 = b.let_("j0", it * tkv);
+        let nv = b.let_("nv", (kv_end.clone() - j0).min(tkv as i64));
+        b.pop(k.ch_s);
+        b.muls(k.s_ub, k.s_ub, k.sp.scale);
+        b.broadcast(BinaryOp::Sub, Axis::Col, k.s_ub, k.s_ub, st.m);
+        b.exp(k.s_ub, k.s_ub);
+        b.broadcast(BinaryOp::Mul, Axis::Col, k.s_ub, k.s_ub, st.lc);
+        b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
+        if let Some(pu) = k.p_ub {
+            b.cast(pu, k.s_ub, RoundMode::Rint);
+            b.release(k.ch_s);
+        }
+        b.set_flag(Pipe::V, Pipe::Mte3, P_EV);
+        b.wait_flag(Pipe::V, Pipe::Mte3, P_EV);
+        b.if_(Expr::Var(mine).gt(0), |t| {
+            t.set_validshape(pt, nv, mine);
+            let o_rs = Expr::Param(k.sp.o_rs);
+            let off = o_off.clone() + Expr::Var(j0) * o_rs.clone() + Expr::SubBlockIdx * h;
+            t.store(GmView::nd(k.out, off, nv, mine, o_rs), pt);
+            t.set_validshape(pt, tkv, h);
+        });
+        b.set_flag(Pipe::Mte3, Pipe::V, P_EV);
+        if k.p_ub.is_none() {
+            // f32: the stored tile is s_ub itself, free for the next scores once stored.
+            b.release(k.ch_s);
+        }
+    };
+    ping_pong(v, Expr::Var(iters), &mut step);
+}
+
+/// O's rows of this AIV's `mine` queries (cast to the data dtype) to `out`.
+fn store_o(t: &mut Body<'_>, k: &FlashKernel<'_>, o_off: Expr, mine: VarId) {
+    let (h, ns, dv) = (k.cfg.ts / 2, k.cfg.ns, k.cfg.dv);
+    let nns = k.cfg.vp() / ns;
+    let o_rs = Expr::Param(k.sp.o_rs);
+    let row0 = t.let_("row0", o_off + Expr::SubBlockIdx * h * o_rs.clone());
+    for j in 0..nns {
+        let cols = (dv - j * ns).min(ns);
+        let dst = GmView::nd(k.out, Expr::Var(row0) + j * ns, mine, cols, o_rs.clone());
+        let o = k.o_t.at(j);
+        t.set_validshape(o.clone(), mine, cols);
+        match k.o_cast {
+            Some(oc) => {
+                t.set_validshape(oc, mine, cols);
+                t.cast(oc, o, RoundMode::Rint);
+                t.store(dst, oc);
+            }
+            None => {
+                t.store(dst, o);
+            }
+        }
+    }
+}
