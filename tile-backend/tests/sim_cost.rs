@@ -160,6 +160,19 @@ fn blocks_beyond_the_clusters_run_in_waves() {
         two.cycles,
         one.cycles
     );
+    // Identical waves keep every pipe exactly as busy as one wave does (a second wave doubles
+    // both the busy cycles and the duration; it must not be counted twice).
+    for (a, b) in one.busy.iter().zip(&two.busy) {
+        assert!(
+            (a.fraction - b.fraction).abs() < 1e-9,
+            "{} {:?}: one wave {} vs two waves {}",
+            a.core,
+            a.pipe,
+            a.fraction,
+            b.fraction
+        );
+    }
+    assert!(one.busy.iter().any(|b| b.fraction > 0.0), "{one}");
 }
 
 #[test]

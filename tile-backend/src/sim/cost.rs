@@ -166,13 +166,18 @@ pub fn report_from(
     let r = &arch.rates;
     let clusters = r.clusters.value.max(1.0) as usize;
     let waves = block_dim.div_ceil(clusters).max(1);
-    let cycles: f64 = tls
+    // Each wave lasts as long as its slowest block; the waves run one after another.
+    let wave_ends: Vec<(f64, usize)> = tls
         .chunks(clusters)
-        .map(|w| w.iter().map(|b| b.end).fold(0.0, f64::max))
-        .sum();
+        .map(|w| (w.iter().map(|b| b.end).fold(0.0, f64::max), w.len()))
+        .collect();
+    let cycles: f64 = wave_ends.iter().map(|(end, _)| end).sum();
+    // Cluster-cycles the run offers: each wave's duration times the clusters it occupies.
+    let cluster_cycles: f64 = wave_ends.iter().map(|(end, n)| end * *n as f64).sum();
     let seconds = cycles / (r.clock_ghz.value * 1e9);
 
-    // Busy fractions: busy cycles summed over blocks / (duration x running cores of that kind).
+    // Busy fractions: busy cycles summed over blocks / (each wave's duration x the cores of that
+    // kind it runs, summed over the waves).
     let mut busy_sum: BTreeMap<(usize, usize), f64> = BTreeMap::new();
     for tl in tls {
         for (ci, spans) in tl.cores.iter().enumerate() {
@@ -187,7 +192,7 @@ pub fn report_from(
     for (kind, name, cores) in [(0usize, "AIC", 1.0), (1, "AIV", 2.0)] {
         for (p, pipe) in PIPES.iter().enumerate() {
             let b = busy_sum.get(&(kind, p)).copied().unwrap_or(0.0);
-            let denom = cycles * block_dim.min(clusters).max(1) as f64 * cores * waves as f64;
+            let denom = cluster_cycles * cores;
             busy.push(PipeBusy {
                 core: name,
                 pipe: *pipe,
