@@ -5,8 +5,9 @@
 use candle_core::{Device, Tensor};
 use tile_backend::sim::io::Rng;
 use tileops_ops::{
-    paged_attention, paged_gather, reshape_and_cache, sparse_paged_attention, Backend,
-    PagedAttentionParams, SparseAttentionParams,
+    flash_attention, paged_attention, paged_gather, qk_softmax, quant_matmul, quantize_per_channel,
+    reshape_and_cache, sparse_paged_attention, Backend, FlashAttentionParams, PagedAttentionParams,
+    QuantMatmulParams, SparseAttentionParams,
 };
 
 fn values(rng: &mut Rng, n: usize) -> Vec<f32> {
@@ -91,6 +92,33 @@ fn every_op(seed: u64) {
         0.0,
         "reshape_and_cache, seed {seed}"
     );
+
+    // flash_attention: B 1, H 4 over Hkv 2, Sq 20, Skv 37, D 32, Dv 16, causal.
+    let (h, hkv, sq, skv, d, dv) = (4, 2, 20, 37, 32, 16);
+    let q = Tensor::from_vec(values(&mut rng, h * sq * d), (1, h, sq, d), &dev).expect("q");
+    let k = Tensor::from_vec(values(&mut rng, hkv * skv * d), (1, hkv, skv, d), &dev).expect("k");
+    let v = Tensor::from_vec(values(&mut rng, hkv * skv * dv), (1, hkv, skv, dv), &dev).expect("v");
+    let p = FlashAttentionParams::new(0.25, true);
+    let (o, lse) = flash_attention(&q, &k, &v, &p, Some(Backend::TileSim)).expect("sim");
+    let (ro, rlse) = flash_attention(&q, &k, &v, &p, Some(Backend::Reference)).expect("ref");
+    assert!(max_diff(&o, &ro) < 1e-4, "flash out, seed {seed}");
+    assert!(max_diff(&lse, &rlse) < 1e-3, "flash lse, seed {seed}");
+
+    // qk_softmax: M 9, N 45, D 32.
+    let q = Tensor::from_vec(values(&mut rng, 9 * 32), (9, 32), &dev).expect("q");
+    let k = Tensor::from_vec(values(&mut rng, 45 * 32), (45, 32), &dev).expect("k");
+    let got = qk_softmax(&q, &k, 0.3, Some(Backend::TileSim)).expect("sim");
+    let want = qk_softmax(&q, &k, 0.3, Some(Backend::Reference)).expect("ref");
+    assert!(max_diff(&got, &want) < 1e-5, "qk_softmax, seed {seed}");
+
+    // quant_matmul: x [5, 40] against int8 weights [24, 40].
+    let w = Tensor::from_vec(values(&mut rng, 24 * 40), (24, 40), &dev).expect("w");
+    let w = quantize_per_channel(&w).expect("quantise");
+    let x = Tensor::from_vec(values(&mut rng, 5 * 40), (5, 40), &dev).expect("x");
+    let p = QuantMatmulParams::default();
+    let got = quant_matmul(&x, &w, &p, Some(Backend::TileSim)).expect("sim");
+    let want = quant_matmul(&x, &w, &p, Some(Backend::Reference)).expect("ref");
+    assert_eq!(max_diff(&got, &want), 0.0, "quant_matmul, seed {seed}");
 }
 
 #[test]
