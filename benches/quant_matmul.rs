@@ -11,6 +11,8 @@
 //! call against its roofline (from one profiled TileSim run), so the speed and the device figure
 //! come from one run. `cargo bench --bench quant_matmul -- --warm-up-time 1 --measurement-time 3`.
 
+#![allow(clippy::result_large_err)] // OpError carries the simulator's error by value
+
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};

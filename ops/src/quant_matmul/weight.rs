@@ -314,3 +314,32 @@ pub fn quantize_per_token(x: &Tensor) -> Result<(Vec<i8>, Tensor), OpError> {
     let m = s.len();
     Ok((q, Tensor::from_vec(s, m, x.device())?))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel backends' host pass gives the candle ops' bits: ties at .5 (half away from
+    /// zero), saturation, an all-zero row, random rows, a 16-bit input; both refuse a NaN.
+    #[test]
+    fn host_quantisation_gives_the_candle_ops_bits() {
+        let dev = Device::Cpu;
+        let k = 9;
+        let mut v = vec![127.0f32, 0.5, -0.5, 1.5, -2.5, 126.5, -126.5, 0.0, 3.25];
+        v.extend([0.0f32; 9]);
+        v.extend((0..27u32).map(|i| ((i * 2_654_435_761) >> 7) as f32 / 1e7 - 100.0));
+        let x = Tensor::from_vec(v, (5, k), &dev).expect("x");
+        for t in [x.clone(), x.to_dtype(CDType::BF16).expect("bf16")] {
+            let want = quantize_rows("t", "x", &t).expect("candle");
+            let got = quantize_rows_host("t", "x", &t).expect("host");
+            assert_eq!(got, want);
+        }
+        assert_eq!(
+            quantize_rows("t", "x", &x).expect("candle").0[..5],
+            [127, 1, -1, 2, -3]
+        );
+        let bad = Tensor::from_vec(vec![1.0f32, f32::NAN], (1, 2), &dev).expect("bad");
+        assert!(quantize_rows("t", "x", &bad).is_err());
+        assert!(quantize_rows_host("t", "x", &bad).is_err());
+    }
+}

@@ -18,6 +18,12 @@
 //! three give the same bits for any operands and any accumulator, however the sums are grouped.
 //! Rows of A that are all zero add nothing and are skipped (a decode step's few tokens fill 1 of
 //! a fractal's 16 rows).
+//!
+//! The AVX-512 intrinsics are stable since Rust 1.89, above the workspace's declared
+//! `rust-version` (1.85; the toolchain in use is 1.95): this module needs 1.89, hence the
+//! `incompatible_msrv` allowance. Raising the workspace's `rust-version` instead turns on
+//! `manual_is_multiple_of` across the workspace.
+#![allow(clippy::incompatible_msrv)]
 
 /// Rows and columns of a B (ZN, int8) box, and its bytes.
 const BOX_K: usize = 32;
@@ -302,8 +308,8 @@ unsafe fn vnni_rows<const R: usize>(
         for q in 0..8 {
             // Columns 2q and 2q + 1: bytes 0..32 and 32..64 of this load.
             let bv = _mm512_xor_si512(unsafe { _mm512_loadu_si512(bx.add(q * 64).cast()) }, flip);
-            for r in 0..R {
-                acc[r][q] = _mm512_dpbusd_epi32(acc[r][q], bv, av[r]);
+            for (row, a) in acc.iter_mut().zip(&av) {
+                row[q] = _mm512_dpbusd_epi32(row[q], bv, *a);
             }
         }
     }

@@ -261,10 +261,20 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             if matches!(loc.ty.layout, Layout::ZN | Layout::DN) {
                 if let Some(data) = view.read_columns(cx, rows, cols)? {
                     let es = loc.es();
+                    // Runs come column by column, top to bottom: follow them without dividing
+                    // each run's element index by `cols` (a division per 32-byte run cost more
+                    // than its copy); any other order takes the division.
+                    let (mut c, mut r0) = (0, 0);
                     let r = cx.write_runs(&loc, aiv, (0, 0), (rows, cols), |dst, run| {
-                        let (r0, c) = (run.elem / cols, run.elem % cols);
+                        if r0 >= rows {
+                            (c, r0) = (c + 1, 0);
+                        }
+                        if run.elem != r0 * cols + c {
+                            (c, r0) = (run.elem % cols, run.elem / cols);
+                        }
                         let at = (c * rows + r0) * es;
                         dst.copy_from_slice(&data[at..at + dst.len()]);
+                        r0 += run.len;
                     });
                     cx.core.pool.put_bytes(data);
                     return r;
