@@ -7,14 +7,18 @@
 //! - `dense_f32`: `x · w^T` in f32 on the original weights (pre-transposed).
 //!
 //! Throughput is 2 M K N operations per call (GFLOP/s-equivalent). Quote the ratios as the time
-//! of the other / TileSim time. `cargo bench --bench quant_matmul -- --warm-up-time 1
-//! --measurement-time 3`.
+//! of the other / TileSim time. Each group first prints the Ascend 950PR estimate of the same
+//! call against its roofline (from one profiled TileSim run), so the speed and the device figure
+//! come from one run. `cargo bench --bench quant_matmul -- --warm-up-time 1 --measurement-time 3`.
+
+#![allow(clippy::result_large_err)] // OpError carries the simulator's error by value
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
-use tileops::ops::{quant_matmul, quantize_per_channel, Backend, QuantMatmulParams};
+use tileops::ops::{profile, quant_matmul, quantize_per_channel, Backend, QuantMatmulParams};
+use tileops::tile_backend::sim::cost::CostReport;
 
 /// A small deterministic PRNG (splitmix64).
 struct Rng(u64);
@@ -53,6 +57,26 @@ fn bench(c: &mut Criterion) {
     let params = QuantMatmulParams::default();
     for m in [1usize, 16, 256] {
         let x = rng.tensor(m, k, 1.0);
+        let (r, records) = profile(|| quant_matmul(&x, &qw, &params, Some(Backend::TileSim)));
+        r.unwrap_or_else(|e| panic!("profiled TileSim: {e}"));
+        let costs: Vec<CostReport> = records.iter().filter_map(|r| r.cost.clone()).collect();
+        if let Some(c) = CostReport::sum(&costs) {
+            let busy: Vec<String> = c
+                .busy
+                .iter()
+                .filter(|b| b.fraction > 0.005)
+                .map(|b| format!("{} {} {:.0}%", b.core, b.pipe, b.fraction * 100.0))
+                .collect();
+            println!(
+                "quant_matmul m={m} k={k} n={n}: Ascend 950PR estimate {:.2} us, roofline {:.2} us \
+                 ({}-bound), {:.1}% of roofline; pipes busy: {}",
+                c.seconds * 1e6,
+                c.roofline_seconds * 1e6,
+                c.bound,
+                c.roofline_fraction() * 100.0,
+                busy.join(", ")
+            );
+        }
         let mut g = c.benchmark_group(format!("quant_matmul/m{m}_k{k}_n{n}"));
         g.sample_size(10);
         g.throughput(Throughput::Elements((2 * m * k * n) as u64));

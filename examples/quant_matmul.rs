@@ -4,6 +4,8 @@
 //! per-pipe utilisation, fraction of the int8 roofline).
 //!
 //! `cargo run --release --example quant_matmul -- [M] [K] [N]` (default 256 4096 4096).
+//! `cargo run --release --example quant_matmul -- M K N REPS` runs only TileSim: one warm-up call
+//! and `REPS` timed ones (the mean is printed), a loop for a profiler such as `perf record`.
 
 #![allow(clippy::result_large_err)] // OpError carries the simulator's error by value
 
@@ -42,6 +44,9 @@ fn main() -> Result<()> {
     let x = Tensor::from_vec(values(m * k, 1, 1.0), (m, k), &dev)?;
     let w = Tensor::from_vec(values(n * k, 2, 0.05), (n, k), &dev)?;
     println!("quant_matmul x [{m}, {k}] f32 · w^T, w [{n}, {k}] int8 per channel");
+    if std::env::args().nth(4).is_some() {
+        return sim_only(&x, &w, arg(4, 1)?);
+    }
 
     let t = Instant::now();
     let qw = quantize_per_channel(&w)?;
@@ -115,6 +120,22 @@ fn main() -> Result<()> {
         }
         None => println!("  no cost report"),
     }
+    Ok(())
+}
+
+/// TileSim alone: one warm-up call (compiles the kernel), then `reps` timed calls.
+fn sim_only(x: &Tensor, w: &Tensor, reps: usize) -> Result<()> {
+    let qw = quantize_per_channel(w)?;
+    let p = QuantMatmulParams::default();
+    quant_matmul(x, &qw, &p, Some(Backend::TileSim))?;
+    let t = Instant::now();
+    for _ in 0..reps {
+        quant_matmul(x, &qw, &p, Some(Backend::TileSim))?;
+    }
+    println!(
+        "  TileSim: {:.2} ms per call (mean of {reps})",
+        ms(t) / reps.max(1) as f64
+    );
     Ok(())
 }
 

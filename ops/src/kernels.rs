@@ -954,7 +954,7 @@ mod tests {
         };
         assert_eq!(got, planned(&reshape_and_cache(&shape).expect("valid")));
 
-        // quant_matmul: one block per 64 x 256 tile, kernel keyed by the epilogue.
+        // quant_matmul: one block per 128 x 256 tile, kernel keyed by the epilogue.
         use candle_core::{Device, Tensor};
         let x = Tensor::ones((70, 96), candle_core::DType::F16, &Device::Cpu).expect("x");
         let w = crate::quantize_per_channel(
@@ -981,7 +981,7 @@ mod tests {
             relu: true,
         };
         assert_eq!(got, planned(&quant_matmul(&shape).expect("valid")));
-        assert_eq!(got, [("quant_matmul_f16_b0_r1".to_string(), 4)]);
+        assert_eq!(got, [("quant_matmul_f16_b0_r1".to_string(), 2)]);
     }
 
     #[test]

@@ -130,7 +130,7 @@ fn check_exact(
 }
 
 fn exact_on_shapes(backend: Backend) {
-    // M in {1, 7, 16, 33, 256}, K and N tails of the 64 x 256 x 256 tiles (300 x 257), one and
+    // M in {1, 7, 16, 33, 256}, K and N tails of the 128 x 256 x 256 tiles (300 x 257), one and
     // several K slices (K = 1100 also crosses the Reference's 1024 slice).
     for m in [1, 7, 16, 33, 256] {
         check_exact(backend, m, 300, 257, DType::F32, false, false);

@@ -5,23 +5,26 @@
 //!
 //! # Kernel
 //!
-//! One block per `[TM, TN]` output tile (`TM` = 64 rows, `TN` = 256 channels: one Scaling chunk,
+//! One block per `[TM, TN]` output tile (`TM` = 128 rows, `TN` = 256 channels: one Scaling chunk,
 //! at most 512 words); `M`, `K` and `N` are runtime scalars, tails use runtime valid shapes and
 //! zero padding, so a new batch size never recompiles.
 //!
 //! ```text
 //! cube:  MTE2  words[bn*TN.., TN] -> s_l1 (Mat, u64)        FIX  s_l1 -> sc (Scaling)  [MTE2 -> FIX]
-//!        for each K slice (TK = 256):
-//!          MTE2  x[rows, slice] -> a_l1 (ND -> NZ)   w[cols, slice] as B -> b_l1 (DN -> ZN); fillpad
-//!          MTE1  a_l1 -> a_l0 (Left), b_l1 -> b_l0 (Right)
+//!        for each K slice kk (TK = 256), L1 buffer e = kk % 2 (ping-pong):
+//!          MTE2  x[rows, slice] -> a_l1[e] (ND -> NZ)   w[cols, slice] as B -> b_l1[e] (DN -> ZN); fillpad
+//!          MTE1  a_l1[e] -> a_l0 (Left), b_l1[e] -> b_l0 (Right)
 //!          M     acc (+)= a_l0 · b_l0  (int8 x int8 -> int32; Partial, Final on the last slice)
 //!        FIX   acc -> d_ub of AIV0 with the Scaling tile (Final): f16 (float) or int8 (bit 46)
 //! AIV0:  float: d_ub -> f32, · row factor [TM, 1] (row broadcast), + bias [1, TN] (column
-//!        broadcast), ReLU, cast -> out;  int8: store d_ub
+//!        broadcast), ReLU, cast -> out (a 16-bit out reuses d_ub's bytes);  int8: store d_ub
 //! ```
 //!
-//! The Fixpipe's quantising move cannot use a dual mode (§5), so the tile goes to AIV0 whole;
-//! AIV1 only takes part in the channel handshake. Intra-core flags come from the sync pass.
+//! The K loop's flags are written by hand: MTE1 -> MTE2 events 0/1 free L1 buffer 0/1, so the
+//! DMA of slice kk + 1 runs while slice kk moves to L0 and multiplies (a `TK x TN` B slice fills
+//! L0B's 64 KiB, so L0 has one buffer per operand, freed by M -> MTE1 event 0). The Fixpipe's
+//! quantising move cannot use a dual mode (§5), so the tile goes to AIV0 whole; AIV1 only takes
+//! part in the channel handshake. The other intra-core flags come from the sync pass.
 
 use super::{QuantizedActivations, QuantizedWeight, Validated};
 use crate::bridge;
@@ -30,17 +33,19 @@ use crate::runtime::{compiled, Runner};
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
     AccToVecMode, Axis, BinaryOp, CoreKind, DType, Expr, GmView, Kernel, Layout, MemSpace,
-    PadValue, Phase, QuantWord, RoundMode, Scale, TileId, TileType, UnaryOp, VarId,
+    PadValue, Phase, Pipe, QuantWord, RoundMode, Scale, TileRef, TileType, UnaryOp, VarId,
 };
 use tile_backend::sim::{Arg, GmInput, GmTensor};
 
 const OP: &str = "quant_matmul";
 
-/// Rows of an output tile.
-pub const TM: u64 = 64;
+/// Rows of an output tile: at M = 256, K = N = 4096 the grid is 2 x 16 blocks, one wave on 32
+/// clusters, each reading its 256 channels of w once per 128 rows.
+pub const TM: u64 = 128;
 /// Channels of an output tile (one Scaling chunk: a multiple of 16, at most 512).
 pub const TN: u64 = 256;
-/// Depth of a K slice (a multiple of the int8 C0, 32).
+/// Depth of a K slice (a multiple of the int8 C0, 32). A `TK x TN` int8 B slice fills L0B's
+/// 64 KiB, so L0 has one buffer per operand and L1 two (ping-pong).
 pub const TK: u64 = 256;
 
 /// What the kernel does after the Fixpipe.
@@ -105,13 +110,15 @@ pub fn quant_matmul_kernel(epi: Epilogue) -> Kernel {
     let out = kb.output("out", out_dt, [m.clone(), n.clone()]);
 
     let zero_pad = |t: TileType| t.dynamic().pad(PadValue::Zero);
-    let a_l1 = kb.tile(
+    let a_l1 = kb.tile_group(
         "a_l1",
         zero_pad(TileType::new(MemSpace::Mat, DType::I8, TM, TK, Layout::NZ)),
+        2,
     );
-    let b_l1 = kb.tile(
+    let b_l1 = kb.tile_group(
         "b_l1",
         zero_pad(TileType::new(MemSpace::Mat, DType::I8, TK, TN, Layout::ZN)),
+        2,
     );
     let s_l1 = kb.tile(
         "s_l1",
@@ -168,31 +175,59 @@ pub fn quant_matmul_kernel(epi: Epilogue) -> Kernel {
         );
         c.mov(sc, s_l1);
         let steps = c.let_("steps", kc.clone().ceil_div(TK as i64));
-        c.for_range("kk", 0, Expr::from(steps), 1, |s, kk| {
-            let kk = Expr::from(kk);
+        // One K slice into L1 and L0 buffer `slot`, then its matmul.
+        // Flags by hand (the sync pass keeps them and adds only what is missing): event `e`
+        // of MTE1 -> MTE2 says L1 buffer e is free again, event 0 of M -> MTE1 that L0 is.
+        let k_step = |s: &mut Body<'_>, kk: Expr, slot: u64| {
+            let e = slot as u8;
+            s.wait_flag(Pipe::Mte1, Pipe::Mte2, e);
             let kv = s.let_("kv", (kc.clone() - kk.clone() * TK as i64).min(TK as i64));
-            s.set_validshape(a_l1, mv, kv);
-            s.set_validshape(b_l1, kv, nv);
+            let (a1, b1) = (a_l1.at(slot), b_l1.at(slot));
+            let (a0, b0): (TileRef, TileRef) = (a_l0.into(), b_l0.into());
+            s.set_validshape(a1.clone(), mv, kv);
+            s.set_validshape(b1.clone(), kv, nv);
             let a_off = Expr::from(bm) * (TM as i64) * kc.clone() + kk.clone() * TK as i64;
-            s.load(a_l1, GmView::nd(x, a_off, mv, kv, kc.clone()));
+            s.load(a1.clone(), GmView::nd(x, a_off, mv, kv, kc.clone()));
             // B[p, j] = w[col0 + j, k0 + p]: a column-major view of w's rows.
             let b_off = Expr::from(bn) * (TN as i64) * kc.clone() + kk.clone() * TK as i64;
-            s.load(b_l1, GmView::dn(w, b_off, kv, nv, kc.clone()));
-            s.fillpad(a_l1);
-            s.fillpad(b_l1);
-            s.mov(a_l0, a_l1);
-            s.mov(b_l0, b_l1);
+            s.load(b1.clone(), GmView::dn(w, b_off, kv, nv, kc.clone()));
+            s.fillpad(a1.clone());
+            s.fillpad(b1.clone());
+            s.set_flag(Pipe::Mte2, Pipe::Mte1, e);
+            s.wait_flag(Pipe::Mte2, Pipe::Mte1, e);
+            s.wait_flag(Pipe::M, Pipe::Mte1, 0);
+            s.mov(a0.clone(), a1);
+            s.mov(b0.clone(), b1);
+            s.set_flag(Pipe::Mte1, Pipe::Mte2, e);
+            s.set_flag(Pipe::Mte1, Pipe::M, 0);
+            s.wait_flag(Pipe::Mte1, Pipe::M, 0);
             let last = kk.clone().eq_(Expr::from(steps) - 1);
-            let ops = (acc, a_l0, b_l0);
+            let ops = (acc.into(), a0, b0);
             let phase = |t: &mut Body<'_>, accumulate: bool| {
                 t.if_else(
                     last.clone(),
-                    |f| matmul(f, ops, accumulate, Phase::Final),
-                    |p| matmul(p, ops, accumulate, Phase::Partial),
+                    |f| matmul(f, ops.clone(), accumulate, Phase::Final),
+                    |p| matmul(p, ops.clone(), accumulate, Phase::Partial),
                 )
             };
             s.if_else(kk.clone().eq_(0), |f| phase(f, false), |r| phase(r, true));
+            s.set_flag(Pipe::M, Pipe::Mte1, 0);
+        };
+        for e in 0..2 {
+            c.set_flag(Pipe::Mte1, Pipe::Mte2, e);
+        }
+        c.set_flag(Pipe::M, Pipe::Mte1, 0);
+        // Ping-pong: even slices in L1 buffers 0, odd ones in buffers 1, so the next slice's
+        // DMA overlaps this slice's L1 -> L0 moves and matmul.
+        c.for_range("kk", 0, Expr::from(steps), 2, |s, kk| {
+            k_step(s, Expr::from(kk), 0);
+            let odd = Expr::from(kk) + 1;
+            s.if_(odd.clone().lt(Expr::from(steps)), |t| k_step(t, odd, 1));
         });
+        for e in 0..2 {
+            c.wait_flag(Pipe::Mte1, Pipe::Mte2, e);
+        }
+        c.wait_flag(Pipe::M, Pipe::Mte1, 0);
         c.acquire(ch);
         let mv_ = c
             .mov(d_ub, acc)
@@ -209,12 +244,21 @@ pub fn quant_matmul_kernel(epi: Epilogue) -> Kernel {
         "f_ub",
         TileType::new(MemSpace::Vec, DType::F32, TM, TN, Layout::ND).dynamic(),
     );
-    let o_ub = (out_dt != DType::F32 && out_dt != DType::I8).then(|| {
-        kb.tile(
+    // A 16-bit result reuses the Fixpipe's f16 bytes (dead once decoded into f_ub): the UB holds
+    // d_ub and f_ub (64 + 128 KiB at TM = 128), not a third tile.
+    let o_ub = match out_dt {
+        DType::F32 | DType::I8 => None,
+        d if d == fix_dt => Some(d_ub),
+        _ => Some(kb.reinterpret(
             "o_ub",
-            TileType::new(MemSpace::Vec, out_dt, TM, TN, Layout::ND).dynamic(),
-        )
-    });
+            d_ub,
+            Reinterpret {
+                dtype: Some(out_dt),
+                shape: Some((TM, TN)),
+                layout: None,
+            },
+        )),
+    };
     let r_ub = kb.tile(
         "r_ub",
         TileType::new(MemSpace::Vec, DType::F32, 1, TM, Layout::ND),
@@ -286,7 +330,7 @@ pub fn quant_matmul_kernel(epi: Epilogue) -> Kernel {
 }
 
 /// `acc (+)= a · b` with the unit-flag phase `ph`.
-fn matmul(t: &mut Body<'_>, (acc, a, b): (TileId, TileId, TileId), accumulate: bool, ph: Phase) {
+fn matmul(t: &mut Body<'_>, (acc, a, b): (TileRef, TileRef, TileRef), accumulate: bool, ph: Phase) {
     if accumulate {
         t.matmul_acc(acc, a, b).phase(ph);
     } else {

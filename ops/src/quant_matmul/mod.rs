@@ -89,6 +89,7 @@ fn validate(
     x: &Tensor,
     w: &QuantizedWeight,
     params: &QuantMatmulParams,
+    backend: Backend,
 ) -> Result<Validated, OpError> {
     let dims = bridge::check_data(OP, "x", x, "[M, K]", 2)?;
     let (m, k) = (dims[0], dims[1]);
@@ -120,7 +121,12 @@ fn validate(
             Some(b.to_dtype(CDType::F32)?.to_vec1::<f32>()?)
         }
     };
-    let (xq, sx) = weight::quantize_rows(OP, "x", x)?;
+    // The Reference quantises with candle ops, the kernel backends on the host in one pass
+    // (the same bits).
+    let (xq, sx) = match backend {
+        Backend::Reference => weight::quantize_rows(OP, "x", x)?,
+        Backend::TileSim | Backend::Ascend950 => weight::quantize_rows_host(OP, "x", x)?,
+    };
     let dequant = Dequant::new(w);
     let row_factor = sx.iter().map(|s| s * dequant.pow2).collect();
     Ok(Validated {
@@ -151,7 +157,7 @@ pub fn quant_matmul(
     backend: Option<Backend>,
 ) -> Result<Tensor, OpError> {
     let backend = bridge::resolve_backend(backend)?;
-    let v = validate(x, w, params)?;
+    let v = validate(x, w, params, backend)?;
     let device = x.device();
     match backend {
         Backend::Reference => reference::quant_matmul(w, &v, device),

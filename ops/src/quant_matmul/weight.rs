@@ -220,6 +220,52 @@ pub(crate) fn int8_tensor(
     Ok(Tensor::from_vec(f, shape, device)?)
 }
 
+/// The scale of a row whose largest |value| is `amax`: `round_scale_19(amax / 127)`, 1 for an
+/// all-zero row (or one whose scale rounds to 0).
+fn row_scale(amax: f32) -> f32 {
+    let s = round_scale_19(amax / QMAX);
+    if amax == 0.0 || s == 0.0 {
+        1.0
+    } else {
+        s
+    }
+}
+
+/// Error of a tensor with a NaN or an infinity.
+fn not_finite(op: &'static str, arg: &'static str) -> OpError {
+    OpError::invalid(
+        op,
+        arg,
+        "must be finite: a NaN or an infinity has no int8 quantisation",
+    )
+}
+
+/// [`quantize_rows`] in one pass per row on the host, as the kernel backends quantise their
+/// activations (a decode step's few rows cost the candle ops' dispatch and temporaries many
+/// times over): the same f32 division, rounding half away from zero and clamp, so the same
+/// bits (the ops' tests compare TileSim with the Reference, which quantises with candle ops).
+pub(crate) fn quantize_rows_host(
+    op: &'static str,
+    arg: &'static str,
+    x: &Tensor,
+) -> Result<(Vec<i8>, Vec<f32>), OpError> {
+    let (r, k) = crate::bridge::check_data(op, arg, x, "[R, K]", 2).map(|d| (d[0], d[1]))?;
+    let v = x.to_dtype(CDType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+    let mut q = vec![0i8; r * k];
+    let mut scale = Vec::with_capacity(r);
+    for (row, qrow) in v.chunks(k.max(1)).zip(q.chunks_mut(k.max(1))) {
+        if !row.iter().all(|e| e.is_finite()) {
+            return Err(not_finite(op, arg));
+        }
+        let s = row_scale(row.iter().fold(0f32, |a, e| a.max(e.abs())));
+        for (d, e) in qrow.iter_mut().zip(row) {
+            *d = (e / s).round().clamp(-QMAX, QMAX) as i8;
+        }
+        scale.push(s);
+    }
+    Ok((q, scale))
+}
+
 /// Symmetric per-row int8 quantisation of a 2-D f32/f16/bf16 tensor, with candle ops: scale =
 /// `round_scale_19(max|row| / 127)` (1 for an all-zero row), `q = round(x / scale)` half away
 /// from zero, clamped to ±127. `arg` names the tensor in errors. Returns the values row-major
@@ -233,24 +279,10 @@ pub(crate) fn quantize_rows(
     let xf = x.to_dtype(CDType::F32)?.contiguous()?;
     let finite = xf.abs()?.le(f32::MAX)?.min_all()?.to_scalar::<u8>()?;
     if finite == 0 {
-        return Err(OpError::invalid(
-            op,
-            arg,
-            "must be finite: a NaN or an infinity has no int8 quantisation",
-        ));
+        return Err(not_finite(op, arg));
     }
     let amax = xf.abs()?.max_keepdim(1)?.flatten_all()?.to_vec1::<f32>()?;
-    let scale: Vec<f32> = amax
-        .iter()
-        .map(|&a| {
-            let s = round_scale_19(a / QMAX);
-            if a == 0.0 || s == 0.0 {
-                1.0
-            } else {
-                s
-            }
-        })
-        .collect();
+    let scale: Vec<f32> = amax.iter().map(|&a| row_scale(a)).collect();
     let st = Tensor::from_slice(&scale, (r, 1), x.device())?;
     // round() is half away from zero; +127 maps -127..=127 to the u8 range exactly.
     let q = xf
@@ -281,4 +313,33 @@ pub fn quantize_per_token(x: &Tensor) -> Result<(Vec<i8>, Tensor), OpError> {
     let (q, s) = quantize_rows("quantize_per_token", "x", x)?;
     let m = s.len();
     Ok((q, Tensor::from_vec(s, m, x.device())?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel backends' host pass gives the candle ops' bits: ties at .5 (half away from
+    /// zero), saturation, an all-zero row, random rows, a 16-bit input; both refuse a NaN.
+    #[test]
+    fn host_quantisation_gives_the_candle_ops_bits() {
+        let dev = Device::Cpu;
+        let k = 9;
+        let mut v = vec![127.0f32, 0.5, -0.5, 1.5, -2.5, 126.5, -126.5, 0.0, 3.25];
+        v.extend([0.0f32; 9]);
+        v.extend((0..27u32).map(|i| ((i * 2_654_435_761) >> 7) as f32 / 1e7 - 100.0));
+        let x = Tensor::from_vec(v, (5, k), &dev).expect("x");
+        for t in [x.clone(), x.to_dtype(CDType::BF16).expect("bf16")] {
+            let want = quantize_rows("t", "x", &t).expect("candle");
+            let got = quantize_rows_host("t", "x", &t).expect("host");
+            assert_eq!(got, want);
+        }
+        assert_eq!(
+            quantize_rows("t", "x", &x).expect("candle").0[..5],
+            [127, 1, -1, 2, -3]
+        );
+        let bad = Tensor::from_vec(vec![1.0f32, f32::NAN], (1, 2), &dev).expect("bad");
+        assert!(quantize_rows("t", "x", &bad).is_err());
+        assert!(quantize_rows_host("t", "x", &bad).is_err());
+    }
 }

@@ -155,6 +155,27 @@ impl View {
         Ok(out)
     }
 
+    /// A DN window's `rows x cols` top-left region as column-major bytes (each column one GM
+    /// read, no transpose), for a tile that stores columns contiguously (DN, ZN); `None` when
+    /// the window is not of that form (the row-major path then runs).
+    fn read_columns(
+        &self,
+        cx: &mut ExecCtx<'_, '_, '_>,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Option<Vec<u8>>, String> {
+        let Some((offset, stride)) = self.dn_columns(rows, cols, self.tensor_len(cx)) else {
+            return Ok(None);
+        };
+        let es = self.dtype.size_bytes() as usize;
+        let mut out = cx.core.pool.bytes_to_overwrite(rows * cols * es);
+        for (c, col) in out.chunks_exact_mut(rows * es).enumerate() {
+            let i = (offset + c as i64 * stride) as usize;
+            cx.gm_read(self.param, i * es, col)?;
+        }
+        Ok(Some(out))
+    }
+
     /// Writes row-major bytes into the `rows x cols` top-left region (or adds them atomically).
     pub fn write(
         &self,
@@ -234,8 +255,32 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
                 ));
             }
             let (rows, cols) = loc.valid()?;
-            let data = view.read(cx, rows, cols)?;
             let aiv = cx.own_aiv();
+            // A DN window into a column-major tile (B's K^T view into ZN): columns land as
+            // they lie in GM, run by run, without a transpose there and back.
+            if matches!(loc.ty.layout, Layout::ZN | Layout::DN) {
+                if let Some(data) = view.read_columns(cx, rows, cols)? {
+                    let es = loc.es();
+                    // Runs come column by column, top to bottom: follow them without dividing
+                    // each run's element index by `cols` (a division per 32-byte run cost more
+                    // than its copy); any other order takes the division.
+                    let (mut c, mut r0) = (0, 0);
+                    let r = cx.write_runs(&loc, aiv, (0, 0), (rows, cols), |dst, run| {
+                        if r0 >= rows {
+                            (c, r0) = (c + 1, 0);
+                        }
+                        if run.elem != r0 * cols + c {
+                            (c, r0) = (run.elem % cols, run.elem / cols);
+                        }
+                        let at = (c * rows + r0) * es;
+                        dst.copy_from_slice(&data[at..at + dst.len()]);
+                        r0 += run.len;
+                    });
+                    cx.core.pool.put_bytes(data);
+                    return r;
+                }
+            }
+            let data = view.read(cx, rows, cols)?;
             let r = cx.write_bytes(&loc, aiv, (0, 0), (rows, cols), &data);
             cx.core.pool.put_bytes(data);
             r

@@ -1,7 +1,8 @@
 //! Cube matmul (TMATMUL / TMATMUL_ACC): whole fractals, f32 accumulation (int32 for int8).
 
+use super::int8_gemm;
 use super::ExecCtx;
-use crate::ir::{c0, DType, Layout, Op};
+use crate::ir::{c0, DType, Layout, MemSpace, Op};
 use crate::sim::gm::PrefetchQueue;
 use crate::sim::numeric;
 use crate::sim::state::mark_bits;
@@ -114,6 +115,12 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
     if acc_dtype != DType::I32 {
         return matmul_f32(cx, op, (&la, &lb, &lc), (mp, kp, np), all_defined, &defined);
     }
+    if bias.is_none()
+        && all_defined
+        && int8_into_acc(cx, (&la, &lb, &lc), (mp, kp, np), *accumulate)?
+    {
+        return Ok(());
+    }
     let mut abytes = cx.core.pool.bytes();
     let mut bbytes = cx.core.pool.bytes();
     let mut out = cx.core.pool.bytes();
@@ -168,6 +175,106 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
     pool.put_bytes(bbytes);
     pool.put_bytes(out);
     r
+}
+
+/// The int8 product accumulated straight into an int32 NZ Acc tile with 16 x 16 boxes (see
+/// [`int8_gemm`]): A's rows read from its tile (or the L1 source of its pending move), B read in
+/// place from its ZN tile (or source) box by box, each 16-column strip of the Acc a row-major
+/// `[rows, 16]` int32 matrix updated where it lies. False (nothing done) when the operands are
+/// not int8 or not of that form; the general path then runs.
+fn int8_into_acc(
+    cx: &mut ExecCtx<'_, '_, '_>,
+    (la, lb, lc): (&TileLoc, &TileLoc, &TileLoc),
+    (mp, kp, np): (usize, usize, usize),
+    accumulate: bool,
+) -> Result<bool, String> {
+    let boxes = |t: &crate::ir::TileType, r: u64, c: u64| {
+        t.fractal.is_some_and(|f| f.rows == r && f.cols == c)
+    };
+    let fits = la.ty.dtype == DType::I8
+        && lb.ty.dtype == DType::I8
+        && lc.ty.dtype == DType::I32
+        && lc.ty.layout == Layout::NZ
+        && boxes(lc.ty, 16, 16)
+        && lc.rows() % 16 == 0
+        && mp <= lc.rows()
+        && np <= lc.cols()
+        && kp % 32 == 0
+        && np % 16 == 0;
+    if !fits {
+        return Ok(false);
+    }
+    // Each operand where its values are: the L1 source of a pending move, or its own tile.
+    let source = |cx: &ExecCtx<'_, '_, '_>, l: &TileLoc, size| {
+        cx.operand_source(l, (0, 0), size)
+            .unwrap_or_else(|| (l.ty.clone(), l.addr, (0, 0)))
+    };
+    let (a_ty, a_addr, a_at) = source(cx, la, (mp, kp));
+    let (b_ty, b_addr, b_at) = source(cx, lb, (kp, np));
+    let b_src = TileLoc::of_type(&b_ty, b_addr);
+    let b_zn = b_ty.layout == Layout::ZN && boxes(&b_ty, 32, 16);
+    if !b_zn || b_at.0 % 32 != 0 || b_at.1 % 16 != 0 {
+        return Ok(false);
+    }
+    tile::check_region(
+        &b_src,
+        cx.mem.buf_len(b_ty.space, 0)?,
+        b_at.0,
+        b_at.1,
+        kp,
+        np,
+    )?;
+    let mut abytes = cx.core.pool.bytes();
+    let r = cx.read_bytes(
+        &TileLoc::of_type(&a_ty, a_addr),
+        0,
+        a_at,
+        (mp, kp),
+        &mut abytes,
+    );
+    if let Err(e) = r {
+        cx.core.pool.put_bytes(abytes);
+        return Err(e);
+    }
+    // Box (bk, s) of the region: tile box (b_at.0 / 32 + bk, b_at.1 / 16 + s), boxes in rows
+    // of `cols / 16`.
+    let nbc = b_src.cols() / 16;
+    let b_first = b_addr + (nbc * (b_at.0 / 32) + b_at.1 / 16) * 512;
+    let rows = lc.rows();
+    let end = lc.addr + lc.ty.bytes() as usize;
+    cx.mem.touch(MemSpace::Acc, 0, lc.addr, end);
+    let done = match cx.mem.src_dst((b_ty.space, 0), (MemSpace::Acc, 0))? {
+        Some((src, dst, bits)) => match (
+            src.get(b_first..),
+            dst.get_mut(lc.addr..end)
+                .map(bytemuck::try_cast_slice_mut::<u8, i32>),
+        ) {
+            (Some(b), Some(Ok(acc))) => {
+                let ops = int8_gemm::Int8Operands {
+                    a: bytemuck::cast_slice(&abytes[..mp * kp]),
+                    b: bytemuck::cast_slice(b),
+                    b_pitch: nbc * 512,
+                    dims: (mp, kp, np / 16),
+                };
+                let path = int8_gemm::Int8Path::best();
+                let done = int8_gemm::int8_gemm(path, acc, rows * 16, &ops, accumulate);
+                if done {
+                    tile::for_each_span(lc, usize::MAX, (0, 0), (mp, np), |start, len| {
+                        mark_bits(bits, start, len, true)
+                    })?;
+                }
+                done
+            }
+            _ => false,
+        },
+        None => false,
+    };
+    cx.core.pool.put_bytes(abytes);
+    if done {
+        cx.note_region(&b_src, 0, b_at, (kp, np), false);
+        cx.note_acc(lc, (mp, np), accumulate);
+    }
+    Ok(done)
 }
 
 /// The float matmul: operands decoded straight from their tiles into f32 scratch, the product
