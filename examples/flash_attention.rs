@@ -72,7 +72,7 @@ fn settings() -> Result<Settings> {
             other => bail!("unknown argument `{other}`"),
         }
     }
-    if s.kv_heads == 0 || s.heads % s.kv_heads != 0 {
+    if s.kv_heads == 0 || !s.heads.is_multiple_of(s.kv_heads) {
         bail!("--kv-heads must divide --heads");
     }
     Ok(s)

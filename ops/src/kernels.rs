@@ -510,7 +510,7 @@ pub fn flash_attention(shape: &FlashAttentionShape) -> Result<Vec<Launch>, OpErr
             ));
         }
     }
-    if s.heads % s.kv_heads != 0 {
+    if !s.heads.is_multiple_of(s.kv_heads) {
         return Err(OpError::invalid(
             OP,
             "kv_heads",

@@ -174,7 +174,7 @@ impl Config {
         if self.n_dense_layers > self.n_layers {
             return Err(invalid("n_dense_layers", "must not exceed n_layers"));
         }
-        if self.qk_rope_head_dim % 2 != 0 {
+        if !self.qk_rope_head_dim.is_multiple_of(2) {
             return Err(invalid(
                 "qk_rope_head_dim",
                 "must be even (RoPE rotates pairs)",
@@ -186,7 +186,7 @@ impl Config {
                 "must be at least qk_rope_head_dim (the indexer ropes its first dims)",
             ));
         }
-        if self.n_routed_experts % self.n_expert_groups != 0 {
+        if !self.n_routed_experts.is_multiple_of(self.n_expert_groups) {
             return Err(invalid("n_expert_groups", "must divide n_routed_experts"));
         }
         if self.n_limited_groups > self.n_expert_groups {

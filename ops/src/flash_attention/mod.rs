@@ -353,7 +353,7 @@ fn check_head_dim(
 
 /// Checks the head counts: `H` a multiple of `Hkv`.
 fn check_heads(op: &'static str, heads: usize, kv_heads: usize) -> Result<(), OpError> {
-    if heads % kv_heads == 0 {
+    if heads.is_multiple_of(kv_heads) {
         Ok(())
     } else {
         Err(OpError::invalid(

@@ -121,7 +121,7 @@ fn check(cache: &GmInOut<'_>, w: &CacheWrite<'_>) -> Result<(usize, usize, usize
         return Err(OpError::invalid(OP, "rows", "rows must not be empty"));
     }
     let total: usize = cache.shape.iter().product();
-    if total % row != 0 {
+    if !total.is_multiple_of(row) {
         return Err(OpError::invalid(
             OP,
             "cache",

@@ -777,9 +777,9 @@ pub(crate) fn decode_panels_f32(
     // each box is 128 contiguous values, transposed into 8 rows of its panel at once.
     let whole_zn_boxes = geo.layout == Layout::ZN
         && (geo.ir, geo.ic) == (8, 16)
-        && at.0 % 8 == 0
+        && at.0.is_multiple_of(8)
         && rows % 8 == 0
-        && at.1 % 16 == 0;
+        && at.1.is_multiple_of(16);
     if whole_zn_boxes {
         for (s, panel) in out.chunks_exact_mut(rows * 16).take(cols / 16).enumerate() {
             let g = geo.g(at.1 + s * 16);

@@ -59,7 +59,7 @@ fn check_shape(cx: &mut Ctx<'_>, ty: &TileType) {
     }
     let es = ty.dtype.size_bytes();
     match ty.layout {
-        Layout::ND if ty.cols * es % 32 != 0 => cx.error(
+        Layout::ND if !(ty.cols * es).is_multiple_of(32) => cx.error(
             Rule::TileShape,
             format!(
                 "a row-major (ND) tile needs Cols * element size to be a multiple of 32 bytes: {} x {es} B = {} B",
@@ -67,7 +67,7 @@ fn check_shape(cx: &mut Ctx<'_>, ty: &TileType) {
                 ty.cols * es
             ),
         ),
-        Layout::DN if ty.rows * es % 32 != 0 => cx.error(
+        Layout::DN if !(ty.rows * es).is_multiple_of(32) => cx.error(
             Rule::TileShape,
             format!(
                 "a column-major (DN) tile needs Rows * element size to be a multiple of 32 bytes: {} x {es} B = {} B",
@@ -89,7 +89,7 @@ fn check_shape(cx: &mut Ctx<'_>, ty: &TileType) {
                             f.rows, f.cols, ty.dtype, c0(ty.dtype)
                         ),
                     );
-                } else if ty.rows % f.rows != 0 || ty.cols % f.cols != 0 {
+                } else if !ty.rows.is_multiple_of(f.rows) || !ty.cols.is_multiple_of(f.cols) {
                     cx.error(
                         Rule::TileShape,
                         format!(

@@ -152,7 +152,7 @@ impl AttnCfg {
 /// The largest multiple of 16 that divides `total` (a multiple of 16) and is at most `max`.
 pub(crate) fn best_slice(total: u64, max: u64) -> u64 {
     let mut s = max.min(total) / 16 * 16;
-    while s > 16 && total % s != 0 {
+    while s > 16 && !total.is_multiple_of(s) {
         s -= 16;
     }
     s.max(16)

@@ -19,11 +19,7 @@
 //! Rows of A that are all zero add nothing and are skipped (a decode step's few tokens fill 1 of
 //! a fractal's 16 rows).
 //!
-//! The AVX-512 intrinsics are stable since Rust 1.89, above the workspace's declared
-//! `rust-version` (1.85; the toolchain in use is 1.95): this module needs 1.89, hence the
-//! `incompatible_msrv` allowance. Raising the workspace's `rust-version` instead turns on
-//! `manual_is_multiple_of` across the workspace.
-#![allow(clippy::incompatible_msrv)]
+//! The AVX-512 intrinsics are stable since Rust 1.89, the workspace's `rust-version`.
 
 /// Rows and columns of a B (ZN, int8) box, and its bytes.
 const BOX_K: usize = 32;
@@ -363,9 +359,9 @@ mod tests {
                 let h = (i ^ seed).wrapping_mul(2_654_435_761).rotate_left(11);
                 if h % 100 >= density {
                     0
-                } else if h % 7 == 0 {
+                } else if h.is_multiple_of(7) {
                     -128
-                } else if h % 11 == 0 {
+                } else if h.is_multiple_of(11) {
                     127
                 } else {
                     (h >> 8) as u8 as i8

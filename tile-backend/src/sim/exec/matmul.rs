@@ -430,7 +430,7 @@ fn strip_acc_fits(lc: &TileLoc, (mp, kp, np): (usize, usize, usize)) -> bool {
     lc.ty.dtype == DType::F32
         && lc.ty.layout == Layout::NZ
         && boxes16
-        && rows % 16 == 0
+        && rows.is_multiple_of(16)
         && np % 16 == 0
         && mp <= rows
         && np <= lc.cols()
