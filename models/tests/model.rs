@@ -15,6 +15,11 @@ use tileops_ops::{reshape_and_cache, sparse_paged_attention, Backend, SparseAtte
 /// int8 expert matmuls quantise activations per token and the kernels sum in another order.
 const LOGIT_TOL: f32 = 2e-2;
 
+/// Prefill through flash_attention against the indexer + sparse path, same backend: the same
+/// attention summed in another order (f32, differences ~1e-6), which the int8 experts'
+/// per-token activation quantisation can turn into a rounding step of one activation.
+const PREFILL_TOL: f32 = 2e-2;
+
 fn small() -> Config {
     Config {
         n_layers: 2,
@@ -194,4 +199,76 @@ fn indexer_topk_equals_brute_force() {
             );
         }
     }
+}
+
+fn max_abs_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    a.iter()
+        .flatten()
+        .zip(b.iter().flatten())
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
+}
+
+/// The prefill logits of `prompts` (one step, no decode) and how many flash_attention calls
+/// the model made.
+fn prefill(
+    cfg: &Config,
+    w: &Weights,
+    prompts: &[Vec<u32>],
+    backend: Backend,
+    dense: bool,
+) -> (Vec<Vec<f32>>, usize) {
+    let mut e = Engine::new(cfg, w, backend, 16, 16).unwrap();
+    e.model.dense_prefill = dense;
+    let g = e
+        .generate(prompts, 1, &Sampling::Greedy, |_, _| {})
+        .unwrap();
+    let flash = e
+        .model
+        .timers
+        .report()
+        .iter()
+        .find(|r| r.0 == "flash_attention")
+        .map_or(0, |r| r.2);
+    (g.logits[0].clone(), flash)
+}
+
+#[test]
+fn short_prompt_prefill_through_flash_equals_the_sparse_path() {
+    let cfg = small();
+    let w = Weights::generate(&cfg, 4).unwrap();
+    // All no longer than index_topk (16): the top-k keeps every token.
+    let prompts: Vec<Vec<u32>> = vec![
+        (0..5).map(|i| i * 11 + 4).collect(),
+        (0..16).map(|i| (i * 37 + 5) % 1000).collect(),
+        (0..12).map(|i| i * 17 + 9).collect(),
+    ];
+    let mut dense = Vec::new();
+    for backend in [Backend::Reference, Backend::TileSim] {
+        let (flash, calls) = prefill(&cfg, &w, &prompts, backend, true);
+        assert_eq!(calls, cfg.n_layers, "{backend:?}: one flash call per layer");
+        let (sparse, none) = prefill(&cfg, &w, &prompts, backend, false);
+        assert_eq!(none, 0, "{backend:?}: the sparse path calls no flash");
+        let d = max_abs_diff(&flash, &sparse);
+        eprintln!("{backend:?}: flash vs sparse prefill logits differ by {d}");
+        assert!(
+            d <= PREFILL_TOL,
+            "{backend:?}: flash vs sparse prefill differ by {d}"
+        );
+        dense.push(flash);
+    }
+    let d = max_abs_diff(&dense[0], &dense[1]);
+    assert!(d <= LOGIT_TOL, "flash prefill: backends differ by {d}");
+}
+
+#[test]
+fn prompts_longer_than_the_top_k_prefill_through_the_sparse_path() {
+    let cfg = small();
+    let w = Weights::generate(&cfg, 4).unwrap();
+    let prompts: Vec<Vec<u32>> = vec![vec![3; 4], (0..17).map(|i| i * 5 + 1).collect()];
+    let (_, calls) = prefill(&cfg, &w, &prompts, Backend::Reference, true);
+    assert_eq!(
+        calls, 0,
+        "a 17-token prompt with top-k 16 needs the indexer"
+    );
 }
