@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use tileops::ops::Backend;
 use tileops_models::deepseek::config::Config;
 use tileops_models::engine::{estimate_950, v32_attention_call, Engine, Sampling};
+use tileops_models::progress::Progress;
 use tileops_models::tokenizer::Tokenizer;
 use tileops_models::weights::{cache_dir, load_or_generate};
 
@@ -58,6 +59,9 @@ struct Args {
     /// Top-p nucleus for sampling.
     #[arg(long, default_value_t = 0.9)]
     top_p: f32,
+    /// No progress line on stderr (it is drawn only when stderr is a terminal).
+    #[arg(long)]
+    quiet: bool,
 }
 
 fn backend(name: Option<&str>) -> Result<Backend> {
@@ -131,10 +135,14 @@ fn main() -> Result<()> {
         engine.cache.num_blocks(),
         BLOCK
     );
-    print!("warm-up (first calls, compiles the kernels of these shapes) ... ");
-    std::io::stdout().flush()?;
+    let mut progress = Progress::new(!a.quiet);
+    progress.show("warm-up: a prefill and a decode step on scratch sequences ...");
     let warm = engine.warm_up(&prompts).context("warm-up")?;
-    println!("{:.0} ms", ms(warm));
+    progress.clear();
+    println!(
+        "warm-up (first calls, compiles the kernels of these shapes): {:.0} ms",
+        ms(warm)
+    );
 
     let sampling = if a.temperature == 0.0 {
         Sampling::Greedy
@@ -145,24 +153,43 @@ fn main() -> Result<()> {
             seed: a.seed,
         }
     };
-    println!("\nsequence 0, streamed: {}", texts[0]);
-    print!("  ->");
-    std::io::stdout().flush()?;
-    let mut seq0: Vec<u32> = Vec::new();
-    let mut shown = 0;
+    // With the progress line on, sequence 0's text streams inside it (stdout and stderr share
+    // the terminal); otherwise it streams on stdout.
+    let streamed = !progress.is_on();
+    println!("\nsequence 0: {}", texts[0]);
+    if streamed {
+        print!("  ->");
+        std::io::stdout().flush()?;
+    }
+    let prefill_tokens: usize = prompts.iter().map(Vec::len).sum();
+    progress.show(&format!(
+        "prefill: {prefill_tokens} tokens of {} prompts ...",
+        a.batch
+    ));
+    let (mut seq0, mut shown, mut chosen) = (Vec::<u32>::new(), 0, 0usize);
+    let start = std::time::Instant::now();
     let g = engine.generate(&prompts, a.max_new_tokens, &sampling, |seq, t| {
+        chosen += 1;
         if seq == 0 {
             seq0.push(t);
-            if let Ok(s) = tok.decode(&seq0) {
-                if s.len() >= shown && s.is_char_boundary(shown) {
-                    print!("{}", &s[shown..]);
-                    shown = s.len();
-                    let _ = std::io::stdout().flush();
-                }
-            }
+        }
+        let text = tok.decode(&seq0).unwrap_or_default();
+        if streamed && seq == 0 && text.len() >= shown && text.is_char_boundary(shown) {
+            print!("{}", &text[shown..]);
+            shown = text.len();
+            let _ = std::io::stdout().flush();
+        }
+        if seq + 1 == a.batch {
+            let step = chosen / a.batch;
+            progress.show(&format!(
+                "decode {step}/{} steps, {chosen} tokens, {:.1} s | seq 0 ->{text}",
+                a.max_new_tokens,
+                start.elapsed().as_secs_f64()
+            ));
         }
     })?;
-    println!("\n");
+    progress.clear();
+    println!("{}", if streamed { "\n" } else { "" });
     for (i, toks) in g.tokens.iter().enumerate() {
         println!("[{i}] {} ->{}", texts[i], tok.decode(toks)?);
     }

@@ -1,13 +1,15 @@
 //! `tileops-models`: models built on the tileops operators.
 //!
 //! A paged KV-cache manager ([`kv_cache`]), a tiny DeepSeek-V3.2-style model ([`deepseek`]: MLA
-//! in the absorbed decode form, a lightning indexer picking top-k, int8 MoE experts), a
-//! safetensors weight generator and loader ([`weights`]), a BPE tokenizer ([`tokenizer`]) and
-//! an engine that prefills and decodes a batch of prompts through the ops ([`engine`]). It uses
-//! only the public `tileops_ops` API.
+//! in the absorbed decode form and a flash prefill, a lightning indexer picking top-k, int8 MoE
+//! experts), a safetensors weight generator and loader ([`weights`]), a BPE tokenizer
+//! ([`tokenizer`]), an engine that prefills and decodes a batch of prompts through the ops
+//! ([`engine`]) and a progress line for the demo ([`progress`]). It uses only the public
+//! `tileops_ops` API.
 
 pub mod deepseek;
 pub mod engine;
 pub mod kv_cache;
+pub mod progress;
 pub mod tokenizer;
 pub mod weights;

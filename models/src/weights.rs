@@ -51,6 +51,8 @@ pub enum Kind {
     Dense,
     /// F32 ones (norm weights).
     Ones,
+    /// F32 zeros (LayerNorm biases).
+    Zeros,
     /// F32, small uniform (the router's bias).
     Bias,
     /// Int8 per channel (routed experts).
@@ -138,6 +140,11 @@ pub fn specs(cfg: &Config) -> Vec<Spec> {
             Ones,
         ));
         v.push(spec(
+            format!("{a}.indexer.k_norm.bias"),
+            &[cfg.index_head_dim],
+            Zeros,
+        ));
+        v.push(spec(
             format!("{a}.indexer.weights_proj.weight"),
             &[cfg.index_n_heads, d],
             Dense,
@@ -213,13 +220,14 @@ impl Weights {
         for s in specs(cfg) {
             let n: usize = s.shape.iter().product();
             let bound = match s.kind {
-                Kind::Ones => 0.0,
+                Kind::Ones | Kind::Zeros => 0.0,
                 Kind::Bias => 0.1,
                 Kind::Dense | Kind::Int8 => (*s.shape.last().unwrap_or(&1) as f32).powf(-0.5),
             };
             let data: Vec<f32> = (0..n)
                 .map(|_| match s.kind {
                     Kind::Ones => 1.0,
+                    Kind::Zeros => 0.0,
                     _ => (2.0 * rng.uniform() - 1.0) * bound,
                 })
                 .collect();
@@ -357,6 +365,11 @@ pub fn config_hash(cfg: &Config) -> String {
     format!("{h:016x}")
 }
 
+/// The version of [`specs`]' tensor list, in the generated checkpoints' names: bumped when a
+/// tensor is added or renamed, so a cached file of an older list is not picked up (2: the
+/// indexer's `k_norm.bias`).
+pub const FORMAT: u32 = 2;
+
 /// The checkpoint of `cfg` and `seed` in `dir`: generated and written on first use, then loaded
 /// through [`Weights::load`] like any checkpoint.
 pub fn load_or_generate(
@@ -365,7 +378,7 @@ pub fn load_or_generate(
     dir: &Path,
 ) -> Result<(Weights, PathBuf), WeightError> {
     let path = dir.join(format!(
-        "deepseek-tiny-{}-seed{seed}.safetensors",
+        "deepseek-tiny-v{FORMAT}-{}-seed{seed}.safetensors",
         config_hash(cfg)
     ));
     if !path.exists() {

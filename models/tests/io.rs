@@ -81,6 +81,26 @@ fn loader_names_missing_and_misshapen_tensors() {
     };
     let err = Weights::load(&bigger, &path).unwrap_err().to_string();
     assert!(err.contains("embed.weight"), "{err}");
+    // The indexer's k_norm is a LayerNorm: its bias is required and shaped [index_head_dim].
+    let mut w = Weights::generate(&cfg, 1).unwrap();
+    let bias = "layers.0.attn.indexer.k_norm.bias";
+    let b = w.dense.remove(bias).unwrap();
+    assert_eq!(b.dims(), [cfg.index_head_dim]);
+    w.save(&path).unwrap();
+    match Weights::load(&cfg, &path) {
+        Err(WeightError::Missing(n)) => assert_eq!(n, bias),
+        other => panic!("expected Missing, got {other:?}"),
+    }
+    let wrong = Tensor::zeros(
+        cfg.index_head_dim + 1,
+        candle_core::DType::F32,
+        &Device::Cpu,
+    )
+    .unwrap();
+    w.dense.insert(bias.into(), wrong);
+    w.save(&path).unwrap();
+    let err = Weights::load(&cfg, &path).unwrap_err().to_string();
+    assert!(err.contains(bias) && err.contains("[65]"), "{err}");
     assert!(Weights::load(&cfg, &tmp("absent.safetensors")).is_err());
     std::fs::remove_file(&path).ok();
 }

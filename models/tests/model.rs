@@ -15,6 +15,11 @@ use tileops_ops::{reshape_and_cache, sparse_paged_attention, Backend, SparseAtte
 /// int8 expert matmuls quantise activations per token and the kernels sum in another order.
 const LOGIT_TOL: f32 = 2e-2;
 
+/// Prefill through flash_attention against the indexer + sparse path, same backend: the same
+/// attention summed in another order, in f32 (measured 1.7e-6 on both backends with these
+/// weights; an int8 activation rounding flip in the experts would show as more).
+const PREFILL_TOL: f32 = 1e-4;
+
 fn small() -> Config {
     Config {
         n_layers: 2,
@@ -191,6 +196,121 @@ fn indexer_topk_equals_brute_force() {
             assert!(
                 (got[row * 5 + tk] - want).abs() < 1e-4,
                 "row {row} key {tk}"
+            );
+        }
+    }
+}
+
+fn max_abs_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    a.iter()
+        .flatten()
+        .zip(b.iter().flatten())
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
+}
+
+/// The prefill logits of `prompts` (one step, no decode) and how many flash_attention calls
+/// the model made.
+fn prefill(
+    cfg: &Config,
+    w: &Weights,
+    prompts: &[Vec<u32>],
+    backend: Backend,
+    dense: bool,
+) -> (Vec<Vec<f32>>, usize) {
+    let mut e = Engine::new(cfg, w, backend, 16, 16).unwrap();
+    e.model.dense_prefill = dense;
+    let g = e
+        .generate(prompts, 1, &Sampling::Greedy, |_, _| {})
+        .unwrap();
+    let flash = e
+        .model
+        .timers
+        .report()
+        .iter()
+        .find(|r| r.0 == "flash_attention")
+        .map_or(0, |r| r.2);
+    (g.logits[0].clone(), flash)
+}
+
+#[test]
+fn short_prompt_prefill_through_flash_equals_the_sparse_path() {
+    let cfg = small();
+    let w = Weights::generate(&cfg, 4).unwrap();
+    // All no longer than index_topk (16): the top-k keeps every token.
+    let prompts: Vec<Vec<u32>> = vec![
+        (0..5).map(|i| i * 11 + 4).collect(),
+        (0..16).map(|i| (i * 37 + 5) % 1000).collect(),
+        (0..12).map(|i| i * 17 + 9).collect(),
+    ];
+    let mut dense = Vec::new();
+    for backend in [Backend::Reference, Backend::TileSim] {
+        let (flash, calls) = prefill(&cfg, &w, &prompts, backend, true);
+        assert_eq!(calls, cfg.n_layers, "{backend:?}: one flash call per layer");
+        let (sparse, none) = prefill(&cfg, &w, &prompts, backend, false);
+        assert_eq!(none, 0, "{backend:?}: the sparse path calls no flash");
+        let d = max_abs_diff(&flash, &sparse);
+        eprintln!("{backend:?}: flash vs sparse prefill logits differ by {d}");
+        assert!(
+            d <= PREFILL_TOL,
+            "{backend:?}: flash vs sparse prefill differ by {d}"
+        );
+        dense.push(flash);
+    }
+    let d = max_abs_diff(&dense[0], &dense[1]);
+    assert!(d <= LOGIT_TOL, "flash prefill: backends differ by {d}");
+}
+
+#[test]
+fn prompts_longer_than_the_top_k_prefill_through_the_sparse_path() {
+    let cfg = small();
+    let w = Weights::generate(&cfg, 4).unwrap();
+    let prompts: Vec<Vec<u32>> = vec![vec![3; 4], (0..17).map(|i| i * 5 + 1).collect()];
+    let (_, calls) = prefill(&cfg, &w, &prompts, Backend::Reference, true);
+    assert_eq!(
+        calls, 0,
+        "a 17-token prompt with top-k 16 needs the indexer"
+    );
+}
+
+#[test]
+fn indexer_keys_are_layer_normed() {
+    let cfg = small();
+    let mut w = Weights::generate(&cfg, 6).unwrap();
+    let d = cfg.index_head_dim;
+    let mut rng = Rng(31);
+    let p = "layers.1.attn.indexer.k_norm";
+    let (g, b) = (rand(&mut rng, &[d]), rand(&mut rng, &[d]));
+    w.dense.insert(format!("{p}.weight"), g.clone());
+    w.dense.insert(format!("{p}.bias"), b.clone());
+    let ix = tileops_models::deepseek::indexer::Indexer::load(&w, &cfg, 1).unwrap();
+    // At position 0 the RoPE is the identity, so each key is LayerNorm(wk x) itself: the
+    // random weight and bias make an RMSNorm or a dropped bias fail.
+    let x = rand(&mut rng, &[3, cfg.dim]);
+    let (cos, sin) =
+        tileops_models::deepseek::ops::rope_tables(&cfg.rope_freqs(), &[0, 0, 0]).unwrap();
+    let got = to_vec_f32(&ix.keys(&x, &cos, &sin).unwrap()).unwrap();
+    let proj = to_vec_f32(
+        &x.matmul(
+            &w.get("layers.1.attn.indexer.wk.weight")
+                .unwrap()
+                .t()
+                .unwrap(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let (gv, bv) = (to_vec_f32(&g).unwrap(), to_vec_f32(&b).unwrap());
+    for r in 0..3 {
+        let row = &proj[r * d..(r + 1) * d];
+        let mean = row.iter().sum::<f32>() / d as f32;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
+        for j in 0..d {
+            let want = (row[j] - mean) / (var + 1e-6).sqrt() * gv[j] + bv[j];
+            let have = got[r * d + j];
+            assert!(
+                (have - want).abs() < 1e-4,
+                "row {r} dim {j}: {have} vs {want}"
             );
         }
     }

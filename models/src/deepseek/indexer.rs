@@ -5,7 +5,7 @@
 //! cache (this one is f32).
 
 use super::config::Config;
-use super::ops::{linear, rms_norm, rope, to_vec_f32, Result};
+use super::ops::{layer_norm, linear, rope, to_vec_f32, Result};
 use crate::weights::Weights;
 use candle_core::Tensor;
 
@@ -14,7 +14,8 @@ use candle_core::Tensor;
 pub struct Indexer {
     wq_b: Tensor,
     wk: Tensor,
-    k_norm: Tensor,
+    /// The keys' LayerNorm: weight and bias.
+    k_norm: (Tensor, Tensor),
     weights_proj: Tensor,
     /// Heads.
     pub heads: usize,
@@ -33,7 +34,7 @@ impl Indexer {
         Ok(Indexer {
             wq_b: g("wq_b.weight")?,
             wk: g("wk.weight")?,
-            k_norm: g("k_norm.weight")?,
+            k_norm: (g("k_norm.weight")?, g("k_norm.bias")?),
             weights_proj: g("weights_proj.weight")?,
             heads: cfg.index_n_heads,
             head_dim: cfg.index_head_dim,
@@ -48,10 +49,12 @@ impl Indexer {
         Ok(Tensor::cat(&[r, rest], 2)?)
     }
 
-    /// Keys `[N, head_dim]` of the normed hidden rows `x [N, dim]`.
+    /// Keys `[N, head_dim]` of the normed hidden rows `x [N, dim]`: `LayerNorm(wk x)`, RoPE on
+    /// the first `qk_rope` dims.
     pub fn keys(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
         let n = x.dim(0)?;
-        let k = rms_norm(&linear(x, &self.wk)?, &self.k_norm)?.reshape((n, 1, self.head_dim))?;
+        let (w, b) = &self.k_norm;
+        let k = layer_norm(&linear(x, &self.wk)?, w, b)?.reshape((n, 1, self.head_dim))?;
         Ok(self.rope_front(&k, cos, sin)?.reshape((n, self.head_dim))?)
     }
 

@@ -1,6 +1,7 @@
 //! Multi-head latent attention (MLA): the query and latent projections, the absorbed decode
-//! form that runs through `tileops_ops::sparse_paged_attention`, and the naive non-absorbed
-//! form (used by the tests to check the absorbed one).
+//! form that runs through `tileops_ops::sparse_paged_attention`, and the non-absorbed form
+//! (per-head keys and values expanded from the latent rows) that the short-prompt prefill runs
+//! through `tileops_ops::flash_attention_varlen` and the tests use as the naive reference.
 
 use super::config::Config;
 use super::ops::{linear, rms_norm, rope, Result};
@@ -93,16 +94,45 @@ impl Mla {
     /// The layer output `[N, dim]` of the attention's latent output `o [N, H, kv_lora]`:
     /// `wo(o[h] · W_UV[h]^T)`.
     pub fn output(&self, o: &Tensor) -> Result<Tensor> {
-        let n = o.dim(0)?;
         let uv_t = self.w_uv.transpose(1, 2)?;
         let v = o.transpose(0, 1)?.contiguous()?.matmul(&uv_t)?;
-        let v = v.transpose(0, 1)?.reshape((n, self.heads * self.v_head))?;
-        linear(&v, &self.wo)
+        self.output_heads(&v.transpose(0, 1)?)
+    }
+
+    /// The layer output `[N, dim]` of per-head values `v [N, H, v_head]` (the non-absorbed
+    /// attention's output): `wo(v)`.
+    pub fn output_heads(&self, v: &Tensor) -> Result<Tensor> {
+        let n = v.dim(0)?;
+        linear(&v.reshape((n, self.heads * self.v_head))?, &self.wo)
+    }
+
+    /// The non-absorbed query rows `[N, H, qk_nope + qk_rope]`: `[q_nope[h] | q_pe[h]]`.
+    pub fn full_queries(&self, q: &Queries) -> Result<Tensor> {
+        Ok(Tensor::cat(&[&q.nope, &q.pe], 2)?.contiguous()?)
+    }
+
+    /// The non-absorbed keys and values of latent rows `[T, kv_lora + qk_rope]`: keys
+    /// `[T, H, qk_nope + qk_rope]` = `[c · W_UK[h]^T | k_pe]` (the one `k_pe` shared by every
+    /// head) and values `[T, H, v_head]` = `c · W_UV[h]^T`.
+    pub fn expand_latent(&self, latent: &Tensor) -> Result<(Tensor, Tensor)> {
+        let t = latent.dim(0)?;
+        let c = latent.narrow(1, 0, self.kv_lora)?;
+        let per_head = |w: &Tensor, d: usize| -> Result<Tensor> {
+            let w = w.reshape((self.heads * d, self.kv_lora))?;
+            Ok(linear(&c, &w)?.reshape((t, self.heads, d))?)
+        };
+        let k_nope = per_head(&self.w_uk, self.nope)?;
+        let k_pe = latent
+            .narrow(1, self.kv_lora, self.rope_dim)?
+            .unsqueeze(1)?
+            .broadcast_as((t, self.heads, self.rope_dim))?;
+        let k = Tensor::cat(&[&k_nope, &k_pe.contiguous()?], 2)?;
+        Ok((k, per_head(&self.w_uv, self.v_head)?))
     }
 
     /// Naive, non-absorbed attention of one query (`nope [H, qk_nope]`, `pe [H, qk_rope]`)
-    /// over latent rows `[T, kv_lora + qk_rope]`: per-head keys `[c · W_UK^T | k_pe]` and
-    /// values `c · W_UV^T`, softmax with `scale`; `[H, v_head]`.
+    /// over latent rows `[T, kv_lora + qk_rope]` (keys and values of [`Mla::expand_latent`]),
+    /// softmax with `scale`; `[H, v_head]`.
     pub fn naive_attention(
         &self,
         nope: &Tensor,
@@ -110,16 +140,11 @@ impl Mla {
         latent: &Tensor,
         scale: f32,
     ) -> Result<Tensor> {
-        let c = latent.narrow(1, 0, self.kv_lora)?.unsqueeze(0)?;
-        let k_pe = latent.narrow(1, self.kv_lora, self.rope_dim)?;
-        let k_nope = c.broadcast_matmul(&self.w_uk.transpose(1, 2)?)?; // [H, T, nope]
-        let v = c.broadcast_matmul(&self.w_uv.transpose(1, 2)?)?; // [H, T, v]
-        let s_nope = nope
-            .unsqueeze(1)?
-            .matmul(&k_nope.transpose(1, 2)?)?
-            .squeeze(1)?;
-        let s_pe = pe.matmul(&k_pe.t()?)?; // [H, T]
-        let s = ((s_nope + s_pe)? * scale as f64)?;
+        let (k, v) = self.expand_latent(latent)?;
+        let q = Tensor::cat(&[nope, pe], 1)?.unsqueeze(1)?; // [H, 1, qk]
+        let k = k.transpose(0, 1)?.contiguous()?; // [H, T, qk]
+        let v = v.transpose(0, 1)?.contiguous()?; // [H, T, v]
+        let s = (q.matmul(&k.transpose(1, 2)?)?.squeeze(1)? * scale as f64)?; // [H, T]
         let m = s.max_keepdim(D::Minus1)?;
         let e = s.broadcast_sub(&m)?.exp()?;
         let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;

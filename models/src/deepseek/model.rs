@@ -9,7 +9,10 @@ use super::ops::{linear, rms_norm, rope_tables, ModelError, Result, Timers};
 use crate::kv_cache::CopyBlock;
 use crate::weights::Weights;
 use candle_core::{DType, Device, Tensor};
-use tileops_ops::{reshape_and_cache, sparse_paged_attention, Backend, SparseAttentionParams};
+use tileops_ops::{
+    flash_attention_varlen, reshape_and_cache, sparse_paged_attention, Backend,
+    FlashAttentionParams, SparseAttentionParams,
+};
 
 /// One sequence's part of a [`Batch`].
 #[derive(Debug, Clone)]
@@ -82,6 +85,10 @@ pub struct Model {
     pub timers: Timers,
     /// The last sparse-attention call of layer 0.
     pub last_attention: Option<AttentionCall>,
+    /// Prefill of fresh prompts no longer than `index_topk` runs the non-absorbed form through
+    /// `flash_attention_varlen` (the default); `false` sends it through the indexer and
+    /// `sparse_paged_attention` like longer prompts (the tests compare the two).
+    pub dense_prefill: bool,
 }
 
 impl Model {
@@ -134,6 +141,7 @@ impl Model {
             block_size,
             timers: Timers::default(),
             last_attention: None,
+            dense_prefill: true,
         })
     }
 
@@ -202,6 +210,13 @@ impl Model {
         let table = Tensor::from_vec(table, (n, width), dev)?;
         let scale = self.cfg.softmax_scale();
         let topk = self.cfg.index_topk;
+        let dense = self
+            .dense_prefill
+            .then(|| prefill_offsets(batch, topk))
+            .flatten();
+        let dense = dense
+            .map(|cu| Tensor::from_vec(cu, batch.seqs.len() + 1, dev))
+            .transpose()?;
         let t = &self.timers;
         for (li, l) in self.layers.iter().enumerate() {
             let h = rms_norm(&x, &l.attn_norm)?;
@@ -212,41 +227,67 @@ impl Model {
             t.time("reshape_and_cache", || {
                 reshape_and_cache(&rows, &l.latent, &slots, Some(backend)).map_err(ModelError::from)
             })?;
-            // The indexer: keys into their cache, then each row's causal top-k.
-            let indices = t.time("indexer (candle)", || -> Result<Tensor> {
+            // The indexer's keys go into their cache either way: later steps rank them.
+            t.time("indexer (candle)", || -> Result<()> {
                 let k = l.indexer.keys(&h, &cos, &sin)?;
                 reshape_and_cache(&k, &l.index_keys, &slots, Some(backend))?;
-                let (qi, wi) = l.indexer.queries(&q.qr, &h, &cos, &sin)?;
-                let flat = l.index_keys.reshape(((), l.indexer.head_dim))?;
-                let mut all = Vec::with_capacity(n * topk);
-                for s in &batch.seqs {
-                    let sl = Tensor::from_slice(&s.slots, s.slots.len(), dev)?;
-                    let keys = flat.index_select(&sl, 0)?;
-                    let qs = qi.narrow(0, s.first_row, s.rows)?;
-                    let ws = wi.narrow(0, s.first_row, s.rows)?;
-                    let scores = l.indexer.scores(&qs, &ws, &keys)?;
-                    let pos = &batch.positions[s.first_row..s.first_row + s.rows];
-                    all.extend(causal_topk(&scores, pos, topk)?);
+                Ok(())
+            })?;
+            let a = match &dense {
+                // Every token keeps all of its causal context: dense causal attention over
+                // the new rows, in the non-absorbed form.
+                Some(cu) => {
+                    let (k, v) = t.time("mla expand (candle)", || l.mla.expand_latent(&rows))?;
+                    let qf = l.mla.full_queries(&q)?;
+                    let params = FlashAttentionParams::new(scale, true);
+                    let (o, _lse) = t.time("flash_attention", || {
+                        flash_attention_varlen(&qf, &k, &v, cu, cu, &params, Some(backend))
+                            .map_err(ModelError::from)
+                    })?;
+                    t.time("mla output (candle)", || l.mla.output_heads(&o))?
                 }
-                Ok(Tensor::from_vec(all, (n, topk), dev)?)
-            })?;
-            let qa = t.time("mla absorb (candle)", || l.mla.absorb(&q))?;
-            let params = SparseAttentionParams::new(self.cfg.kv_lora_rank, scale);
-            // The one attention call site, for prefill rows and decode rows alike.
-            let (o, _lse) = t.time("sparse_paged_attention", || {
-                sparse_paged_attention(&qa, &l.latent, &indices, &table, &params, Some(backend))
-                    .map_err(ModelError::from)
-            })?;
-            if li == 0 {
-                self.last_attention = Some(AttentionCall {
-                    q: qa.clone(),
-                    cache: l.latent.clone(),
-                    indices: indices.clone(),
-                    table: table.clone(),
-                    params: params.clone(),
-                });
-            }
-            let a = t.time("mla output (candle)", || l.mla.output(&o))?;
+                None => {
+                    // Each row's causal top-k of the indexer's scores.
+                    let indices = t.time("indexer (candle)", || -> Result<Tensor> {
+                        let (qi, wi) = l.indexer.queries(&q.qr, &h, &cos, &sin)?;
+                        let flat = l.index_keys.reshape(((), l.indexer.head_dim))?;
+                        let mut all = Vec::with_capacity(n * topk);
+                        for s in &batch.seqs {
+                            let sl = Tensor::from_slice(&s.slots, s.slots.len(), dev)?;
+                            let keys = flat.index_select(&sl, 0)?;
+                            let qs = qi.narrow(0, s.first_row, s.rows)?;
+                            let ws = wi.narrow(0, s.first_row, s.rows)?;
+                            let scores = l.indexer.scores(&qs, &ws, &keys)?;
+                            let pos = &batch.positions[s.first_row..s.first_row + s.rows];
+                            all.extend(causal_topk(&scores, pos, topk)?);
+                        }
+                        Ok(Tensor::from_vec(all, (n, topk), dev)?)
+                    })?;
+                    let qa = t.time("mla absorb (candle)", || l.mla.absorb(&q))?;
+                    let params = SparseAttentionParams::new(self.cfg.kv_lora_rank, scale);
+                    let (o, _lse) = t.time("sparse_paged_attention", || {
+                        sparse_paged_attention(
+                            &qa,
+                            &l.latent,
+                            &indices,
+                            &table,
+                            &params,
+                            Some(backend),
+                        )
+                        .map_err(ModelError::from)
+                    })?;
+                    if li == 0 {
+                        self.last_attention = Some(AttentionCall {
+                            q: qa.clone(),
+                            cache: l.latent.clone(),
+                            indices: indices.clone(),
+                            table: table.clone(),
+                            params: params.clone(),
+                        });
+                    }
+                    t.time("mla output (candle)", || l.mla.output(&o))?
+                }
+            };
             x = (x + a)?;
             let h = rms_norm(&x, &l.ffn_norm)?;
             let f = match &l.ffn {
@@ -260,4 +301,19 @@ impl Model {
         let last = rms_norm(&x.index_select(&idx, 0)?, &self.norm)?;
         t.time("head (candle)", || linear(&last, &self.head))
     }
+}
+
+/// The packed row offsets `[0, rows_0, rows_0 + rows_1, ..]` of a batch whose sequences are
+/// all fresh prompts (their new rows are their whole context) no longer than `topk`, so that
+/// each row's causal top-k keeps every position up to its own and dense causal attention is
+/// the same attention; `None` otherwise (decode rows, or a longer prompt).
+pub fn prefill_offsets(batch: &Batch, topk: usize) -> Option<Vec<u32>> {
+    let mut cu = vec![0u32];
+    for s in &batch.seqs {
+        if s.rows != s.slots.len() || s.rows > topk {
+            return None;
+        }
+        cu.push(cu.last().copied().unwrap_or(0) + u32::try_from(s.rows).ok()?);
+    }
+    Some(cu)
 }

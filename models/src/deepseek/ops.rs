@@ -1,4 +1,4 @@
-//! Shared pieces of the model: errors, RMSNorm, RoPE, linear layers, per-op timers.
+//! Shared pieces of the model: errors, RMSNorm, LayerNorm, RoPE, linear layers, per-op timers.
 
 use crate::kv_cache::CacheError;
 use crate::weights::WeightError;
@@ -88,6 +88,16 @@ impl Timers {
 pub fn rms_norm(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
     Ok(x.broadcast_div(&(ms + 1e-6)?.sqrt()?)?.broadcast_mul(w)?)
+}
+
+/// LayerNorm over the last dim (eps 1e-6, biased variance) times `w` plus `b`.
+pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let centred = x.broadcast_sub(&x.mean_keepdim(D::Minus1)?)?;
+    let var = centred.sqr()?.mean_keepdim(D::Minus1)?;
+    Ok(centred
+        .broadcast_div(&(var + 1e-6)?.sqrt()?)?
+        .broadcast_mul(w)?
+        .broadcast_add(b)?)
 }
 
 /// `x · w^T` for `x [.., K]` and `w [N, K]`.
