@@ -30,21 +30,32 @@
 //!             M pv_acc Acc [ts, ns] = P V_j; FIX -> pv_ub, DualModeSplitM: AIV i gets rows
 //!             i H .., the same H queries                                    -> channel PV
 //! vector (each AIV, f32; m, l, alpha ND [1, H] rows, one entry per query):
-//!       s *= scale; keys past kv_end: rows nv.. := -inf (fillpad); a tile crossing the causal
-//!       diagonal: s += mask rows (0 / -inf staircase loaded from the host's band);
+//!       s *= scale; low_tile = colmin s (off the diagonal); keys past kv_end: rows nv.. :=
+//!       -inf (fillpad); a tile crossing the causal diagonal: low_tile = colmin max(s, low
+//!       band), s = min(s, keep band) (staircases loaded from the host's bands); low = min(low,
+//!       low_tile);
 //!       m_new = max(m, colmax s); alpha = exp(m - m_new); s = exp(s - m_new) (column
 //!       broadcast); l = l alpha + colsum s; P = cast(s) ND -> NZ -> p_l1 columns i H ..
 //!       (channel P); O_j = O_j alpha + PV_j (alpha seen as the DN column [H, 1]: a row
 //!       broadcast over O's rows).
-//!       End: O /= max(l, 1); lse = m + ln(max(l, 1)); MTE3 O (cast) -> out rows, lse.
+//!       End: l' = max(l, 1) + 0 (low + l); O += 0 O; O /= l'; lse = m + ln l'; MTE3 O
+//!       (cast) -> out rows, lse.
 //! ```
 //!
 //! `m` starts at `M_INIT` (finite): a query that sees no key keeps l = 0 and o = 0 and writes
 //! lse ~ -1e30, which the host turns into +inf ([`run_flash`]); a column that is all -inf in one
-//! tile adds exp(-inf) = 0. The causal mask row band (`mask [2 tkv + H - 1, H]`): `mask[x][c] =
-//! 0` iff `x - c <= tkv - 1`; the tile of an AIV whose first query sees keys up to `delta`
-//! (relative to the tile's first key) needs `(r, c)` visible iff `r - c <= delta`, which are
-//! rows `tkv - 1 - clamp(delta, -H, tkv - 1) ..` of the band.
+//! tile adds exp(-inf) = 0. The causal mask bands (`mask [2 (2 tkv + H - 1), H]`): the keep
+//! band, `keep[x][c] = +inf` iff `x - c <= tkv - 1` and -inf elsewhere, then the low band
+//! `-keep`; the tile of an AIV whose first query sees keys up to `delta` (relative to the
+//! tile's first key) needs `(r, c)` visible iff `r - c <= delta`, which are a band's rows
+//! from `tkv - 1 - clamp(delta, -H, tkv - 1)` on.
+//!
+//! Non-finite data (docs/ops.md): a hidden key's score is replaced by `min(s, -inf)`, not
+//! added to (+inf or NaN there plus -inf would be NaN); `low` is the lowest score each query
+//! saw (a -inf score is a weight of 0 that l alone would not show), and `l' = max(l, 1) + 0
+//! (low + l)` is NaN when a seen score was not finite (a NaN or +inf score makes l NaN, which
+//! the max may drop); `O += 0 O` turns ±inf from V into NaN. On the simulator min and max
+//! drop a NaN operand, so a NaN score of a hidden key is masked too.
 //!
 //! Hand-written intra-core flags: the cube's L0 slots (M <-> MTE1, events 0, 1 for the slice
 //! slots and 2 for `pt_l0`) and Acc slots (FIX -> M, events 0, 1 for `s_acc`, 2, 3 for
@@ -153,17 +164,23 @@ impl FlashCfg {
         2 * self.tkv + self.ts / 2 - 1
     }
 
-    /// The causal mask band `[mask_rows, ts / 2]` f32 (see the module docs).
+    /// The causal mask bands `[2 mask_rows, ts / 2]` f32 (see the module docs): the keep band
+    /// (+inf where open, -inf where closed), then its negation, the low band.
     pub fn mask_band(&self) -> Vec<f32> {
         let h = self.ts / 2;
-        let mut band = Vec::with_capacity((self.mask_rows() * h) as usize);
-        for x in 0..self.mask_rows() as i64 {
-            for c in 0..h as i64 {
-                band.push(if x - c < self.tkv as i64 {
-                    0.0
-                } else {
-                    f32::NEG_INFINITY
-                });
+        let mut band = Vec::with_capacity((2 * self.mask_rows() * h) as usize);
+        for sign in [1.0f32, -1.0] {
+            for x in 0..self.mask_rows() as i64 {
+                for c in 0..h as i64 {
+                    let open = x - c < self.tkv as i64;
+                    band.push(
+                        sign * if open {
+                            f32::INFINITY
+                        } else {
+                            f32::NEG_INFINITY
+                        },
+                    );
+                }
             }
         }
         band
@@ -234,6 +251,10 @@ pub(super) struct Stats {
     pub lc: TileId,
     pub alpha: TileId,
     pub lse: TileId,
+    /// The tile's column minimum of the scores a query sees (non-finite policy).
+    pub low_tile: TileId,
+    /// The lowest score each query has seen so far.
+    pub low: TileId,
     pub alpha_col: TileId,
     pub l_col: TileId,
 }
@@ -278,7 +299,7 @@ pub(crate) fn flash_dn(cfg: &FlashCfg) -> Kernel {
     let k = kb.input("k", dt, [p(sp.k_len)]);
     let v = (!cfg.write_p).then(|| kb.input("v", dt, [p(sp.v_len)]));
     let desc = kb.input("desc", DType::I32, [p(sp.blocks), Desc::COUNT.into()]);
-    let mask = kb.input("mask", DType::F32, [cfg.mask_rows(), h]);
+    let mask = kb.input("mask", DType::F32, [2 * cfg.mask_rows(), h]);
     let out = kb.output("out", dt, [p(sp.o_len)]);
     let lse = kb.output("lse", DType::F32, [p(sp.lse_len)]);
 
@@ -350,6 +371,7 @@ pub(crate) fn flash_dn(cfg: &FlashCfg) -> Kernel {
         row(&mut kb, "alpha"),
         row(&mut kb, "lse_row"),
     );
+    let (low_tile, low) = (row(&mut kb, "low_tile"), row(&mut kb, "low"));
     let column = |kb: &mut KernelBuilder, n: &str, src: TileId| {
         kb.reinterpret(
             n,
@@ -368,6 +390,8 @@ pub(crate) fn flash_dn(cfg: &FlashCfg) -> Kernel {
         lc,
         alpha,
         lse: lse_t,
+        low_tile,
+        low,
         alpha_col: column(&mut kb, "alpha_col", alpha),
         l_col: column(&mut kb, "l_col", l),
     };

@@ -172,7 +172,7 @@ pub(crate) fn run_flash(
                 "mask",
                 Arg::Tensor(GmTensor::from_f32(
                     DType::F32,
-                    &[cfg.mask_rows() as usize, h],
+                    &[2 * cfg.mask_rows() as usize, h],
                     &cfg.mask_band(),
                 )),
             ),
@@ -267,11 +267,19 @@ mod tests {
         let cfg = FlashCfg::new("t", DType::F16, 64, 64, 32);
         let h = (cfg.ts / 2) as usize;
         let band = cfg.mask_band();
-        assert_eq!(band.len(), cfg.mask_rows() as usize * h);
-        for (x, row) in band.chunks(h).enumerate() {
+        let rows = cfg.mask_rows() as usize;
+        assert_eq!(band.len(), 2 * rows * h);
+        for (y, row) in band.chunks(h).enumerate() {
+            let (x, sign) = if y < rows { (y, 1.0) } else { (y - rows, -1.0) };
             for (c, &m) in row.iter().enumerate() {
                 let open = (x as i64 - c as i64) < cfg.tkv as i64;
-                assert_eq!(m, if open { 0.0 } else { f32::NEG_INFINITY }, "({x}, {c})");
+                let want = sign
+                    * if open {
+                        f32::INFINITY
+                    } else {
+                        f32::NEG_INFINITY
+                    };
+                assert_eq!(m, want, "({y}, {c})");
             }
         }
     }

@@ -8,7 +8,7 @@ use super::dn_host::Desc;
 use super::ping_pong;
 use super::plan::M_INIT;
 use tile_backend::dsl::Body;
-use tile_backend::ir::{Axis, BinaryOp, Expr, GmView, Pipe, RoundMode, UnaryOp, VarId};
+use tile_backend::ir::{Axis, BinaryOp, Expr, GmView, Pipe, ReduceOp, RoundMode, UnaryOp, VarId};
 
 /// The event of the mask tile's hand-written V <-> MTE2 flags.
 const MASK_EV: u8 = 0;
@@ -35,7 +35,16 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
     if let Some(pu) = k.p_ub {
         v.set_validshape(pu, tkv, h);
     }
-    for t in [st.m, st.l, st.mc, st.lc, st.alpha, st.lse] {
+    for t in [
+        st.m,
+        st.l,
+        st.mc,
+        st.lc,
+        st.alpha,
+        st.lse,
+        st.low_tile,
+        st.low,
+    ] {
         v.set_validshape(t, 1, h);
     }
     v.set_validshape(st.alpha_col, h, 1);
@@ -43,6 +52,7 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
     v.set_validshape(k.pv_ub, h, ns);
     v.fill(st.m, M_INIT);
     v.fill(st.l, 0.0);
+    v.fill(st.low, 0.0);
     if !cfg.write_p {
         for j in 0..nns {
             v.set_validshape(k.o_t.at(j), h, ns);
@@ -64,12 +74,20 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
         }
     };
     ping_pong(v, Expr::Var(iters), &mut step);
-    // Normalise; lse = m + ln l (a query with no key: l = 0 -> 1, o = 0, lse ~ M_INIT).
+    // Normalise; lse = m + ln l (a query with no key: l = 0 -> 1, o = 0, lse ~ M_INIT), with
+    // l = max(l, 1) + 0 * (low + l): NaN when a score the query saw was not finite, whatever
+    // max does with NaN (docs/ops.md, "Non-finite data").
+    v.add(st.low, st.low, st.l);
+    v.muls(st.low, st.low, 0.0);
     v.binary_scalar(BinaryOp::Max, st.l, st.l, 1.0);
+    v.add(st.l, st.l, st.low);
     if cfg.write_p {
         write_p(v, k, &kv_end, iters, o_off.clone(), mine);
     } else {
         for j in 0..nns {
+            // o += 0 * o: ±inf from a V value turns NaN like a NaN one.
+            v.muls(k.pv_ub, k.o_t.at(j), 0.0);
+            v.add(k.o_t.at(j), k.o_t.at(j), k.pv_ub);
             v.broadcast(BinaryOp::Div, Axis::Row, k.o_t.at(j), k.o_t.at(j), st.l_col);
         }
     }
@@ -97,24 +115,43 @@ fn softmax_tile(b: &mut Body<'_>, k: &FlashKernel<'_>, diag: VarId, j0: VarId, n
     let st = k.stats;
     b.pop(k.ch_s);
     b.muls(k.s_ub, k.s_ub, k.sp.scale);
+    let delta = b.let_("delta", Expr::Var(diag) - j0);
+
+    // The lowest score each query sees (non-finite policy): off the diagonal, every row of the
+    // tile before the tail is masked (the tail's rows hold q . 0: 0, or NaN when q is not
+    // finite, and such a query sees a key of the tile).
+    b.if_(Expr::Var(delta).ge(tkv as i64 - 1), |t| {
+        t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, k.s_ub)
+    });
     // Keys past kv_end: -inf.
     b.if_(Expr::Var(nv).lt(tkv), |t| {
         t.set_validshape(k.s_ub, nv, h);
         t.fillpad(k.s_ub);
         t.set_validshape(k.s_ub, tkv, h);
     });
-    // A tile crossing the causal diagonal: add the staircase of the mask band.
-    let delta = b.let_("delta", Expr::Var(diag) - j0);
+    // A tile crossing the causal diagonal: the low band (-inf where a query sees the key, +inf
+    // where it does not) gives the column minimum of the seen scores as max(low band, s); the
+    // keep band (+inf / -inf) masks as min(s, keep band), which overwrites a hidden key's
+    // score whatever it holds (an add of -inf would turn +inf or NaN there into NaN).
     b.if_(Expr::Var(delta).lt(tkv as i64 - 1), |t| {
         let clamped = Expr::Var(delta).max(-(h as i64)).min(tkv as i64 - 1);
-        let row0 = Expr::from(tkv as i64 - 1) - clamped;
-        t.wait_flag(Pipe::V, Pipe::Mte2, MASK_EV);
-        t.load(k.mask_ub, GmView::nd(k.mask, row0 * h, tkv, h, h));
-        t.set_flag(Pipe::Mte2, Pipe::V, MASK_EV);
-        t.wait_flag(Pipe::Mte2, Pipe::V, MASK_EV);
-        t.add(k.s_ub, k.s_ub, k.mask_ub);
-        t.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+        let row0 = t.let_("row0", Expr::from(tkv as i64 - 1) - clamped);
+        for (band, first) in [(1, true), (0, false)] {
+            let at = (Expr::Var(row0) + band * k.cfg.mask_rows() as i64) * h;
+            t.wait_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+            t.load(k.mask_ub, GmView::nd(k.mask, at, tkv, h, h));
+            t.set_flag(Pipe::Mte2, Pipe::V, MASK_EV);
+            t.wait_flag(Pipe::Mte2, Pipe::V, MASK_EV);
+            if first {
+                t.max(k.mask_ub, k.mask_ub, k.s_ub);
+                t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, k.mask_ub);
+            } else {
+                t.binary(BinaryOp::Min, k.s_ub, k.s_ub, k.mask_ub);
+            }
+            t.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+        }
     });
+    b.binary(BinaryOp::Min, st.low, st.low, st.low_tile);
     // Online softmax down the columns (one per query).
     b.col_max(st.mc, k.s_ub);
     b.max(st.mc, st.mc, st.m);
