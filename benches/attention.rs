@@ -7,7 +7,7 @@
 //! - `paged_gather`: the DeepSeek-V3.2 latent cache [82816, 576] bf16, block 128, 512 columns
 //!   kept, 2048 and 65536 random top-k rows (throughput: bytes read + written);
 //! - `machine_limits`: this machine's f32 FMA peak (register-resident FMA chains on every rayon
-//!   thread, the widest vector unit the CPU has) and memory bandwidth (a 256 MiB copy on every
+//!   thread, AVX2 + FMA when the CPU has them) and memory bandwidth (a 256 MiB copy on every
 //!   rayon thread, beyond the last-level cache), so the ops' figures can be quoted as fractions.
 //!
 //! `cargo bench --bench attention` (a few minutes: 10 samples per function); quote the ratio
@@ -177,14 +177,12 @@ const CHAINS: usize = 16;
 /// FMA steps per chain per call.
 const STEPS: usize = 1 << 16;
 
-/// The FMA kernel this CPU runs best, its name and f32 lanes per FMA.
+/// The FMA kernel this CPU runs best, its name and f32 lanes per FMA. AVX-512 intrinsics are
+/// stable only since Rust 1.89 (the workspace's MSRV is 1.85), so a CPU with two 512-bit FMA
+/// ports peaks at about twice the AVX2 figure.
 fn fma_kernel() -> (&'static str, usize, fn() -> f32) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512F (checked above), all fma_avx512 needs.
-            return ("avx512", 16, || unsafe { fma_avx512() });
-        }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
         {
             // SAFETY: the CPU has AVX2 and FMA (checked above), all fma_avx2 needs.
@@ -192,28 +190,6 @@ fn fma_kernel() -> (&'static str, usize, fn() -> f32) {
         }
     }
     ("scalar", 1, fma_scalar)
-}
-
-/// `CHAINS` chains of `STEPS` 16-lane FMAs in registers.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn fma_avx512() -> f32 {
-    use std::arch::x86_64::*;
-    // Opaque inputs: the compiler must not fold the chains at compile time.
-    let (a, b) = (
-        _mm512_set1_ps(black_box(0.999_9)),
-        _mm512_set1_ps(black_box(1e-4)),
-    );
-    let mut acc = [_mm512_set1_ps(black_box(1.0)); CHAINS];
-    for _ in 0..STEPS {
-        for x in acc.iter_mut() {
-            *x = _mm512_fmadd_ps(*x, a, b);
-        }
-    }
-    let s = acc
-        .iter()
-        .fold(_mm512_setzero_ps(), |s, x| _mm512_add_ps(s, *x));
-    _mm512_reduce_add_ps(black_box(s))
 }
 
 /// `CHAINS` chains of `STEPS` 8-lane FMAs in registers.
