@@ -3,17 +3,23 @@
 //!
 //! - `sparse_paged_attention`: one DeepSeek-V3.2 decode step (B 4, H 128, Dqk 576, v_dim 512,
 //!   top-k 2048 of 8192 cached tokens per sequence, block 64);
-//! - `paged_attention`: dense decode (B 8, H 32, Hkv 8, D 128, context 2048, block 16).
+//! - `paged_attention`: dense decode (B 8, H 32, Hkv 8, D 128, context 2048, block 16);
+//! - `paged_gather`: the DeepSeek-V3.2 latent cache [82816, 576] bf16, block 128, 512 columns
+//!   kept, 2048 and 65536 random top-k rows (throughput: bytes read + written);
+//! - `machine_limits`: this machine's f32 FMA peak (register-resident FMA chains on every rayon
+//!   thread, AVX2 + FMA when the CPU has them) and memory bandwidth (a 256 MiB copy on every
+//!   rayon thread, beyond the last-level cache), so the ops' figures can be quoted as fractions.
 //!
 //! `cargo bench --bench attention` (a few minutes: 10 samples per function); quote the ratio
 //! of the TileSim and Reference medians of one dtype.
 
 use candle_core::{DType, Device, Tensor};
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
 use std::time::Duration;
 use tileops::ops::{
-    paged_attention, sparse_paged_attention, Backend, PagedAttentionParams, SparseAttentionParams,
+    paged_attention, paged_gather, sparse_paged_attention, Backend, PagedAttentionParams,
+    SparseAttentionParams,
 };
 
 /// The simulator's splitmix64 (`tile_backend::sim::io::Rng`) with this bench's draws.
@@ -142,5 +148,120 @@ fn bench_paged(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_sparse, bench_paged);
+fn bench_gather(c: &mut Criterion) {
+    let (tokens, cols, block, size) = (82816, 576, 128, 512);
+    let mut rng = Rng::new(22);
+    let nb = tokens / block;
+    let src = tensor(rng.values(tokens * cols), &[tokens, cols], DType::BF16);
+    let table = index_tensor(rng.permutation(nb), &[1, nb]);
+    for n in [2048, 65536] {
+        let indices = index_tensor(rng.permutation(tokens)[..n].to_vec(), &[1, n]);
+        let mut g = configure(c, &format!("paged_gather_bf16_{n}"));
+        g.throughput(Throughput::Bytes((2 * n * size * 2) as u64));
+        for backend in [Backend::Reference, Backend::TileSim] {
+            g.bench_function(backend.name(), |bench| {
+                bench.iter(|| {
+                    match paged_gather(&src, &indices, &table, block, size, Some(backend)) {
+                        Ok(r) => black_box(r),
+                        Err(e) => panic!("paged_gather on {backend}: {e}"),
+                    }
+                })
+            });
+        }
+        g.finish();
+    }
+}
+
+/// Independent FMA chains per thread (enough to cover the FMA latency on two ports).
+const CHAINS: usize = 16;
+/// FMA steps per chain per call.
+const STEPS: usize = 1 << 16;
+
+/// The FMA kernel this CPU runs best, its name and f32 lanes per FMA. AVX-512 intrinsics are
+/// stable only since Rust 1.89 (the workspace's MSRV is 1.85), so a CPU with two 512-bit FMA
+/// ports peaks at about twice the AVX2 figure.
+fn fma_kernel() -> (&'static str, usize, fn() -> f32) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the CPU has AVX2 and FMA (checked above), all fma_avx2 needs.
+            return ("avx2", 8, || unsafe { fma_avx2() });
+        }
+    }
+    ("scalar", 1, fma_scalar)
+}
+
+/// `CHAINS` chains of `STEPS` 8-lane FMAs in registers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn fma_avx2() -> f32 {
+    use std::arch::x86_64::*;
+    // Opaque inputs: the compiler must not fold the chains at compile time.
+    let (a, b) = (
+        _mm256_set1_ps(black_box(0.999_9)),
+        _mm256_set1_ps(black_box(1e-4)),
+    );
+    let mut acc = [_mm256_set1_ps(black_box(1.0)); CHAINS];
+    for _ in 0..STEPS {
+        for x in acc.iter_mut() {
+            *x = _mm256_fmadd_ps(*x, a, b);
+        }
+    }
+    let s = acc
+        .iter()
+        .fold(_mm256_setzero_ps(), |s, x| _mm256_add_ps(s, *x));
+    let mut lanes = [0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), black_box(s));
+    lanes.iter().sum()
+}
+
+/// The portable fallback: scalar multiply-adds (the compiler may vectorise them).
+fn fma_scalar() -> f32 {
+    let (a, b) = (black_box(0.999_9f32), black_box(1e-4f32));
+    let mut acc = [black_box(1f32); CHAINS];
+    for _ in 0..STEPS {
+        for x in acc.iter_mut() {
+            *x = *x * a + b;
+        }
+    }
+    black_box(acc).iter().sum()
+}
+
+fn bench_machine(c: &mut Criterion) {
+    let threads = rayon::current_num_threads();
+    let mut g = configure(c, "machine_limits");
+    let (name, lanes, kernel) = fma_kernel();
+    g.throughput(Throughput::Elements(
+        (threads * CHAINS * STEPS * lanes * 2) as u64,
+    ));
+    g.bench_function(format!("f32_fma_peak_{name}_{threads}_threads"), |bench| {
+        bench.iter(|| {
+            let sums: Vec<f32> = rayon::broadcast(|_| kernel());
+            black_box(sums)
+        })
+    });
+    // Each thread copies its own 256 MiB: beyond the last-level cache, so DRAM decides.
+    const BYTES: usize = 256 << 20;
+    let mut bufs: Vec<(Vec<u8>, Vec<u8>)> = (0..threads)
+        .map(|t| (vec![t as u8 + 1; BYTES], vec![0u8; BYTES]))
+        .collect();
+    g.throughput(Throughput::Bytes((2 * BYTES * threads) as u64));
+    g.bench_function(format!("copy_bandwidth_{threads}_threads"), |bench| {
+        bench.iter(|| {
+            use rayon::prelude::*;
+            bufs.par_iter_mut().for_each(|(s, d)| d.copy_from_slice(s));
+            black_box(&bufs);
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_machine,
+    bench_sparse,
+    bench_paged,
+    bench_gather
+);
 criterion_main!(benches);
