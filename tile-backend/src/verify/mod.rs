@@ -95,7 +95,6 @@ pub enum Rule {
     ReducePad,
     ReduceLayout,
     PadValue,
-    FillpadLayout,
     ValidShape,
     // sync
     FlagEvent,
