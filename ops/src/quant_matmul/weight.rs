@@ -327,7 +327,7 @@ mod tests {
         let k = 9;
         let mut v = vec![127.0f32, 0.5, -0.5, 1.5, -2.5, 126.5, -126.5, 0.0, 3.25];
         v.extend([0.0f32; 9]);
-        v.extend((0..27u32).map(|i| ((i * 2_654_435_761) >> 7) as f32 / 1e7 - 100.0));
+        v.extend((0..27u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as f32 / 1e7 - 100.0));
         let x = Tensor::from_vec(v, (5, k), &dev).expect("x");
         for t in [x.clone(), x.to_dtype(CDType::BF16).expect("bf16")] {
             let want = quantize_rows("t", "x", &t).expect("candle");
