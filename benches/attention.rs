@@ -177,9 +177,8 @@ const CHAINS: usize = 16;
 /// FMA steps per chain per call.
 const STEPS: usize = 1 << 16;
 
-/// The FMA kernel this CPU runs best, its name and f32 lanes per FMA. AVX-512 intrinsics are
-/// stable only since Rust 1.89 (the workspace's MSRV is 1.85), so a CPU with two 512-bit FMA
-/// ports peaks at about twice the AVX2 figure.
+/// The FMA kernel this CPU runs best, its name and f32 lanes per FMA. It has no AVX-512 build
+/// yet, so on a CPU with two 512-bit FMA ports the true peak is about twice the AVX2 figure.
 fn fma_kernel() -> (&'static str, usize, fn() -> f32) {
     #[cfg(target_arch = "x86_64")]
     {
