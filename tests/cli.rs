@@ -714,6 +714,29 @@ fn emit_paged_gather_and_reshape_and_cache_pass_the_syntax_check() {
     assert!(out.contains("(block_dim 3, n = 5)"), "{out}");
 }
 
+/// `emit --op quant-matmul` with tails in M, K and N (K = 300: the last K slice is fill-padded),
+/// float and int8 output: every file compiles against the PTO declaration header, whose TFILLPAD
+/// on a Mat tile takes NZ only (A5's `TFillPad.hpp`).
+#[test]
+fn emit_quant_matmul_with_tails_passes_the_syntax_check() {
+    for out_dtype in ["bf16", "i8"] {
+        let (files, _) = emit_and_syntax_check(
+            "quant-matmul",
+            &[
+                "--out-dtype",
+                out_dtype,
+                "--m",
+                "33",
+                "--k",
+                "300",
+                "--n",
+                "257",
+            ],
+        );
+        assert_eq!(files.len(), 3, "{out_dtype}: {files:?}");
+    }
+}
+
 /// Reads DIR/SUB/NAME.json.
 fn manifest(dir: &Path, sub: &str, name: &str) -> serde_json::Value {
     let path = dir.join(sub).join(format!("{name}.json"));

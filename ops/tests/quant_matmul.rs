@@ -237,6 +237,9 @@ fn tilesim_gives_the_modelled_values() {
     exact_on_shapes(Backend::TileSim);
 }
 
+/// The package of a call with tails in M, K and N (K = 64 < TK: the K slice is fill-padded) is
+/// written and compiles against the PTO declaration header, whose TFILLPAD on a Mat tile takes
+/// NZ only (as A5's does).
 #[test]
 fn ascend950_writes_the_package_and_reports_no_device() {
     let mut rng = Rng::new(3);
@@ -254,6 +257,16 @@ fn ascend950_writes_the_package_and_reports_no_device() {
         }
         other => panic!("expected DeviceUnavailable, got {other:?}"),
     }
+    // Every file of the package compiles against the declaration header.
+    support::expect_package(|| {
+        quant_matmul(
+            &x,
+            &w,
+            &QuantMatmulParams::default(),
+            Some(Backend::Ascend950),
+        )
+        .map(|_| ())
+    });
 }
 
 for_each_backend!(

@@ -12,7 +12,8 @@
 //! ```text
 //! cube:  MTE2  words[bn*TN.., TN] -> s_l1 (Mat, u64)        FIX  s_l1 -> sc (Scaling)  [MTE2 -> FIX]
 //!        for each K slice kk (TK = 256), L1 buffer e = kk % 2 (ping-pong):
-//!          MTE2  x[rows, slice] -> a_l1[e] (ND -> NZ)   w[cols, slice] as B -> b_l1[e] (DN -> ZN); fillpad
+//!          MTE2  x[rows, slice] -> a_l1[e] (ND -> NZ)   w[cols, slice] -> w_l1[e] (ND -> NZ); fillpad
+//!                (b_l1[e]: w_l1[e]'s bytes seen as ZN [TK, TN], that is B = w^T)
 //!          MTE1  a_l1[e] -> a_l0 (Left), b_l1[e] -> b_l0 (Right)
 //!          M     acc (+)= a_l0 · b_l0  (int8 x int8 -> int32; Partial, Final on the last slice)
 //!        FIX   acc -> d_ub of AIV0 with the Scaling tile (Final): f16 (float) or int8 (bit 46)
@@ -115,10 +116,21 @@ pub fn quant_matmul_kernel(epi: Epilogue) -> Kernel {
         zero_pad(TileType::new(MemSpace::Mat, DType::I8, TM, TK, Layout::NZ)),
         2,
     );
-    let b_l1 = kb.tile_group(
-        "b_l1",
-        zero_pad(TileType::new(MemSpace::Mat, DType::I8, TK, TN, Layout::ZN)),
+    // w's rows as NZ [TN, TK] (TFILLPAD on a Mat tile takes NZ only); with the int8 boxes
+    // (16 x 32 for NZ, 32 x 16 for ZN) the same bytes seen as ZN [TK, TN] are B = w^T.
+    let w_l1 = kb.tile_group(
+        "w_l1",
+        zero_pad(TileType::new(MemSpace::Mat, DType::I8, TN, TK, Layout::NZ)),
         2,
+    );
+    let b_l1 = kb.reinterpret(
+        "b_l1",
+        w_l1,
+        Reinterpret {
+            dtype: None,
+            shape: Some((TK, TN)),
+            layout: Some(Layout::ZN),
+        },
     );
     let s_l1 = kb.tile(
         "s_l1",
@@ -182,17 +194,18 @@ pub fn quant_matmul_kernel(epi: Epilogue) -> Kernel {
             let e = slot as u8;
             s.wait_flag(Pipe::Mte1, Pipe::Mte2, e);
             let kv = s.let_("kv", (kc.clone() - kk.clone() * TK as i64).min(TK as i64));
-            let (a1, b1) = (a_l1.at(slot), b_l1.at(slot));
+            let (a1, w1, b1) = (a_l1.at(slot), w_l1.at(slot), b_l1.at(slot));
             let (a0, b0): (TileRef, TileRef) = (a_l0.into(), b_l0.into());
             s.set_validshape(a1.clone(), mv, kv);
-            s.set_validshape(b1.clone(), kv, nv);
+            s.set_validshape(w1.clone(), nv, kv);
             let a_off = Expr::from(bm) * (TM as i64) * kc.clone() + kk.clone() * TK as i64;
             s.load(a1.clone(), GmView::nd(x, a_off, mv, kv, kc.clone()));
-            // B[p, j] = w[col0 + j, k0 + p]: a column-major view of w's rows.
-            let b_off = Expr::from(bn) * (TN as i64) * kc.clone() + kk.clone() * TK as i64;
-            s.load(b1.clone(), GmView::dn(w, b_off, kv, nv, kc.clone()));
+            // Rows col0.. of w, columns k0..: B[p, j] = w[col0 + j, k0 + p] once seen as ZN.
+            let w_off = Expr::from(bn) * (TN as i64) * kc.clone() + kk.clone() * TK as i64;
+            s.load(w1.clone(), GmView::nd(w, w_off, nv, kv, kc.clone()));
             s.fillpad(a1.clone());
-            s.fillpad(b1.clone());
+            s.fillpad(w1.clone());
+            s.set_validshape(b1.clone(), kv, nv);
             s.set_flag(Pipe::Mte2, Pipe::Mte1, e);
             s.wait_flag(Pipe::Mte2, Pipe::Mte1, e);
             s.wait_flag(Pipe::M, Pipe::Mte1, 0);
