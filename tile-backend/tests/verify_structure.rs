@@ -343,7 +343,7 @@ fn covered_in(rule: Rule) -> &'static str {
             include_str!("verify_gather.rs")
         }
         VectorSpace | VectorShape | VectorDtype | VectorLayout | BroadcastOperand | ReducePad
-        | ReduceLayout | PadValue | ValidShape => {
+        | ReduceLayout | PadValue | FillpadLayout | ValidShape => {
             include_str!("verify_vector.rs")
         }
         FlagEvent | FlagPipe | CrossFlag | ChannelSide | ChannelDepth => {
@@ -408,6 +408,7 @@ fn every_rule_is_exercised_by_its_family_file() {
         ReducePad,
         ReduceLayout,
         PadValue,
+        FillpadLayout,
         ValidShape,
         FlagEvent,
         FlagPipe,

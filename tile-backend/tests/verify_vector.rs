@@ -70,6 +70,40 @@ fn vector_operands_live_in_ub() {
     expect_clean(&verify(&kb.build()));
 }
 
+// ---------------------------------------------------------------- fillpad-layout
+
+#[test]
+fn fillpad_on_a_mat_tile_takes_nz_only() {
+    // A5's TFILLPAD on a Mat tile static_asserts NZ (npu/a5/TFillPad.hpp); a ZN (or ND) Mat tile
+    // is refused, NZ passes (above), and Vec tiles are not concerned.
+    for layout in [ZN, ND] {
+        let mut kb = KernelBuilder::new("v");
+        let m = kb.tile(
+            "m",
+            TileType::new(Mat, F16, 32, 32, layout)
+                .valid(20, 32)
+                .pad(PadValue::Zero),
+        );
+        kb.cube(|c| c.fillpad(m));
+        let d = expect_err(
+            &verify(&kb.build()),
+            Rule::FillpadLayout,
+            &[
+                "fillpad on a Mat tile takes NZ only on Ascend 950",
+                "`m` is",
+            ],
+        );
+        assert!(d.to_string().starts_with("error[fillpad-layout]"), "{d}");
+    }
+    let r = vec3(
+        vt(F32, 8, 32).valid(5, 32).pad(PadValue::Zero),
+        vt(F32, 8, 32),
+        vt(F32, 8, 32),
+        |v, [a, _, _]| v.fillpad(a),
+    );
+    expect_no(&r, Rule::FillpadLayout);
+}
+
 // ---------------------------------------------------------------- vector-shape
 
 #[test]

@@ -95,6 +95,7 @@ pub enum Rule {
     ReducePad,
     ReduceLayout,
     PadValue,
+    FillpadLayout,
     ValidShape,
     // sync
     FlagEvent,

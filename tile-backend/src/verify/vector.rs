@@ -262,6 +262,15 @@ fn check_operands(cx: &mut Ctx<'_>, op: &Op) {
                     ),
                 );
             }
+            if d.ty.space == MemSpace::Mat && d.ty.layout != Layout::NZ {
+                cx.error(
+                    Rule::FillpadLayout,
+                    format!(
+                        "fillpad on a Mat tile takes NZ only on Ascend 950 (a5/TFillPad.hpp), `{}` is {}; load it as NZ (a ZN view of the same bytes can follow)",
+                        d.name, d.ty.layout
+                    ),
+                );
+            }
             if d.ty.pad == PadValue::Null {
                 cx.error(
                     Rule::PadValue,
