@@ -143,7 +143,7 @@ pub(crate) fn run_flash(
     if blocks > 0 {
         let kernel = compiled(op, &cfg.key(), || flash_dn(cfg))?;
         let [q_rs, k_rs, v_rs, o_rs] = inp.strides;
-        let h = (cfg.ts / 2) as usize;
+        let h = cfg.h() as usize;
         let int = |x: usize| Arg::Int(x as i64);
         let v_len = inp.v.as_ref().map_or(0, |v| v.shape.iter().product());
         let mut named = vec![
@@ -265,7 +265,7 @@ mod tests {
     #[test]
     fn the_mask_band_is_a_staircase() {
         let cfg = FlashCfg::new("t", DType::F16, 64, 64, 32);
-        let h = (cfg.ts / 2) as usize;
+        let h = cfg.h() as usize;
         let band = cfg.mask_band();
         let rows = cfg.mask_rows() as usize;
         assert_eq!(band.len(), 2 * rows * h);

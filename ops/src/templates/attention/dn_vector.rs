@@ -15,11 +15,15 @@ const MASK_EV: u8 = 0;
 /// The event of `p_nz`'s (or the stored P tile's) hand-written MTE3 <-> V flags.
 const P_EV: u8 = 0;
 
-/// Appends the vector program of the flash kernel `k` to `v`.
+/// Appends the vector program of the flash kernel `k` to `v`. In the single-vector-core
+/// fallback both AIVs run it, but only AIV0 holds data: AIV1 skips every op that reads what
+/// the cube handed over ([`aiv0`]) and stores nothing (`mine` = 0), and keeps the channel
+/// protocol and the hand-written flags in step (the sync pass binds each channel op to the
+/// pipe of its neighbouring data op, so one program serves both).
 pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
     let cfg = k.cfg;
-    let (ts, tkv, ns) = (cfg.ts, cfg.tkv, cfg.ns);
-    let h = ts / 2;
+    let (tkv, ns) = (cfg.tkv, cfg.ns);
+    let h = cfg.h();
     let nns = cfg.vp() / ns;
     let st = k.stats;
     let o_off = k.field(v, Desc::OOff);
@@ -29,8 +33,17 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
     let diag = k.field(v, Desc::Diag);
     let iters = v.let_("iters", kv_end.clone().ceil_div(tkv as i64));
     // The last key this AIV's first query sees, relative to key 0 of the sequence.
-    let diag = v.let_("diag_mine", diag + Expr::SubBlockIdx * h);
-    let mine = v.let_("mine", (nq - Expr::SubBlockIdx * h).min(h as i64).max(0));
+    let diag = v.let_("diag_mine", diag + cfg.first_query());
+    let mine = (nq - cfg.first_query()).min(h as i64).max(0);
+    // The fallback's AIV1 owns no query.
+    let mine = v.let_(
+        "mine",
+        if cfg.single {
+            mine * (Expr::from(1) - Expr::SubBlockIdx)
+        } else {
+            mine
+        },
+    );
     v.set_validshape(k.s_ub, tkv, h);
     if let Some(pu) = k.p_ub {
         v.set_validshape(pu, tkv, h);
@@ -101,7 +114,7 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
         }
         t.set_validshape(st.lse, 1, mine);
         t.store(
-            GmView::nd(k.lse, lse_off + Expr::SubBlockIdx * h, 1, mine, mine),
+            GmView::nd(k.lse, lse_off + cfg.first_query(), 1, mine, mine),
             st.lse,
         );
     });
@@ -111,22 +124,24 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
 /// `exp(scale s - m_new)` with keys past `nv` and past the causal diagonal at 0, `alpha` as
 /// `exp(m_old - m_new)`.
 fn softmax_tile(b: &mut Body<'_>, k: &FlashKernel<'_>, diag: VarId, j0: VarId, nv: VarId) {
-    let (tkv, h) = (k.cfg.tkv, k.cfg.ts / 2);
+    let (tkv, h) = (k.cfg.tkv, k.cfg.h());
     let st = k.stats;
     b.pop(k.ch_s);
-    b.muls(k.s_ub, k.s_ub, k.sp.scale);
+    aiv0(b, k, |b| b.muls(k.s_ub, k.s_ub, k.sp.scale));
     let delta = b.let_("delta", Expr::Var(diag) - j0);
 
     // The lowest score each query sees (non-finite policy): off the diagonal, every row of the
     // tile before the tail is masked (the tail's rows hold q . 0: 0, or NaN when q is not
     // finite, and such a query sees a key of the tile).
     b.if_(Expr::Var(delta).ge(tkv as i64 - 1), |t| {
-        t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, k.s_ub)
+        aiv0(t, k, |t| {
+            t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, k.s_ub)
+        })
     });
     // Keys past kv_end: -inf.
     b.if_(Expr::Var(nv).lt(tkv), |t| {
         t.set_validshape(k.s_ub, nv, h);
-        t.fillpad(k.s_ub);
+        aiv0(t, k, |t| t.fillpad(k.s_ub));
         t.set_validshape(k.s_ub, tkv, h);
     });
     // A tile crossing the causal diagonal: the low band (-inf where a query sees the key, +inf
@@ -142,17 +157,25 @@ fn softmax_tile(b: &mut Body<'_>, k: &FlashKernel<'_>, diag: VarId, j0: VarId, n
             t.load(k.mask_ub, GmView::nd(k.mask, at, tkv, h, h));
             t.set_flag(Pipe::Mte2, Pipe::V, MASK_EV);
             t.wait_flag(Pipe::Mte2, Pipe::V, MASK_EV);
-            if first {
-                t.max(k.mask_ub, k.mask_ub, k.s_ub);
-                t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, k.mask_ub);
-            } else {
-                t.binary(BinaryOp::Min, k.s_ub, k.s_ub, k.mask_ub);
-            }
+            aiv0(t, k, |t| {
+                if first {
+                    t.max(k.mask_ub, k.mask_ub, k.s_ub);
+                    t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, k.mask_ub);
+                } else {
+                    t.binary(BinaryOp::Min, k.s_ub, k.s_ub, k.mask_ub);
+                }
+            });
             t.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
         }
     });
+    aiv0(b, k, |b| online_softmax(b, k));
+}
+
+/// `low = min(low, low_tile)`, then the online softmax down the columns of `s_ub` (one per
+/// query): the new maxima, `alpha`, `s = exp(s - m_new)` and the running sums.
+fn online_softmax(b: &mut Body<'_>, k: &FlashKernel<'_>) {
+    let st = k.stats;
     b.binary(BinaryOp::Min, st.low, st.low, st.low_tile);
-    // Online softmax down the columns (one per query).
     b.col_max(st.mc, k.s_ub);
     b.max(st.mc, st.mc, st.m);
     b.binary(BinaryOp::Sub, st.alpha, st.m, st.mc);
@@ -169,38 +192,50 @@ fn softmax_tile(b: &mut Body<'_>, k: &FlashKernel<'_>, diag: VarId, j0: VarId, n
 /// `O = O alpha + P V` per Dv slice (channel PV; alpha seen as the DN column [H, 1]: a row
 /// broadcast over O's rows).
 fn p_and_o(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
-    let h = k.cfg.ts / 2;
     let nns = k.cfg.vp() / k.cfg.ns;
+    // The hand-written flags stay outside `aiv0`: both AIVs run the same flag sequence.
     match k.p_ub {
         Some(pu) => {
-            b.cast(pu, k.s_ub, RoundMode::Rint);
+            aiv0(b, k, |b| b.cast(pu, k.s_ub, RoundMode::Rint));
             b.release(k.ch_s);
             b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
-            b.mov(k.p_nz, pu);
+            aiv0(b, k, |b| {
+                b.mov(k.p_nz, pu);
+            });
         }
         None => {
             b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
-            b.mov(k.p_nz, k.s_ub);
+            aiv0(b, k, |b| {
+                b.mov(k.p_nz, k.s_ub);
+            });
             b.release(k.ch_s);
         }
     }
     b.set_flag(Pipe::V, Pipe::Mte3, P_EV);
     b.wait_flag(Pipe::V, Pipe::Mte3, P_EV);
     b.acquire(k.ch_p);
-    b.mov(k.p_l1.at(slot), k.p_nz)
-        .offset(0, Expr::SubBlockIdx * h);
+    aiv0(b, k, |b| {
+        if k.cfg.single {
+            b.mov(k.p_l1.at(slot), k.p_nz);
+        } else {
+            b.mov(k.p_l1.at(slot), k.p_nz)
+                .offset(0, k.cfg.first_query());
+        }
+    });
     b.set_flag(Pipe::Mte3, Pipe::V, P_EV);
     b.push(k.ch_p);
     for j in 0..nns {
-        b.broadcast(
-            BinaryOp::Mul,
-            Axis::Row,
-            k.o_t.at(j),
-            k.o_t.at(j),
-            k.stats.alpha_col,
-        );
+        aiv0(b, k, |b| {
+            b.broadcast(
+                BinaryOp::Mul,
+                Axis::Row,
+                k.o_t.at(j),
+                k.o_t.at(j),
+                k.stats.alpha_col,
+            )
+        });
         b.pop(k.ch_pv);
-        b.add(k.o_t.at(j), k.o_t.at(j), k.pv_ub);
+        aiv0(b, k, |b| b.add(k.o_t.at(j), k.o_t.at(j), k.pv_ub));
         b.release(k.ch_pv);
     }
 }
@@ -215,7 +250,7 @@ fn write_p(
     o_off: Expr,
     mine: VarId,
 ) {
-    let (tkv, h) = (k.cfg.tkv, k.cfg.ts / 2);
+    let (tkv, h) = (k.cfg.tkv, k.cfg.h());
     let st = k.stats;
     // 1 / l into l_tile.
     v.fill(st.lc, 1.0);
@@ -225,13 +260,15 @@ fn write_p(
         let j0 = b.let_("j0", it * tkv);
         let nv = b.let_("nv", (kv_end.clone() - j0).min(tkv as i64));
         b.pop(k.ch_s);
-        b.muls(k.s_ub, k.s_ub, k.sp.scale);
-        b.broadcast(BinaryOp::Sub, Axis::Col, k.s_ub, k.s_ub, st.m);
-        b.exp(k.s_ub, k.s_ub);
-        b.broadcast(BinaryOp::Mul, Axis::Col, k.s_ub, k.s_ub, st.lc);
+        aiv0(b, k, |b| {
+            b.muls(k.s_ub, k.s_ub, k.sp.scale);
+            b.broadcast(BinaryOp::Sub, Axis::Col, k.s_ub, k.s_ub, st.m);
+            b.exp(k.s_ub, k.s_ub);
+            b.broadcast(BinaryOp::Mul, Axis::Col, k.s_ub, k.s_ub, st.lc);
+        });
         b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
         if let Some(pu) = k.p_ub {
-            b.cast(pu, k.s_ub, RoundMode::Rint);
+            aiv0(b, k, |b| b.cast(pu, k.s_ub, RoundMode::Rint));
             b.release(k.ch_s);
         }
         b.set_flag(Pipe::V, Pipe::Mte3, P_EV);
@@ -239,7 +276,7 @@ fn write_p(
         b.if_(Expr::Var(mine).gt(0), |t| {
             t.set_validshape(pt, nv, mine);
             let o_rs = Expr::Param(k.sp.o_rs);
-            let off = o_off.clone() + Expr::Var(j0) * o_rs.clone() + Expr::SubBlockIdx * h;
+            let off = o_off.clone() + Expr::Var(j0) * o_rs.clone() + k.cfg.first_query();
             t.store(GmView::nd(k.out, off, nv, mine, o_rs), pt);
             t.set_validshape(pt, tkv, h);
         });
@@ -254,10 +291,10 @@ fn write_p(
 
 /// O's rows of this AIV's `mine` queries (cast to the data dtype) to `out`.
 fn store_o(t: &mut Body<'_>, k: &FlashKernel<'_>, o_off: Expr, mine: VarId) {
-    let (h, ns, dv) = (k.cfg.ts / 2, k.cfg.ns, k.cfg.dv);
+    let (ns, dv) = (k.cfg.ns, k.cfg.dv);
     let nns = k.cfg.vp() / ns;
     let o_rs = Expr::Param(k.sp.o_rs);
-    let row0 = t.let_("row0", o_off + Expr::SubBlockIdx * h * o_rs.clone());
+    let row0 = t.let_("row0", o_off + k.cfg.first_query() * o_rs.clone());
     for j in 0..nns {
         let cols = (dv - j * ns).min(ns);
         let dst = GmView::nd(k.out, Expr::Var(row0) + j * ns, mine, cols, o_rs.clone());
@@ -273,5 +310,15 @@ fn store_o(t: &mut Body<'_>, k: &FlashKernel<'_>, o_off: Expr, mine: VarId) {
                 t.store(dst, o);
             }
         }
+    }
+}
+
+/// Runs `f` on the AIVs that hold data: both, or AIV0 alone in the single-vector-core fallback
+/// (SingleModeVec0 writes only AIV0's UB; AIV1's copy of a handed-over tile is never written).
+fn aiv0(b: &mut Body<'_>, k: &FlashKernel<'_>, f: impl FnOnce(&mut Body<'_>)) {
+    if k.cfg.single {
+        b.if_(Expr::SubBlockIdx.eq_(0), f);
+    } else {
+        f(b);
     }
 }
