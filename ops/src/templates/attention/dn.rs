@@ -116,11 +116,18 @@ const L1_BUDGET: u64 = 500 * 1024;
 const UB_BUDGET: u64 = 224 * 1024;
 
 impl FlashCfg {
-    /// The tiling for `d`/`dv` head dims of `dtype` and queries per problem of at most
-    /// `max_sq`: query tiles of up to 128 (rounded to 32; 16 on one vector core when `max_sq
-    /// <= 16`), KV tiles of up to 128 keys and slices that fit L1, L0A/L0B and UB with K and V
-    /// double buffered.
-    pub fn new(name: &'static str, dtype: DType, d: u64, dv: u64, max_sq: u64) -> Self {
+    /// The tiling for `d`/`dv` head dims of `dtype` and problems of at most `max_sq` queries
+    /// and `max_skv` keys: query tiles of up to 128 (rounded to 32; 16 on one vector core when
+    /// `max_sq <= 16`), KV tiles of up to 128 keys (the power of two from 16 that holds
+    /// `max_skv`, so short sequences do not compute and simulate padding keys) and slices that
+    /// fit L1, L0A/L0B and UB with K and V double buffered.
+    pub fn new(
+        name: &'static str,
+        dtype: DType,
+        (d, dv): (u64, u64),
+        max_sq: u64,
+        max_skv: u64,
+    ) -> Self {
         let es = dtype.size_bytes();
         let dp = round_up(d, 16);
         // V columns as the slices pad them (at most one slice more than dv; see `vp`).
@@ -139,7 +146,7 @@ impl FlashCfg {
         };
         // L0A holds P^T [ts, tkv] beside two K slices of at least 16 columns.
         let l0a = |tkv: u64| ts * tkv * es + 2 * tkv * 16 * es;
-        let mut tkv = 128;
+        let mut tkv = max_skv.clamp(16, 128).next_power_of_two();
         while tkv > 16 && (l1(tkv) > L1_BUDGET || ub(tkv) > UB_BUDGET || l0a(tkv) > 64 * 1024) {
             tkv /= 2;
         }

@@ -225,7 +225,7 @@ mod tests {
 
     /// `(nq, kv_end, diag)` of each descriptor row.
     fn tiles(sq: usize, skv: usize, causal: bool) -> Vec<(i64, i64, i64)> {
-        let cfg = FlashCfg::new("t", DType::BF16, 64, 64, 128);
+        let cfg = FlashCfg::new("t", DType::BF16, (64, 64), 128, 512);
         assert_eq!(cfg.ts, 128);
         descriptors(&[problem(sq, skv)], &cfg, causal, [64, 64, 64, 64])
             .chunks(DESC_COUNT)
@@ -263,8 +263,37 @@ mod tests {
     }
 
     #[test]
+    fn tiles_shrink_to_short_calls() {
+        let cfg = |sq, skv| FlashCfg::new("t", DType::F32, (128, 64), sq, skv);
+        // KV tiles: the power of two from 16 that holds the longest key run, at most 128.
+        for (skv, tkv) in [
+            (1, 16),
+            (16, 16),
+            (17, 32),
+            (30, 32),
+            (100, 128),
+            (5000, 128),
+        ] {
+            assert_eq!(cfg(30, skv).tkv, tkv, "skv {skv}");
+        }
+        // Query tiles: 16 on one vector core up to 16 queries, else rounded up to 32.
+        for (sq, ts, single) in [
+            (1, 16, true),
+            (16, 16, true),
+            (17, 32, false),
+            (100, 128, false),
+        ] {
+            let c = cfg(sq, 512);
+            assert_eq!(
+                (c.ts, c.single, c.h()),
+                (ts, single, if single { 16 } else { ts / 2 })
+            );
+        }
+    }
+
+    #[test]
     fn the_mask_band_is_a_staircase() {
-        let cfg = FlashCfg::new("t", DType::F16, 64, 64, 32);
+        let cfg = FlashCfg::new("t", DType::F16, (64, 64), 32, 512);
         let h = cfg.h() as usize;
         let band = cfg.mask_band();
         let rows = cfg.mask_rows() as usize;
