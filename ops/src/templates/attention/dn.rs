@@ -29,7 +29,9 @@
 //!       per Dv slice j: MTE1 v_l1[s][:, j ns..] -> v_l0 Right ZN [tkv, ns];
 //!             M pv_acc Acc [ts, ns] = P V_j; FIX -> pv_ub, DualModeSplitM: AIV i gets rows
 //!             i H .., the same H queries                                    -> channel PV
-//! vector (each AIV, f32; m, l, alpha ND [1, H] rows, one entry per query):
+//! vector (each AIV, f32; m, l, alpha ND [1, H] rows, one entry per query), also one tile
+//!       ahead: tile t + 1's softmax and P run before tile t's O update (alpha[t % 2]), so the
+//!       vector cores work while the cube computes tile t's P V:
 //!       s *= scale; low_tile = colmin s (off the diagonal); keys past kv_end: rows nv.. :=
 //!       -inf (fillpad); a tile crossing the causal diagonal: low_tile = colmin max(s, low
 //!       band), s = min(s, keep band) (staircases loaded from the host's bands); low = min(low,
@@ -432,14 +434,15 @@ pub(crate) fn flash_dn(cfg: &FlashCfg) -> Kernel {
     let o_t = kb.tile_group("o", ty(Ub, DType::F32, h, ns, ND).dynamic(), nns as u32);
     let o_cast = (!f32_data).then(|| kb.tile("o_cast", ty(Ub, dt, h, ns, ND).dynamic()));
     let row = |kb: &mut KernelBuilder, n: &str| kb.tile(n, ty(Ub, DType::F32, 1, h, ND).dynamic());
-    let (m, l, mc, lc, alpha, lse_t) = (
+    let (m, l, mc, lc, lse_t) = (
         row(&mut kb, "m"),
         row(&mut kb, "l"),
         row(&mut kb, "m_tile"),
         row(&mut kb, "l_tile"),
-        row(&mut kb, "alpha"),
         row(&mut kb, "lse_row"),
     );
+    // One alpha per KV tile slot: tile t + 1's softmax runs before tile t's O update.
+    let alpha = kb.tile_group("alpha", ty(Ub, DType::F32, 1, h, ND).dynamic(), 2);
     let (low_tile, low) = (row(&mut kb, "low_tile"), row(&mut kb, "low"));
     let column = |kb: &mut KernelBuilder, n: &str, src: TileId| {
         kb.reinterpret(

@@ -48,19 +48,13 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
     if let Some(pu) = k.p_ub {
         v.set_validshape(pu, tkv, h);
     }
-    for t in [
-        st.m,
-        st.l,
-        st.mc,
-        st.lc,
-        st.alpha,
-        st.lse,
-        st.low_tile,
-        st.low,
-    ] {
+    for t in [st.m, st.l, st.mc, st.lc, st.lse, st.low_tile, st.low] {
         v.set_validshape(t, 1, h);
     }
-    v.set_validshape(st.alpha_col, h, 1);
+    for x in 0..2 {
+        v.set_validshape(st.alpha.at(x), 1, h);
+        v.set_validshape(st.alpha_col.at(x), h, 1);
+    }
     v.set_validshape(st.l_col, h, 1);
     v.set_validshape(k.pv_ub, h, ns);
     v.fill(st.m, M_INIT);
@@ -76,17 +70,35 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
     // `if`; p_nz is free again once its move to L1 has read it).
     v.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
     v.set_flag(Pipe::Mte3, Pipe::V, P_EV);
-    let mut step = |b: &mut Body<'_>, it: Expr, slot: u64| {
+    // KV tile `it` (slot `slot`): its softmax, then P to the cube (or, for write_p, the scores
+    // are released: the statistics pass).
+    let tile = |b: &mut Body<'_>, it: Expr, slot: u64| {
         let j0 = b.let_("j0", it * tkv);
         let nv = b.let_("nv", (kv_end.clone() - j0).min(tkv as i64));
-        softmax_tile(b, k, diag, j0, nv);
+        softmax_tile(b, k, (diag, j0, nv), slot);
         if !cfg.write_p {
-            p_and_o(b, k, slot);
+            p_out(b, k, slot);
         } else {
             b.release(k.ch_s);
         }
     };
-    ping_pong(v, Expr::Var(iters), &mut step);
+    if cfg.write_p {
+        ping_pong(v, Expr::Var(iters), &mut |b, it, slot| tile(b, it, slot));
+    } else {
+        // One tile ahead: tile t + 1's softmax and P run before tile t's O update, so the
+        // vector cores work while the cube computes P V of tile t (and S of tile t + 2).
+        // (Tile t + 1 is not under its own `if`: the loop runs to the last tile but one, and
+        // the last O update follows it, its alpha slot chosen by the parity.)
+        v.if_(Expr::Var(iters).gt(0), |b| {
+            tile(b, Expr::from(0), 0);
+            ping_pong(b, Expr::Var(iters) - 1, &mut |b, it, slot| {
+                tile(b, it + 1, 1 - slot);
+                o_update(b, k, slot);
+            });
+            let last_odd = ((Expr::Var(iters) - 1) % 2).eq_(1);
+            b.if_else(last_odd, |b| o_update(b, k, 1), |b| o_update(b, k, 0));
+        });
+    }
     // Normalise; lse = m + ln l (a query with no key: l = 0 -> 1, o = 0, lse ~ M_INIT), with
     // l = max(l, 1) + 0 * (low + l): NaN when a score the query saw was not finite, whatever
     // max does with NaN (docs/ops.md, "Non-finite data").
@@ -123,7 +135,12 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
 /// One KV tile's scores (channel S) into the running statistics: `s` ends as
 /// `exp(scale s - m_new)` with keys past `nv` and past the causal diagonal at 0, `alpha` as
 /// `exp(m_old - m_new)`.
-fn softmax_tile(b: &mut Body<'_>, k: &FlashKernel<'_>, diag: VarId, j0: VarId, nv: VarId) {
+fn softmax_tile(
+    b: &mut Body<'_>,
+    k: &FlashKernel<'_>,
+    (diag, j0, nv): (VarId, VarId, VarId),
+    slot: u64,
+) {
     let (tkv, h) = (k.cfg.tkv, k.cfg.h());
     let st = k.stats;
     b.pop(k.ch_s);
@@ -168,31 +185,29 @@ fn softmax_tile(b: &mut Body<'_>, k: &FlashKernel<'_>, diag: VarId, j0: VarId, n
             t.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
         }
     });
-    aiv0(b, k, |b| online_softmax(b, k));
+    aiv0(b, k, |b| online_softmax(b, k, slot));
 }
 
 /// `low = min(low, low_tile)`, then the online softmax down the columns of `s_ub` (one per
 /// query): the new maxima, `alpha`, `s = exp(s - m_new)` and the running sums.
-fn online_softmax(b: &mut Body<'_>, k: &FlashKernel<'_>) {
+fn online_softmax(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
     let st = k.stats;
+    let alpha = st.alpha.at(slot);
     b.binary(BinaryOp::Min, st.low, st.low, st.low_tile);
     b.col_max(st.mc, k.s_ub);
     b.max(st.mc, st.mc, st.m);
-    b.binary(BinaryOp::Sub, st.alpha, st.m, st.mc);
-    b.exp(st.alpha, st.alpha);
+    b.binary(BinaryOp::Sub, alpha.clone(), st.m, st.mc);
+    b.exp(alpha.clone(), alpha.clone());
     b.max(st.m, st.m, st.mc);
     b.broadcast(BinaryOp::Sub, Axis::Col, k.s_ub, k.s_ub, st.mc);
     b.exp(k.s_ub, k.s_ub);
     b.col_sum(st.lc, k.s_ub);
-    b.mul(st.l, st.l, st.alpha);
+    b.mul(st.l, st.l, alpha);
     b.add(st.l, st.l, st.lc);
 }
 
-/// P (cast, ND -> NZ) into this AIV's column half of P^T in L1 slot `slot` (channel P), then
-/// `O = O alpha + P V` per Dv slice (channel PV; alpha seen as the DN column [H, 1]: a row
-/// broadcast over O's rows).
-fn p_and_o(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
-    let nns = k.cfg.vp() / k.cfg.ns;
+/// P (cast, ND -> NZ) into this AIV's column half of P^T in L1 slot `slot` (channel P).
+fn p_out(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
     // The hand-written flags stay outside `aiv0`: both AIVs run the same flag sequence.
     match k.p_ub {
         Some(pu) => {
@@ -224,6 +239,12 @@ fn p_and_o(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
     });
     b.set_flag(Pipe::Mte3, Pipe::V, P_EV);
     b.push(k.ch_p);
+}
+
+/// `O = O alpha + P V` of the KV tile in slot `slot`, per Dv slice (channel PV; alpha seen as
+/// the DN column [H, 1]: a row broadcast over O's rows).
+fn o_update(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
+    let nns = k.cfg.vp() / k.cfg.ns;
     for j in 0..nns {
         aiv0(b, k, |b| {
             b.broadcast(
@@ -231,7 +252,7 @@ fn p_and_o(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
                 Axis::Row,
                 k.o_t.at(j),
                 k.o_t.at(j),
-                k.stats.alpha_col,
+                k.stats.alpha_col.at(slot),
             )
         });
         b.pop(k.ch_pv);
