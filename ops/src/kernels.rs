@@ -543,7 +543,13 @@ pub fn flash_attention(shape: &FlashAttentionShape) -> Result<Vec<Launch>, OpErr
         scale: 1.0,
         causal: s.causal,
     };
-    let cfg = flash_cfg("flash_attn", s.dtype, s.head_dim, s.v_dim, s.seq_q);
+    let cfg = flash_cfg(
+        "flash_attn",
+        s.dtype,
+        (s.head_dim, s.v_dim),
+        s.seq_q,
+        s.seq_kv,
+    );
     let (problems, strides) = dense_problems(&dense);
     let blocks = flash_descriptors(&problems, &cfg, s.causal, strides).len()
         / crate::templates::attention::DESC_COUNT;

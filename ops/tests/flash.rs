@@ -379,6 +379,21 @@ for_each_backend!(
 );
 for_each_backend!(empty_lengths);
 
+/// The C++ sources of the package the Ascend950 backend writes for `flash_attention` (checked
+/// against the PTO declaration header by `expect_package`).
+fn package_listing(q: &Tensor, k: &Tensor, v: &Tensor, p: &FlashAttentionParams) -> String {
+    expect_package(|| flash_attention(q, k, v, p, Some(Backend::Ascend950)).map(|_| ()));
+    let (r, launches) =
+        tileops_ops::profile(|| flash_attention(q, k, v, p, Some(Backend::Ascend950)));
+    assert!(r.is_err());
+    launches
+        .iter()
+        .flat_map(|l| &l.files)
+        .filter(|f| f.extension().is_some_and(|e| e == "cpp"))
+        .map(|f| std::fs::read_to_string(f).expect("the package's source is readable"))
+        .collect()
+}
+
 /// The Ascend950 backend writes the DN-mode kernel's package (syntax-checked against the PTO
 /// declaration header by `expect_package`); its listing moves S^T with DualModeSplitN and P V
 /// with DualModeSplitM, and each AIV's softmax runs column reductions over its half.
@@ -390,16 +405,7 @@ fn ascend950_writes_the_dn_mode_package() {
         let (k, _) = rand_data(&mut rng, &[1, 2, 150, 64], dtype);
         let (v, _) = rand_data(&mut rng, &[1, 2, 150, 32], dtype);
         let p = FlashAttentionParams::new(0.125, causal);
-        expect_package(|| flash_attention(&q, &k, &v, &p, Some(Backend::Ascend950)).map(|_| ()));
-        let (r, launches) =
-            tileops_ops::profile(|| flash_attention(&q, &k, &v, &p, Some(Backend::Ascend950)));
-        assert!(r.is_err());
-        let cpp: String = launches
-            .iter()
-            .flat_map(|l| &l.files)
-            .filter(|f| f.extension().is_some_and(|e| e == "cpp"))
-            .map(|f| std::fs::read_to_string(f).expect("the package's source is readable"))
-            .collect();
+        let cpp = package_listing(&q, &k, &v, &p);
         for needle in [
             "AccToVecMode::DualModeSplitN",
             "AccToVecMode::DualModeSplitM",
@@ -415,12 +421,21 @@ fn ascend950_writes_the_dn_mode_package() {
 }
 
 fn varlen_matches_per_sequence_dense(backend: Backend) {
-    let mut rng = Rng::new(300);
+    varlen_case(
+        backend,
+        300,
+        DType::F16,
+        &[1, 7, 0, 20, 40, 1],
+        &[1, 30, 5, 20, 3, 0],
+    );
+}
+
+/// One varlen call (H 4, Hkv 2, D 64, Dv 48) with query lengths `lq` and key lengths `lk`,
+/// causal and not, checked against the model.
+fn varlen_case(backend: Backend, seed: u64, dtype: DType, lq: &[usize], lk: &[usize]) {
+    let mut rng = Rng::new(seed);
     let (h, hkv, d, dv) = (4, 2, 64, 48);
-    let lq = [1usize, 7, 0, 20, 40, 1];
-    let lk = [1usize, 30, 5, 20, 3, 0];
     let (tq, tk) = (lq.iter().sum::<usize>(), lk.iter().sum::<usize>());
-    let dtype = DType::F16;
     let (q, qv) = rand_data(&mut rng, &[tq, h, d], dtype);
     let (k, kv) = rand_data(&mut rng, &[tk, hkv, d], dtype);
     let (v, vv) = rand_data(&mut rng, &[tk, hkv, dv], dtype);
@@ -432,7 +447,7 @@ fn varlen_matches_per_sequence_dense(backend: Backend) {
             }))
             .collect()
     };
-    let (cq, ck) = (cu(&lq), cu(&lk));
+    let (cq, ck) = (cu(lq), cu(lk));
     let n = lq.len() + 1;
     let scale = 0.125;
     for causal in [false, true] {
@@ -465,12 +480,86 @@ fn varlen_matches_per_sequence_dense(backend: Backend) {
 
 for_each_backend!(simulated: varlen_matches_per_sequence_dense);
 
+/// The kernel names `run` launched on `backend` (hazard-free ones on TileSim).
+fn launched(backend: Backend, run: impl FnOnce() -> Result<(), OpError>) -> Vec<String> {
+    let (r, launches) = tileops_ops::profile(run);
+    if backend != Backend::Ascend950 {
+        r.expect("the call runs");
+    }
+    assert!(!launches.is_empty(), "{backend}: no launch");
+    for l in &launches {
+        assert!(l.hazards.is_empty(), "{}: {:#?}", l.kernel, l.hazards);
+    }
+    launches.into_iter().map(|l| l.kernel).collect()
+}
+
+/// Problems of at most 16 queries run the single-vector-core fallback (kernel
+/// `flash_attn_single_*`: the scores and P V go whole to AIV0 with SingleModeVec0, 16-query
+/// tiles), longer ones the tile padded to 32 queries and split between both AIVs; each path is
+/// checked against the model (dense, varlen, f32 and half dtypes, causal with blind queries)
+/// and its Ascend950 listing shows its moves.
+#[test]
+fn short_query_tiles_fall_back_to_one_vector_core() {
+    use DType::{BF16, F16, F32};
+    let sim = Backend::TileSim;
+    for (i, (dtype, (sq, skv), causal, single)) in [
+        (F32, (1, 1), false, true),
+        (BF16, (9, 200), true, true),
+        (F16, (16, 300), false, true),
+        (F32, (16, 5), true, true),
+        (BF16, (17, 100), true, false),
+        (F32, (32, 32), false, false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let shape = (1, 4, 2);
+        let dims = (sq, skv, 64, 48);
+        dense_case(sim, 900 + i as u64, dtype, shape, dims, causal);
+        let q = z(&[1, 4, sq, 64], dtype);
+        let (k, v) = (z(&[1, 2, skv, 64], dtype), z(&[1, 2, skv, 48], dtype));
+        let p = FlashAttentionParams::new(0.125, causal);
+        for backend in [sim, Backend::Ascend950] {
+            let names = launched(backend, || {
+                flash_attention(&q, &k, &v, &p, Some(backend)).map(|_| ())
+            });
+            let want = if single {
+                "flash_attn_single_"
+            } else {
+                "flash_attn_"
+            };
+            assert!(
+                names
+                    .iter()
+                    .all(|n| n.starts_with(want) && (single || !n.contains("single"))),
+                "sq {sq}: launched {names:?}"
+            );
+        }
+    }
+    // Varlen: the longest sequence decides.
+    varlen_case(sim, 950, BF16, &[3, 16, 0, 1], &[40, 16, 2, 130]);
+    varlen_case(sim, 951, F32, &[3, 17, 1], &[40, 17, 130]);
+    // The listings: SingleModeVec0 for both handoffs, no dual split.
+    let (q, k, v) = (
+        z(&[1, 2, 8, 64], BF16),
+        z(&[1, 2, 90, 64], BF16),
+        z(&[1, 2, 90, 64], BF16),
+    );
+    let cpp = package_listing(&q, &k, &v, &FlashAttentionParams::new(0.125, true));
+    assert!(
+        cpp.contains("AccToVecMode::SingleModeVec0"),
+        "no single-core move"
+    );
+    assert!(!cpp.contains("DualMode"), "the fallback's listing splits");
+}
+
 fn qk_softmax_matches_the_model(backend: Backend) {
     let mut rng = Rng::new(400);
     for (dtype, (m, n, d)) in [
         (DType::F32, (19, 70, 128)),
         (DType::BF16, (19, 70, 128)),
         (DType::F16, (1, 1, 64)),
+        (DType::F32, (12, 150, 64)),
         (DType::F32, (150, 300, 192)),
     ] {
         let (q, qv) = rand_data(&mut rng, &[m, d], dtype);

@@ -11,15 +11,22 @@ use tile_backend::ir::DType;
 use tile_backend::launch::{GmInput, GmTensor};
 
 /// The kernel's static shape for head dims `d`/`dv` of `dtype` and problems of at most
-/// `max_sq` queries. The ops and [`crate::kernels`] both build their kernels from it.
+/// `max_sq` queries and `max_skv` keys. The ops and [`crate::kernels`] both build their kernels
+/// from it.
 pub(crate) fn flash_cfg(
     name: &'static str,
     dtype: DType,
-    d: usize,
-    dv: usize,
+    (d, dv): (usize, usize),
     max_sq: usize,
+    max_skv: usize,
 ) -> FlashCfg {
-    FlashCfg::new(name, dtype, d as u64, dv as u64, max_sq as u64)
+    FlashCfg::new(
+        name,
+        dtype,
+        (d as u64, dv as u64),
+        max_sq as u64,
+        max_skv as u64,
+    )
 }
 
 /// The problems of a dense call `q [B, H, Sq, D]`, `k [B, Hkv, Skv, D]`, `v [B, Hkv, Skv, Dv]`
@@ -54,7 +61,7 @@ pub(crate) fn run_dense(
     v: GmInput<'_>,
     p: &Dense,
 ) -> Result<(GmTensor, GmTensor), OpError> {
-    let cfg = flash_cfg("flash_attn", q.dtype, p.d, p.dv, p.sq);
+    let cfg = flash_cfg("flash_attn", q.dtype, (p.d, p.dv), p.sq, p.skv);
     let (problems, strides) = dense_problems(p);
     let rows = p.batch * p.heads * p.sq;
     run_flash(
@@ -88,8 +95,14 @@ pub(crate) fn run_varlen(
 ) -> Result<(GmTensor, GmTensor), OpError> {
     let (h_n, hkv) = (p.heads, p.kv_heads.max(1));
     let g = (h_n / hkv).max(1);
-    let max_sq = p.cu_q.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-    let cfg = flash_cfg("flash_attn", q.dtype, d, p.dv, max_sq);
+    let longest = |cu: &[usize]| cu.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+    let cfg = flash_cfg(
+        "flash_attn",
+        q.dtype,
+        (d, p.dv),
+        longest(&p.cu_q),
+        longest(&p.cu_k),
+    );
     let mut problems = Vec::new();
     for (wq, wk) in p.cu_q.windows(2).zip(p.cu_k.windows(2)) {
         for h in 0..h_n {
@@ -140,7 +153,7 @@ pub(crate) fn qk_plan(
     n: usize,
     d: usize,
 ) -> (FlashCfg, FlashProblem, [usize; 4]) {
-    let mut cfg = flash_cfg("qk_softmax", dtype, d, 16, m);
+    let mut cfg = flash_cfg("qk_softmax", dtype, (d, 16), m, n);
     cfg.write_p = true;
     let problem = FlashProblem {
         q_off: 0,

@@ -29,7 +29,9 @@
 //!       per Dv slice j: MTE1 v_l1[s][:, j ns..] -> v_l0 Right ZN [tkv, ns];
 //!             M pv_acc Acc [ts, ns] = P V_j; FIX -> pv_ub, DualModeSplitM: AIV i gets rows
 //!             i H .., the same H queries                                    -> channel PV
-//! vector (each AIV, f32; m, l, alpha ND [1, H] rows, one entry per query):
+//! vector (each AIV, f32; m, l, alpha ND [1, H] rows, one entry per query), also one tile
+//!       ahead: tile t + 1's softmax and P run before tile t's O update (alpha[t % 2]), so the
+//!       vector cores work while the cube computes tile t's P V:
 //!       s *= scale; low_tile = colmin s (off the diagonal); keys past kv_end: rows nv.. :=
 //!       -inf (fillpad); a tile crossing the causal diagonal: low_tile = colmin max(s, low
 //!       band), s = min(s, keep band) (staircases loaded from the host's bands); low = min(low,
@@ -57,6 +59,14 @@
 //! the max may drop); `O += 0 O` turns ±inf from V into NaN. On the simulator min and max
 //! drop a NaN operand, so a NaN score of a hidden key is masked too.
 //!
+//! Single-vector-core fallback ([`FlashCfg::single`], calls of at most 16 queries per
+//! problem, kernel `<name>_single_<dtype>`): `ts = H = 16`, the scores and P V move whole to
+//! AIV0 with `SingleModeVec0` and P goes into L1 without an offset. Both AIVs run the same
+//! vector program; AIV1 skips each data op that reads what the cube handed over (its copy was
+//! never written) and owns no query, but runs every channel op and hand-written flag, so the
+//! sync pass (which binds a channel op to the pipe of its neighbouring data op) and the flag
+//! pairs stay the same on both.
+//!
 //! Hand-written intra-core flags: the cube's L0 slots (M <-> MTE1, events 0, 1 for the slice
 //! slots and 2 for `pt_l0`) and Acc slots (FIX -> M, events 0, 1 for `s_acc`, 2, 3 for
 //! `pv_acc`), the vector's mask tile (V <-> MTE2, event 0, a load under a runtime `if`) and
@@ -68,7 +78,8 @@ use super::dn_host::Desc;
 use super::plan::{best_slice, round_up};
 use tile_backend::dsl::{KernelBuilder, Reinterpret};
 use tile_backend::ir::{
-    ChannelId, CoreKind, DType, Expr, Kernel, Layout, MemSpace, PadValue, ParamId, TileId, TileType,
+    AccToVecMode, ChannelId, CoreKind, DType, Expr, Kernel, Layout, MemSpace, PadValue, ParamId,
+    TileId, TileType,
 };
 
 /// Static shape of the DN-mode flash kernel (its specialisation key).
@@ -82,8 +93,14 @@ pub(crate) struct FlashCfg {
     pub d: u64,
     /// Head dim of v (output columns).
     pub dv: u64,
-    /// Queries per tile (a multiple of 32: each AIV owns `ts / 2`, 16-aligned).
+    /// Queries per tile: a multiple of 32 (each AIV owns `ts / 2`, 16-aligned), or 16 with
+    /// [`FlashCfg::single`].
     pub ts: u64,
+    /// The single-vector-core fallback for problems of at most 16 queries: the scores and P V
+    /// go whole to AIV0 (`SingleModeVec0`, `ts = 16`) and AIV1 only keeps the channel protocol,
+    /// instead of padding the tile to 32 queries so each AIV holds 16 (half of the cube's
+    /// work on padding, for the same vector work on AIV0).
+    pub single: bool,
     /// Keys per KV tile (a multiple of 16).
     pub tkv: u64,
     /// D slice of Q K^T (L0A/L0B operand width).
@@ -101,16 +118,29 @@ const L1_BUDGET: u64 = 500 * 1024;
 const UB_BUDGET: u64 = 224 * 1024;
 
 impl FlashCfg {
-    /// The tiling for `d`/`dv` head dims of `dtype` and queries per problem of at most
-    /// `max_sq`: query tiles of up to 128 (rounded to 32), KV tiles of up to 128 keys and
-    /// slices that fit L1, L0A/L0B and UB with K and V double buffered.
-    pub fn new(name: &'static str, dtype: DType, d: u64, dv: u64, max_sq: u64) -> Self {
+    /// The tiling for `d`/`dv` head dims of `dtype` and problems of at most `max_sq` queries
+    /// and `max_skv` keys: query tiles of up to 128 (rounded to 32; 16 on one vector core when
+    /// `max_sq <= 16`), KV tiles of up to 128 keys (the power of two from 16 that holds
+    /// `max_skv`, so short sequences do not compute and simulate padding keys) and slices that
+    /// fit L1, L0A/L0B and UB with K and V double buffered.
+    pub fn new(
+        name: &'static str,
+        dtype: DType,
+        (d, dv): (u64, u64),
+        max_sq: u64,
+        max_skv: u64,
+    ) -> Self {
         let es = dtype.size_bytes();
         let dp = round_up(d, 16);
         // V columns as the slices pad them (at most one slice more than dv; see `vp`).
         let vp = round_up(dv, 128).max(round_up(dv, 16));
-        let ts = round_up(max_sq.clamp(1, 128), 32);
-        let h = ts / 2;
+        let single = max_sq <= 16;
+        let ts = if single {
+            16
+        } else {
+            round_up(max_sq.clamp(1, 128), 32)
+        };
+        let h = if single { ts } else { ts / 2 };
         let l1 = |tkv: u64| ts * dp * es + 2 * tkv * (dp + vp) * es + 2 * tkv * ts * es;
         let ub = |tkv: u64| {
             // s, mask (f32) + P (dtype, ND and NZ) + O (f32) + PV slice + out cast + stats.
@@ -118,7 +148,7 @@ impl FlashCfg {
         };
         // L0A holds P^T [ts, tkv] beside two K slices of at least 16 columns.
         let l0a = |tkv: u64| ts * tkv * es + 2 * tkv * 16 * es;
-        let mut tkv = 128;
+        let mut tkv = max_skv.clamp(16, 128).next_power_of_two();
         while tkv > 16 && (l1(tkv) > L1_BUDGET || ub(tkv) > UB_BUDGET || l0a(tkv) > 64 * 1024) {
             tkv /= 2;
         }
@@ -137,6 +167,7 @@ impl FlashCfg {
             d,
             dv,
             ts,
+            single,
             tkv,
             ks,
             ns,
@@ -159,15 +190,53 @@ impl FlashCfg {
         round_up(round_up(self.dv, 16), self.ns)
     }
 
-    /// Rows of the causal mask band (`2 tkv + H - 1`, H = ts / 2).
-    pub fn mask_rows(&self) -> u64 {
-        2 * self.tkv + self.ts / 2 - 1
+    /// Queries per vector core that holds any: `ts / 2`, or `ts` with [`FlashCfg::single`].
+    pub fn h(&self) -> u64 {
+        if self.single {
+            self.ts
+        } else {
+            self.ts / 2
+        }
     }
 
-    /// The causal mask bands `[2 mask_rows, ts / 2]` f32 (see the module docs): the keep band
+    /// The Acc -> Vec mode of the scores S^T `[tkv, ts]`: split by columns (queries), or whole
+    /// to AIV0.
+    pub fn s_mode(&self) -> AccToVecMode {
+        if self.single {
+            AccToVecMode::SingleModeVec0
+        } else {
+            AccToVecMode::DualModeSplitN
+        }
+    }
+
+    /// The Acc -> Vec mode of P V `[ts, ns]`: split by rows (queries), or whole to AIV0.
+    pub fn pv_mode(&self) -> AccToVecMode {
+        if self.single {
+            AccToVecMode::SingleModeVec0
+        } else {
+            AccToVecMode::DualModeSplitM
+        }
+    }
+
+    /// The first query of this AIV's share of the tile: `SubBlockIdx * H` (0 with
+    /// [`FlashCfg::single`], where only AIV0 works).
+    pub(super) fn first_query(&self) -> Expr {
+        if self.single {
+            Expr::from(0)
+        } else {
+            Expr::SubBlockIdx * self.h() as i64
+        }
+    }
+
+    /// Rows of the causal mask band (`2 tkv + H - 1`, H = [`FlashCfg::h`]).
+    pub fn mask_rows(&self) -> u64 {
+        2 * self.tkv + self.h() - 1
+    }
+
+    /// The causal mask bands `[2 mask_rows, H]` f32 (see the module docs): the keep band
     /// (+inf where open, -inf where closed), then its negation, the low band.
     pub fn mask_band(&self) -> Vec<f32> {
-        let h = self.ts / 2;
+        let h = self.h();
         let mut band = Vec::with_capacity((2 * self.mask_rows() * h) as usize);
         for sign in [1.0f32, -1.0] {
             for x in 0..self.mask_rows() as i64 {
@@ -271,14 +340,16 @@ impl FlashKernel<'_> {
 /// `q_len`, `k_len`, `v_len`, `o_len`, `lse_len` (elements), `q_rs`, `k_rs`, `v_rs`, `o_rs`
 /// (row strides, elements) (i32) and `scale` (f32); then `q [q_len]`, `k [k_len]`, `v
 /// [v_len]` (dtype; not in the `write_p` variant), `desc [blocks, Desc::COUNT]` i32, `mask
-/// [mask_rows, ts / 2]` f32, outputs `out [o_len]` (dtype: O rows, or P^T for `write_p`) and
+/// [mask_rows, H]` f32, outputs `out [o_len]` (dtype: O rows, or P^T for `write_p`) and
 /// `lse [lse_len]` f32. Launch `blocks` blocks.
 pub(crate) fn flash_dn(cfg: &FlashCfg) -> Kernel {
     let dt = cfg.dtype;
     let (ts, tkv, ks, ns) = (cfg.ts, cfg.tkv, cfg.ks, cfg.ns);
     let (dp, vp) = (cfg.dp(), cfg.vp());
-    let h = ts / 2;
-    let mut kb = KernelBuilder::new(format!("{}_{dt}", cfg.name));
+    let h = cfg.h();
+    // The single-vector-core fallback is its own kernel, named apart in listings and launches.
+    let single = if cfg.single { "_single" } else { "" };
+    let mut kb = KernelBuilder::new(format!("{}{single}_{dt}", cfg.name));
     let int = |kb: &mut KernelBuilder, n: &str| kb.scalar(n, DType::I32);
     let sp = FlashParams {
         blocks: int(&mut kb, "blocks"),
@@ -363,14 +434,15 @@ pub(crate) fn flash_dn(cfg: &FlashCfg) -> Kernel {
     let o_t = kb.tile_group("o", ty(Ub, DType::F32, h, ns, ND).dynamic(), nns as u32);
     let o_cast = (!f32_data).then(|| kb.tile("o_cast", ty(Ub, dt, h, ns, ND).dynamic()));
     let row = |kb: &mut KernelBuilder, n: &str| kb.tile(n, ty(Ub, DType::F32, 1, h, ND).dynamic());
-    let (m, l, mc, lc, alpha, lse_t) = (
+    let (m, l, mc, lc, lse_t) = (
         row(&mut kb, "m"),
         row(&mut kb, "l"),
         row(&mut kb, "m_tile"),
         row(&mut kb, "l_tile"),
-        row(&mut kb, "alpha"),
         row(&mut kb, "lse_row"),
     );
+    // One alpha per KV tile slot: tile t + 1's softmax runs before tile t's O update.
+    let alpha = kb.tile_group("alpha", ty(Ub, DType::F32, 1, h, ND).dynamic(), 2);
     let (low_tile, low) = (row(&mut kb, "low_tile"), row(&mut kb, "low"));
     let column = |kb: &mut KernelBuilder, n: &str, src: TileId| {
         kb.reinterpret(

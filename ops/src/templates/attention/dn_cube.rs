@@ -6,7 +6,7 @@ use super::dn::FlashKernel;
 use super::dn_host::Desc;
 use super::ping_pong;
 use tile_backend::dsl::Body;
-use tile_backend::ir::{AccToVecMode, Expr, GmView, ParamId, Phase, Pipe, TileId, VarId};
+use tile_backend::ir::{Expr, GmView, ParamId, Phase, Pipe, TileId, VarId};
 use Pipe::{Fix, Mte1, M as Mm};
 
 /// Appends the cube program of the flash kernel `k` to `c`.
@@ -145,10 +145,11 @@ fn scores(
         }
         b.set_flag(Mm, Mte1, x);
     }
-    // S^T -> both UBs, columns split: each AIV holds all keys of half the queries.
+    // S^T -> both UBs, columns split: each AIV holds all keys of half the queries (or all of
+    // it to AIV0 in the single-vector-core fallback).
     b.acquire(k.ch_s);
     b.mov(k.s_ub, k.s_acc.at(slot))
-        .mode(AccToVecMode::DualModeSplitN)
+        .mode(cfg.s_mode())
         .phase(Phase::Final);
     b.set_flag(Fix, Mm, slot as u8);
     b.push(k.ch_s);
@@ -199,7 +200,7 @@ fn pv(b: &mut Body<'_>, k: &FlashKernel<'_>, v_off: &Expr, j0: VarId, nv: VarId,
         }
         b.acquire(ch_pv);
         b.mov(k.pv_ub, k.pv_acc.at(ys))
-            .mode(AccToVecMode::DualModeSplitM)
+            .mode(cfg.pv_mode())
             .phase(Phase::Final);
         b.set_flag(Fix, Mm, 2 + ys as u8);
         b.push(ch_pv);

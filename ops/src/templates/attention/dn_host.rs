@@ -83,8 +83,10 @@ pub(crate) struct FlashInputs<'a> {
 /// A diagonal past every key (no causal mask).
 const NO_MASK: i64 = i32::MAX as i64 / 2;
 
-/// The descriptor rows of `problems` for `cfg`'s query tiles; tiles whose queries see no key are
-/// left out (their output stays 0 and their lse +inf).
+/// The descriptor rows of `problems` for `cfg`'s query tiles, the tiles visiting the most keys
+/// first (a stable sort: a causal call's long tiles start together and the short ones fill the
+/// last waves, instead of every wave of 32 blocks waiting for its one long tile); tiles whose
+/// queries see no key are left out (their output stays 0 and their lse +inf).
 pub(crate) fn descriptors(
     problems: &[FlashProblem],
     cfg: &FlashCfg,
@@ -95,7 +97,7 @@ pub(crate) fn descriptors(
     let ts = cfg.ts as usize;
     // Consecutive queries are rows of O, or columns of P^T.
     let o_step = if cfg.write_p { 1 } else { o_rs };
-    let mut rows = Vec::new();
+    let mut rows: Vec<[i64; DESC_COUNT]> = Vec::new();
     for p in problems {
         for i0 in (0..p.sq).step_by(ts.max(1)) {
             let nq = ts.min(p.sq - i0);
@@ -109,7 +111,7 @@ pub(crate) fn descriptors(
             if kv_end == 0 {
                 continue;
             }
-            rows.extend([
+            rows.push([
                 (p.q_off + i0 * q_rs) as i64,
                 p.k_off as i64,
                 p.v_off as i64,
@@ -121,7 +123,8 @@ pub(crate) fn descriptors(
             ]);
         }
     }
-    rows
+    rows.sort_by_key(|r| std::cmp::Reverse(r[Desc::KvEnd as usize]));
+    rows.concat()
 }
 
 /// Runs the flash kernel over every problem: returns `out [o_len]` (data dtype) and
@@ -143,7 +146,7 @@ pub(crate) fn run_flash(
     if blocks > 0 {
         let kernel = compiled(op, &cfg.key(), || flash_dn(cfg))?;
         let [q_rs, k_rs, v_rs, o_rs] = inp.strides;
-        let h = (cfg.ts / 2) as usize;
+        let h = cfg.h() as usize;
         let int = |x: usize| Arg::Int(x as i64);
         let v_len = inp.v.as_ref().map_or(0, |v| v.shape.iter().product());
         let mut named = vec![
@@ -225,7 +228,7 @@ mod tests {
 
     /// `(nq, kv_end, diag)` of each descriptor row.
     fn tiles(sq: usize, skv: usize, causal: bool) -> Vec<(i64, i64, i64)> {
-        let cfg = FlashCfg::new("t", DType::BF16, 64, 64, 128);
+        let cfg = FlashCfg::new("t", DType::BF16, (64, 64), 128, 512);
         assert_eq!(cfg.ts, 128);
         descriptors(&[problem(sq, skv)], &cfg, causal, [64, 64, 64, 64])
             .chunks(DESC_COUNT)
@@ -240,19 +243,20 @@ mod tests {
     }
 
     #[test]
-    fn causal_tiles_visit_keys_up_to_their_last_query_and_blind_tiles_are_dropped() {
+    fn causal_tiles_visit_keys_up_to_their_last_query_longest_first_and_blind_tiles_are_dropped() {
         // The square: query tile t sees keys up to its last query.
+        // The most keys first.
         assert_eq!(
             tiles(512, 512, true),
             vec![
-                (128, 128, 0),
-                (128, 256, 128),
+                (128, 512, 384),
                 (128, 384, 256),
-                (128, 512, 384)
+                (128, 256, 128),
+                (128, 128, 0)
             ]
         );
         // Sq > Skv: queries 0..200 see nothing; tile 0 is not launched, tile 2 is a tail.
-        assert_eq!(tiles(300, 100, true), vec![(128, 56, -72), (44, 100, 56)]);
+        assert_eq!(tiles(300, 100, true), vec![(44, 100, 56), (128, 56, -72)]);
         // Not causal: every key, no diagonal.
         assert_eq!(
             tiles(300, 100, false),
@@ -263,9 +267,38 @@ mod tests {
     }
 
     #[test]
+    fn tiles_shrink_to_short_calls() {
+        let cfg = |sq, skv| FlashCfg::new("t", DType::F32, (128, 64), sq, skv);
+        // KV tiles: the power of two from 16 that holds the longest key run, at most 128.
+        for (skv, tkv) in [
+            (1, 16),
+            (16, 16),
+            (17, 32),
+            (30, 32),
+            (100, 128),
+            (5000, 128),
+        ] {
+            assert_eq!(cfg(30, skv).tkv, tkv, "skv {skv}");
+        }
+        // Query tiles: 16 on one vector core up to 16 queries, else rounded up to 32.
+        for (sq, ts, single) in [
+            (1, 16, true),
+            (16, 16, true),
+            (17, 32, false),
+            (100, 128, false),
+        ] {
+            let c = cfg(sq, 512);
+            assert_eq!(
+                (c.ts, c.single, c.h()),
+                (ts, single, if single { 16 } else { ts / 2 })
+            );
+        }
+    }
+
+    #[test]
     fn the_mask_band_is_a_staircase() {
-        let cfg = FlashCfg::new("t", DType::F16, 64, 64, 32);
-        let h = (cfg.ts / 2) as usize;
+        let cfg = FlashCfg::new("t", DType::F16, (64, 64), 32, 512);
+        let h = cfg.h() as usize;
         let band = cfg.mask_band();
         let rows = cfg.mask_rows() as usize;
         assert_eq!(band.len(), 2 * rows * h);

@@ -15,11 +15,15 @@ const MASK_EV: u8 = 0;
 /// The event of `p_nz`'s (or the stored P tile's) hand-written MTE3 <-> V flags.
 const P_EV: u8 = 0;
 
-/// Appends the vector program of the flash kernel `k` to `v`.
+/// Appends the vector program of the flash kernel `k` to `v`. In the single-vector-core
+/// fallback both AIVs run it, but only AIV0 holds data: AIV1 skips every op that reads what
+/// the cube handed over ([`aiv0`]) and stores nothing (`mine` = 0), and keeps the channel
+/// protocol and the hand-written flags in step (the sync pass binds each channel op to the
+/// pipe of its neighbouring data op, so one program serves both).
 pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
     let cfg = k.cfg;
-    let (ts, tkv, ns) = (cfg.ts, cfg.tkv, cfg.ns);
-    let h = ts / 2;
+    let (tkv, ns) = (cfg.tkv, cfg.ns);
+    let h = cfg.h();
     let nns = cfg.vp() / ns;
     let st = k.stats;
     let o_off = k.field(v, Desc::OOff);
@@ -29,25 +33,28 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
     let diag = k.field(v, Desc::Diag);
     let iters = v.let_("iters", kv_end.clone().ceil_div(tkv as i64));
     // The last key this AIV's first query sees, relative to key 0 of the sequence.
-    let diag = v.let_("diag_mine", diag + Expr::SubBlockIdx * h);
-    let mine = v.let_("mine", (nq - Expr::SubBlockIdx * h).min(h as i64).max(0));
+    let diag = v.let_("diag_mine", diag + cfg.first_query());
+    let mine = (nq - cfg.first_query()).min(h as i64).max(0);
+    // The fallback's AIV1 owns no query.
+    let mine = v.let_(
+        "mine",
+        if cfg.single {
+            mine * (Expr::from(1) - Expr::SubBlockIdx)
+        } else {
+            mine
+        },
+    );
     v.set_validshape(k.s_ub, tkv, h);
     if let Some(pu) = k.p_ub {
         v.set_validshape(pu, tkv, h);
     }
-    for t in [
-        st.m,
-        st.l,
-        st.mc,
-        st.lc,
-        st.alpha,
-        st.lse,
-        st.low_tile,
-        st.low,
-    ] {
+    for t in [st.m, st.l, st.mc, st.lc, st.lse, st.low_tile, st.low] {
         v.set_validshape(t, 1, h);
     }
-    v.set_validshape(st.alpha_col, h, 1);
+    for x in 0..2 {
+        v.set_validshape(st.alpha.at(x), 1, h);
+        v.set_validshape(st.alpha_col.at(x), h, 1);
+    }
     v.set_validshape(st.l_col, h, 1);
     v.set_validshape(k.pv_ub, h, ns);
     v.fill(st.m, M_INIT);
@@ -63,17 +70,35 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
     // `if`; p_nz is free again once its move to L1 has read it).
     v.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
     v.set_flag(Pipe::Mte3, Pipe::V, P_EV);
-    let mut step = |b: &mut Body<'_>, it: Expr, slot: u64| {
+    // KV tile `it` (slot `slot`): its softmax, then P to the cube (or, for write_p, the scores
+    // are released: the statistics pass).
+    let tile = |b: &mut Body<'_>, it: Expr, slot: u64| {
         let j0 = b.let_("j0", it * tkv);
         let nv = b.let_("nv", (kv_end.clone() - j0).min(tkv as i64));
-        softmax_tile(b, k, diag, j0, nv);
+        softmax_tile(b, k, (diag, j0, nv), slot);
         if !cfg.write_p {
-            p_and_o(b, k, slot);
+            p_out(b, k, slot);
         } else {
             b.release(k.ch_s);
         }
     };
-    ping_pong(v, Expr::Var(iters), &mut step);
+    if cfg.write_p {
+        ping_pong(v, Expr::Var(iters), &mut |b, it, slot| tile(b, it, slot));
+    } else {
+        // One tile ahead: tile t + 1's softmax and P run before tile t's O update, so the
+        // vector cores work while the cube computes P V of tile t (and S of tile t + 2).
+        // (Tile t + 1 is not under its own `if`: the loop runs to the last tile but one, and
+        // the last O update follows it, its alpha slot chosen by the parity.)
+        v.if_(Expr::Var(iters).gt(0), |b| {
+            tile(b, Expr::from(0), 0);
+            ping_pong(b, Expr::Var(iters) - 1, &mut |b, it, slot| {
+                tile(b, it + 1, 1 - slot);
+                o_update(b, k, slot);
+            });
+            let last_odd = ((Expr::Var(iters) - 1) % 2).eq_(1);
+            b.if_else(last_odd, |b| o_update(b, k, 1), |b| o_update(b, k, 0));
+        });
+    }
     // Normalise; lse = m + ln l (a query with no key: l = 0 -> 1, o = 0, lse ~ M_INIT), with
     // l = max(l, 1) + 0 * (low + l): NaN when a score the query saw was not finite, whatever
     // max does with NaN (docs/ops.md, "Non-finite data").
@@ -101,7 +126,7 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
         }
         t.set_validshape(st.lse, 1, mine);
         t.store(
-            GmView::nd(k.lse, lse_off + Expr::SubBlockIdx * h, 1, mine, mine),
+            GmView::nd(k.lse, lse_off + cfg.first_query(), 1, mine, mine),
             st.lse,
         );
     });
@@ -110,23 +135,30 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
 /// One KV tile's scores (channel S) into the running statistics: `s` ends as
 /// `exp(scale s - m_new)` with keys past `nv` and past the causal diagonal at 0, `alpha` as
 /// `exp(m_old - m_new)`.
-fn softmax_tile(b: &mut Body<'_>, k: &FlashKernel<'_>, diag: VarId, j0: VarId, nv: VarId) {
-    let (tkv, h) = (k.cfg.tkv, k.cfg.ts / 2);
+fn softmax_tile(
+    b: &mut Body<'_>,
+    k: &FlashKernel<'_>,
+    (diag, j0, nv): (VarId, VarId, VarId),
+    slot: u64,
+) {
+    let (tkv, h) = (k.cfg.tkv, k.cfg.h());
     let st = k.stats;
     b.pop(k.ch_s);
-    b.muls(k.s_ub, k.s_ub, k.sp.scale);
+    aiv0(b, k, |b| b.muls(k.s_ub, k.s_ub, k.sp.scale));
     let delta = b.let_("delta", Expr::Var(diag) - j0);
 
     // The lowest score each query sees (non-finite policy): off the diagonal, every row of the
     // tile before the tail is masked (the tail's rows hold q . 0: 0, or NaN when q is not
     // finite, and such a query sees a key of the tile).
     b.if_(Expr::Var(delta).ge(tkv as i64 - 1), |t| {
-        t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, k.s_ub)
+        aiv0(t, k, |t| {
+            t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, k.s_ub)
+        })
     });
     // Keys past kv_end: -inf.
     b.if_(Expr::Var(nv).lt(tkv), |t| {
         t.set_validshape(k.s_ub, nv, h);
-        t.fillpad(k.s_ub);
+        aiv0(t, k, |t| t.fillpad(k.s_ub));
         t.set_validshape(k.s_ub, tkv, h);
     });
     // A tile crossing the causal diagonal: the low band (-inf where a query sees the key, +inf
@@ -142,65 +174,89 @@ fn softmax_tile(b: &mut Body<'_>, k: &FlashKernel<'_>, diag: VarId, j0: VarId, n
             t.load(k.mask_ub, GmView::nd(k.mask, at, tkv, h, h));
             t.set_flag(Pipe::Mte2, Pipe::V, MASK_EV);
             t.wait_flag(Pipe::Mte2, Pipe::V, MASK_EV);
-            if first {
-                t.max(k.mask_ub, k.mask_ub, k.s_ub);
-                t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, k.mask_ub);
-            } else {
-                t.binary(BinaryOp::Min, k.s_ub, k.s_ub, k.mask_ub);
-            }
+            aiv0(t, k, |t| {
+                if first {
+                    t.max(k.mask_ub, k.mask_ub, k.s_ub);
+                    t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, k.mask_ub);
+                } else {
+                    t.binary(BinaryOp::Min, k.s_ub, k.s_ub, k.mask_ub);
+                }
+            });
             t.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
         }
     });
+    aiv0(b, k, |b| online_softmax(b, k, slot));
+}
+
+/// `low = min(low, low_tile)`, then the online softmax down the columns of `s_ub` (one per
+/// query): the new maxima, `alpha`, `s = exp(s - m_new)` and the running sums.
+fn online_softmax(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
+    let st = k.stats;
+    let alpha = st.alpha.at(slot);
     b.binary(BinaryOp::Min, st.low, st.low, st.low_tile);
-    // Online softmax down the columns (one per query).
     b.col_max(st.mc, k.s_ub);
     b.max(st.mc, st.mc, st.m);
-    b.binary(BinaryOp::Sub, st.alpha, st.m, st.mc);
-    b.exp(st.alpha, st.alpha);
+    b.binary(BinaryOp::Sub, alpha.clone(), st.m, st.mc);
+    b.exp(alpha.clone(), alpha.clone());
     b.max(st.m, st.m, st.mc);
     b.broadcast(BinaryOp::Sub, Axis::Col, k.s_ub, k.s_ub, st.mc);
     b.exp(k.s_ub, k.s_ub);
     b.col_sum(st.lc, k.s_ub);
-    b.mul(st.l, st.l, st.alpha);
+    b.mul(st.l, st.l, alpha);
     b.add(st.l, st.l, st.lc);
 }
 
-/// P (cast, ND -> NZ) into this AIV's column half of P^T in L1 slot `slot` (channel P), then
-/// `O = O alpha + P V` per Dv slice (channel PV; alpha seen as the DN column [H, 1]: a row
-/// broadcast over O's rows).
-fn p_and_o(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
-    let h = k.cfg.ts / 2;
-    let nns = k.cfg.vp() / k.cfg.ns;
+/// P (cast, ND -> NZ) into this AIV's column half of P^T in L1 slot `slot` (channel P).
+fn p_out(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
+    // The hand-written flags stay outside `aiv0`: both AIVs run the same flag sequence.
     match k.p_ub {
         Some(pu) => {
-            b.cast(pu, k.s_ub, RoundMode::Rint);
+            aiv0(b, k, |b| b.cast(pu, k.s_ub, RoundMode::Rint));
             b.release(k.ch_s);
             b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
-            b.mov(k.p_nz, pu);
+            aiv0(b, k, |b| {
+                b.mov(k.p_nz, pu);
+            });
         }
         None => {
             b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
-            b.mov(k.p_nz, k.s_ub);
+            aiv0(b, k, |b| {
+                b.mov(k.p_nz, k.s_ub);
+            });
             b.release(k.ch_s);
         }
     }
     b.set_flag(Pipe::V, Pipe::Mte3, P_EV);
     b.wait_flag(Pipe::V, Pipe::Mte3, P_EV);
     b.acquire(k.ch_p);
-    b.mov(k.p_l1.at(slot), k.p_nz)
-        .offset(0, Expr::SubBlockIdx * h);
+    aiv0(b, k, |b| {
+        if k.cfg.single {
+            b.mov(k.p_l1.at(slot), k.p_nz);
+        } else {
+            b.mov(k.p_l1.at(slot), k.p_nz)
+                .offset(0, k.cfg.first_query());
+        }
+    });
     b.set_flag(Pipe::Mte3, Pipe::V, P_EV);
     b.push(k.ch_p);
+}
+
+/// `O = O alpha + P V` of the KV tile in slot `slot`, per Dv slice (channel PV; alpha seen as
+/// the DN column [H, 1]: a row broadcast over O's rows).
+fn o_update(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
+    let nns = k.cfg.vp() / k.cfg.ns;
     for j in 0..nns {
-        b.broadcast(
-            BinaryOp::Mul,
-            Axis::Row,
-            k.o_t.at(j),
-            k.o_t.at(j),
-            k.stats.alpha_col,
-        );
+        aiv0(b, k, |b| {
+            b.broadcast(
+                BinaryOp::Mul,
+                Axis::Row,
+                k.o_t.at(j),
+                k.o_t.at(j),
+                k.stats.alpha_col.at(slot),
+            )
+        });
         b.pop(k.ch_pv);
-        b.add(k.o_t.at(j), k.o_t.at(j), k.pv_ub);
+        aiv0(b, k, |b| b.add(k.o_t.at(j), k.o_t.at(j), k.pv_ub));
         b.release(k.ch_pv);
     }
 }
@@ -215,7 +271,7 @@ fn write_p(
     o_off: Expr,
     mine: VarId,
 ) {
-    let (tkv, h) = (k.cfg.tkv, k.cfg.ts / 2);
+    let (tkv, h) = (k.cfg.tkv, k.cfg.h());
     let st = k.stats;
     // 1 / l into l_tile.
     v.fill(st.lc, 1.0);
@@ -225,13 +281,15 @@ fn write_p(
         let j0 = b.let_("j0", it * tkv);
         let nv = b.let_("nv", (kv_end.clone() - j0).min(tkv as i64));
         b.pop(k.ch_s);
-        b.muls(k.s_ub, k.s_ub, k.sp.scale);
-        b.broadcast(BinaryOp::Sub, Axis::Col, k.s_ub, k.s_ub, st.m);
-        b.exp(k.s_ub, k.s_ub);
-        b.broadcast(BinaryOp::Mul, Axis::Col, k.s_ub, k.s_ub, st.lc);
+        aiv0(b, k, |b| {
+            b.muls(k.s_ub, k.s_ub, k.sp.scale);
+            b.broadcast(BinaryOp::Sub, Axis::Col, k.s_ub, k.s_ub, st.m);
+            b.exp(k.s_ub, k.s_ub);
+            b.broadcast(BinaryOp::Mul, Axis::Col, k.s_ub, k.s_ub, st.lc);
+        });
         b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
         if let Some(pu) = k.p_ub {
-            b.cast(pu, k.s_ub, RoundMode::Rint);
+            aiv0(b, k, |b| b.cast(pu, k.s_ub, RoundMode::Rint));
             b.release(k.ch_s);
         }
         b.set_flag(Pipe::V, Pipe::Mte3, P_EV);
@@ -239,7 +297,7 @@ fn write_p(
         b.if_(Expr::Var(mine).gt(0), |t| {
             t.set_validshape(pt, nv, mine);
             let o_rs = Expr::Param(k.sp.o_rs);
-            let off = o_off.clone() + Expr::Var(j0) * o_rs.clone() + Expr::SubBlockIdx * h;
+            let off = o_off.clone() + Expr::Var(j0) * o_rs.clone() + k.cfg.first_query();
             t.store(GmView::nd(k.out, off, nv, mine, o_rs), pt);
             t.set_validshape(pt, tkv, h);
         });
@@ -254,10 +312,10 @@ fn write_p(
 
 /// O's rows of this AIV's `mine` queries (cast to the data dtype) to `out`.
 fn store_o(t: &mut Body<'_>, k: &FlashKernel<'_>, o_off: Expr, mine: VarId) {
-    let (h, ns, dv) = (k.cfg.ts / 2, k.cfg.ns, k.cfg.dv);
+    let (ns, dv) = (k.cfg.ns, k.cfg.dv);
     let nns = k.cfg.vp() / ns;
     let o_rs = Expr::Param(k.sp.o_rs);
-    let row0 = t.let_("row0", o_off + Expr::SubBlockIdx * h * o_rs.clone());
+    let row0 = t.let_("row0", o_off + k.cfg.first_query() * o_rs.clone());
     for j in 0..nns {
         let cols = (dv - j * ns).min(ns);
         let dst = GmView::nd(k.out, Expr::Var(row0) + j * ns, mine, cols, o_rs.clone());
@@ -273,5 +331,15 @@ fn store_o(t: &mut Body<'_>, k: &FlashKernel<'_>, o_off: Expr, mine: VarId) {
                 t.store(dst, o);
             }
         }
+    }
+}
+
+/// Runs `f` on the AIVs that hold data: both, or AIV0 alone in the single-vector-core fallback
+/// (SingleModeVec0 writes only AIV0's UB; AIV1's copy of a handed-over tile is never written).
+fn aiv0(b: &mut Body<'_>, k: &FlashKernel<'_>, f: impl FnOnce(&mut Body<'_>)) {
+    if k.cfg.single {
+        b.if_(Expr::SubBlockIdx.eq_(0), f);
+    } else {
+        f(b);
     }
 }
