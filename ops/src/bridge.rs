@@ -573,3 +573,32 @@ pub(crate) fn storage_addr(t: &Tensor) -> usize {
     let (s, _) = t.storage_and_layout();
     std::ptr::from_ref::<Storage>(&s) as usize
 }
+
+/// Checks that storage handed to an op's host code (`dtype`, `bytes` long) is what its validated
+/// call describes (`want` elements of `shape`, an element count, in `want_dtype`): the kernels see
+/// it in the call's shape, so storage of another tensor is an error naming `arg`, never a
+/// misread.
+pub(crate) fn check_storage(
+    op: &'static str,
+    arg: &'static str,
+    (dtype, bytes): (DType, usize),
+    want_dtype: DType,
+    elements: usize,
+) -> Result<(), OpError> {
+    if dtype != want_dtype {
+        return Err(OpError::invalid(
+            op,
+            arg,
+            format!("dtype {dtype} differs from the call's {want_dtype}"),
+        ));
+    }
+    let want = elements.saturating_mul(dtype.size_bytes() as usize);
+    if bytes != want {
+        return Err(OpError::invalid(
+            op,
+            arg,
+            format!("holds {bytes} bytes; the call's shape needs {want}"),
+        ));
+    }
+    Ok(())
+}

@@ -37,7 +37,6 @@
 
 use crate::error::OpError;
 use crate::runtime::PlanTarget;
-use crate::templates::attention::{attn_merge, attn_split, plan, AttnCfg, AttnPlan};
 use tile_backend::ir::{DType, Kernel};
 
 /// One kernel launch of an op.
@@ -644,25 +643,9 @@ pub fn sparse_paged_attention(shape: &SparseAttentionShape) -> Result<Vec<Launch
     }
     width(OP, "dqk", s.dqk)?;
     width(OP, "v_dim", s.v_dim)?;
-    if s.v_dim > s.dqk {
-        return Err(OpError::invalid(
-            OP,
-            "v_dim",
-            format!(
-                "must be in 1..={} (V is the first v_dim of the dqk = {} cache columns), got {}",
-                s.dqk, s.dqk, s.v_dim
-            ),
-        ));
-    }
-    let cfg = crate::sparse_attention::kernel::attn_cfg(
-        s.dtype,
-        s.heads,
-        s.dqk,
-        s.v_dim,
-        s.block_size,
-        true,
-    );
-    attention_launches(OP, &cfg, s.batch, s.topk, s.sink)
+    crate::sparse_attention::check_v_dim(s.v_dim, s.dqk, "dqk")?;
+    attention_rows(OP, s.batch, s.heads)?;
+    Ok(crate::sparse_attention::kernel::plan(s, PlanTarget::Device).launches())
 }
 
 /// The launches of [`crate::paged_attention()`] for `shape`: the split kernel (the sparse
@@ -686,15 +669,8 @@ pub fn paged_attention(shape: &PagedAttentionShape) -> Result<Vec<Launch>, OpErr
     width(OP, "head_dim", s.head_dim)?;
     crate::paged_attention::kernel::head_group(s.heads, s.kv_heads)
         .map_err(|rule| OpError::invalid(OP, "kv_heads", rule))?;
-    let cfg = crate::paged_attention::kernel::attn_cfg(
-        s.dtype,
-        s.heads,
-        s.kv_heads,
-        s.head_dim,
-        s.block_size,
-        true,
-    );
-    attention_launches(OP, &cfg, s.batch, s.context_len, false)
+    attention_rows(OP, s.batch, s.heads)?;
+    Ok(crate::paged_attention::kernel::plan(s, PlanTarget::Device).launches())
 }
 
 /// The launch of [`crate::paged_gather()`] for `shape`: one row-copy kernel on as many blocks as
@@ -721,60 +697,29 @@ pub fn reshape_and_cache(shape: &ReshapeAndCacheShape) -> Result<Vec<Launch>, Op
     data_dtype(OP, shape.dtype)?;
     dim(OP, "tokens", shape.tokens)?;
     width(OP, "width", shape.width)?;
-    let kernel = crate::kv_cache::kernel::cache_kernel(shape.dtype, shape.width as u64);
+    let plan = crate::kv_cache::kernel::plan(shape);
     Ok(vec![Launch {
-        kernel,
-        block_dim: crate::templates::row_copy::block_dim_for(shape.tokens) as u64,
+        kernel: plan.kernel(),
+        block_dim: plan.block_dim as u64,
         scalars: vec![("n", shape.tokens as i64)],
     }])
 }
 
-/// The launches of the attention template for `batch` rows whose fullest row counts `longest`
-/// valid tokens on the Ascend 950: the split and merge kernels as
-/// [`crate::templates::attention::plan`] plans them for [`PlanTarget::Device`] (the plan the
-/// host launches from when packaging or profiling).
-fn attention_launches(
-    op: &'static str,
-    cfg: &AttnCfg,
-    batch: usize,
-    longest: usize,
-    sink: bool,
-) -> Result<Vec<Launch>, OpError> {
-    let rows = batch
-        .checked_mul(cfg.heads as usize)
-        .filter(|&r| r <= MAX_DIM)
-        .ok_or_else(|| {
-            OpError::invalid(
-                op,
-                "batch",
-                format!(
-                    "batch {batch} x {} heads must be at most {MAX_DIM} rows (the kernels take \
-                     it as a 32-bit scalar)",
-                    cfg.heads
-                ),
-            )
-        })?;
-    // rows <= MAX_DIM bounds batch * nht (< 2^31) and splits <= 32: no overflow in u64. (The
-    // code generator refuses a block_dim above 2^32 - 1.)
-    let AttnPlan { split, merge, .. } = plan(cfg, batch, longest, sink, PlanTarget::Device);
-    let mut launches = vec![Launch {
-        kernel: attn_split(cfg),
-        block_dim: split.blocks,
-        scalars: vec![
-            ("batch", batch as i64),
-            ("topk", longest as i64),
-            ("splits", split.splits as i64),
-            ("chunks_per_split", split.cps as i64),
-        ],
-    }];
-    if let Some((mcfg, blocks)) = merge {
-        launches.push(Launch {
-            kernel: attn_merge(&mcfg),
-            block_dim: blocks as u64,
-            scalars: vec![("rows", rows as i64), ("splits", split.splits as i64)],
-        });
+/// The rule on an attention call's rows: `batch * heads` at most [`MAX_DIM`] (the kernels take
+/// it as a 32-bit scalar). It also bounds `batch * head tiles` (< 2^31) and, with at most 32
+/// splits, the blocks in u64. (The code generator refuses a block_dim above 2^32 - 1.)
+fn attention_rows(op: &'static str, batch: usize, heads: usize) -> Result<(), OpError> {
+    match batch.checked_mul(heads) {
+        Some(rows) if rows <= MAX_DIM => Ok(()),
+        _ => Err(OpError::invalid(
+            op,
+            "batch",
+            format!(
+                "batch {batch} x {heads} heads must be at most {MAX_DIM} rows (the kernels take \
+                 it as a 32-bit scalar)"
+            ),
+        )),
     }
-    Ok(launches)
 }
 
 /// A data dtype the ops take.
@@ -848,15 +793,32 @@ mod tests {
             .collect()
     }
 
+    /// The attention ops and the cache write launch what `plan(shape, PlanTarget::Device)` says
+    /// (a profiled run plans for the device), and the shape their validation yields is the one
+    /// `emit` takes.
     #[test]
-    fn launches_match_what_the_ops_launch() {
-        use crate::sparse_attention::kernel::{self as sparse, SparseProblem};
+    fn attention_and_cache_launch_what_emit_plans() {
+        use crate::Backend;
+        use candle_core::{DType as C, Device, Tensor};
+        let dev = &Device::Cpu;
+        let ints = |v: Vec<i64>, shape: (usize, usize)| Tensor::from_vec(v, shape, dev);
+        let sim = Some(Backend::TileSim);
         // Sparse: one batch row (many splits) and three rows, with and without a sink.
         for (batch, heads, lens, sink) in [
             (1usize, 16usize, vec![300usize], false),
             (3, 20, vec![40, 200, 7], true),
         ] {
             let (dqk, v_dim, bs, topk, nblk) = (64, 32, 16, 320, 20);
+            let q = Tensor::zeros((batch, heads, dqk), C::BF16, dev).expect("q");
+            let kv = Tensor::zeros((nblk, bs, dqk), C::BF16, dev).expect("kv");
+            let idx = ints(indices(&lens, topk), (batch, topk)).expect("indices");
+            let table = (0..batch * nblk).map(|i| (i % nblk) as i64).collect();
+            let table = ints(table, (batch, nblk)).expect("table");
+            let mut params = crate::SparseAttentionParams::new(v_dim, 0.1);
+            params.sink = sink.then(|| Tensor::full(0.5f32, heads, dev).expect("sink"));
+            let call =
+                crate::sparse_attention::SparseCall::validate(&q, &kv, &idx, &table, &params)
+                    .expect("a valid call");
             let shape = SparseAttentionShape {
                 dtype: DType::BF16,
                 batch,
@@ -867,25 +829,9 @@ mod tests {
                 block_size: bs,
                 sink,
             };
-            let (q, kv) = (
-                GmTensor::zeros(DType::BF16, &[batch, heads, dqk]),
-                GmTensor::zeros(DType::BF16, &[nblk, bs, dqk]),
-            );
-            let problem = SparseProblem {
-                q: q.as_input(),
-                kv: kv.as_input(),
-                indices: indices(&lens, topk),
-                topk,
-                topk_length: None,
-                block_table: (0..batch * nblk).map(|i| (i % nblk) as i64).collect(),
-                max_blocks: nblk,
-                block_size: bs,
-                v_dim,
-                scale: 0.1,
-                sink: sink.then(|| vec![0.5; heads]),
-            };
+            assert_eq!(call.shape, shape);
             let got = launched(|| {
-                sparse::run(&mut Runner::sim("sparse_paged_attention"), &problem).map(|_| ())
+                crate::sparse_paged_attention(&q, &kv, &idx, &table, &params, sim).map(|_| ())
             });
             let want = sparse_paged_attention(&shape).expect("a valid shape");
             assert_eq!(got, planned(&want), "sparse {shape:?}");
@@ -896,26 +842,16 @@ mod tests {
         }
 
         // Dense: GQA 4 query heads per KV head, ragged contexts.
-        use crate::paged_attention::kernel::{self as paged, PagedProblem};
         let (batch, heads, hkv, d, bs, nblk) = (2, 8, 2, 32, 16, 8);
-        let lens = [40i64, 70];
-        let (q, kc) = (
-            GmTensor::zeros(DType::F16, &[batch, heads, d]),
-            GmTensor::zeros(DType::F16, &[nblk, bs, hkv, d]),
-        );
-        let problem = PagedProblem {
-            q: q.as_input(),
-            k_cache: kc.as_input(),
-            v_cache: kc.as_input(),
-            block_table: (0..batch * nblk).map(|i| (i % nblk) as i64).collect(),
-            max_blocks: nblk,
-            context_lens: lens.to_vec(),
-            block_size: bs,
-            num_kv_heads: hkv,
-            scale: 0.2,
-        };
-        let got =
-            launched(|| paged::run(&mut Runner::sim("paged_attention"), &problem).map(|_| ()));
+        let q = Tensor::zeros((batch, heads, d), C::F16, dev).expect("q");
+        let kc = Tensor::zeros((nblk, bs, hkv, d), C::F16, dev).expect("cache");
+        let table = (0..batch * nblk).map(|i| (i % nblk) as i64).collect();
+        let table = ints(table, (batch, nblk)).expect("table");
+        let lens = Tensor::new(&[40i64, 70], dev).expect("lens");
+        let params = crate::PagedAttentionParams { scale: 0.2 };
+        let call =
+            crate::paged_attention::PagedCall::validate(&q, &kc, &kc, &table, &lens, &params)
+                .expect("a valid call");
         let shape = PagedAttentionShape {
             dtype: DType::F16,
             batch,
@@ -925,10 +861,30 @@ mod tests {
             context_len: 70,
             block_size: bs,
         };
+        assert_eq!(call.shape, shape);
+        let got = launched(|| {
+            crate::paged_attention(&q, &kc, &kc, &table, &lens, &params, sim).map(|_| ())
+        });
         assert_eq!(got, planned(&paged_attention(&shape).expect("valid")));
 
-        // Gather and cache write: block_dim from the row count, kernels keyed by dtype and width.
-        use crate::kv_cache::kernel::{self as cache, CacheWrite};
+        // Cache write: block_dim from the row count, kernel keyed by dtype and width.
+        let cache = Tensor::zeros((4, 4, 2, 8), C::F16, dev).expect("cache");
+        let rows = Tensor::zeros((7, 2, 8), C::F16, dev).expect("rows");
+        let slots = Tensor::new(&[0i64, 5, -1, 9, 2, 15, 11], dev).expect("slots");
+        let call = crate::kv_cache::CacheCall::validate(&rows, &cache, &slots).expect("valid");
+        let shape = ReshapeAndCacheShape {
+            dtype: DType::F16,
+            tokens: 7,
+            width: 16,
+        };
+        assert_eq!(call.shape, shape);
+        let got = launched(|| crate::reshape_and_cache(&rows, &cache, &slots, sim));
+        assert_eq!(got, planned(&reshape_and_cache(&shape).expect("valid")));
+    }
+
+    #[test]
+    fn gather_and_quant_matmul_launch_what_emit_plans() {
+        // Gather: block_dim from the row count, kernel keyed by dtype and width.
         use crate::paged_gather::kernel::{self as gather, GatherProblem};
         let src = GmTensor::zeros(DType::F32, &[16, 24]);
         let g = GatherProblem {
@@ -945,20 +901,6 @@ mod tests {
             size: 20,
         };
         assert_eq!(got, planned(&paged_gather(&shape).expect("valid")));
-
-        let mut c = GmTensor::zeros(DType::F16, &[4, 4, 2, 8]);
-        let rows = GmTensor::zeros(DType::F16, &[7, 2, 8]);
-        let w = CacheWrite {
-            rows: rows.as_input(),
-            slot_mapping: vec![0, 5, -1, 9, 2, 15, 11],
-        };
-        let got = launched(|| cache::run(&mut Runner::sim("reshape_and_cache"), c.as_inout(), &w));
-        let shape = ReshapeAndCacheShape {
-            dtype: DType::F16,
-            tokens: 7,
-            width: 16,
-        };
-        assert_eq!(got, planned(&reshape_and_cache(&shape).expect("valid")));
 
         // quant_matmul: one block per 128 x 256 tile, kernel keyed by the epilogue.
         use candle_core::{Device, Tensor};

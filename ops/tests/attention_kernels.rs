@@ -3,23 +3,50 @@
 
 #![allow(clippy::result_large_err)] // OpError carries the simulator's error by value
 
+use candle_core::{Device, Tensor};
 use tile_backend::ir::DType;
 use tile_backend::sim::GmTensor;
-use tileops_ops::paged_attention::kernel::{self as paged, PagedProblem};
+use tileops_ops::paged_attention::{kernel as paged, PagedCall};
 use tileops_ops::runtime::{PlanTarget, Runner};
-use tileops_ops::sparse_attention::kernel::{self as sparse, SparseProblem};
+use tileops_ops::sparse_attention::{kernel as sparse, SparseCall};
+use tileops_ops::{PagedAttentionParams, SparseAttentionParams};
 
 // The ops' shared test support, for its generator.
 #[allow(unused_macros)]
 #[path = "support/mod.rs"]
 mod support;
 
-use support::Rng;
+use support::{from_gm, Rng};
 
 fn tensor(rng: &mut Rng, dtype: DType, shape: &[usize], amp: f32) -> GmTensor {
     let n: usize = shape.iter().product();
     let v: Vec<f32> = (0..n).map(|_| rng.uniform(-1.0, 1.0) * amp).collect();
     GmTensor::from_f32(dtype, shape, &v)
+}
+
+/// Integers as an I64 candle tensor of `shape`.
+fn ints(v: &[i64], shape: &[usize]) -> Tensor {
+    support::ints(v, shape, candle_core::DType::I64)
+}
+
+/// The validated sparse call of these host values.
+fn sparse_call(
+    q: &GmTensor,
+    kv: &GmTensor,
+    indices: &[i64],
+    block_table: &[i64],
+    max_blocks: usize,
+    params: SparseAttentionParams,
+) -> SparseCall {
+    let b = q.shape[0];
+    SparseCall::validate(
+        &from_gm(q),
+        &from_gm(kv),
+        &ints(indices, &[b, indices.len() / b]),
+        &ints(block_table, &[b, max_blocks]),
+        &params,
+    )
+    .expect("a valid call")
 }
 
 /// Tolerances (atol, rtol) of `out` per dtype.
@@ -189,25 +216,18 @@ fn run_sparse(c: &SparseCase) {
             .collect::<Vec<f32>>()
     });
     let scale = 1.0 / (c.dqk as f32).sqrt() * 1.5;
-    let p = SparseProblem {
-        q: q.as_input(),
-        kv: kv.as_input(),
-        indices: indices.clone(),
-        topk: c.topk,
-        topk_length: topk_length.clone(),
-        block_table: block_table.clone(),
-        max_blocks,
-        block_size: c.bs,
-        v_dim: c.v_dim,
-        scale,
-        sink: sink.clone(),
-    };
+    let mut params = SparseAttentionParams::new(c.v_dim, scale);
+    params.topk_length = topk_length.as_ref().map(|l| ints(l, &[c.b]));
+    params.sink = sink
+        .as_ref()
+        .map(|s| Tensor::from_slice(s, c.h, &Device::Cpu).expect("sink"));
+    let call = sparse_call(&q, &kv, &indices, &block_table, max_blocks, params);
     let (res, records) = tileops_ops::profile(|| {
         let mut runner = Runner::sim("sparse_paged_attention");
         if let Some(target) = c.plan {
             runner = runner.plan_for(target);
         }
-        sparse::run(&mut runner, &p)
+        sparse::run(&mut runner, &call, q.as_input(), kv.as_input())
     });
     let (out, lse) = res.unwrap_or_else(|e| panic!("{c:?}: {e}"));
     hazard_free(&records);
@@ -392,23 +412,21 @@ fn run_dense(c: &DenseCase) {
         }
     }
     let scale = 1.0 / (c.d as f32).sqrt();
-    let p = PagedProblem {
-        q: q.as_input(),
-        k_cache: k.as_input(),
-        v_cache: v.as_input(),
-        block_table: block_table.clone(),
-        max_blocks,
-        context_lens: c.ctx.clone(),
-        block_size: c.bs,
-        num_kv_heads: c.hkv,
-        scale,
-    };
+    let call = PagedCall::validate(
+        &from_gm(&q),
+        &from_gm(&k),
+        &from_gm(&v),
+        &ints(&block_table, &[c.b, max_blocks]),
+        &ints(&c.ctx, &[c.b]),
+        &PagedAttentionParams { scale },
+    )
+    .expect("a valid call");
     let (res, records) = tileops_ops::profile(|| {
         let mut runner = Runner::sim("paged_attention");
         if let Some(target) = c.plan {
             runner = runner.plan_for(target);
         }
-        paged::run(&mut runner, &p)
+        paged::run(&mut runner, &call, q.as_input(), k.as_input(), v.as_input())
     });
     let out = res.unwrap_or_else(|e| panic!("dense {:?}: {e}", (c.b, h, c.hkv, c.d, &c.ctx)));
     hazard_free(&records);
@@ -514,22 +532,11 @@ fn deepseek_decode_cost() {
         rng.shuffle(&mut toks);
         indices.extend_from_slice(&toks[..topk]);
     }
-    let p = SparseProblem {
-        q: q.as_input(),
-        kv: kv.as_input(),
-        indices: indices.clone(),
-        topk,
-        topk_length: None,
-        block_table: block_table.clone(),
-        max_blocks,
-        block_size: bs,
-        v_dim,
-        scale: 0.13523,
-        sink: None,
-    };
+    let params = SparseAttentionParams::new(v_dim, 0.13523);
+    let call = sparse_call(&q, &kv, &indices, &block_table, max_blocks, params);
     let run = || {
         let mut runner = Runner::sim("sparse_paged_attention");
-        sparse::run(&mut runner, &p).expect("runs")
+        sparse::run(&mut runner, &call, q.as_input(), kv.as_input()).expect("runs")
     };
     let (_, records) = tileops_ops::profile(run);
     hazard_free(&records);

@@ -6,7 +6,7 @@
 
 use tile_backend::ir::DType;
 use tile_backend::sim::GmTensor;
-use tileops_ops::kv_cache::kernel::{self as kv, CacheWrite};
+use tileops_ops::kv_cache::{kernel as kv, CacheCall};
 use tileops_ops::paged_gather::kernel::{self as pg, GatherProblem};
 use tileops_ops::runtime::Runner;
 use tileops_ops::{profile, LaunchRecord, OpError};
@@ -16,7 +16,7 @@ use tileops_ops::{profile, LaunchRecord, OpError};
 #[path = "support/mod.rs"]
 mod support;
 
-use support::Rng;
+use support::{from_gm, Rng};
 
 fn random_tensor(rng: &mut Rng, dtype: DType, shape: &[usize]) -> GmTensor {
     let n: usize = shape.iter().product();
@@ -221,30 +221,43 @@ fn gather_rejects_malformed_problems() {
 }
 
 /// Plain Rust: row i of rows goes to cache row slot[i] (skipping -1).
-fn cache_expected(cache: &GmTensor, w: &CacheWrite<'_>) -> Vec<u8> {
-    let n = w.slot_mapping.len();
-    let row_bytes = w.rows.data.len() / n.max(1);
+fn cache_expected(cache: &GmTensor, rows: &GmTensor, slot_mapping: &[i64]) -> Vec<u8> {
+    let n = slot_mapping.len();
+    let row_bytes = rows.data.len() / n.max(1);
     let mut out = cache.data.clone();
-    for (i, &s) in w.slot_mapping.iter().enumerate() {
+    for (i, &s) in slot_mapping.iter().enumerate() {
         if s >= 0 {
             let s = s as usize;
             out[s * row_bytes..(s + 1) * row_bytes]
-                .copy_from_slice(&w.rows.data[i * row_bytes..(i + 1) * row_bytes]);
+                .copy_from_slice(&rows.data[i * row_bytes..(i + 1) * row_bytes]);
         }
     }
     out
 }
 
-fn check_cache(cache: &GmTensor, w: &CacheWrite<'_>) {
+/// The validated call writing `rows` into `cache` at `slot_mapping`.
+fn cache_call(
+    cache: &GmTensor,
+    rows: &GmTensor,
+    slot_mapping: &[i64],
+) -> Result<CacheCall, OpError> {
+    let slots = support::ints(slot_mapping, &[slot_mapping.len()], candle_core::DType::I64);
+    CacheCall::validate(&from_gm(rows), &from_gm(cache), &slots)
+}
+
+fn check_cache(cache: &GmTensor, rows: &GmTensor, slot_mapping: &[i64]) {
+    let call = cache_call(cache, rows, slot_mapping).expect("a valid call");
     let mut got = cache.clone();
-    let (r, records) =
-        profile(|| kv::run(&mut Runner::sim("reshape_and_cache"), got.as_inout(), w));
+    let (r, records) = profile(|| {
+        let mut runner = Runner::sim("reshape_and_cache");
+        kv::run(&mut runner, &call, got.as_inout(), rows.as_input())
+    });
     r.expect("the cache write runs");
     assert!(
-        got.data == cache_expected(cache, w),
+        got.data == cache_expected(cache, rows, slot_mapping),
         "cache contents differ"
     );
-    let launches = usize::from(w.slot_mapping.iter().any(|&s| s >= 0));
+    let launches = usize::from(slot_mapping.iter().any(|&s| s >= 0));
     assert_clean(&records, launches);
 }
 
@@ -274,11 +287,8 @@ fn cache_write_with_padding_slots_in_place() {
         let cache = random_tensor(&mut rng, dtype, &[6, 16, 2, 24]);
         let n = 37;
         let rows = random_tensor(&mut rng, dtype, &[n, 2, 24]);
-        let w = CacheWrite {
-            rows: rows.as_input(),
-            slot_mapping: slot_mapping(&mut rng, 96, n, true),
-        };
-        check_cache(&cache, &w);
+        let w: Vec<i64> = slot_mapping(&mut rng, 96, n, true);
+        check_cache(&cache, &rows, &w);
     }
 }
 
@@ -294,25 +304,16 @@ fn cache_write_spans_blocks_decode_and_prefill() {
     rng.shuffle(&mut table);
     let slot = |t: usize| table[t / 64] * 64 + (t % 64) as i64;
     let prefill_rows = random_tensor(&mut rng, dtype, &[150, 576]);
-    let prefill = CacheWrite {
-        rows: prefill_rows.as_input(),
-        slot_mapping: (40..190).map(slot).collect(),
-    };
-    check_cache(&cache, &prefill);
+    let prefill: Vec<i64> = (40..190).map(slot).collect();
+    check_cache(&cache, &prefill_rows, &prefill);
     let decode_rows = random_tensor(&mut rng, dtype, &[4, 576]);
-    let decode = CacheWrite {
-        rows: decode_rows.as_input(),
-        slot_mapping: vec![slot(7), -1, slot(300), slot(511)],
-    };
-    check_cache(&cache, &decode);
+    let decode: Vec<i64> = vec![slot(7), -1, slot(300), slot(511)];
+    check_cache(&cache, &decode_rows, &decode);
     // f32, rows that are not a multiple of 8 elements.
     let cache = random_tensor(&mut rng, DType::F32, &[5, 10, 13]);
     let rows = random_tensor(&mut rng, DType::F32, &[23, 13]);
-    let w = CacheWrite {
-        rows: rows.as_input(),
-        slot_mapping: slot_mapping(&mut rng, 50, 23, true),
-    };
-    check_cache(&cache, &w);
+    let w: Vec<i64> = slot_mapping(&mut rng, 50, 23, true);
+    check_cache(&cache, &rows, &w);
 }
 
 #[test]
@@ -320,11 +321,8 @@ fn cache_write_of_only_padding_touches_nothing() {
     let mut rng = Rng::new(70);
     let cache = random_tensor(&mut rng, DType::F16, &[2, 4, 16]);
     let rows = random_tensor(&mut rng, DType::F16, &[3, 16]);
-    let w = CacheWrite {
-        rows: rows.as_input(),
-        slot_mapping: vec![-1, -1, -1],
-    };
-    check_cache(&cache, &w);
+    let w: Vec<i64> = vec![-1, -1, -1];
+    check_cache(&cache, &rows, &w);
 }
 
 #[test]
@@ -333,12 +331,7 @@ fn cache_write_rejects_malformed_problems() {
     let mut cache = random_tensor(&mut rng, DType::F16, &[2, 4, 16]);
     let before = cache.clone();
     let rows = random_tensor(&mut rng, DType::F16, &[2, 16]);
-    let w = CacheWrite {
-        rows: rows.as_input(),
-        slot_mapping: vec![0, 8],
-    };
-    let e =
-        kv::run(&mut Runner::sim("reshape_and_cache"), cache.as_inout(), &w).expect_err("slot 8");
+    let e = cache_call(&cache, &rows, &[0, 8]).expect_err("slot 8");
     assert!(
         matches!(
             e,
@@ -349,14 +342,28 @@ fn cache_write_rejects_malformed_problems() {
         ),
         "{e}"
     );
-    let rows = random_tensor(&mut rng, DType::F32, &[2, 16]);
-    let w = CacheWrite {
-        rows: rows.as_input(),
-        slot_mapping: vec![0, 1],
-    };
-    let e =
-        kv::run(&mut Runner::sim("reshape_and_cache"), cache.as_inout(), &w).expect_err("dtype");
+    // Storage that is not the validated call's: an f32 cache under an f16 call.
+    let call = cache_call(&cache, &rows, &[0, 1]).expect("a valid call");
+    let mut other = random_tensor(&mut rng, DType::F32, &[2, 4, 16]);
+    let other_before = other.clone();
+    let e = kv::run(
+        &mut Runner::sim("reshape_and_cache"),
+        &call,
+        other.as_inout(),
+        rows.as_input(),
+    )
+    .expect_err("dtype");
     assert!(matches!(e, OpError::Invalid { arg: "cache", .. }), "{e}");
+    assert_eq!(other, other_before, "a rejected call writes nothing");
+    let short = random_tensor(&mut rng, DType::F16, &[1, 16]);
+    let e = kv::run(
+        &mut Runner::sim("reshape_and_cache"),
+        &call,
+        cache.as_inout(),
+        short.as_input(),
+    )
+    .expect_err("one row short");
+    assert!(matches!(e, OpError::Invalid { arg: "rows", .. }), "{e}");
     assert_eq!(cache, before, "a rejected call writes nothing");
 }
 
@@ -399,13 +406,11 @@ fn ascend950_path_writes_packages_and_reports_no_device() {
     let mut cache = random_tensor(&mut rng, DType::BF16, &[4, 8, 32]);
     let before = cache.clone();
     let rows = random_tensor(&mut rng, DType::BF16, &[5, 32]);
-    let w = CacheWrite {
-        rows: rows.as_input(),
-        slot_mapping: vec![3, 9, -1, 31, 0],
-    };
+    let call = cache_call(&cache, &rows, &[3, 9, -1, 31, 0]).expect("a valid call");
     let (r, records) = profile(|| {
         let mut runner = Runner::package("reshape_and_cache", &dir);
-        kv::run(&mut runner, cache.as_inout(), &w).expect("packaging the cache write works");
+        kv::run(&mut runner, &call, cache.as_inout(), rows.as_input())
+            .expect("packaging the cache write works");
         runner.finish()
     });
     assert!(matches!(r, Err(OpError::DeviceUnavailable { .. })), "{r:?}");

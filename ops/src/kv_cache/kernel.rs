@@ -1,7 +1,8 @@
 //! The `reshape_and_cache` kernel in the tile DSL (rows GM -> UB -> GM at slots), and its host
 //! code.
 //!
-//! CONTRACT (the op layer in `mod.rs` calls exactly this): `run` receives validated inputs.
+//! CONTRACT (the op layer in `mod.rs` calls exactly this): [`run`] receives a validated
+//! [`CacheCall`] and the storage it describes.
 //!
 //! # Kernel
 //!
@@ -32,8 +33,10 @@
 //! call costs O(N rows), not O(cache size). For the Ascend 950 the launch only writes the
 //! package and the cache is left as it was.
 
-use crate::bridge::gm_i32;
+use super::CacheCall;
+use crate::bridge::{self, gm_i32};
 use crate::error::OpError;
+use crate::kernels::ReshapeAndCacheShape;
 use crate::runtime::{compiled, Runner};
 use crate::templates::row_copy::{block_dim_for, emit_row_copy, RowPlan, RowTiles};
 use tile_backend::dsl::{Body, KernelBuilder};
@@ -41,18 +44,6 @@ use tile_backend::ir::{DType, Expr, Kernel};
 use tile_backend::launch::{Arg, GmInOut, GmInput};
 
 const OP: &str = "reshape_and_cache";
-
-/// One validated cache write: row `i` of `rows` goes to physical slot `slot_mapping[i]` of
-/// `cache` (slot = block * block_size + offset); a slot of -1 skips the row (padding tokens).
-#[derive(Debug, Clone)]
-pub struct CacheWrite<'a> {
-    /// New rows `[N, ...]` (the trailing dims multiply to row = Hkv * D, or the MLA latent
-    /// width), the cache's dtype; borrowed, not copied.
-    pub rows: GmInput<'a>,
-    /// Destination slots, `N` of them, each `-1` or in `0..num_blocks * block_size` (checked);
-    /// no two valid slots are equal (checked: the result would depend on the order).
-    pub slot_mapping: Vec<i64>,
-}
 
 /// The cache kernel for `dtype` rows of `row` columns. Parameters (bound by name): scalars `n` (N),
 /// `slots` (rows of the cache); tensors `rows [N, row]`, `slot_mapping [1, N]` (i32),
@@ -78,108 +69,93 @@ pub(crate) fn cache_kernel(dtype: DType, row: u64) -> Kernel {
     kb.build()
 }
 
-/// Checks the shapes the kernel's arguments depend on (the op layer validated the values), so
-/// a malformed call is an error, never a panic. Returns `(N, row, slots)`.
-fn check(cache: &GmInOut<'_>, w: &CacheWrite<'_>) -> Result<(usize, usize, usize), OpError> {
-    if !matches!(w.rows.dtype, DType::F32 | DType::F16 | DType::BF16) {
-        return Err(OpError::invalid(
-            OP,
-            "rows",
-            format!(
-                "dtype {} is not supported: use f32, f16 or bf16",
-                w.rows.dtype
-            ),
-        ));
-    }
-    if cache.dtype != w.rows.dtype {
-        return Err(OpError::invalid(
-            OP,
-            "cache",
-            format!(
-                "dtype {} differs from the rows' {}",
-                cache.dtype, w.rows.dtype
-            ),
-        ));
-    }
-    let n = w.slot_mapping.len();
-    let Some((&first, rest)) = w.rows.shape.split_first() else {
-        return Err(OpError::invalid(
-            OP,
-            "rows",
-            "must be at least 1-D [N, ...]",
-        ));
-    };
-    if first != n {
-        return Err(OpError::invalid(
-            OP,
-            "slot_mapping",
-            format!("has {n} entries but rows has {first} rows"),
-        ));
-    }
-    let row: usize = rest.iter().product();
-    if row == 0 {
-        return Err(OpError::invalid(OP, "rows", "rows must not be empty"));
-    }
-    let total: usize = cache.shape.iter().product();
-    if !total.is_multiple_of(row) {
-        return Err(OpError::invalid(
-            OP,
-            "cache",
-            format!(
-                "{total} elements (shape {:?}) are not a whole number of {row}-element rows",
-                cache.shape
-            ),
-        ));
-    }
-    let slots = total / row;
-    if let Some(bad) = w
-        .slot_mapping
-        .iter()
-        .find(|&&s| s < -1 || s >= slots as i64)
-    {
-        return Err(OpError::invalid(
-            OP,
-            "slot_mapping",
-            format!("slot {bad} is neither -1 nor in 0..{slots}"),
-        ));
-    }
-    Ok((n, row, slots))
+/// The launch plan of a cache write of `shape`, the same on every target (the row copy has no
+/// tiling to choose): the kernel for its dtype and row width, on as many blocks as give every
+/// AIV a row. [`run`] and `tileops emit` ([`crate::kernels::reshape_and_cache`]) both launch
+/// from it.
+pub(crate) struct CachePlan {
+    /// Row dtype.
+    pub dtype: DType,
+    /// Elements per row.
+    pub width: u64,
+    /// Blocks launched.
+    pub block_dim: usize,
 }
 
-/// Writes `w.rows` into `cache` (`[num_blocks, block_size, row]` or any shape whose element
-/// count is a whole number of rows), in place: the kernel writes the borrowed bytes directly,
-/// only the `N` mapped rows change, nothing is copied. On an error before the launch (a malformed
-/// call) nothing is written; with a packaging runner nothing runs and the cache is unchanged.
-pub fn run(runner: &mut Runner, cache: GmInOut<'_>, w: &CacheWrite<'_>) -> Result<(), OpError> {
-    let (n, row, slots) = check(&cache, w)?;
-    if n == 0 || w.slot_mapping.iter().all(|&s| s < 0) {
+impl CachePlan {
+    /// The kernel cache key.
+    pub fn key(&self) -> String {
+        format!("{OP}/{}/{}", self.dtype, self.width)
+    }
+
+    /// The kernel, as its builder writes it.
+    pub fn kernel(&self) -> Kernel {
+        cache_kernel(self.dtype, self.width)
+    }
+}
+
+/// The plan of a cache write of `shape`.
+pub(crate) fn plan(shape: &ReshapeAndCacheShape) -> CachePlan {
+    CachePlan {
+        dtype: shape.dtype,
+        width: shape.width as u64,
+        block_dim: block_dim_for(shape.tokens),
+    }
+}
+
+/// Writes the rows `[N, ...]` (borrowed storage) into `cache` (a mutable borrow of the caller's
+/// bytes, `[num_blocks, block_size, ...]`) at `call`'s slots, in place: the kernel writes the
+/// borrowed bytes directly, only the `N` mapped rows change, nothing is copied. With a
+/// packaging runner nothing runs and the cache is unchanged.
+///
+/// # Errors
+/// [`OpError::Invalid`] when `cache` or `rows` is not the storage `call` describes (nothing is
+/// written); kernel errors.
+pub fn run(
+    runner: &mut Runner,
+    call: &CacheCall,
+    cache: GmInOut<'_>,
+    rows: GmInput<'_>,
+) -> Result<(), OpError> {
+    let s = &call.shape;
+    let (n, row, slots) = (s.tokens, s.width, call.num_slots());
+    bridge::check_storage(
+        OP,
+        "cache",
+        (cache.dtype, cache.data.len()),
+        s.dtype,
+        slots * row,
+    )?;
+    bridge::check_storage(OP, "rows", (rows.dtype, rows.data.len()), s.dtype, n * row)?;
+    if n == 0 || call.slot_mapping.iter().all(|&s| s < 0) {
         return Ok(());
     }
-    let dtype = w.rows.dtype;
-    let key = format!("{OP}/{dtype}/{row}");
-    let kernel = compiled(OP, &key, || cache_kernel(dtype, row as u64))?;
+    let plan = plan(s);
+    let kernel = compiled(OP, &plan.key(), || plan.kernel())?;
     // The kernel sees rows as [N, row] and the cache as [slots, row]: new shapes over the same
     // borrowed bytes.
-    let rows = GmInput {
-        dtype,
-        shape: vec![n, row],
-        data: w.rows.data,
-    };
-    let cache = GmInOut {
-        dtype,
-        shape: vec![slots, row],
-        data: cache.data,
-    };
     let named = vec![
         ("n", Arg::Int(n as i64)),
         ("slots", Arg::Int(slots as i64)),
-        ("rows", Arg::Input(rows)),
+        (
+            "rows",
+            Arg::Input(GmInput {
+                shape: vec![n, row],
+                ..rows
+            }),
+        ),
         (
             "slot_mapping",
-            Arg::Tensor(gm_i32(&[1, n], &w.slot_mapping)),
+            Arg::Tensor(gm_i32(&[1, n], &call.slot_mapping)),
         ),
-        ("cache", Arg::InOut(cache)),
+        (
+            "cache",
+            Arg::InOut(GmInOut {
+                shape: vec![slots, row],
+                ..cache
+            }),
+        ),
     ];
-    runner.launch_named(&kernel, block_dim_for(n), named)?;
+    runner.launch_named(&kernel, plan.block_dim, named)?;
     Ok(())
 }

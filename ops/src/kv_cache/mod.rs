@@ -12,8 +12,8 @@ mod reference;
 use crate::backend::Backend;
 use crate::bridge::{self, Bridge};
 use crate::error::OpError;
+use crate::kernels::ReshapeAndCacheShape;
 use candle_core::{CpuStorage, InplaceOp2, Layout, Tensor};
-use kernel::CacheWrite;
 
 const OP: &str = "reshape_and_cache";
 
@@ -39,12 +39,12 @@ pub fn reshape_and_cache(
     backend: Option<Backend>,
 ) -> Result<(), OpError> {
     let backend = bridge::resolve_backend(backend)?;
-    let v = validate(rows, cache, slot_mapping)?;
+    let call = CacheCall::validate(rows, cache, slot_mapping)?;
     match backend {
-        Backend::Reference => reference::reshape_and_cache(rows, cache, &v),
+        Backend::Reference => reference::reshape_and_cache(rows, cache, &call),
         Backend::TileSim | Backend::Ascend950 => {
             let op = CacheOp {
-                v,
+                call,
                 backend,
                 bridge: Bridge::new(OP),
             };
@@ -55,87 +55,106 @@ pub fn reshape_and_cache(
     }
 }
 
-/// A validated call in host form.
+/// One validated `reshape_and_cache` call: its [`shape`](Self::shape) (what the launch plan, the
+/// kernel and `tileops emit --op reshape-and-cache` read) and the slots. Made only by
+/// [`CacheCall::validate`]; the kernel runs it with [`kernel::run`] on the cache's and the rows'
+/// storage.
 #[derive(Debug, Clone)]
-pub(crate) struct Validated {
-    /// Rows `N`.
-    pub n: usize,
-    /// Row width (elements).
-    pub width: usize,
-    /// Slots in the cache (`num_blocks * block_size`).
-    pub num_slots: usize,
-    pub num_blocks: usize,
-    pub block_size: usize,
-    pub slot_mapping: Vec<i64>,
+pub struct CacheCall {
+    /// The call's shape: dtype, rows `N` (`tokens`) and row width.
+    pub shape: ReshapeAndCacheShape,
+    /// Blocks of the cache.
+    pub(crate) num_blocks: usize,
+    /// Slots per block.
+    pub(crate) block_size: usize,
+    /// Destination slot of each row: -1 (skip) or a slot of the cache, the valid ones distinct.
+    pub(crate) slot_mapping: Vec<i64>,
 }
 
-fn validate(rows: &Tensor, cache: &Tensor, slot_mapping: &Tensor) -> Result<Validated, OpError> {
-    bridge::check_cpu(OP, "cache", cache)?;
-    let cd = cache.dims();
-    if cd.len() < 3 {
-        return Err(OpError::invalid(
+impl CacheCall {
+    /// Checks a call of [`reshape_and_cache`] (every rule its doc states) and reads the slots.
+    ///
+    /// # Errors
+    /// [`OpError::Invalid`] naming the argument for any broken rule.
+    pub fn validate(
+        rows: &Tensor,
+        cache: &Tensor,
+        slot_mapping: &Tensor,
+    ) -> Result<CacheCall, OpError> {
+        bridge::check_cpu(OP, "cache", cache)?;
+        let cd = cache.dims();
+        if cd.len() < 3 {
+            return Err(OpError::invalid(
+                OP,
+                "cache",
+                format!("must have rank >= 3 [num_blocks, block_size, ...row], found shape {cd:?}"),
+            ));
+        }
+        let cd = bridge::check_data(
             OP,
             "cache",
-            format!("must have rank >= 3 [num_blocks, block_size, ...row], found shape {cd:?}"),
-        ));
+            cache,
+            "[num_blocks, block_size, ...row]",
+            cd.len(),
+        )?;
+        if !cache.is_contiguous() {
+            return Err(OpError::invalid(
+                OP,
+                "cache",
+                "must be contiguous: it is written in place, so a contiguous copy would not be the caller's cache",
+            ));
+        }
+        let (num_blocks, block_size) = (cd[0], cd[1]);
+        let width: usize = cd[2..].iter().product();
+        bridge::check_cpu(OP, "rows", rows)?;
+        let rd = rows.dims();
+        if rd.len() < 2 {
+            return Err(OpError::invalid(
+                OP,
+                "rows",
+                format!("must have rank >= 2 [N, ...row], found shape {rd:?}"),
+            ));
+        }
+        let rd = bridge::check_data(OP, "rows", rows, "[N, ...row]", rd.len())?;
+        bridge::check_same_dtype(OP, "rows", rows, "cache", cache.dtype())?;
+        let n = rd[0];
+        let rw: usize = rd[1..].iter().product();
+        if rw != width {
+            return Err(OpError::invalid(
+                OP,
+                "rows",
+                format!(
+                    "row width {rw} (shape {rd:?} after N) must equal the cache's row width {width} (shape {cd:?} after block_size)"
+                ),
+            ));
+        }
+        if bridge::storage_addr(rows) == bridge::storage_addr(cache) {
+            return Err(OpError::invalid(
+                OP,
+                "rows",
+                "must not share storage with `cache` (copy the rows first)",
+            ));
+        }
+        let (sd, slots) = bridge::check_positions(OP, "slot_mapping", slot_mapping, "[N]", 1)?;
+        bridge::check_dim(OP, "slot_mapping", &sd, 0, "N", n, "rows is [N, ...row]")?;
+        let num_slots = num_blocks * block_size;
+        check_slots(&slots, num_slots, (num_blocks, block_size))?;
+        Ok(CacheCall {
+            shape: ReshapeAndCacheShape {
+                dtype: bridge::data_dtype(OP, "cache", cache.dtype())?,
+                tokens: n,
+                width,
+            },
+            num_blocks,
+            block_size,
+            slot_mapping: slots,
+        })
     }
-    let cd = bridge::check_data(
-        OP,
-        "cache",
-        cache,
-        "[num_blocks, block_size, ...row]",
-        cd.len(),
-    )?;
-    if !cache.is_contiguous() {
-        return Err(OpError::invalid(
-            OP,
-            "cache",
-            "must be contiguous: it is written in place, so a contiguous copy would not be the caller's cache",
-        ));
+
+    /// Slots of the cache (`num_blocks * block_size`).
+    pub(crate) fn num_slots(&self) -> usize {
+        self.num_blocks * self.block_size
     }
-    let (num_blocks, block_size) = (cd[0], cd[1]);
-    let width: usize = cd[2..].iter().product();
-    bridge::check_cpu(OP, "rows", rows)?;
-    let rd = rows.dims();
-    if rd.len() < 2 {
-        return Err(OpError::invalid(
-            OP,
-            "rows",
-            format!("must have rank >= 2 [N, ...row], found shape {rd:?}"),
-        ));
-    }
-    let rd = bridge::check_data(OP, "rows", rows, "[N, ...row]", rd.len())?;
-    bridge::check_same_dtype(OP, "rows", rows, "cache", cache.dtype())?;
-    let n = rd[0];
-    let rw: usize = rd[1..].iter().product();
-    if rw != width {
-        return Err(OpError::invalid(
-            OP,
-            "rows",
-            format!(
-                "row width {rw} (shape {rd:?} after N) must equal the cache's row width {width} (shape {cd:?} after block_size)"
-            ),
-        ));
-    }
-    if bridge::storage_addr(rows) == bridge::storage_addr(cache) {
-        return Err(OpError::invalid(
-            OP,
-            "rows",
-            "must not share storage with `cache` (copy the rows first)",
-        ));
-    }
-    let (sd, slots) = bridge::check_positions(OP, "slot_mapping", slot_mapping, "[N]", 1)?;
-    bridge::check_dim(OP, "slot_mapping", &sd, 0, "N", n, "rows is [N, ...row]")?;
-    let num_slots = num_blocks * block_size;
-    check_slots(&slots, num_slots, (num_blocks, block_size))?;
-    Ok(Validated {
-        n,
-        width,
-        num_slots,
-        num_blocks,
-        block_size,
-        slot_mapping: slots,
-    })
 }
 
 /// Checks `slot_mapping`: each value -1 (skip) or a slot in `0..num_slots`, the valid ones
@@ -175,7 +194,7 @@ fn check_slots(
 /// The in-place candle op running the tile kernel (simulated, or packaged for the Ascend 950)
 /// directly on the cache's storage: O(N rows) per call, whatever the cache size.
 struct CacheOp {
-    v: Validated,
+    call: CacheCall,
     backend: Backend,
     bridge: Bridge,
 }
@@ -188,19 +207,12 @@ impl CacheOp {
         rs: &CpuStorage,
         rl: &Layout,
     ) -> Result<((), ()), OpError> {
-        let v = &self.v;
         // Both are borrowed from candle's storage: the kernel writes the N mapped rows of the
         // cache in place, and no byte of the cache is copied in or out.
-        let mut cache = bridge::gm_inout(OP, "cache", cs, cl)?;
-        cache.shape = vec![v.num_blocks, v.block_size, v.width];
-        let mut rows = bridge::gm_input(OP, "rows", rs, rl)?;
-        rows.shape = vec![v.n, v.width];
-        let w = CacheWrite {
-            rows,
-            slot_mapping: v.slot_mapping.clone(),
-        };
+        let cache = bridge::gm_inout(OP, "cache", cs, cl)?;
+        let rows = bridge::gm_input(OP, "rows", rs, rl)?;
         let mut runner = bridge::runner(OP, self.backend);
-        kernel::run(&mut runner, cache, &w)?;
+        kernel::run(&mut runner, &self.call, cache, rows)?;
         runner.finish().map(|()| ((), ()))
     }
 }

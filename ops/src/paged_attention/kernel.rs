@@ -1,39 +1,18 @@
 //! The dense paged-attention kernels in the tile DSL, and the host code that launches them.
 //!
-//! CONTRACT (the op layer in `mod.rs` calls exactly this): `run` receives validated inputs.
+//! CONTRACT (the op layer in `mod.rs` calls exactly this): [`run`] receives a validated
+//! [`PagedCall`] and the storage it describes; `plan` is the call's one launch plan, which
+//! [`run`] and `tileops emit` ([`crate::kernels::paged_attention`]) both launch from.
 
+use super::PagedCall;
+use crate::bridge;
 use crate::error::OpError;
-use crate::runtime::Runner;
-use crate::templates::attention::{run_attention, AttnCfg, AttnInputs};
-use tile_backend::ir::DType;
+use crate::kernels::PagedAttentionShape;
+use crate::runtime::{PlanTarget, Runner};
+use crate::templates::attention::{self, run_attention, AttnCfg, AttnInputs, AttnPlan};
 use tile_backend::launch::{GmInput, GmTensor};
 
 const OP: &str = "paged_attention";
-
-/// One validated dense paged-attention call, in the simulator's host form.
-#[derive(Debug, Clone)]
-pub struct PagedProblem<'a> {
-    /// Queries `[B, H, D]`, f32/f16/bf16 (borrowed: [`GmTensor::as_input`]).
-    pub q: GmInput<'a>,
-    /// Key cache `[num_blocks, block_size, Hkv, D]`, q's dtype (borrowed).
-    pub k_cache: GmInput<'a>,
-    /// Value cache `[num_blocks, block_size, Hkv, D]`, q's dtype (borrowed).
-    pub v_cache: GmInput<'a>,
-    /// `[B, max_blocks]` block table; the first `ceil(context_len / block_size)` entries of each
-    /// row are in `0..num_blocks` (checked); the rest may hold anything.
-    pub block_table: Vec<i64>,
-    /// Columns of the block table.
-    pub max_blocks: usize,
-    /// Tokens of context per sequence, each in `1..=max_blocks * block_size` (checked; a zero
-    /// length is rejected by the op layer).
-    pub context_lens: Vec<i64>,
-    /// Tokens per cache block.
-    pub block_size: usize,
-    /// KV heads (`H % Hkv == 0`).
-    pub num_kv_heads: usize,
-    /// Softmax scale.
-    pub scale: f32,
-}
 
 /// Most query heads one KV head may serve: a GQA group is one head tile of the template.
 pub(crate) const MAX_GROUP: usize = 128;
@@ -49,90 +28,83 @@ pub(crate) fn head_group(heads: usize, kv_heads: usize) -> Result<usize, String>
     }
 }
 
-/// The split kernel's static shape for `heads` query heads over `kv_heads` KV heads of
-/// `head_dim` columns, a `block_size`-token cache of `dtype`: one head tile per KV head (its
-/// `H / Hkv` query heads), K and V gathered from their caches viewed as `[num_blocks *
-/// block_size, Hkv * D]` at column `kv_head * D`. `kv_heads` must divide `heads` (see
-/// [`head_group`]). [`run`] and [`crate::kernels::paged_attention`] both build their kernels
-/// from it.
-pub(crate) fn attn_cfg(
-    dtype: DType,
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
-    block_size: usize,
-    double_buffer: bool,
-) -> AttnCfg {
-    let kv_heads = kv_heads.max(1);
-    AttnCfg::new(
+/// The launch plan of a call of `shape` on `target`: the split kernel's static shape (one head
+/// tile per KV head, its `H / Hkv` query heads; K and V gathered from their caches viewed as
+/// `[num_blocks * block_size, Hkv * D]` at column `kv_head * D`), its grid for `context_len`
+/// tokens in the longest context, and the merge. `kv_heads` must divide `heads` (see
+/// [`head_group`]).
+pub(crate) fn plan(shape: &PagedAttentionShape, target: PlanTarget) -> AttnPlan {
+    let s = shape;
+    let kv_heads = s.kv_heads.max(1);
+    let cfg = AttnCfg::new(
         "paged_attn",
-        dtype,
-        heads as u64,
-        (heads / kv_heads) as u64,
-        head_dim as u64,
-        head_dim as u64,
-        (kv_heads * head_dim) as u64,
-        head_dim as u64,
+        s.dtype,
+        s.heads as u64,
+        (s.heads / kv_heads) as u64,
+        s.head_dim as u64,
+        s.head_dim as u64,
+        (kv_heads * s.head_dim) as u64,
+        s.head_dim as u64,
         true,
-        block_size as u64,
-        double_buffer,
-    )
+        s.block_size as u64,
+        target.pipes_overlap(),
+    );
+    attention::plan(cfg, s.batch, s.context_len, false, target)
 }
 
-/// Runs dense paged attention: returns `out [B, H, D]` in q's dtype.
+/// Runs dense paged attention on `q [B, H, D]` and the caches `[num_blocks, block_size, Hkv,
+/// D]` (borrowed storage, `call`'s dtype): returns `out [B, H, D]` in q's dtype.
 ///
-/// The sparse kernel template with host-generated indices `0..context_len` per sequence: one
-/// head tile per KV head (its `H / Hkv` query heads), K and V gathered from their caches viewed
-/// as `[num_blocks * block_size, Hkv * D]` at column `kv_head * D`.
-pub fn run(runner: &mut Runner, p: &PagedProblem<'_>) -> Result<GmTensor, OpError> {
-    let (b, h, d) = match p.q.shape[..] {
-        [b, h, d] => (b, h, d),
-        _ => return Err(OpError::invalid(OP, "q", "must be [B, H, D]")),
-    };
-    let (nblk, bs) = match p.k_cache.shape[..] {
-        [n, bs, _, _] => (n, bs),
-        _ => {
-            return Err(OpError::invalid(
-                OP,
-                "k_cache",
-                "must be [num_blocks, block_size, Hkv, D]",
-            ))
-        }
-    };
-    let hkv = p.num_kv_heads;
-    head_group(h, hkv).map_err(|rule| OpError::invalid(OP, "num_kv_heads", rule))?;
-    let topk = p.context_lens.iter().copied().max().unwrap_or(0).max(0) as usize;
+/// The sparse kernel template with host-generated indices `0..context_len` per sequence, as
+/// `plan` makes it for the runner's target.
+///
+/// # Errors
+/// [`OpError::Invalid`] when `q`, `k_cache` or `v_cache` is not the storage `call` describes;
+/// kernel errors.
+pub fn run(
+    runner: &mut Runner,
+    call: &PagedCall,
+    q: GmInput<'_>,
+    k_cache: GmInput<'_>,
+    v_cache: GmInput<'_>,
+) -> Result<GmTensor, OpError> {
+    let s = &call.shape;
+    let (b, h, d, hkv) = (s.batch, s.heads, s.head_dim, s.kv_heads);
+    let tokens = call.num_blocks * s.block_size;
+    bridge::check_storage(OP, "q", (q.dtype, q.data.len()), s.dtype, b * h * d)?;
+    for (arg, c) in [("k_cache", &k_cache), ("v_cache", &v_cache)] {
+        bridge::check_storage(OP, arg, (c.dtype, c.data.len()), s.dtype, tokens * hkv * d)?;
+    }
+    let topk = s.context_len;
     let mut indices = Vec::with_capacity(b * topk);
     for _ in 0..b {
         indices.extend(0..topk as i64);
     }
-    let counts: Vec<i64> = p
-        .context_lens
-        .iter()
-        .map(|&c| c.clamp(0, topk as i64))
-        .collect();
-    let cfg = attn_cfg(p.q.dtype, h, hkv, d, bs, runner.pipes_overlap());
-    let mut q = p.q.clone();
-    q.shape = vec![b * h, d];
-    let mut k = p.k_cache.clone();
-    k.shape = vec![nblk * bs, hkv * d];
-    let mut v = p.v_cache.clone();
-    v.shape = vec![nblk * bs, hkv * d];
+    let plan = plan(s, runner.plan_target());
+    let cache_shape = vec![tokens, hkv * d];
     let (mut out, _lse) = run_attention(
         runner,
         OP,
-        &cfg,
+        &plan,
         AttnInputs {
-            q,
-            kv: k,
-            v: Some(v),
+            q: GmInput {
+                shape: vec![b * h, d],
+                ..q
+            },
+            kv: GmInput {
+                shape: cache_shape.clone(),
+                ..k_cache
+            },
+            v: Some(GmInput {
+                shape: cache_shape,
+                ..v_cache
+            }),
             indices,
             topk,
-            counts,
-            block_table: &p.block_table,
-            max_blocks: p.max_blocks,
-            batch: b,
-            scale: p.scale,
+            counts: call.context_lens.clone(),
+            block_table: &call.block_table,
+            max_blocks: call.max_blocks,
+            scale: call.scale,
             sink: None,
         },
     )?;

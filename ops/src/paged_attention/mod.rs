@@ -7,8 +7,8 @@ mod reference;
 use crate::backend::Backend;
 use crate::bridge::{self, Bridge};
 use crate::error::OpError;
+use crate::kernels::PagedAttentionShape;
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
-use kernel::PagedProblem;
 
 const OP: &str = "paged_attention";
 
@@ -43,12 +43,12 @@ pub fn paged_attention(
     backend: Option<Backend>,
 ) -> Result<Tensor, OpError> {
     let backend = bridge::resolve_backend(backend)?;
-    let v = validate(q, k_cache, v_cache, block_table, context_lens, params)?;
+    let call = PagedCall::validate(q, k_cache, v_cache, block_table, context_lens, params)?;
     match backend {
-        Backend::Reference => reference::paged_attention(q, k_cache, v_cache, &v),
+        Backend::Reference => reference::paged_attention(q, k_cache, v_cache, &call),
         Backend::TileSim | Backend::Ascend950 => {
             let op = PagedOp {
-                v,
+                call,
                 backend,
                 bridge: Bridge::new(OP),
             };
@@ -62,123 +62,141 @@ pub fn paged_attention(
     }
 }
 
-/// A validated call in host form.
+/// One validated `paged_attention` call: its [`shape`](Self::shape) (what the launch plan, the
+/// kernels and `tileops emit --op paged-attention` read) and the host data the kernels and the
+/// Reference take. Made only by [`PagedCall::validate`]; the kernels run it with
+/// [`kernel::run`] on q's and the caches' storage.
 #[derive(Debug, Clone)]
-pub(crate) struct Validated {
-    pub batch: usize,
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub head_dim: usize,
-    pub block_size: usize,
-    pub max_blocks: usize,
-    pub scale: f32,
-    pub block_table: Vec<i64>,
-    pub context_lens: Vec<i64>,
+pub struct PagedCall {
+    /// The call's shape; its `context_len` is the longest context (the count the plan splits).
+    pub shape: PagedAttentionShape,
+    /// Blocks of each cache.
+    pub(crate) num_blocks: usize,
+    /// Columns of the block table.
+    pub(crate) max_blocks: usize,
+    /// Softmax scale.
+    pub(crate) scale: f32,
+    /// `[B, max_blocks]` block table.
+    pub(crate) block_table: Vec<i64>,
+    /// Tokens of context per sequence.
+    pub(crate) context_lens: Vec<i64>,
     /// Per sequence, the physical slot of each of its `context_lens[b]` tokens.
-    pub slots: Vec<Vec<i64>>,
+    pub(crate) slots: Vec<Vec<i64>>,
 }
 
-fn validate(
-    q: &Tensor,
-    k: &Tensor,
-    vc: &Tensor,
-    block_table: &Tensor,
-    context_lens: &Tensor,
-    p: &PagedAttentionParams,
-) -> Result<Validated, OpError> {
-    let qd = bridge::check_data(OP, "q", q, "[B, H, D]", 3)?;
-    let (batch, heads, head_dim) = (qd[0], qd[1], qd[2]);
-    let form = "[num_blocks, block_size, Hkv, D]";
-    let kd = bridge::check_data(OP, "k_cache", k, form, 4)?.to_vec();
-    bridge::check_same_dtype(OP, "k_cache", k, "q", q.dtype())?;
-    let vd = bridge::check_data(OP, "v_cache", vc, form, 4)?;
-    bridge::check_same_dtype(OP, "v_cache", vc, "q", q.dtype())?;
-    bridge::check_dim(OP, "k_cache", &kd, 3, "D", head_dim, "q is [B, H, D]")?;
-    if vd != kd.as_slice() {
-        return Err(OpError::invalid(
-            OP,
-            "v_cache",
-            format!("shape {vd:?} must equal k_cache's shape {kd:?}"),
-        ));
-    }
-    let (num_blocks, block_size, kv_heads) = (kd[0], kd[1], kd[2]);
-    if heads % kv_heads == 0 && heads / kv_heads > kernel::MAX_GROUP {
-        return Err(OpError::invalid(
-            OP,
-            "q",
-            format!(
-                "H = {heads} query heads (q dim 1) over Hkv = {kv_heads} KV heads (k_cache dim 2) is {} query heads per KV head; at most {} are supported",
-                heads / kv_heads,
-                kernel::MAX_GROUP
-            ),
-        ));
-    }
-    if heads % kv_heads != 0 {
-        return Err(OpError::invalid(
-            OP,
-            "k_cache",
-            format!(
-                "H = {heads} query heads (q dim 1) must be a multiple of Hkv = {kv_heads} KV heads (k_cache dim 2)"
-            ),
-        ));
-    }
-    let (td, table) = bridge::check_index(
-        OP,
-        "block_table",
-        block_table,
-        "[B, max_blocks]",
-        2,
-        bridge::TABLE_DTYPES,
-    )?;
-    bridge::check_dim(OP, "block_table", &td, 0, "B", batch, "q is [B, H, D]")?;
-    let max_blocks = td[1];
-    let (cd, lens) = bridge::check_positions(OP, "context_lens", context_lens, "[B]", 1)?;
-    bridge::check_dim(OP, "context_lens", &cd, 0, "B", batch, "q is [B, H, D]")?;
-    bridge::check_scale(OP, p.scale)?;
-    let capacity = (max_blocks as u128 * block_size as u128).min(i64::MAX as u128) as i64;
-    let mut slots = Vec::with_capacity(batch);
-    for (b, &len) in lens.iter().enumerate() {
-        if len < 1 || len > capacity {
+impl PagedCall {
+    /// Checks a call of [`paged_attention()`] (every rule its doc states) and reads its index
+    /// tensors.
+    ///
+    /// # Errors
+    /// [`OpError::Invalid`] naming the argument for any broken rule.
+    pub fn validate(
+        q: &Tensor,
+        k: &Tensor,
+        vc: &Tensor,
+        block_table: &Tensor,
+        context_lens: &Tensor,
+        p: &PagedAttentionParams,
+    ) -> Result<PagedCall, OpError> {
+        let qd = bridge::check_data(OP, "q", q, "[B, H, D]", 3)?;
+        let (batch, heads, head_dim) = (qd[0], qd[1], qd[2]);
+        let form = "[num_blocks, block_size, Hkv, D]";
+        let kd = bridge::check_data(OP, "k_cache", k, form, 4)?.to_vec();
+        bridge::check_same_dtype(OP, "k_cache", k, "q", q.dtype())?;
+        let vd = bridge::check_data(OP, "v_cache", vc, form, 4)?;
+        bridge::check_same_dtype(OP, "v_cache", vc, "q", q.dtype())?;
+        bridge::check_dim(OP, "k_cache", &kd, 3, "D", head_dim, "q is [B, H, D]")?;
+        if vd != kd.as_slice() {
             return Err(OpError::invalid(
                 OP,
-                "context_lens",
+                "v_cache",
+                format!("shape {vd:?} must equal k_cache's shape {kd:?}"),
+            ));
+        }
+        let (num_blocks, block_size, kv_heads) = (kd[0], kd[1], kd[2]);
+        if heads % kv_heads == 0 && heads / kv_heads > kernel::MAX_GROUP {
+            return Err(OpError::invalid(
+                OP,
+                "q",
                 format!(
-                    "context_lens[{b}] = {len} must be in 1..={capacity} (block table capacity {max_blocks} blocks * block_size {block_size})"
+                    "H = {heads} query heads (q dim 1) over Hkv = {kv_heads} KV heads (k_cache dim 2) is {} query heads per KV head; at most {} are supported",
+                    heads / kv_heads,
+                    kernel::MAX_GROUP
                 ),
             ));
         }
-        let mut row = Vec::with_capacity(len as usize);
-        for t in 0..len {
-            row.push(bridge::reach(
+        if heads % kv_heads != 0 {
+            return Err(OpError::invalid(
                 OP,
-                &table,
-                b,
-                max_blocks,
-                block_size,
-                num_blocks,
-                t,
-                || format!("token {t} of sequence {b}, context_lens[{b}] = {len}"),
-            )?);
+                "k_cache",
+                format!(
+                    "H = {heads} query heads (q dim 1) must be a multiple of Hkv = {kv_heads} KV heads (k_cache dim 2)"
+                ),
+            ));
         }
-        slots.push(row);
+        let (td, table) = bridge::check_index(
+            OP,
+            "block_table",
+            block_table,
+            "[B, max_blocks]",
+            2,
+            bridge::TABLE_DTYPES,
+        )?;
+        bridge::check_dim(OP, "block_table", &td, 0, "B", batch, "q is [B, H, D]")?;
+        let max_blocks = td[1];
+        let (cd, lens) = bridge::check_positions(OP, "context_lens", context_lens, "[B]", 1)?;
+        bridge::check_dim(OP, "context_lens", &cd, 0, "B", batch, "q is [B, H, D]")?;
+        bridge::check_scale(OP, p.scale)?;
+        let capacity = (max_blocks as u128 * block_size as u128).min(i64::MAX as u128) as i64;
+        let mut slots = Vec::with_capacity(batch);
+        for (b, &len) in lens.iter().enumerate() {
+            if len < 1 || len > capacity {
+                return Err(OpError::invalid(
+                    OP,
+                    "context_lens",
+                    format!(
+                        "context_lens[{b}] = {len} must be in 1..={capacity} (block table capacity {max_blocks} blocks * block_size {block_size})"
+                    ),
+                ));
+            }
+            let mut row = Vec::with_capacity(len as usize);
+            for t in 0..len {
+                row.push(bridge::reach(
+                    OP,
+                    &table,
+                    b,
+                    max_blocks,
+                    block_size,
+                    num_blocks,
+                    t,
+                    || format!("token {t} of sequence {b}, context_lens[{b}] = {len}"),
+                )?);
+            }
+            slots.push(row);
+        }
+        Ok(PagedCall {
+            shape: PagedAttentionShape {
+                dtype: bridge::data_dtype(OP, "q", q.dtype())?,
+                batch,
+                heads,
+                kv_heads,
+                head_dim,
+                context_len: lens.iter().copied().max().unwrap_or(0) as usize,
+                block_size,
+            },
+            num_blocks,
+            max_blocks,
+            scale: p.scale,
+            block_table: table,
+            context_lens: lens,
+            slots,
+        })
     }
-    Ok(Validated {
-        batch,
-        heads,
-        kv_heads,
-        head_dim,
-        block_size,
-        max_blocks,
-        scale: p.scale,
-        block_table: table,
-        context_lens: lens,
-        slots,
-    })
 }
 
 /// The candle op running the tile kernels (simulated, or packaged for the Ascend 950).
 struct PagedOp {
-    v: Validated,
+    call: PagedCall,
     backend: Backend,
     bridge: Bridge,
 }
@@ -194,38 +212,30 @@ impl PagedOp {
         vs: &CpuStorage,
         vl: &Layout,
     ) -> Result<((CpuStorage, Shape), ()), OpError> {
-        let v = &self.v;
-        let p = PagedProblem {
-            q: bridge::gm_input(OP, "q", qs, ql)?,
-            k_cache: bridge::gm_input(OP, "k_cache", ks, kl)?,
-            v_cache: bridge::gm_input(OP, "v_cache", vs, vl)?,
-            block_table: v.block_table.clone(),
-            max_blocks: v.max_blocks,
-            context_lens: v.context_lens.clone(),
-            block_size: v.block_size,
-            num_kv_heads: v.kv_heads,
-            scale: v.scale,
-        };
+        let s = &self.call.shape;
+        let q = bridge::gm_input(OP, "q", qs, ql)?;
+        let k = bridge::gm_input(OP, "k_cache", ks, kl)?;
+        let v = bridge::gm_input(OP, "v_cache", vs, vl)?;
         let mut runner = bridge::runner(OP, self.backend);
-        let out = kernel::run(&mut runner, &p).map_err(|e| {
+        let out = kernel::run(&mut runner, &self.call, q, k, v).map_err(|e| {
             bridge::kernel_limit(e, "q", || {
                 format!(
                     "D = {} (q dim 2) with H / Hkv = {} query heads per KV head in {}",
-                    v.head_dim,
-                    v.heads / v.kv_heads.max(1),
-                    p.q.dtype
+                    s.head_dim,
+                    s.heads / s.kv_heads.max(1),
+                    s.dtype
                 )
             })
         })?;
         runner.finish()?;
-        let shape = [v.batch, v.heads, v.head_dim];
+        let shape = [s.batch, s.heads, s.head_dim];
         bridge::expect_shape(OP, &out.shape, &shape, "out")?;
-        if out.dtype != p.q.dtype {
+        if out.dtype != s.dtype {
             return Err(OpError::Package {
                 op: OP,
                 why: format!(
                     "the kernel returned out {}, expected {}",
-                    out.dtype, p.q.dtype
+                    out.dtype, s.dtype
                 ),
             });
         }

@@ -13,7 +13,7 @@
 //! softmax alone would let a score of -inf through as a weight of 0); NaN or ±inf in a V value
 //! it reads makes the output elements of that column NaN (`o + 0 * o`).
 
-use super::Validated;
+use super::PagedCall;
 use crate::error::OpError;
 use candle_core::{DType, Tensor, D};
 
@@ -22,9 +22,10 @@ pub(crate) fn paged_attention(
     q: &Tensor,
     k_cache: &Tensor,
     v_cache: &Tensor,
-    v: &Validated,
+    call: &PagedCall,
 ) -> Result<Tensor, OpError> {
     let dev = q.device();
+    let v = &call.shape;
     let (h, hkv, d) = (v.heads, v.kv_heads, v.head_dim);
     let group = h / hkv;
     // Each cache row of one KV head, `[num_slots * Hkv, D]`: row `slot * Hkv + kh`.
@@ -33,7 +34,7 @@ pub(crate) fn paged_attention(
     let v_rows = v_cache.reshape((nrows, d))?;
     let qf = q.to_dtype(DType::F32)?;
     let mut outs = Vec::with_capacity(v.batch);
-    for (b, slots) in v.slots.iter().enumerate() {
+    for (b, slots) in call.slots.iter().enumerate() {
         let len = slots.len();
         let rows: Vec<i64> = (0..hkv as i64)
             .flat_map(|kh| slots.iter().map(move |&s| s * hkv as i64 + kh))
@@ -47,7 +48,7 @@ pub(crate) fn paged_attention(
         let k = gather(&k_rows)?;
         let vv = gather(&v_rows)?;
         let qb = qf.get(b)?.reshape((hkv, group, d))?;
-        let s = (qb.matmul(&k.t()?)? * f64::from(v.scale))?; // [Hkv, G, L]
+        let s = (qb.matmul(&k.t()?)? * f64::from(call.scale))?; // [Hkv, G, L]
         let poison = s.affine(0.0, 0.0)?.sum_keepdim(D::Minus1)?; // [Hkv, G, 1]: 0 or NaN
         let m = s.max_keepdim(D::Minus1)?;
         let e = s.broadcast_sub(&m)?.exp()?;

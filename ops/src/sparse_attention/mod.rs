@@ -7,8 +7,8 @@ mod reference;
 use crate::backend::Backend;
 use crate::bridge::{self, Bridge};
 use crate::error::OpError;
+use crate::kernels::SparseAttentionShape;
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
-use kernel::SparseProblem;
 use tile_backend::launch::GmTensor;
 
 const OP: &str = "sparse_paged_attention";
@@ -65,12 +65,12 @@ pub fn sparse_paged_attention(
     backend: Option<Backend>,
 ) -> Result<(Tensor, Tensor), OpError> {
     let backend = bridge::resolve_backend(backend)?;
-    let v = validate(q, kv_cache, indices, block_table, params)?;
+    let call = SparseCall::validate(q, kv_cache, indices, block_table, params)?;
     match backend {
-        Backend::Reference => reference::sparse_paged_attention(q, kv_cache, &v),
+        Backend::Reference => reference::sparse_paged_attention(q, kv_cache, &call),
         Backend::TileSim | Backend::Ascend950 => {
             let op = SparseOp {
-                v,
+                call,
                 backend,
                 bridge: Bridge::new(OP),
             };
@@ -78,157 +78,190 @@ pub fn sparse_paged_attention(
                 q.contiguous()?
                     .apply_op2_no_bwd(&kv_cache.contiguous()?, &op),
             )?;
-            let lse = Tensor::from_vec(lse, (op.v.batch, op.v.heads), q.device())?;
+            let lse =
+                Tensor::from_vec(lse, (op.call.shape.batch, op.call.shape.heads), q.device())?;
             Ok((out, lse))
         }
     }
 }
 
-/// A validated call in host form.
+/// One validated `sparse_paged_attention` call: its [`shape`](Self::shape) (what the launch
+/// plan, the kernels and `tileops emit --op sparse-paged-attention` read) and the host data the
+/// kernels and the Reference take. Made only by [`SparseCall::validate`]; the kernels run it
+/// with [`kernel::run`] on q's and the cache's storage.
 #[derive(Debug, Clone)]
-pub(crate) struct Validated {
-    pub batch: usize,
-    pub heads: usize,
-    pub dqk: usize,
-    pub topk: usize,
-    pub block_size: usize,
-    pub max_blocks: usize,
-    pub v_dim: usize,
-    pub scale: f32,
-    /// `[B, topk]` indices with every entry at or past `topk_length[b]` replaced by -1.
-    pub indices: Vec<i64>,
-    /// `[B, topk]` physical cache slot of each counted valid index, -1 elsewhere.
-    pub slots: Vec<i64>,
-    pub topk_length: Option<Vec<i64>>,
-    pub block_table: Vec<i64>,
-    pub sink: Option<Vec<f32>>,
+pub struct SparseCall {
+    /// The call's shape; its `topk` is the valid indices of the fullest row (the count the
+    /// plan splits), its `sink` whether a sink is given.
+    pub shape: SparseAttentionShape,
+    /// Columns of `indices` (`topk` of the op's signature).
+    pub(crate) topk_width: usize,
+    /// Blocks of the cache.
+    pub(crate) num_blocks: usize,
+    /// Columns of the block table.
+    pub(crate) max_blocks: usize,
+    /// Softmax scale.
+    pub(crate) scale: f32,
+    /// `[B, topk_width]` indices with every entry at or past `topk_length[b]` replaced by -1.
+    pub(crate) indices: Vec<i64>,
+    /// `[B, topk_width]` physical cache slot of each counted valid index, -1 elsewhere.
+    pub(crate) slots: Vec<i64>,
+    /// Valid indices per row (the entries of `indices` that are not -1).
+    pub(crate) counts: Vec<i64>,
+    /// `[B, max_blocks]` block table.
+    pub(crate) block_table: Vec<i64>,
+    /// Per-head sink values (`[H]`).
+    pub(crate) sink: Option<Vec<f32>>,
 }
 
-fn validate(
-    q: &Tensor,
-    kv: &Tensor,
-    indices: &Tensor,
-    block_table: &Tensor,
-    p: &SparseAttentionParams,
-) -> Result<Validated, OpError> {
-    let qd = bridge::check_data(OP, "q", q, "[B, H, Dqk]", 3)?;
-    let (batch, heads, dqk) = (qd[0], qd[1], qd[2]);
-    let kd = bridge::check_data(OP, "kv_cache", kv, "[num_blocks, block_size, Dqk]", 3)?;
-    bridge::check_same_dtype(OP, "kv_cache", kv, "q", q.dtype())?;
-    let (num_blocks, block_size) = (kd[0], kd[1]);
-    bridge::check_dim(OP, "kv_cache", kd, 2, "Dqk", dqk, "q is [B, H, Dqk]")?;
-    let (id, idx) = bridge::check_positions(OP, "indices", indices, "[B, topk]", 2)?;
-    bridge::check_dim(OP, "indices", &id, 0, "B", batch, "q is [B, H, Dqk]")?;
-    let topk = id[1];
-    let (td, table) = bridge::check_index(
-        OP,
-        "block_table",
-        block_table,
-        "[B, max_blocks]",
-        2,
-        bridge::TABLE_DTYPES,
-    )?;
-    bridge::check_dim(OP, "block_table", &td, 0, "B", batch, "q is [B, H, Dqk]")?;
-    let max_blocks = td[1];
-    if p.v_dim == 0 || p.v_dim > dqk {
+impl SparseCall {
+    /// Checks a call of [`sparse_paged_attention`] (every rule its doc states) and reads its
+    /// index tensors.
+    ///
+    /// # Errors
+    /// [`OpError::Invalid`] naming the argument for any broken rule.
+    pub fn validate(
+        q: &Tensor,
+        kv: &Tensor,
+        indices: &Tensor,
+        block_table: &Tensor,
+        p: &SparseAttentionParams,
+    ) -> Result<SparseCall, OpError> {
+        let qd = bridge::check_data(OP, "q", q, "[B, H, Dqk]", 3)?;
+        let (batch, heads, dqk) = (qd[0], qd[1], qd[2]);
+        let kd = bridge::check_data(OP, "kv_cache", kv, "[num_blocks, block_size, Dqk]", 3)?;
+        bridge::check_same_dtype(OP, "kv_cache", kv, "q", q.dtype())?;
+        let (num_blocks, block_size) = (kd[0], kd[1]);
+        bridge::check_dim(OP, "kv_cache", kd, 2, "Dqk", dqk, "q is [B, H, Dqk]")?;
+        let (id, idx) = bridge::check_positions(OP, "indices", indices, "[B, topk]", 2)?;
+        bridge::check_dim(OP, "indices", &id, 0, "B", batch, "q is [B, H, Dqk]")?;
+        let topk = id[1];
+        let (td, table) = bridge::check_index(
+            OP,
+            "block_table",
+            block_table,
+            "[B, max_blocks]",
+            2,
+            bridge::TABLE_DTYPES,
+        )?;
+        bridge::check_dim(OP, "block_table", &td, 0, "B", batch, "q is [B, H, Dqk]")?;
+        let max_blocks = td[1];
+        check_v_dim(p.v_dim, dqk, "Dqk")?;
+        bridge::check_scale(OP, p.scale)?;
+        let topk_length = match &p.topk_length {
+            None => None,
+            Some(t) => {
+                let (ld, lens) = bridge::check_positions(OP, "topk_length", t, "[B]", 1)?;
+                bridge::check_dim(OP, "topk_length", &ld, 0, "B", batch, "q is [B, H, Dqk]")?;
+                if let Some((b, &l)) = lens
+                    .iter()
+                    .enumerate()
+                    .find(|(_, &l)| l < 0 || l > topk as i64)
+                {
+                    return Err(OpError::invalid(
+                        OP,
+                        "topk_length",
+                        format!("topk_length[{b}] = {l} must be in 0..={topk} (topk)"),
+                    ));
+                }
+                Some(lens)
+            }
+        };
+        let sink = match &p.sink {
+            None => None,
+            Some(s) => {
+                let sd = bridge::check_shape(OP, "sink", s, "[H]", 1)?;
+                bridge::check_dim(OP, "sink", sd, 0, "H", heads, "q is [B, H, Dqk]")?;
+                if s.dtype() != DType::F32 {
+                    return Err(OpError::invalid(
+                        OP,
+                        "sink",
+                        format!("dtype {:?} is not accepted: the sink is f32", s.dtype()),
+                    ));
+                }
+                let vals = s.to_vec1::<f32>()?;
+                if let Some(h) = vals.iter().position(|x| x.is_nan()) {
+                    return Err(OpError::invalid(OP, "sink", format!("sink[{h}] is NaN")));
+                }
+                Some(vals)
+            }
+        };
+        let capacity = (max_blocks as u128 * block_size as u128).min(i64::MAX as u128) as i64;
+        let mut eff = idx;
+        let mut slots = vec![-1i64; eff.len()];
+        let mut counts = vec![0i64; batch];
+        for b in 0..batch {
+            let len = topk_length.as_ref().map_or(topk, |l| l[b] as usize);
+            for j in 0..topk {
+                let k = b * topk + j;
+                if j >= len {
+                    eff[k] = -1;
+                    continue;
+                }
+                let t = eff[k];
+                if t == -1 {
+                    continue;
+                }
+                if t < -1 || t >= capacity {
+                    return Err(OpError::invalid(
+                        OP,
+                        "indices",
+                        format!(
+                            "indices[{b}, {j}] = {t} must be -1 (invalid) or in 0..{capacity} (block table capacity {max_blocks} blocks * block_size {block_size})"
+                        ),
+                    ));
+                }
+                slots[k] =
+                    bridge::reach(OP, &table, b, max_blocks, block_size, num_blocks, t, || {
+                        format!("indices[{b}, {j}] = {t}")
+                    })?;
+                counts[b] += 1;
+            }
+        }
+        let dtype = bridge::data_dtype(OP, "q", q.dtype())?;
+        Ok(SparseCall {
+            shape: SparseAttentionShape {
+                dtype,
+                batch,
+                heads,
+                dqk,
+                v_dim: p.v_dim,
+                topk: counts.iter().copied().max().unwrap_or(0) as usize,
+                block_size,
+                sink: sink.is_some(),
+            },
+            topk_width: topk,
+            num_blocks,
+            max_blocks,
+            scale: p.scale,
+            indices: eff,
+            slots,
+            counts,
+            block_table: table,
+            sink,
+        })
+    }
+}
+
+/// The rule on `v_dim`: V is the first `v_dim` of the `dqk` cache columns (`what` names `dqk`
+/// as the caller's argument does). The op and the `emit` shape both check it here.
+pub(crate) fn check_v_dim(v_dim: usize, dqk: usize, what: &str) -> Result<(), OpError> {
+    if v_dim == 0 || v_dim > dqk {
         return Err(OpError::invalid(
             OP,
             "v_dim",
             format!(
-                "must be in 1..={dqk} (V is the first v_dim of the Dqk = {dqk} cache columns), found {}",
-                p.v_dim
+                "must be in 1..={dqk} (V is the first v_dim of the {what} = {dqk} cache columns), found {v_dim}"
             ),
         ));
     }
-    bridge::check_scale(OP, p.scale)?;
-    let topk_length = match &p.topk_length {
-        None => None,
-        Some(t) => {
-            let (ld, lens) = bridge::check_positions(OP, "topk_length", t, "[B]", 1)?;
-            bridge::check_dim(OP, "topk_length", &ld, 0, "B", batch, "q is [B, H, Dqk]")?;
-            if let Some((b, &l)) = lens
-                .iter()
-                .enumerate()
-                .find(|(_, &l)| l < 0 || l > topk as i64)
-            {
-                return Err(OpError::invalid(
-                    OP,
-                    "topk_length",
-                    format!("topk_length[{b}] = {l} must be in 0..={topk} (topk)"),
-                ));
-            }
-            Some(lens)
-        }
-    };
-    let sink = match &p.sink {
-        None => None,
-        Some(s) => {
-            let sd = bridge::check_shape(OP, "sink", s, "[H]", 1)?;
-            bridge::check_dim(OP, "sink", sd, 0, "H", heads, "q is [B, H, Dqk]")?;
-            if s.dtype() != DType::F32 {
-                return Err(OpError::invalid(
-                    OP,
-                    "sink",
-                    format!("dtype {:?} is not accepted: the sink is f32", s.dtype()),
-                ));
-            }
-            let vals = s.to_vec1::<f32>()?;
-            if let Some(h) = vals.iter().position(|x| x.is_nan()) {
-                return Err(OpError::invalid(OP, "sink", format!("sink[{h}] is NaN")));
-            }
-            Some(vals)
-        }
-    };
-    let capacity = (max_blocks as u128 * block_size as u128).min(i64::MAX as u128) as i64;
-    let mut eff = idx;
-    let mut slots = vec![-1i64; eff.len()];
-    for b in 0..batch {
-        let len = topk_length.as_ref().map_or(topk, |l| l[b] as usize);
-        for j in 0..topk {
-            let k = b * topk + j;
-            if j >= len {
-                eff[k] = -1;
-                continue;
-            }
-            let t = eff[k];
-            if t == -1 {
-                continue;
-            }
-            if t < -1 || t >= capacity {
-                return Err(OpError::invalid(
-                    OP,
-                    "indices",
-                    format!(
-                        "indices[{b}, {j}] = {t} must be -1 (invalid) or in 0..{capacity} (block table capacity {max_blocks} blocks * block_size {block_size})"
-                    ),
-                ));
-            }
-            slots[k] = bridge::reach(OP, &table, b, max_blocks, block_size, num_blocks, t, || {
-                format!("indices[{b}, {j}] = {t}")
-            })?;
-        }
-    }
-    Ok(Validated {
-        batch,
-        heads,
-        dqk,
-        topk,
-        block_size,
-        max_blocks,
-        v_dim: p.v_dim,
-        scale: p.scale,
-        indices: eff,
-        slots,
-        topk_length,
-        block_table: table,
-        sink,
-    })
+    Ok(())
 }
 
 /// The candle op running the tile kernels (simulated, or packaged for the Ascend 950); `lse`
 /// receives the second output.
 struct SparseOp {
-    v: Validated,
+    call: SparseCall,
     backend: Backend,
     bridge: Bridge<Vec<f32>>,
 }
@@ -241,44 +274,34 @@ impl SparseOp {
         ks: &CpuStorage,
         kl: &Layout,
     ) -> Result<((CpuStorage, Shape), Vec<f32>), OpError> {
-        let v = &self.v;
-        let p = SparseProblem {
-            q: bridge::gm_input(OP, "q", qs, ql)?,
-            kv: bridge::gm_input(OP, "kv_cache", ks, kl)?,
-            indices: v.indices.clone(),
-            topk: v.topk,
-            topk_length: v.topk_length.clone(),
-            block_table: v.block_table.clone(),
-            max_blocks: v.max_blocks,
-            block_size: v.block_size,
-            v_dim: v.v_dim,
-            scale: v.scale,
-            sink: v.sink.clone(),
-        };
+        let s = &self.call.shape;
+        let q = bridge::gm_input(OP, "q", qs, ql)?;
+        let kv = bridge::gm_input(OP, "kv_cache", ks, kl)?;
         let mut runner = bridge::runner(OP, self.backend);
-        let (out, lse): (GmTensor, GmTensor) = kernel::run(&mut runner, &p).map_err(|e| {
-            bridge::kernel_limit(e, "q", || {
-                format!(
-                    "Dqk = {} (q dim 2) with v_dim = {} and H = {} in {}",
-                    v.dqk, v.v_dim, v.heads, p.q.dtype
-                )
-            })
-        })?;
+        let (out, lse): (GmTensor, GmTensor) = kernel::run(&mut runner, &self.call, q, kv)
+            .map_err(|e| {
+                bridge::kernel_limit(e, "q", || {
+                    format!(
+                        "Dqk = {} (q dim 2) with v_dim = {} and H = {} in {}",
+                        s.dqk, s.v_dim, s.heads, s.dtype
+                    )
+                })
+            })?;
         runner.finish()?;
-        bridge::expect_shape(OP, &out.shape, &[v.batch, v.heads, v.v_dim], "out")?;
-        bridge::expect_shape(OP, &lse.shape, &[v.batch, v.heads], "lse")?;
-        if out.dtype != p.q.dtype || lse.dtype != tile_backend::ir::DType::F32 {
+        bridge::expect_shape(OP, &out.shape, &[s.batch, s.heads, s.v_dim], "out")?;
+        bridge::expect_shape(OP, &lse.shape, &[s.batch, s.heads], "lse")?;
+        if out.dtype != s.dtype || lse.dtype != tile_backend::ir::DType::F32 {
             return Err(OpError::Package {
                 op: OP,
                 why: format!(
                     "the kernel returned out {} / lse {}, expected {} / f32",
-                    out.dtype, lse.dtype, p.q.dtype
+                    out.dtype, lse.dtype, s.dtype
                 ),
             });
         }
         let storage = self.bridge.storage(out)?;
         Ok((
-            (storage, Shape::from((v.batch, v.heads, v.v_dim))),
+            (storage, Shape::from((s.batch, s.heads, s.v_dim))),
             lse.to_f32(),
         ))
     }

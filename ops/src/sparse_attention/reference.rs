@@ -12,7 +12,7 @@
 //! are NaN. The softmax alone would not always say so (a score of -inf is a weight of 0), so
 //! each row adds `sum_j 0 * s_j` (0, or NaN when a score is not finite) to both.
 
-use super::Validated;
+use super::SparseCall;
 use crate::error::OpError;
 use candle_core::{DType, Tensor, D};
 
@@ -20,20 +20,21 @@ use candle_core::{DType, Tensor, D};
 pub(crate) fn sparse_paged_attention(
     q: &Tensor,
     kv_cache: &Tensor,
-    v: &Validated,
+    call: &SparseCall,
 ) -> Result<(Tensor, Tensor), OpError> {
     let dev = q.device();
-    let (h, topk) = (v.heads, v.topk);
+    let v = &call.shape;
+    let (h, topk) = (v.heads, call.topk_width);
     let rows = kv_cache.reshape((kv_cache.dim(0)? * v.block_size, v.dqk))?;
     let qf = q.to_dtype(DType::F32)?; // [B, H, Dqk]
-    let sink = match &v.sink {
+    let sink = match &call.sink {
         Some(s) => Some(Tensor::from_slice(s, h, dev)?),
         None => None,
     };
     let mut outs = Vec::with_capacity(v.batch);
     let mut lses = Vec::with_capacity(v.batch);
     for b in 0..v.batch {
-        let row = v.slots.get(b * topk..(b + 1) * topk).unwrap_or(&[]);
+        let row = call.slots.get(b * topk..(b + 1) * topk).unwrap_or(&[]);
         let slots: Vec<i64> = row.iter().copied().filter(|&s| s >= 0).collect();
         if slots.is_empty() {
             outs.push(Tensor::zeros((h, v.v_dim), DType::F32, dev)?);
@@ -43,7 +44,7 @@ pub(crate) fn sparse_paged_attention(
         let n = slots.len();
         let ids = Tensor::from_vec(slots, n, dev)?;
         let k = rows.index_select(&ids, 0)?.to_dtype(DType::F32)?; // [n, Dqk]
-        let s = (qf.get(b)?.matmul(&k.t()?)? * f64::from(v.scale))?; // [H, n]
+        let s = (qf.get(b)?.matmul(&k.t()?)? * f64::from(call.scale))?; // [H, n]
         let poison = s.affine(0.0, 0.0)?.sum_keepdim(D::Minus1)?; // [H, 1]: 0 or NaN
         let m = s.max_keepdim(D::Minus1)?;
         let e = s.broadcast_sub(&m)?.exp()?;

@@ -116,6 +116,18 @@ pub fn ints(values: &[i64], shape: &[usize], dtype: DType) -> Tensor {
     }
 }
 
+/// A simulator tensor (f32, f16 or bf16) as a candle tensor of the same dtype, shape and values,
+/// for the validation of a call whose storage the test hands to an op's `kernel::run`.
+pub fn from_gm(t: &tile_backend::launch::GmTensor) -> Tensor {
+    use tile_backend::ir::DType as T;
+    let dtype = match t.dtype {
+        T::F32 => DType::F32,
+        T::F16 => DType::F16,
+        _ => DType::BF16,
+    };
+    data(t.to_f32(), &t.shape, dtype).0
+}
+
 /// A tensor's values as f32 (any dtype, any shape).
 pub fn values(t: &Tensor) -> Vec<f32> {
     t.to_dtype(DType::F32)

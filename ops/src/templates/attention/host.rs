@@ -3,7 +3,7 @@
 
 use super::attn_split;
 use super::merge::attn_merge;
-use super::plan::{plan, AttnCfg, AttnPlan, SplitPlan};
+use super::plan::{AttnPlan, SplitPlan};
 use crate::error::OpError;
 use crate::runtime::{compiled, Runner};
 use tile_backend::ir::DType;
@@ -21,29 +21,39 @@ pub(crate) struct AttnInputs<'a> {
     pub indices: Vec<i64>,
     /// Columns of `indices`.
     pub topk: usize,
-    /// Valid indices per batch row.
+    /// Valid indices per batch row (the fullest is the plan's `longest`).
     pub counts: Vec<i64>,
     /// `[batch, max_blocks]` block table.
     pub block_table: &'a [i64],
     /// Columns of the block table.
     pub max_blocks: usize,
-    /// Batch rows.
-    pub batch: usize,
     /// Softmax scale.
     pub scale: f32,
     /// Per-head sink (`[heads]`).
     pub sink: Option<&'a [f32]>,
 }
 
-/// Runs the split kernel and the merge kernel: returns `out [batch*heads, v_dim]` (data dtype)
-/// and `lse [batch*heads]` f32.
+/// Runs the split kernel and the merge kernel as `plan` says (the call's plan for the runner's
+/// target): returns `out [batch*heads, v_dim]` (data dtype) and `lse [batch*heads]` f32.
 pub(crate) fn run_attention(
     runner: &mut Runner,
     op: &'static str,
-    cfg: &AttnCfg,
+    plan: &AttnPlan,
     inp: AttnInputs<'_>,
 ) -> Result<(GmTensor, GmTensor), OpError> {
-    let rows = inp.batch * cfg.heads as usize;
+    let AttnPlan {
+        cfg,
+        batch,
+        split: SplitPlan {
+            splits,
+            cps,
+            blocks,
+        },
+        rows,
+        merge,
+        ..
+    } = plan;
+    let (batch, splits, rows) = (*batch, *splits, *rows);
     let v_dim = cfg.v_dim as usize;
     if rows == 0 {
         return Ok((
@@ -51,45 +61,29 @@ pub(crate) fn run_attention(
             GmTensor::zeros(DType::F32, &[0]),
         ));
     }
-    let max_count = inp.counts.iter().copied().max().unwrap_or(0).max(0) as usize;
-    let AttnPlan {
-        split: SplitPlan {
-            splits,
-            cps,
-            blocks,
-        },
-        merge,
-        ..
-    } = plan(
-        cfg,
-        inp.batch,
-        max_count,
-        inp.sink.is_some(),
-        runner.plan_target(),
-    );
     let tokens = inp.kv.shape.first().copied().unwrap_or(0);
     let kernel = compiled(op, &cfg.key(), || attn_split(cfg))?;
     let as_i32 = |shape: &[usize], v: &[i64]| GmTensor::from_i64(DType::I32, shape, v);
     let ws = splits * rows;
     let mut named = vec![
-        ("batch", Arg::Int(inp.batch as i64)),
+        ("batch", Arg::Int(batch as i64)),
         ("topk", Arg::Int(inp.topk as i64)),
         ("max_blocks", Arg::Int(inp.max_blocks as i64)),
         ("tokens", Arg::Int(tokens as i64)),
         ("splits", Arg::Int(splits as i64)),
-        ("chunks_per_split", Arg::Int(cps as i64)),
+        ("chunks_per_split", Arg::Int(*cps as i64)),
         ("scale", Arg::Float(inp.scale as f64)),
         ("q", Arg::Input(inp.q)),
         ("kv", Arg::Input(inp.kv)),
         (
             "indices",
-            Arg::Tensor(as_i32(&[inp.batch, inp.topk], &inp.indices)),
+            Arg::Tensor(as_i32(&[batch, inp.topk], &inp.indices)),
         ),
         (
             "block_table",
-            Arg::Tensor(as_i32(&[inp.batch, inp.max_blocks], inp.block_table)),
+            Arg::Tensor(as_i32(&[batch, inp.max_blocks], inp.block_table)),
         ),
-        ("counts", Arg::Tensor(as_i32(&[inp.batch], &inp.counts))),
+        ("counts", Arg::Tensor(as_i32(&[batch], &inp.counts))),
         (
             "o_ws",
             Arg::Tensor(GmTensor {
@@ -103,7 +97,7 @@ pub(crate) fn run_attention(
     if let Some(v) = inp.v {
         named.push(("v", Arg::Input(v)));
     }
-    let mut args = runner.launch_named(&kernel, blocks as usize, named)?;
+    let mut args = runner.launch_named(&kernel, *blocks as usize, named)?;
     let mut lse_ws = runner.take(&kernel, &mut args, "lse_ws")?;
     let o_ws = runner.take(&kernel, &mut args, "o_ws")?;
     drop(args);
@@ -119,7 +113,7 @@ pub(crate) fn run_attention(
         }
         return Ok((o_ws, lse_ws));
     };
-    let merge = compiled(op, &mcfg.key(), || attn_merge(&mcfg))?;
+    let merge = compiled(op, &mcfg.key(), || attn_merge(mcfg))?;
     // Added to the merged lse: +inf on rows with no valid index, 0 (NaN stays NaN) elsewhere.
     let fix: Vec<f32> = (0..rows)
         .map(|g| if has_token(g) { 0.0 } else { f32::INFINITY })
@@ -146,7 +140,7 @@ pub(crate) fn run_attention(
             Arg::Tensor(GmTensor::from_f32(DType::F32, &[rows], &per_row)),
         ));
     }
-    let mut margs = runner.launch_named(&merge, merge_blocks, named)?;
+    let mut margs = runner.launch_named(&merge, *merge_blocks, named)?;
     let lse = runner.take(&merge, &mut margs, "lse")?;
     let out = runner.take(&merge, &mut margs, "out")?;
     if let Ok(o_ws) = runner.take(&merge, &mut margs, "o_ws") {

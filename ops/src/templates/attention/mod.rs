@@ -92,9 +92,8 @@ pub(crate) use dn_host::{
     descriptors as flash_descriptors, run_flash, FlashInputs, FlashProblem, DESC_COUNT,
 };
 pub(crate) use host::{recycle_result, run_attention, AttnInputs};
-pub(crate) use merge::attn_merge;
 #[cfg(test)]
-use plan::{choose_splits, split_plan, MAX_SPLITS};
+use plan::{choose_splits, MAX_SPLITS};
 pub(crate) use plan::{plan, AttnCfg, AttnPlan, M_INIT};
 
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};

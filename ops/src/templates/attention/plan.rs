@@ -1,6 +1,8 @@
-//! The attention kernels' static shape ([`AttnCfg`]) and launch plan ([`split_plan`]).
+//! The attention kernels' static shape ([`AttnCfg`]) and launch plan ([`AttnPlan`]).
 
-use super::merge::{merge_blocks, MergeCfg};
+use super::attn_split;
+use super::merge::{attn_merge, merge_blocks, MergeCfg};
+use crate::kernels::Launch;
 use crate::runtime::PlanTarget;
 use tile_backend::ir::DType;
 
@@ -175,8 +177,7 @@ pub(crate) fn choose_splits(items: usize, max_chunks: usize, concurrent: usize) 
 /// How the split kernel is launched for `batch` rows whose fullest row counts `longest` valid
 /// tokens on a target running `concurrent` blocks at once: top-k `splits`, chunks per split
 /// `cps` ([`choose_splits`] over `batch * nht` work items of that row's chunks) and `blocks =
-/// batch * nht * splits`. [`run_attention`] and the
-/// `emit --op` registry (`crate::kernels`) both launch from it.
+/// batch * nht * splits`; part of the call's [`AttnPlan`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SplitPlan {
     pub splits: usize,
@@ -201,12 +202,20 @@ pub(crate) fn split_plan(
     }
 }
 
-/// The launch plan of one attention call: the split kernel's grid and, unless it would hand the
-/// split result back unchanged, the merge kernel's. [`plan`] makes it for a target; the host
-/// ([`run_attention`](super::run_attention)) and the `emit --op` registry
-/// ([`crate::kernels`]) both launch from it, so there is no second plan to keep equal.
+/// The launch plan of one attention call: the kernel shape for its target, the split kernel's
+/// grid and, unless it would hand the split result back unchanged, the merge kernel's. Each op
+/// makes it with its own `plan(shape, target)` (`sparse_attention::kernel::plan`,
+/// `paged_attention::kernel::plan`) and every consumer launches from that one value: the host
+/// ([`run_attention`](super::run_attention)) and the `emit --op` registry ([`crate::kernels`],
+/// through [`AttnPlan::launches`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct AttnPlan {
+    /// The split kernel's static shape (its tiling depends on the target).
+    pub cfg: AttnCfg,
+    /// Batch rows.
+    pub batch: usize,
+    /// Valid tokens of the fullest row.
+    pub longest: usize,
     /// The split kernel's splits, chunks per split and blocks.
     pub split: SplitPlan,
     /// Global rows (`batch * heads`).
@@ -220,15 +229,15 @@ pub(crate) struct AttnPlan {
 /// tokens, with or without a `sink`, on `target` (`cfg` is the kernel shape made for the same
 /// target).
 pub(crate) fn plan(
-    cfg: &AttnCfg,
+    cfg: AttnCfg,
     batch: usize,
     longest: usize,
     sink: bool,
     target: PlanTarget,
 ) -> AttnPlan {
-    let split = split_plan(cfg, batch, longest, target.concurrent_blocks());
+    let split = split_plan(&cfg, batch, longest, target.concurrent_blocks());
     let rows = batch * cfg.heads as usize;
-    let merge = (!merge_is_identity(target, cfg, split.splits, sink)).then(|| {
+    let merge = (!merge_is_identity(target, &cfg, split.splits, sink)).then(|| {
         (
             MergeCfg {
                 dtype: cfg.dtype,
@@ -238,7 +247,40 @@ pub(crate) fn plan(
             merge_blocks(rows),
         )
     });
-    AttnPlan { split, rows, merge }
+    AttnPlan {
+        cfg,
+        batch,
+        longest,
+        split,
+        rows,
+        merge,
+    }
+}
+
+impl AttnPlan {
+    /// The plan's launches as `tileops emit --op` writes them: the split kernel with the
+    /// scalars the shape fixes, then the merge kernel when the plan has one.
+    pub(crate) fn launches(&self) -> Vec<Launch> {
+        let split = self.split;
+        let mut launches = vec![Launch {
+            kernel: attn_split(&self.cfg),
+            block_dim: split.blocks,
+            scalars: vec![
+                ("batch", self.batch as i64),
+                ("topk", self.longest as i64),
+                ("splits", split.splits as i64),
+                ("chunks_per_split", split.cps as i64),
+            ],
+        }];
+        if let Some((mcfg, blocks)) = &self.merge {
+            launches.push(Launch {
+                kernel: attn_merge(mcfg),
+                block_dim: *blocks as u64,
+                scalars: vec![("rows", self.rows as i64), ("splits", split.splits as i64)],
+            });
+        }
+        launches
+    }
 }
 
 /// Whether the merge kernel would hand the split kernel's result back unchanged, so that a CPU

@@ -132,7 +132,8 @@ fn one_f32_split_on_the_cpu_plan_skips_the_merge_with_the_same_result() {
             target == PlanTarget::Device,
         );
         let mut runner = Runner::sim("test").plan_for(target);
-        let splits = split_plan(&cfg, batch, topk, runner.concurrent_blocks()).splits;
+        let plan = plan(cfg, batch, topk, false, runner.plan_target());
+        let splits = plan.split.splits;
         let inp = AttnInputs {
             q: GmInput {
                 dtype: DType::F32,
@@ -152,11 +153,10 @@ fn one_f32_split_on_the_cpu_plan_skips_the_merge_with_the_same_result() {
                 .collect(),
             block_table: &table,
             max_blocks,
-            batch,
             scale: 0.125,
             sink: None,
         };
-        let (out, lse) = run_attention(&mut runner, "test", &cfg, inp).expect("runs");
+        let (out, lse) = run_attention(&mut runner, "test", &plan, inp).expect("runs");
         let f32s = |b: &[u8]| -> Vec<f32> {
             b.chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
