@@ -354,6 +354,12 @@ fn sparse_deepseek_shape_b1() {
         invalid: 0,
         ..SparseCase::new(1, 128, 576, 512, 2048, 64, DType::BF16)
     });
+    // f32 on the device plan: 32-token ping-ponged chunks and 48-wide K slices (12 of them).
+    run_sparse(&SparseCase {
+        invalid: 1,
+        seed: 14,
+        ..SparseCase::new(4, 128, 576, 512, 1024, 64, DType::F32)
+    });
 }
 
 #[test]
@@ -366,7 +372,7 @@ fn sparse_deepseek_shape_cpu_plan() {
         invalid: 1,
         plan: Some(PlanTarget::Cpu),
         seed: 11,
-        ..SparseCase::new(1, 128, 576, 512, 200, 64, DType::F32)
+        ..SparseCase::new(4, 128, 576, 512, 1024, 64, DType::F32)
     });
     run_sparse(&SparseCase {
         plan: Some(PlanTarget::Cpu),

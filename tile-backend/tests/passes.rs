@@ -1633,3 +1633,180 @@ fn sync_pass_does_not_share_an_event_id_the_pipes_do_not_order() {
     let hazards = sim::hazards::check(&k, &trace);
     assert!(hazards.is_empty(), "{hazards:?}");
 }
+
+/// The split-attention handoff in small (cube: S = A B -> channel S; P from channel P -> P B ->
+/// channel PV; vector: P = cast(S) -> channel P; O += PV), looped `n` times with no
+/// hand-written intra-core flag. The vector's acquire of channel P is a cross-core wait on MTE3
+/// that stands for the cube's writes of the shared tiles (`pv_ub` among them), so the pass
+/// orders the later `O += PV` after it with an MTE3 -> V pair. That pair's next set must also
+/// wait for this iteration's `O += PV`: the pass orders a cross-core wait after this core's
+/// earlier accesses of the shared tiles too. Without that, the acquire of the next iteration
+/// can complete (the cube released P before it pushed PV) and MTE3 sets the flag again before
+/// V has waited: a lost signal.
+fn handoff_loop() -> Kernel {
+    let (m, n) = (32u64, 16u64);
+    let r = m / 2;
+    let mut kb = KernelBuilder::new("handoff");
+    let iters = kb.scalar("n", DType::I32);
+    let a = kb.input("a", DType::F16, [m, n]);
+    let b = kb.input("b", DType::F16, [n, n]);
+    let y = kb.output("y", DType::F32, [m, n]);
+    let mat = |kb: &mut KernelBuilder, name: &str, rows: u64| {
+        kb.tile(
+            name,
+            TileType::new(MemSpace::Mat, DType::F16, rows, n, Layout::NZ),
+        )
+    };
+    let a_l1 = mat(&mut kb, "a_l1", m);
+    let b_l1 = mat(&mut kb, "b_l1", n);
+    let p_l1 = mat(&mut kb, "p_l1", m);
+    let left = |kb: &mut KernelBuilder, name: &str| {
+        kb.tile(
+            name,
+            TileType::new(MemSpace::Left, DType::F16, m, n, Layout::NZ),
+        )
+    };
+    let a_l0 = left(&mut kb, "a_l0");
+    let p_l0 = left(&mut kb, "p_l0");
+    let b_l0 = kb.tile(
+        "b_l0",
+        TileType::new(MemSpace::Right, DType::F16, n, n, Layout::ZN),
+    );
+    let acc = |kb: &mut KernelBuilder, name: &str| {
+        kb.tile(
+            name,
+            TileType::new(MemSpace::Acc, DType::F32, m, n, Layout::NZ),
+        )
+    };
+    let (s_acc, pv_acc) = (acc(&mut kb, "s_acc"), acc(&mut kb, "pv_acc"));
+    let vec = |kb: &mut KernelBuilder, name: &str, dt: DType, layout: Layout| {
+        kb.tile(name, TileType::new(MemSpace::Vec, dt, r, n, layout))
+    };
+    let s_ub = vec(&mut kb, "s_ub", DType::F32, Layout::ND);
+    let pv_ub = vec(&mut kb, "pv_ub", DType::F32, Layout::ND);
+    let o = vec(&mut kb, "o", DType::F32, Layout::ND);
+    let p_ub = vec(&mut kb, "p_ub", DType::F16, Layout::ND);
+    let p_nz = vec(&mut kb, "p_nz", DType::F16, Layout::NZ);
+    let ch_s = kb.channel("s", CoreKind::Cube, 1);
+    let ch_p = kb.channel("p", CoreKind::Vector, 1);
+    let ch_pv = kb.channel("pv", CoreKind::Cube, 1);
+    kb.cube(|c| {
+        c.load(a_l1, GmView::nd(a, 0, m, n, n));
+        c.load(b_l1, GmView::nd(b, 0, n, n, n));
+        c.mov(a_l0, a_l1);
+        c.mov(b_l0, b_l1);
+        c.for_range("i", 0, Expr::Param(iters), 1, |c1, _| {
+            c1.matmul(s_acc, a_l0, b_l0);
+            c1.acquire(ch_s);
+            c1.mov(s_ub, s_acc).mode(AccToVecMode::DualModeSplitM);
+            c1.push(ch_s);
+            c1.pop(ch_p);
+            c1.mov(p_l0, p_l1);
+            c1.release(ch_p);
+            c1.matmul(pv_acc, p_l0, b_l0);
+            c1.acquire(ch_pv);
+            c1.mov(pv_ub, pv_acc).mode(AccToVecMode::DualModeSplitM);
+            c1.push(ch_pv);
+        });
+    });
+    kb.vector(|v| {
+        v.fill(o, 0.0);
+        v.for_range("i", 0, Expr::Param(iters), 1, |v1, _| {
+            v1.pop(ch_s);
+            v1.cast(p_ub, s_ub, RoundMode::Rint);
+            v1.release(ch_s);
+            v1.mov(p_nz, p_ub);
+            v1.acquire(ch_p);
+            v1.mov(p_l1, p_nz).offset(Expr::SubBlockIdx * r, 0);
+            v1.push(ch_p);
+            v1.pop(ch_pv);
+            v1.add(o, o, pv_ub);
+            v1.release(ch_pv);
+        });
+        v.store(GmView::nd(y, Expr::SubBlockIdx * (r * n), r, n, n), o);
+    });
+    kb.build()
+}
+
+/// Hazards of a traced run of `kernel` (scalar `n` first, then `a [32, 16]`, `b [16, 16]`, `y`).
+fn handoff_hazards(kernel: &Kernel, n: i64) -> Vec<String> {
+    use tile_backend::sim::{self, Arg, GmTensor, SimOptions};
+    let mut args = vec![
+        Arg::Int(n),
+        Arg::Tensor(GmTensor::from_f32(DType::F16, &[32, 16], &[0.25; 512])),
+        Arg::Tensor(GmTensor::from_f32(DType::F16, &[16, 16], &[0.5; 256])),
+        Arg::Tensor(GmTensor::zeros(DType::F32, &[32, 16])),
+    ];
+    let (_, trace) =
+        sim::run_traced(kernel, &arch(), &mut args, SimOptions { block_dim: 1 }).expect("runs");
+    sim::hazards::check(kernel, &trace)
+        .iter()
+        .map(|h| h.to_string())
+        .collect()
+}
+
+#[test]
+fn pass_owned_flags_of_a_channel_handoff_loop_lose_no_signal() {
+    let k = compile(&handoff_loop(), &arch()).expect("compiles");
+    for n in [1, 2, 5] {
+        let hazards = handoff_hazards(&k, n);
+        assert!(
+            hazards.is_empty(),
+            "n = {n}: {hazards:#?}\n{:#?}",
+            show(&flat(&k.vector))
+        );
+    }
+}
+
+/// Tiles written one after another and stored under one `if` after the loop that wrote them
+/// (the split kernel's partial result): one V -> MTE3 pair, set after the last write, orders
+/// them all (MTE3 waits for every write before the `if` anyway), instead of one pair and one
+/// event id per tile, which ran out of the 8 ids at nine tiles.
+#[test]
+fn stores_under_one_if_share_one_pair_however_many_tiles() {
+    let tiles = 12usize;
+    let mut kb = KernelBuilder::new("many_stores");
+    let write = kb.scalar("write", DType::I32);
+    let y = kb.output("y", DType::F32, [16 * tiles as u64, 16]);
+    let ubs: Vec<TileId> = (0..tiles)
+        .map(|i| {
+            kb.tile(
+                format!("t{i}"),
+                TileType::new(MemSpace::Vec, DType::F32, 16, 16, Layout::ND),
+            )
+        })
+        .collect();
+    kb.vector(|v| {
+        for (i, &t) in ubs.iter().enumerate() {
+            v.fill(t, i as f32);
+        }
+        v.if_(Expr::Param(write).gt(0), |t| {
+            for (i, &u) in ubs.iter().enumerate() {
+                t.store(GmView::nd(y, (i * 256) as u64, 16, 16, 16), u);
+            }
+        });
+    });
+    let k = compile(&kb.build(), &arch()).expect("compiles within the 8 event ids");
+    let ops = flat(&k.vector);
+    let pairs = ops
+        .iter()
+        .filter(|o| {
+            matches!(
+                o,
+                Op::SetFlag {
+                    src: Pipe::V,
+                    dst: Pipe::Mte3,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(pairs, 1, "{:#?}", show(&ops));
+    let last_fill = ops.iter().rposition(|o| o.name() == "fill").expect("fills");
+    let set_at = ops
+        .iter()
+        .position(|o| matches!(o, Op::SetFlag { .. }))
+        .expect("a set");
+    assert!(set_at > last_fill, "{:#?}", show(&ops));
+    assert_clean(&k, CoreKind::Vector, &[(write, 1)]);
+}

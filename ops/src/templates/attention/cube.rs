@@ -50,16 +50,17 @@ pub(super) fn body(c: &mut Body<'_>, k: &SplitKernel<'_>) {
     c.load(q_l1, GmView::nd(q, (bi * heads + h0) * dqk, hv, dqk, dqk));
     c.fillpad(q_l1);
     c.set_flag(Mte2, Mte1, 2);
-    // Every buffer starts free: the first wait of each event pairs with these sets.
+    // Hand-written (see "Sync ownership" in the module docs): the gathered L1 tiles (MTE1 <->
+    // MTE2, one event per buffer; event 2 for Q) and the Acc slots (FIX <-> M, events 0, 1 for
+    // `s_acc`, 2, 3 for `pv_acc`). Every buffer starts free: the first wait of each event
+    // pairs with these sets. The L0 slots' flags come from the sync pass.
     for e in 0..bufs as u8 {
         c.set_flag(Mte1, Mte2, e);
-        c.set_flag(Mm, Mte1, e);
     }
     for e in 0..2u8 {
         c.set_flag(Fix, Mm, e);
         c.set_flag(Fix, Mm, 2 + e);
     }
-    c.set_flag(Mm, Mte1, 2);
     c.wait_flag(Mte2, Mte1, 2);
     let col0 = Expr::Var(ht) * cfg.head_col_stride;
     let mut step = |b: &mut Body<'_>, it: Expr, slot: u64| {
@@ -96,24 +97,19 @@ pub(super) fn body(c: &mut Body<'_>, k: &SplitKernel<'_>) {
         }
         b.set_flag(Mte2, Mte1, ev);
         b.wait_flag(Mte2, Mte1, ev);
-        // S = Q K^T, K-sliced; L0 slot xs = stage % bufs with MM -> MTE1 event xs.
+        // S = Q K^T, K-sliced; L0 slot xs = stage % bufs (its flags from the sync pass).
         b.set_validshape(kt_l1.at(kslot), dp, chunk);
         for j in 0..nks {
             let xs = j % bufs;
-            let x = xs as u8;
             let (ql, kl) = (q_l0.at(xs), kt_l0.at(xs));
-            b.wait_flag(Mm, Mte1, x);
             b.mov(ql.clone(), q_l1).offset(0, j * ks);
             b.mov(kl.clone(), kt_l1.at(kslot)).offset(j * ks, 0);
-            b.set_flag(Mte1, Mm, x);
-            b.wait_flag(Mte1, Mm, x);
             if j == 0 {
                 b.wait_flag(Fix, Mm, ev);
                 b.matmul(s_acc.at(slot), ql, kl);
             } else {
                 b.matmul_acc(s_acc.at(slot), ql, kl);
             }
-            b.set_flag(Mm, Mte1, x);
         }
         b.set_flag(Mm, Fix, ev);
         b.acquire(ch_s);
@@ -124,29 +120,20 @@ pub(super) fn body(c: &mut Body<'_>, k: &SplitKernel<'_>) {
         b.push(ch_s);
         // O_j = P V_j.
         b.pop(ch_p);
-        b.wait_flag(Mm, Mte1, 2);
         b.mov(p_l0, p_l1.at(slot % pbufs));
         b.release(ch_p);
         for j in 0..nns {
-            // V's L0 slot (MM -> MTE1 event x) and PV's Acc slot (events 2 + y).
+            // V's L0 slot and PV's Acc slot (FIX <-> M events 2 + y).
             let xs = (nks + j) % bufs;
-            let x = xs as u8;
             let ys = (nks + j) % 2;
             let y = ys as u8;
             let vl = v_l0.at(xs);
-            b.wait_flag(Mm, Mte1, x);
             b.mov(vl.clone(), v_l1.at(kslot)).offset(0, j * ns);
             if j == nns - 1 {
                 b.set_flag(Mte1, Mte2, kev);
             }
-            b.set_flag(Mte1, Mm, x);
-            b.wait_flag(Mte1, Mm, x);
             b.wait_flag(Fix, Mm, 2 + y);
             b.matmul(pv_acc.at(ys), p_l0, vl);
-            b.set_flag(Mm, Mte1, x);
-            if j == nns - 1 {
-                b.set_flag(Mm, Mte1, 2);
-            }
             b.set_flag(Mm, Fix, 2 + y);
             b.acquire(ch_pv);
             b.wait_flag(Mm, Fix, 2 + y);
@@ -159,11 +146,9 @@ pub(super) fn body(c: &mut Body<'_>, k: &SplitKernel<'_>) {
     ping_pong(c, Expr::Var(iters), &mut step);
     for e in 0..bufs as u8 {
         c.wait_flag(Mte1, Mte2, e);
-        c.wait_flag(Mm, Mte1, e);
     }
     for e in 0..2u8 {
         c.wait_flag(Fix, Mm, e);
         c.wait_flag(Fix, Mm, 2 + e);
     }
-    c.wait_flag(Mm, Mte1, 2);
 }

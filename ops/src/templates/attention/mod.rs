@@ -12,7 +12,7 @@
 //! ```text
 //! cube   MTE2  Q [hv, Dqk] -> q_l1 Mat NZ [th, dp] (zero padded)
 //!        per chunk c of the split (slot s = local chunk % bufs; bufs = 2 (ping-pong) on the
-//!        device, 1 in the CPU plan):
+//!        device, 1 in the CPU plan; which flags the sync pass inserts: "Sync ownership"):
 //!        MTE2  gather_in_l1: nv rows (indices[b, c*chunk ..], block table row b) of `dqk`
 //!              columns from column `ht * head_col_stride` -> k_l1[s] Mat NZ [chunk, dp]
 //!              (V likewise into v_l1[s] when the kernel has a separate V cache); zero pad
@@ -41,22 +41,36 @@
 //!
 //! The sync pass (`tile_backend::passes::sync`) owns every cross-core flag (it lowers the
 //! channels S, P and PV) and every intra-core dependency a kernel leaves unordered; it keeps
-//! hand-written flags as they are and adds only what they do not cover. These kernels write
-//! their ping-pong flags by hand, one event id per buffer, pre-set before the loop and drained
-//! after it:
+//! hand-written flags as they are and adds only what they do not cover.
 //!
-//! - `cube.rs`: MTE1 -> MTE2 (gathered L1 tile `k_l1[s]` free), MTE2 -> MTE1 (tile loaded;
-//!   event 2 for Q), M -> MTE1 (L0 slot free; event 2 for `p_l0`), MTE1 -> M (L0 slot loaded),
-//!   FIX -> M and M -> FIX (Acc slot `s_acc[s]` / `pv_acc[s]` free and ready).
-//! - `vector.rs`: MTE3 -> V (`p_nz` free again once the P move to L1 has read it), V -> MTE3
-//!   (P and the partial result written before their moves and stores).
-//! - `merge.rs`: V -> MTE2 / MTE2 -> V per `o_i` buffer, V -> MTE3 before the stores.
-//!
-//! Why by hand: the pass hoists a pair to the statements that hold the two ops and gives the
-//! pairs of a pipe pair ids by live span, so the per-slot pairing above (slot `s` waits only on
-//! slot `s`'s previous use, letting the next chunk's gather run under this chunk's matmuls) is
-//! what the Ascend 950 estimates were measured with. They stay until removing them is shown to
-//! keep results, zero hazards and the 950 estimate within 1% (not yet measured).
+//! - `attn_split` leaves to the pass the L0 slots' flags (M <-> MTE1: `q_l0` / `kt_l0` /
+//!   `v_l0` slot free and loaded, `p_l0`) and all of the vector's (`p_nz` free again once its
+//!   move to L1 has read it, P written before that move, the partial result written before
+//!   its stores). With both loop halves of `ping_pong` in one body and the slots constant in
+//!   each half, the pass sees each buffer apart and pairs its uses per slot; where a
+//!   dependency crosses the channels (an acquire standing for the cube's next writes) it
+//!   orders the acquire after this core's earlier accesses of the shared tiles, so no pair
+//!   loses a signal. Measured against the hand-written flags they replaced (950 estimate of
+//!   the DeepSeek decode step, B = 4, top-k 2048): bf16 split kernel 37997 cycles against
+//!   38125, f32 71711 against 71351 (+0.5%, the step +0.4%); zero hazards in the traced
+//!   tests; the same bits (flags do not change what is computed).
+//! - `cube.rs` still writes two groups by hand, each one event per buffer, pre-set before the
+//!   loop and drained after it: the gathered L1 tile `k_l1[s]` (MTE1 -> MTE2 free, MTE2 ->
+//!   MTE1 loaded; event 2 for Q) and the Acc slots `s_acc[s]` / `pv_acc[s]` (FIX -> M free,
+//!   M -> FIX ready; events 0, 1 / 2, 3). With the pass owning the gathered tiles, its pairs
+//!   are hazard-free but let the next chunk's gather overlap less: the f32 split kernel's
+//!   estimate rises 7% (76454 cycles against 71351; bf16 unchanged). With the pass owning the
+//!   Acc slots too, the f32 device plan at the DeepSeek shape (B = 4, top-k 1024) loses an
+//!   M -> FIX signal in the traced test `sparse_deepseek_shape_b1`.
+//! - `attn_merge` (`merge.rs`) still writes its flags by hand: V -> MTE2 / MTE2 -> V per
+//!   `o_i` buffer (ping-pong over the splits, one event id per buffer, pre-set before the loop
+//!   and drained after it) and V -> MTE3 before the stores. The pass's own pairs there are
+//!   hazard-free but overlap less: the DeepSeek decode merge's 950 estimate is 16350 cycles
+//!   with them against 15441 with the hand-written ones (+5.9%, the whole step +1.4%), so
+//!   these stay until the pass pairs the two `o_i` buffers as tightly.
+//! - The flash kernel (`dn*.rs`) keeps its hand-written flags for the reasons its module doc
+//!   gives (a mask load under a runtime `if`: the pass hoists a pair out of the `if`, and when
+//!   the branch is not taken nothing orders its next set after its wait).
 //!
 //! # `attn_merge` (vector only)
 //!

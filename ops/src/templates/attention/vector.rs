@@ -5,8 +5,8 @@
 use super::{SplitKernel, M_INIT};
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
-    Axis, BinaryOp, DType, Expr, GmView, Layout, MemSpace, ParamId, Pipe, ReduceOp, RoundMode,
-    TileId, TileType, UnaryOp,
+    Axis, BinaryOp, DType, Expr, GmView, Layout, MemSpace, ParamId, ReduceOp, RoundMode, TileId,
+    TileType, UnaryOp,
 };
 
 /// The per-row statistics `m`, `l`, `m_chunk`, `l_chunk`, `alpha` and `lse`, each a DN `[r, 1]`
@@ -143,8 +143,6 @@ pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
         v.set_validshape(o_t.at(j), r, ns);
         v.fill(o_t.at(j), 0.0);
     }
-    // p_nz starts free (MTE3 -> V event 0 guards its reuse across chunks).
-    v.set_flag(Pipe::Mte3, Pipe::V, 0);
     v.for_range("c", 0, iters, 1, |b, it| {
         let t0 = (Expr::Var(c0) + it) * chunk;
         let nv = b.let_("nv", (Expr::Var(cnt) - t0).min(chunk));
@@ -168,21 +166,16 @@ pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
             Some(pu) => {
                 b.cast(pu, s_ub, RoundMode::Rint);
                 b.release(ch_s);
-                b.wait_flag(Pipe::Mte3, Pipe::V, 0);
                 b.mov(p_nz, pu);
             }
             None => {
-                b.wait_flag(Pipe::Mte3, Pipe::V, 0);
                 b.mov(p_nz, s_ub);
                 b.release(ch_s);
             }
         }
-        b.set_flag(Pipe::V, Pipe::Mte3, 0);
-        b.wait_flag(Pipe::V, Pipe::Mte3, 0);
         b.acquire(ch_p);
         b.mov(p_l1.at(it % pbufs), p_nz)
             .offset(Expr::SubBlockIdx * r, 0);
-        b.set_flag(Pipe::Mte3, Pipe::V, 0);
         b.push(ch_p);
         b.binary(BinaryOp::Sub, rows.alpha, rows.m, rows.mc);
         b.exp(rows.alpha, rows.alpha);
@@ -197,7 +190,6 @@ pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
             b.release(ch_pv);
         }
     });
-    v.wait_flag(Pipe::Mte3, Pipe::V, 0);
     // Normalise and write this split's partial result: l = max(l, 1) + 0 * (low + l).
     v.add(rows.low, rows.low, rows.l);
     v.muls(rows.low, rows.low, 0.0);
@@ -212,8 +204,6 @@ pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
     }
     v.unary(UnaryOp::Ln, rows.lse, rows.l);
     v.add(rows.lse, rows.lse, rows.m);
-    v.set_flag(Pipe::V, Pipe::Mte3, 1);
-    v.wait_flag(Pipe::V, Pipe::Mte3, 1);
     let mine = v.let_(
         "mine",
         (Expr::Var(hv) - Expr::SubBlockIdx * r).min(r as i64).max(0),

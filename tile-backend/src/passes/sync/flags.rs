@@ -506,6 +506,7 @@ impl Build<'_> {
             Op::WaitCrossFlag { pipe, .. } => Info {
                 pipe: pidx(*pipe),
                 src: self.crossing.to_vec(),
+                snk: self.crossing.to_vec(),
                 ..none
             },
             Op::SetCrossFlag { pipe, .. } => Info {
@@ -647,6 +648,7 @@ pub(super) fn insert_section(
             return Err(unresolved());
         };
         let (src, dst) = (PIPES[pa], PIPES[pbp]);
+        let pl = merge_forward(pl, (pa, pbp), &found, &where_, &infos);
         if let Placement::Carried { parent, l, ia, ib } = &pl {
             let lid = loop_id(&mut nodes, parent, *l).ok_or_else(unresolved)?;
             // A carried pair of the same loop and pipes widens to cover this dependency too:
@@ -669,6 +671,44 @@ pub(super) fn insert_section(
 
     let events = color(&nodes, &pairs, stmts, arch.flag_events, section)?;
     Ok(to_stmts(nodes, &pairs, &events))
+}
+
+/// A forward placement moved to set after the latest statement of its block that holds the
+/// source of another unordered dependency waited on before the same statement `ib`, with the
+/// same pipes: the waiting pipe needs every such set before `ib` anyway, and the set after
+/// the latest statement follows the earlier sources on the setting pipe, so one pair orders
+/// them all (instead of one pair, and one event id, per source, e.g. per tile stored after a
+/// loop).
+fn merge_forward(
+    pl: Placement,
+    pipes: (usize, usize),
+    found: &BTreeSet<(usize, usize)>,
+    where_: &[Option<Vec<Step>>],
+    infos: &[Info],
+) -> Placement {
+    let Placement::Forward { block, ia, ib } = pl else {
+        return pl;
+    };
+    let latest = found
+        .iter()
+        .filter(|&&(a, b)| (infos[a].pipe, infos[b].pipe) == (Some(pipes.0), Some(pipes.1)))
+        .filter_map(|&(a, b)| {
+            let (pa, pb) = (where_[a].as_ref()?, where_[b].as_ref()?);
+            match classify(pa, pb)? {
+                Placement::Forward {
+                    block: blk,
+                    ia: x,
+                    ib: y,
+                } if blk == block && y == ib => Some(x),
+                _ => None,
+            }
+        })
+        .fold(ia, usize::max);
+    Placement::Forward {
+        block,
+        ia: latest,
+        ib,
+    }
 }
 
 /// Pre-order positions of every inserted pair's ops: the whole span, and the first set and last

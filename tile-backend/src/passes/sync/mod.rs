@@ -29,10 +29,14 @@
 //! `+ - *` and `% m` (m a multiple of the group size) of loop variables whose start is such and
 //! whose step is a multiple of the group size, e.g. `i % 2` and `(i + 1) % 2` in a loop unrolled
 //! by 2); any other slot covers the whole group, so e.g. `i % 2` and `(i + 1) % 2` with step 1
-//! are conservatively possibly-equal. A cross-core wait counts as a write of every crossing resource
-//! (what follows on other pipes must be ordered after it), a cross-core set as an access that
-//! must come after them. Two ops on different pipes depend when their accesses overlap and one
-//! writes. S-pipe ops (scalars, `set_validshape`) and same-pipe pairs need nothing.
+//! are conservatively possibly-equal. A cross-core wait counts as a write of every crossing resource,
+//! both ways: what follows on other pipes must be ordered after it, and what this core did
+//! before it on other pipes is ordered before it (it stands for the other core's next writes);
+//! a cross-core set is an access that must come after them. The second half keeps a pair that
+//! starts at a cross-core wait from losing a signal in a loop: its next set (after the next
+//! wait) then follows this iteration's wait, as for any pair between two tile ops, whose
+//! accesses conflict both ways. Two ops on different pipes depend when their accesses overlap
+//! and one writes. S-pipe ops (scalars, `set_validshape`) and same-pipe pairs need nothing.
 //!
 //! A must-analysis over the structured program computes, before each op on pipe `P`, the ops
 //! whose latest executed instance may not yet be ordered before `P` — through program order on a
@@ -44,7 +48,11 @@
 //! first such `b` (forward pairs first, then the latest `a`), and re-runs the analysis:
 //!
 //! - forward (`a` precedes `b` in the innermost block holding both, at statements `ia < ib`):
-//!   `set_flag(pipe(a), pipe(b))` after statement `ia`, `wait_flag` before statement `ib`;
+//!   `set_flag(pipe(a), pipe(b))` after statement `ia`, `wait_flag` before statement `ib`; the
+//!   set moves down to the latest statement of the block holding the source of another
+//!   unordered dependency with the same pipes waited on before the same `ib` (the waiting pipe
+//!   needs that set before `ib` anyway), so e.g. tiles written one by one and stored under one
+//!   `if` take one pair, not one per tile;
 //! - loop-carried (`a` at or after `b` in the body of the innermost loop holding both, or in the
 //!   other branch of an `if`): set before the loop, wait before the body statement holding `b`,
 //!   set after the one holding `a`, and a final wait after the loop (the back-pressure pattern).

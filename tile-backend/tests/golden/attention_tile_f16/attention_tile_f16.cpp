@@ -91,21 +91,21 @@ extern "C" __global__ AICORE void attention_tile_f16(__gm__ half *q, __gm__ half
     TMATMUL<AccPhase::Final>(s_acc, k_l0, qt_l0);  // cube op #13
     wait_intra_block(PIPE_FIX, 1);  // AIV0
     wait_intra_block(PIPE_FIX, 17);  // AIV1
+    TMOV<STPhase::Final, SUb, SAcc, AccToVecMode::DualModeSplitN, ReluPreMode::NoRelu>(s_ub, s_acc);  // cube op #16: Acc -> Vec
     set_flag(PIPE_FIX, PIPE_MTE1, EVENT_ID0);
-    TMOV<STPhase::Final, SUb, SAcc, AccToVecMode::DualModeSplitN, ReluPreMode::NoRelu>(s_ub, s_acc);  // cube op #17: Acc -> Vec
-    set_flag(PIPE_FIX, PIPE_MTE1, EVENT_ID1);
     set_intra_block(PIPE_FIX, 0);  // AIV0
     set_intra_block(PIPE_FIX, 16);  // AIV1
+    wait_flag(PIPE_FIX, PIPE_MTE1, EVENT_ID0);
     wait_intra_block(PIPE_MTE1, 2);  // AIV0
     wait_intra_block(PIPE_MTE1, 18);  // AIV1
-    wait_flag(PIPE_FIX, PIPE_MTE1, EVENT_ID0);
     TMOV(pt_l0, pt_l1);
-    wait_flag(PIPE_FIX, PIPE_MTE1, EVENT_ID1);
+    set_flag(PIPE_MTE1, PIPE_FIX, EVENT_ID0);
     set_intra_block(PIPE_MTE1, 3);  // AIV0
     set_intra_block(PIPE_MTE1, 19);  // AIV1
     set_flag(PIPE_MTE1, PIPE_M, EVENT_ID1);
     wait_flag(PIPE_MTE1, PIPE_M, EVENT_ID1);
-    TMATMUL<AccPhase::Final>(o_acc, pt_l0, v_l0);  // cube op #30
+    TMATMUL<AccPhase::Final>(o_acc, pt_l0, v_l0);  // cube op #29
+    wait_flag(PIPE_MTE1, PIPE_FIX, EVENT_ID0);
     wait_intra_block(PIPE_FIX, 5);  // AIV0
     wait_intra_block(PIPE_FIX, 21);  // AIV1
     TMOV<STPhase::Final, OUb, OAcc, AccToVecMode::DualModeSplitM, ReluPreMode::NoRelu>(o_ub, o_acc);  // cube op #33: Acc -> Vec
@@ -153,12 +153,12 @@ extern "C" __global__ AICORE void attention_tile_f16(__gm__ half *q, __gm__ half
     set_flag(PIPE_V, PIPE_MTE3, EVENT_ID0);
     wait_flag(PIPE_V, PIPE_MTE3, EVENT_ID0);
     wait_intra_block(PIPE_MTE3, 3);
+    TINSERT(p_l1, p_nz, 0, sub_block_idx * 16);  // vector op #14: Vec -> Mat
     set_flag(PIPE_MTE3, PIPE_V, EVENT_ID0);
-    TINSERT(p_l1, p_nz, 0, sub_block_idx * 16);  // vector op #15: Vec -> Mat
     set_intra_block(PIPE_MTE3, 2);
     sum_col.SetValidShape(16, 1);
-    wait_intra_block(PIPE_V, 4);
     wait_flag(PIPE_MTE3, PIPE_V, EVENT_ID0);
+    wait_intra_block(PIPE_V, 4);
     TROWEXPANDDIV(o_ub, o_ub, sum_col);
     set_flag(PIPE_V, PIPE_MTE3, EVENT_ID1);
     wait_flag(PIPE_V, PIPE_MTE3, EVENT_ID1);
