@@ -1142,6 +1142,43 @@ pub(crate) fn write_dense_bytes(
     )
 }
 
+/// Writes the element bytes `one` into every element of the region of an ND or NZ tile, strip
+/// by strip (a pad fill: no row-major source to build); false (nothing written) for other
+/// layouts. Marks nothing.
+pub(crate) fn fill_dense(
+    buf: &mut [u8],
+    loc: &TileLoc,
+    at: (usize, usize),
+    size: (usize, usize),
+    one: &[u8],
+) -> Result<bool, String> {
+    let es = loc.es();
+    if one.len() != es {
+        return Err(format!("a {}-byte value for {es}-byte elements", one.len()));
+    }
+    check_region(loc, buf.len(), at.0, at.1, size.0, size.1)?;
+    let byte = one.iter().all(|b| *b == one[0]).then_some(one[0]);
+    Ok(for_each_strip(
+        &Geom::new(loc.ty),
+        at,
+        size,
+        Order::RowMajor,
+        |e, lines, stride, _, w| {
+            let t0 = loc.addr + e * es;
+            for i in 0..lines {
+                let t = t0 + i * stride * es;
+                let line = &mut buf[t..t + w * es];
+                match byte {
+                    Some(b) => line.fill(b),
+                    None => line
+                        .chunks_exact_mut(es)
+                        .for_each(|d| d.copy_from_slice(one)),
+                }
+            }
+        },
+    ))
+}
+
 /// [`write_dense_bytes`] from a row-major matrix whose rows lie `pitch` elements apart in `src`
 /// (a GM window read in place): row `i` of the region is `src[i * pitch * es..][..cols * es]`.
 /// False (nothing written) when the layout does not map onto row-major strip by strip; `Err`

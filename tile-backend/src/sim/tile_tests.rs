@@ -448,7 +448,23 @@ fn dense_case(
     };
     same_bytes(&got, &want, &loc, region)
         .map_err(|e| ctx(format!("write_dense_bytes (returned {wrote}): {e}")))?;
-    pitched_case(&loc, &buf, region, rng.next()).map_err(ctx)
+    pitched_case(&loc, &buf, region, rng.next()).map_err(ctx)?;
+    // A pad fill writes what the repeated value copied in writes (a mixed and a uniform value).
+    for one in [rng.bytes(es), vec![0; es]] {
+        let mut want = buf.clone();
+        let dense = write_dense_bytes(&mut want, &loc, at, size, &one.repeat(n)).map_err(ctx)?;
+        let mut got = buf.clone();
+        let filled = fill_dense(&mut got, &loc, at, size, &one).map_err(ctx)?;
+        if filled != dense && n > 0 {
+            return Err(ctx(format!(
+                "fill_dense returned {filled}, write_dense_bytes {dense}"
+            )));
+        }
+        let want = if filled { want } else { buf.clone() };
+        same_bytes(&got, &want, &loc, region)
+            .map_err(|e| ctx(format!("fill_dense (returned {filled}): {e}")))?;
+    }
+    Ok(())
 }
 
 /// `write_pitched_bytes` of rows `pitch` elements apart (pitch > width: the gaps must be
