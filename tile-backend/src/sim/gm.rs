@@ -189,7 +189,7 @@ impl<'a> PrefetchQueue<'a> {
 
 /// Asks the CPU to fetch the cache line holding `bytes[0]` (nothing for an empty slice).
 #[inline]
-fn hint_line(bytes: &[u8]) {
+pub(crate) fn hint_line(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     if !bytes.is_empty() {
         // SAFETY: a prefetch only hints the cache hierarchy; it never faults and neither reads
@@ -273,6 +273,35 @@ impl Overlay {
     ) -> Option<&'x [u8]> {
         let t = Self::check(args, p, off, len).ok()?;
         t.data.get(off..off + len)
+    }
+
+    /// The bytes `off .. off + len` of tensor `p` as this block reads them, borrowed straight
+    /// from the argument when the block wrote none of their pages (so a load copies them into a
+    /// tile without a staging buffer); `Ok(None)` when it did ([`Self::read`] merges those
+    /// writes); `Err` outside the tensor.
+    pub fn unwritten<'x>(
+        &self,
+        args: &'x [Arg<'_>],
+        p: ParamId,
+        off: usize,
+        len: usize,
+    ) -> Result<Option<&'x [u8]>, String> {
+        let t = Self::check(args, p, off, len)?;
+        if !self.pages.is_empty() && len > 0 {
+            let (first, last) = (off / PAGE, (off + len - 1) / PAGE);
+            // Whichever is fewer: the pages written, or the pages of the range.
+            let hit = if self.pages.len() < last - first + 1 {
+                self.pages
+                    .keys()
+                    .any(|&(q, pg)| q == p.0 && (first..=last).contains(&pg))
+            } else {
+                (first..=last).any(|pg| self.pages.contains_key(&(p.0, pg)))
+            };
+            if hit {
+                return Ok(None);
+            }
+        }
+        Ok(Some(&t.data[off..off + len]))
     }
 
     /// Reads `out.len()` bytes at `off` of tensor `p`.
@@ -506,6 +535,57 @@ mod tests {
         assert!(Overlay::argument_bytes(&args, ParamId(0), 60, 8).is_none());
         assert!(Overlay::argument_bytes(&args, ParamId(0), usize::MAX, 2).is_none());
         assert!(Overlay::argument_bytes(&args, ParamId(1), 0, 4).is_none());
+    }
+
+    #[test]
+    fn unwritten_bytes_are_borrowed_only_where_the_block_wrote_no_page() {
+        // 4 pages of f32 (4 KiB each); the block writes one element of page 2 of `out`.
+        let n = 4 * PAGE / 4;
+        let x = GmTensor::from_f32(DType::F32, &[1, n], &vec![1.0; n]);
+        let out = GmTensor::from_f32(DType::F32, &[1, n], &vec![0.0; n]);
+        let args = [Arg::Input(x.as_input()), Arg::Tensor(out)];
+        let mut gm = Overlay::default();
+        let all = gm
+            .unwritten(&args, ParamId(1), 0, 4 * PAGE)
+            .expect("in range");
+        assert_eq!(all.map(<[u8]>::len), Some(4 * PAGE), "nothing written yet");
+        gm.write(&args, ParamId(1), 2 * PAGE + 8, &[7; 4])
+            .expect("write");
+        // A range over the written page (few pages written: the map is scanned; many pages in
+        // the range or not, both ways of looking) is refused; others, and `x`, are borrowed.
+        for (off, len) in [
+            (0, 4 * PAGE),
+            (2 * PAGE, 16),
+            (PAGE, 2 * PAGE),
+            (2 * PAGE + 100, 1),
+        ] {
+            let r = gm.unwritten(&args, ParamId(1), off, len).expect("in range");
+            assert!(r.is_none(), "{off} + {len} overlaps the written page");
+        }
+        for (off, len) in [(0, 2 * PAGE), (3 * PAGE, PAGE), (0, 0)] {
+            let r = gm.unwritten(&args, ParamId(1), off, len).expect("in range");
+            assert_eq!(r.map(<[u8]>::len), Some(len), "{off} + {len}");
+        }
+        let xs = gm
+            .unwritten(&args, ParamId(0), 0, 4 * PAGE)
+            .expect("in range");
+        assert_eq!(xs, Some(&x.data[..]));
+        // Many pages written, a short range: looked up page by page.
+        for pg in [0, 1, 3] {
+            gm.write(&args, ParamId(1), pg * PAGE, &[1; 4])
+                .expect("write");
+        }
+        assert!(gm
+            .unwritten(&args, ParamId(1), 3 * PAGE + 4, 8)
+            .expect("in range")
+            .is_none());
+        assert!(gm.unwritten(&args, ParamId(1), 4 * PAGE - 4, 8).is_err());
+        assert!(gm.unwritten(&args, ParamId(2), 0, 4).is_err());
+        // What a read sees there is the written bytes (the caller's fallback).
+        let mut b = [0u8; 4];
+        gm.read(&args, ParamId(1), 2 * PAGE + 8, &mut b)
+            .expect("read");
+        assert_eq!(b, [7; 4]);
     }
 
     #[test]

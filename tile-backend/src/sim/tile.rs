@@ -1142,6 +1142,123 @@ pub(crate) fn write_dense_bytes(
     )
 }
 
+/// Writes the element bytes `one` into every element of the region of an ND or NZ tile, strip
+/// by strip (a pad fill: no row-major source to build); false (nothing written) for other
+/// layouts. Marks nothing.
+pub(crate) fn fill_dense(
+    buf: &mut [u8],
+    loc: &TileLoc,
+    at: (usize, usize),
+    size: (usize, usize),
+    one: &[u8],
+) -> Result<bool, String> {
+    let es = loc.es();
+    if one.len() != es {
+        return Err(format!("a {}-byte value for {es}-byte elements", one.len()));
+    }
+    check_region(loc, buf.len(), at.0, at.1, size.0, size.1)?;
+    let byte = one.iter().all(|b| *b == one[0]).then_some(one[0]);
+    Ok(for_each_strip(
+        &Geom::new(loc.ty),
+        at,
+        size,
+        Order::RowMajor,
+        |e, lines, stride, _, w| {
+            let t0 = loc.addr + e * es;
+            for i in 0..lines {
+                let t = t0 + i * stride * es;
+                let line = &mut buf[t..t + w * es];
+                match byte {
+                    Some(b) => line.fill(b),
+                    None => line
+                        .chunks_exact_mut(es)
+                        .for_each(|d| d.copy_from_slice(one)),
+                }
+            }
+        },
+    ))
+}
+
+/// [`write_dense_bytes`] from a row-major matrix whose rows lie `pitch` elements apart in `src`
+/// (a GM window read in place): row `i` of the region is `src[i * pitch * es..][..cols * es]`.
+/// False (nothing written) when the layout does not map onto row-major strip by strip; `Err`
+/// when `src` is too short. Marks nothing.
+pub(crate) fn write_pitched_bytes(
+    buf: &mut [u8],
+    loc: &TileLoc,
+    at: (usize, usize),
+    (rows, cols): (usize, usize),
+    src: &[u8],
+    pitch: usize,
+) -> Result<bool, String> {
+    let es = loc.es();
+    check_region(loc, buf.len(), at.0, at.1, rows, cols)?;
+    if rows == 0 || cols == 0 {
+        return Ok(matches!(loc.ty.layout, Layout::ND | Layout::NZ));
+    }
+    let need = ((rows - 1) * pitch + cols) * es;
+    if src.len() < need || pitch < cols {
+        return Err(format!(
+            "{} B of source for {rows} rows of {cols} elements {pitch} apart",
+            src.len()
+        ));
+    }
+    // The strips (an NZ tile's box columns), then the copy row by row across them, so GM is
+    // read front to back, one row after another (a strip at a time would stride down GM once
+    // per 32-byte box column).
+    const MAX_STRIPS: usize = 64;
+    let mut strips = [(0usize, 0usize, 0usize, 0usize); MAX_STRIPS];
+    let mut n = 0;
+    let mut fits = true;
+    let maps = for_each_strip(
+        &Geom::new(loc.ty),
+        at,
+        (rows, cols),
+        Order::RowMajor,
+        |e, _lines, stride, c, w| match strips.get_mut(n) {
+            Some(s) => {
+                *s = (loc.addr + e * es, stride * es, c * es, w * es);
+                n += 1;
+            }
+            None => fits = false,
+        },
+    );
+    if !maps {
+        return Ok(false);
+    }
+    if fits {
+        let strips = &strips[..n];
+        // Rows further apart than a page defeat the hardware prefetcher: each would wait on
+        // memory in turn. Hint the row `AHEAD` rows on, line by line, so their fetches overlap.
+        const AHEAD: usize = 16;
+        let row_bytes = cols * es;
+        for (i, row) in src.chunks(pitch * es).take(rows).enumerate() {
+            if let Some(next) = src.get((i + AHEAD) * pitch * es..) {
+                let next = &next[..row_bytes.min(next.len())];
+                next.chunks(64).for_each(super::gm::hint_line);
+            }
+            for &(t0, line, c, w) in strips {
+                let t = t0 + i * line;
+                copy_fixed::<32, _>(&mut buf[t..t + w], &row[c..c + w]);
+            }
+        }
+        return Ok(true);
+    }
+    Ok(for_each_strip(
+        &Geom::new(loc.ty),
+        at,
+        (rows, cols),
+        Order::RowMajor,
+        |e, lines, stride, c, w| {
+            let (w, t0) = (w * es, loc.addr + e * es);
+            for i in 0..lines {
+                let (t, s) = (t0 + i * stride * es, (i * pitch + c) * es);
+                copy_fixed::<32, _>(&mut buf[t..t + w], &src[s..s + w]);
+            }
+        },
+    ))
+}
+
 /// Encodes a dense f32 matrix of `order` into the region of a tile (rounding to its dtype) when
 /// the layout maps onto it strip by strip; false (nothing written) otherwise. Marks nothing.
 pub(crate) fn encode_dense(

@@ -447,7 +447,82 @@ fn dense_case(
         false => buf.clone(),
     };
     same_bytes(&got, &want, &loc, region)
-        .map_err(|e| ctx(format!("write_dense_bytes (returned {wrote}): {e}")))
+        .map_err(|e| ctx(format!("write_dense_bytes (returned {wrote}): {e}")))?;
+    pitched_case(&loc, &buf, region, rng.next()).map_err(ctx)?;
+    // A pad fill writes what the repeated value copied in writes (a mixed and a uniform value).
+    for one in [rng.bytes(es), vec![0; es]] {
+        let mut want = buf.clone();
+        let dense = write_dense_bytes(&mut want, &loc, at, size, &one.repeat(n)).map_err(ctx)?;
+        let mut got = buf.clone();
+        let filled = fill_dense(&mut got, &loc, at, size, &one).map_err(ctx)?;
+        if filled != dense && n > 0 {
+            return Err(ctx(format!(
+                "fill_dense returned {filled}, write_dense_bytes {dense}"
+            )));
+        }
+        let want = if filled { want } else { buf.clone() };
+        same_bytes(&got, &want, &loc, region)
+            .map_err(|e| ctx(format!("fill_dense (returned {filled}): {e}")))?;
+    }
+    Ok(())
+}
+
+/// `write_pitched_bytes` of rows `pitch` elements apart (pitch > width: the gaps must be
+/// skipped) writes what `write_dense_bytes` writes from the same rows packed, and declines what
+/// it declines; a source one byte short is an error.
+fn pitched_case(loc: &TileLoc, buf: &[u8], region: Region, seed: u64) -> Result<(), String> {
+    let mut rng = Rng::new(seed);
+    let ((r0, c0), (h, w)) = region;
+    let es = loc.es();
+    let pitch = w + 1 + rng.below(40);
+    let src = rng.bytes((h.max(1) * pitch) * es);
+    let mut packed = Vec::with_capacity(h * w * es);
+    for i in 0..h {
+        packed.extend_from_slice(&src[i * pitch * es..(i * pitch + w) * es]);
+    }
+    let mut want = buf.to_vec();
+    let dense = write_dense_bytes(&mut want, loc, (r0, c0), (h, w), &packed)?;
+    let mut got = buf.to_vec();
+    let pitched = write_pitched_bytes(&mut got, loc, (r0, c0), (h, w), &src, pitch)?;
+    if pitched != dense && h > 0 && w > 0 {
+        return Err(format!(
+            "write_pitched_bytes returned {pitched}, write_dense_bytes {dense}"
+        ));
+    }
+    if !pitched {
+        return same_bytes(&got, buf, loc, region)
+            .map_err(|e| format!("write_pitched_bytes declined but wrote: {e}"));
+    }
+    same_bytes(&got, &want, loc, region).map_err(|e| format!("write_pitched_bytes: {e}"))?;
+    if h > 0 && w > 0 {
+        let need = ((h - 1) * pitch + w) * es;
+        let short = write_pitched_bytes(&mut got, loc, (r0, c0), (h, w), &src[..need - 1], pitch);
+        if short.is_ok() {
+            return Err(format!(
+                "a {}-byte source for {need} bytes was accepted",
+                need - 1
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An NZ tile with more box columns than `write_pitched_bytes` gathers on its stack (64) takes
+/// its strip-by-strip path, with the same bytes.
+#[test]
+fn pitched_rows_into_a_wide_nz_tile() {
+    let mut rng = Rng::new(0x5eed_00a7);
+    for dtype in [DType::I8, DType::F32] {
+        let ty = tile(MemSpace::Mat, dtype, Layout::NZ, 2, 70);
+        let (rows, cols) = (ty.rows as usize, ty.cols as usize);
+        let loc = loc_at(&ty, 64);
+        let buf = rng.bytes(64 + ty.bytes() as usize);
+        for region in [((0, 0), (rows, cols)), ((3, 5), (rows - 3, cols - 9))] {
+            if let Err(e) = pitched_case(&loc, &buf, region, rng.next()) {
+                panic!("{} region {region:?}: {e}", describe(&loc));
+            }
+        }
+    }
 }
 
 /// `copy_between` of one region between two tiles of one dtype.

@@ -280,6 +280,13 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
                     return r;
                 }
             }
+            // An ND window into a row-major tile (A's or w's rows into NZ): GM rows land in the
+            // tile's strips as they lie, without a staging buffer.
+            if let Some((first, stride)) = view.nd_rows(rows, cols)? {
+                if cx.load_rows_in_place(&loc, aiv, view.param, (first, stride), (rows, cols))? {
+                    return Ok(());
+                }
+            }
             let data = view.read(cx, rows, cols)?;
             let r = cx.write_bytes(&loc, aiv, (0, 0), (rows, cols), &data);
             cx.core.pool.put_bytes(data);

@@ -535,6 +535,50 @@ impl<'k> ExecCtx<'k, '_, '_> {
         })
     }
 
+    /// TLOAD of `rows` GM rows of `cols` elements, `pitch` elements apart from element `first`
+    /// of tensor `p`, into the `rows x cols` top-left region of an ND or NZ tile, copied from
+    /// the argument's bytes straight into the tile's strips (no staging buffer) and marked
+    /// written. False (nothing done) when the layout does not map onto rows or this block wrote
+    /// into those GM bytes: the caller takes the general path then.
+    pub fn load_rows_in_place(
+        &mut self,
+        loc: &TileLoc,
+        aiv: u8,
+        p: ParamId,
+        (first, pitch): (usize, usize),
+        (rows, cols): (usize, usize),
+    ) -> Result<bool, String> {
+        if !matches!(loc.ty.layout, crate::ir::Layout::ND | crate::ir::Layout::NZ)
+            || rows == 0
+            || cols == 0
+        {
+            return Ok(false);
+        }
+        let es = loc.es();
+        let (off, len) = (first * es, ((rows - 1) * pitch + cols) * es);
+        let Some(src) = self.gm.unwritten(self.args, p, off, len)? else {
+            return Ok(false);
+        };
+        let space = loc.space();
+        self.mem
+            .touch(space, aiv, loc.addr, loc.addr + loc.ty.bytes() as usize);
+        let (buf, bits) = self.mem.buf_bits_mut(space, aiv)?;
+        if !tile::write_pitched_bytes(buf, loc, (0, 0), (rows, cols), src, pitch)? {
+            return Ok(false);
+        }
+        let n = buf.len();
+        tile::for_each_span(loc, n, (0, 0), (rows, cols), |start, n| {
+            mark_bits(bits, start, n, true)
+        })?;
+        if let Some(r) = &mut self.rec {
+            for i in 0..rows {
+                r.touch(Mem::Gm(p.0), off + i * pitch * es, cols * es, false);
+            }
+        }
+        self.note_region(loc, aiv, (0, 0), (rows, cols), true);
+        Ok(true)
+    }
+
     /// Copies a region of tile `s` (in `s_aiv`'s UB if Vec) to a region of tile `d`, layout to
     /// layout, when the source region is all written and the two live in different buffers;
     /// returns false (having done nothing) otherwise.

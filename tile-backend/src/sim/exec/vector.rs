@@ -2,10 +2,10 @@
 //! stay exact), compute, round once on the way back.
 
 use super::ExecCtx;
-use crate::ir::{Axis, BinaryOp, DType, Op, PadValue, ReduceOp, RoundMode, UnaryOp};
+use crate::ir::{Axis, BinaryOp, DType, Layout, Op, PadValue, ReduceOp, RoundMode, UnaryOp};
 use crate::sim::numeric;
 use crate::sim::state::ScratchPool;
-use crate::sim::tile::TileLoc;
+use crate::sim::tile::{self, TileLoc};
 use num_traits::Float;
 
 /// Scratch element type: f32 for float tiles, f64 for integer tiles.
@@ -325,6 +325,24 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             let (vr, vc) = loc.valid()?;
             let aiv = cx.own_aiv();
             // Right of the valid columns, then below the valid rows.
+            let regions = [
+                ((0, vc), (vr, loc.cols() - vc)),
+                ((vr, 0), (loc.rows() - vr, loc.cols())),
+            ];
+            // ND and NZ tiles are filled in place, strip by strip.
+            if matches!(loc.ty.layout, Layout::ND | Layout::NZ) {
+                for (at, size) in regions {
+                    if size.0 > 0 && size.1 > 0 {
+                        let filled = cx.write_dense(&loc, aiv, at, size, |buf| {
+                            tile::fill_dense(buf, &loc, at, size, &one)
+                        })?;
+                        if !filled {
+                            return Err(format!("fill-pad of {} declined", loc.name()));
+                        }
+                    }
+                }
+                return Ok(());
+            }
             if vc < loc.cols() {
                 let n = vr * (loc.cols() - vc);
                 cx.write_bytes(&loc, aiv, (0, vc), (vr, loc.cols() - vc), &one.repeat(n))?;
