@@ -119,7 +119,7 @@ pub fn run(runner: &mut Runner, p: &GatherProblem<'_>) -> Result<GmTensor, OpErr
     let (t, c) = check(p)?;
     let dtype = p.src.dtype;
     let n = p.indices.len();
-    let out = GmTensor::zeros(dtype, &[n, p.size]);
+    let out = crate::templates::attention::zeroed_result(dtype, &[n, p.size]);
     if n == 0 {
         return Ok(out);
     }
