@@ -195,15 +195,3 @@ pub(super) mod workspace {
 pub(crate) fn recycle_result(out: GmTensor) {
     workspace::recycle(out.data);
 }
-
-/// A zero-filled result of `dtype` and `shape` in this thread's kept buffer when there is one
-/// (the bytes [`recycle_result`] gave back): a warm buffer is filled at memory speed, where a
-/// fresh allocation of a large result page-faults every 4 KiB on first touch.
-pub(crate) fn zeroed_result(dtype: DType, shape: &[usize]) -> GmTensor {
-    let len = shape.iter().product::<usize>() * dtype.size_bytes() as usize;
-    GmTensor {
-        dtype,
-        shape: shape.to_vec(),
-        data: workspace::zeroed(len),
-    }
-}

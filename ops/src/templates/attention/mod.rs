@@ -91,7 +91,7 @@ pub(crate) use dn::{flash_dn, FlashCfg};
 pub(crate) use dn_host::{
     descriptors as flash_descriptors, run_flash, FlashInputs, FlashProblem, DESC_COUNT,
 };
-pub(crate) use host::{recycle_result, run_attention, zeroed_result, AttnInputs};
+pub(crate) use host::{recycle_result, run_attention, AttnInputs};
 pub(crate) use merge::attn_merge;
 #[cfg(test)]
 use plan::{choose_splits, split_plan, MAX_SPLITS};
