@@ -148,6 +148,28 @@ fn gather_every_dtype_partial_columns_odd_counts() {
 }
 
 #[test]
+fn gather_runs_many_batches_per_core_with_a_ragged_tail() {
+    // 2100 rows on 32 blocks: 33 rows per AIV, four full batches of 8 and one of 1, so both
+    // batch buffers are reused across loop iterations; the last AIV's run is shorter (21 rows:
+    // two full batches and one of 5).
+    for (i, (dtype, size)) in [(DType::F32, 24), (DType::BF16, 512)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut rng = Rng::new(50 + i as u64);
+        let src = random_tensor(&mut rng, dtype, &[300, size + 8]);
+        let (indices, block_table) = paged(&mut rng, 300, 16, 19, 2100);
+        check_gather(&GatherProblem {
+            src: src.as_input(),
+            indices,
+            block_table,
+            block_size: 16,
+            size,
+        });
+    }
+}
+
+#[test]
 fn gather_wide_rows_go_in_chunks() {
     // 5000 f32 columns = 20000 bytes: two chunks per row, the second narrower.
     let mut rng = Rng::new(20);

@@ -6,22 +6,21 @@
 //!
 //! Vector program only (the cube has no path from L1 to GM, so `gather_in_l1` cannot produce a
 //! GM result). The `n` output rows are split into contiguous runs, one per AIV (two per
-//! block). Each AIV walks its run `DEPTH` rows at a time, one UB buffer per row in flight:
+//! block). Each AIV walks its run in batches of up to `batch_rows` rows
+//! (`templates::row_copy::emit_row_gather`), two batch buffers in flight:
 //!
 //! ```text
-//! per row u (buffer u % DEPTH):
-//!   S     t = indices[u]; e = block_table[t / block_size]       (read_scalar)
-//!         physical row = e * block_size + t % block_size
-//!   MTE2  src[row, 0..size] -> row_ub[slot]  (valid [1, size], columns padded to 32 bytes)
-//!   MTE3  row_ub[slot] -> out[u, 0..size]
+//! per batch (buffer b, rows u0 .. u0 + m):
+//!   per row u:  S     t = indices[u]; e = block_table[t / block_size]   (read_scalar)
+//!                     physical row = e * block_size + t % block_size
+//!               MTE2  src[row, 0..size] -> row u - u0 of batch_ub[b]
+//!   MTE3  batch_ub[b][0..m] -> out[u0 .. u0 + m, 0..size]                  (one store)
 //! ```
 //!
-//! Buffer `j` has its own event id `j` for the MTE2 -> MTE3 "loaded" flag and the loop-carried
-//! MTE3 -> MTE2 "free" flag, so loads of later rows overlap stores of earlier ones. The flags
-//! are written by hand: the sync pass would give the four buffers' MTE2 -> MTE3 pairs one
-//! shared id (their spans look disjoint in program order), and the MTE2 pipe running ahead
-//! could then set it twice before MTE3 waits (a lost signal the hazard check reports).
-//! Rows wider than `CHUNK_BYTES` (`templates::row_copy`) are copied in column chunks through the same buffer.
+//! The output rows of a batch are consecutive, so one store moves the whole batch; the flags
+//! (one event id per buffer, written by hand) are per batch. Rows wider than `CHUNK_BYTES`
+//! (`templates::row_copy`) take the row-at-a-time copy (`emit_row_copy`, one UB buffer per
+//! row in flight, each row in column chunks).
 //!
 //! Only the dtype and `size` are static (the compile key); `n`, `T`, `C`, the block-table
 //! length and `block_size` are runtime scalar arguments, so a decode step never recompiles.
@@ -29,10 +28,12 @@
 use crate::bridge::gm_i32;
 use crate::error::OpError;
 use crate::runtime::{compiled, Runner};
-use crate::templates::row_copy::{block_dim_for, emit_row_copy, RowPlan, RowTiles};
+use crate::templates::row_copy::{
+    batch_rows, block_dim_for, emit_row_copy, emit_row_gather, RowPlan, RowTiles,
+};
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::{DType, Expr, Kernel};
-use tile_backend::launch::{Arg, GmInput, GmTensor};
+use tile_backend::launch::{Arg, GmInOut, GmInput, GmTensor};
 
 const OP: &str = "paged_gather";
 
@@ -68,16 +69,22 @@ pub(crate) fn gather_kernel(dtype: DType, size: u64) -> Kernel {
     let idx = kb.input("indices", DType::I32, [Expr::from(1), n.clone()]);
     let bt = kb.input("block_table", DType::I32, [Expr::from(1), nb]);
     let out = kb.output("out", dtype, [n.clone(), Expr::from(size)]);
-    let plan = move |b: &mut Body<'_>, u: Expr| {
-        let t = b.read_scalar("token", idx, u.clone());
+    // Row u's physical row: its token t = indices[u], then its block's table entry.
+    let locate = move |b: &mut Body<'_>, u: Expr| -> Expr {
+        let t = b.read_scalar("token", idx, u);
         let e = b.read_scalar("entry", bt, Expr::from(t) / bs.clone());
-        RowPlan {
-            when: None,
-            src_row: Expr::from(e) * bs.clone() + Expr::from(t) % bs.clone(),
-            dst_row: u,
-        }
+        Expr::from(e) * bs.clone() + Expr::from(t) % bs.clone()
     };
-    emit_row_copy(&mut kb, rt, n, src, cols, out, Expr::from(size), &plan);
+    if batch_rows(rt) > 0 {
+        emit_row_gather(&mut kb, rt, n, (src, cols), out, &locate);
+    } else {
+        let plan = |b: &mut Body<'_>, u: Expr| RowPlan {
+            when: None,
+            src_row: locate(b, u.clone()),
+            dst_row: u,
+        };
+        emit_row_copy(&mut kb, rt, n, src, cols, out, Expr::from(size), &plan);
+    }
     kb.build()
 }
 
@@ -116,12 +123,31 @@ fn check(p: &GatherProblem<'_>) -> Result<(usize, usize), OpError> {
 
 /// Runs the gather: returns `[n, size]` in src's dtype.
 pub fn run(runner: &mut Runner, p: &GatherProblem<'_>) -> Result<GmTensor, OpError> {
+    let mut out = GmTensor::zeros(p.src.dtype, &[p.indices.len(), p.size]);
+    run_into(runner, p, &mut out.data)?;
+    Ok(out)
+}
+
+/// [`run`] writing the `[n, size]` result into `out` (`n * size` zero-initialised elements of
+/// src's dtype, as little-endian bytes) in place: the op gathers straight into the buffer its
+/// candle tensor then owns, with no result copy.
+pub fn run_into(runner: &mut Runner, p: &GatherProblem<'_>, out: &mut [u8]) -> Result<(), OpError> {
     let (t, c) = check(p)?;
     let dtype = p.src.dtype;
     let n = p.indices.len();
-    let out = GmTensor::zeros(dtype, &[n, p.size]);
+    let want = n * p.size * dtype.size_bytes() as usize;
+    if out.len() != want {
+        return Err(OpError::Package {
+            op: OP,
+            why: format!(
+                "the result buffer holds {} bytes, [{n}, {}] {dtype} needs {want}",
+                out.len(),
+                p.size
+            ),
+        });
+    }
     if n == 0 {
-        return Ok(out);
+        return Ok(());
     }
     let size = p.size as u64;
     let key = format!("{OP}/{dtype}/{size}");
@@ -136,8 +162,15 @@ pub fn run(runner: &mut Runner, p: &GatherProblem<'_>) -> Result<GmTensor, OpErr
         ("src", Arg::Input(p.src.clone())),
         ("indices", Arg::Tensor(gm_i32(&[1, n], &p.indices))),
         ("block_table", Arg::Tensor(gm_i32(&[1, nb], &p.block_table))),
-        ("out", Arg::Tensor(out)),
+        (
+            "out",
+            Arg::InOut(GmInOut {
+                dtype,
+                shape: vec![n, p.size],
+                data: out,
+            }),
+        ),
     ];
-    let mut args = runner.launch_named(&kernel, block_dim_for(n), named)?;
-    runner.take(&kernel, &mut args, "out")
+    runner.launch_named(&kernel, block_dim_for(n), named)?;
+    Ok(())
 }

@@ -13,6 +13,7 @@ use crate::bridge::{self, Bridge};
 use crate::error::OpError;
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 use kernel::GatherProblem;
+use tile_backend::ir::DType;
 
 const OP: &str = "paged_gather";
 
@@ -163,15 +164,37 @@ impl GatherOp {
             size: self.v.size,
         };
         let mut runner = bridge::runner(OP, self.backend);
-        let out = kernel::run(&mut runner, &p)?;
+        let len = self.v.indices.len() * self.v.size;
+        // The kernel writes into the storage the result tensor then owns (no result copy).
+        let storage = match p.src.dtype {
+            DType::F32 => CpuStorage::F32(gather_into(&mut runner, &p, len)?),
+            DType::F16 => CpuStorage::F16(gather_into(&mut runner, &p, len)?),
+            DType::BF16 => CpuStorage::BF16(gather_into(&mut runner, &p, len)?),
+            other => {
+                return Err(OpError::invalid(
+                    OP,
+                    "src",
+                    format!("dtype {other} is not supported: use f32, f16 or bf16"),
+                ))
+            }
+        };
         runner.finish()?;
-        let n = self.v.indices.len();
-        bridge::expect_shape(OP, &out.shape, &[n, self.v.size], "out")?;
         Ok((
-            (self.bridge.storage(out)?, Shape::from((n, self.v.size))),
+            (storage, Shape::from((self.v.indices.len(), self.v.size))),
             (),
         ))
     }
+}
+
+/// `len` zeroed elements of `T` (src's element type) with the gather written into them.
+fn gather_into<T: bytemuck::Pod>(
+    runner: &mut crate::runtime::Runner,
+    p: &GatherProblem<'_>,
+    len: usize,
+) -> Result<Vec<T>, OpError> {
+    let mut out: Vec<T> = bytemuck::zeroed_vec(len);
+    kernel::run_into(runner, p, bytemuck::cast_slice_mut(&mut out))?;
+    Ok(out)
 }
 
 impl CustomOp1 for GatherOp {

@@ -108,8 +108,10 @@ struct AtomicAdd {
 /// bytes are ever read, and a page's dirty bits are cleared when it is reused).
 static PAGE_POOL: std::sync::Mutex<Vec<Page>> = std::sync::Mutex::new(Vec::new());
 
-/// Most pages kept in [`PAGE_POOL`] (16 MiB).
-const POOL_PAGES: usize = 4096;
+/// Most pages kept in [`PAGE_POOL`] (64 MiB of data): enough for the overlays of a 64 MiB
+/// result (a 65536-row paged gather of 1 KiB rows), which otherwise page-faulted three quarters
+/// of its overlay pages in afresh on every call.
+const POOL_PAGES: usize = 16384;
 
 /// A page with no dirty byte: from `spare`, else a batch from the pool, else a new one.
 fn take_page(spare: &mut Vec<Page>) -> Page {
@@ -130,6 +132,23 @@ fn take_page(spare: &mut Vec<Page>) -> Page {
             dirty: vec![0; PAGE / 64],
         },
     }
+}
+
+/// Sets the dirty bits of bytes `lo .. hi` of a page (whole words at once).
+fn mark_dirty(dirty: &mut [u64], lo: usize, hi: usize) {
+    if lo >= hi {
+        return;
+    }
+    let (w0, w1) = (lo / 64, (hi - 1) / 64);
+    let head = u64::MAX << (lo % 64);
+    let tail = u64::MAX >> (63 - (hi - 1) % 64);
+    if w0 == w1 {
+        dirty[w0] |= head & tail;
+        return;
+    }
+    dirty[w0] |= head;
+    dirty[w0 + 1..w1].fill(u64::MAX);
+    dirty[w1] |= tail;
 }
 
 /// GM rows a core expects to read soon, hinted to the CPU's caches a few lines at a time from
@@ -400,17 +419,7 @@ impl Overlay {
                 .entry((p.0, page))
                 .or_insert_with(|| take_page(spare));
             pg.data[in_page..in_page + n].copy_from_slice(&bytes[pos..pos + n]);
-            let mut i = in_page;
-            while i < in_page + n {
-                let (w, o) = (i / 64, i % 64);
-                let k = (64 - o).min(in_page + n - i);
-                pg.dirty[w] |= if k == 64 {
-                    u64::MAX
-                } else {
-                    ((1u64 << k) - 1) << o
-                };
-                i += k;
-            }
+            mark_dirty(&mut pg.dirty, in_page, in_page + n);
             pos += n;
         }
     }
@@ -459,21 +468,25 @@ impl Overlay {
             };
             let start = page * PAGE;
             let len = PAGE.min(data.len().saturating_sub(start));
-            for (w, bits) in pg.dirty.iter().enumerate() {
-                let lo = w * 64;
-                if *bits == 0 || lo >= len {
+            let mut w = 0;
+            while w < pg.dirty.len() && w * 64 < len {
+                let (lo, bits) = (w * 64, pg.dirty[w]);
+                if bits == u64::MAX {
+                    // A run of fully written words is one copy.
+                    let run = pg.dirty[w..].iter().take_while(|b| **b == u64::MAX).count();
+                    let hi = (lo + run * 64).min(len);
+                    data[start + lo..start + hi].copy_from_slice(&pg.data[lo..hi]);
+                    w += run;
                     continue;
                 }
-                let hi = (lo + 64).min(len);
-                if *bits == u64::MAX {
-                    data[start + lo..start + hi].copy_from_slice(&pg.data[lo..hi]);
-                } else {
-                    for i in lo..hi {
+                if bits != 0 {
+                    for i in lo..(lo + 64).min(len) {
                         if bits >> (i - lo) & 1 == 1 {
                             data[start + i] = pg.data[i];
                         }
                     }
                 }
+                w += 1;
             }
         }
         if let Ok(mut pool) = PAGE_POOL.lock() {
@@ -507,6 +520,40 @@ impl Overlay {
 mod tests {
     use super::*;
     use crate::launch::GmTensor;
+
+    #[test]
+    fn dirty_bits_are_set_for_exactly_the_written_bytes() {
+        for lo in (0..PAGE).step_by(37).chain([0, 63, 64, 65, PAGE - 1]) {
+            for hi in [lo, lo + 1, lo + 63, lo + 64, lo + 65, lo + 200, PAGE] {
+                let hi = hi.min(PAGE);
+                let mut dirty = vec![0u64; PAGE / 64];
+                mark_dirty(&mut dirty, lo, hi);
+                for i in 0..PAGE {
+                    let set = dirty[i / 64] >> (i % 64) & 1 == 1;
+                    assert_eq!(set, (lo..hi).contains(&i), "byte {i} of [{lo}, {hi})");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_merge_applies_exactly_the_bytes_written_in_runs_and_pieces() {
+        let t = GmTensor::from_i64(DType::I32, &[4096], &vec![-1; 4096]);
+        let mut args = [Arg::Tensor(t)];
+        let mut gm = Overlay::default();
+        // A long run across a page boundary, a partial word, and a single byte.
+        let run: Vec<u8> = (0..6000).map(|i| (i % 251) as u8).collect();
+        gm.write(&args, ParamId(0), 1000, &run).expect("in range");
+        gm.write(&args, ParamId(0), 9000, &[7, 8, 9])
+            .expect("in range");
+        gm.write(&args, ParamId(0), 16383, &[5]).expect("in range");
+        let mut want = vec![0xffu8; 16384];
+        want[1000..7000].copy_from_slice(&run);
+        want[9000..9003].copy_from_slice(&[7, 8, 9]);
+        want[16383] = 5;
+        gm.merge_into(&mut args);
+        assert_eq!(args[0].as_gm().map(|g| g.data), Some(&want[..]));
+    }
 
     #[test]
     fn a_prefetch_is_only_a_hint_and_ignores_what_is_out_of_range() {

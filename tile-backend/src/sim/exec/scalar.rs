@@ -15,13 +15,17 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<Flow, String
             let idx = cx.core.eval(index)?;
             let (dtype, off) = element(cx, tensor.0, idx)?;
             let es = dtype.size_bytes() as usize;
-            let mut b = vec![0u8; es];
+            // A stack buffer, not a Vec: this runs once per scalar read (per row of a gather).
+            let mut buf = [0u8; 8];
+            let b = buf
+                .get_mut(..es)
+                .ok_or_else(|| format!("scalar read of a {es}-byte element"))?;
             // The core's own pending writes first (same data cache), else GM.
             match cx.core.dcache.get(&(tensor.0, off / 64)) {
                 Some(line) => b.copy_from_slice(&line[off % 64..off % 64 + es]),
-                None => cx.gm_read(*tensor, off, &mut b)?,
+                None => cx.gm_read(*tensor, off, b)?,
             }
-            let v = numeric::decode_i64(dtype, &b);
+            let v = numeric::decode_i64(dtype, b);
             cx.core.set_var(*var, v);
         }
         Op::WriteScalar {
