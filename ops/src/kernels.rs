@@ -681,10 +681,10 @@ pub fn paged_gather(shape: &PagedGatherShape) -> Result<Vec<Launch>, OpError> {
     data_dtype(OP, shape.dtype)?;
     dim(OP, "n", shape.n)?;
     width(OP, "size", shape.size)?;
-    let kernel = crate::paged_gather::kernel::gather_kernel(shape.dtype, shape.size as u64);
+    let plan = crate::paged_gather::kernel::plan(shape);
     Ok(vec![Launch {
-        kernel,
-        block_dim: crate::templates::row_copy::block_dim_for(shape.n) as u64,
+        kernel: plan.kernel(),
+        block_dim: plan.block_dim as u64,
         scalars: vec![("n", shape.n as i64)],
     }])
 }
@@ -764,8 +764,7 @@ fn width(op: &'static str, arg: &'static str, v: usize) -> Result<(), OpError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::{profile, Runner};
-    use tile_backend::launch::GmTensor;
+    use crate::runtime::profile;
 
     /// Kernel names and block_dims of what the op launched, inside `profile`.
     fn launched(run: impl FnOnce() -> Result<(), OpError>) -> Vec<(String, u64)> {
@@ -884,27 +883,27 @@ mod tests {
 
     #[test]
     fn gather_and_quant_matmul_launch_what_emit_plans() {
+        use crate::Backend;
+        use candle_core::{DType as C, Device, Tensor};
+        let dev = &Device::Cpu;
+        let sim = Some(Backend::TileSim);
         // Gather: block_dim from the row count, kernel keyed by dtype and width.
-        use crate::paged_gather::kernel::{self as gather, GatherProblem};
-        let src = GmTensor::zeros(DType::F32, &[16, 24]);
-        let g = GatherProblem {
-            src: src.as_input(),
-            indices: vec![0, 3, 5, 7, 9],
-            block_table: vec![1, 0, 3, 2, 5, 4, 7, 6],
-            block_size: 2,
-            size: 20,
-        };
-        let got = launched(|| gather::run(&mut Runner::sim("paged_gather"), &g).map(|_| ()));
+        let src = Tensor::zeros((16, 24), C::F32, dev).expect("src");
+        let indices = Tensor::new(&[[0i64, 3, 5, 7, 9]], dev).expect("indices");
+        let table = Tensor::new(&[[1i64, 0, 3, 2, 5, 4, 7, 6]], dev).expect("table");
+        let call = crate::paged_gather::GatherCall::validate(&src, &indices, &table, 2, 20)
+            .expect("valid");
         let shape = PagedGatherShape {
             dtype: DType::F32,
             n: 5,
             size: 20,
         };
+        assert_eq!(call.shape, shape);
+        let got = launched(|| crate::paged_gather(&src, &indices, &table, 2, 20, sim).map(|_| ()));
         assert_eq!(got, planned(&paged_gather(&shape).expect("valid")));
 
         // quant_matmul: one block per 128 x 256 tile, kernel keyed by the epilogue.
-        use candle_core::{Device, Tensor};
-        let x = Tensor::ones((70, 96), candle_core::DType::F16, &Device::Cpu).expect("x");
+        let x = Tensor::ones((70, 96), C::F16, dev).expect("x");
         let w = crate::quantize_per_channel(
             &Tensor::ones((300, 96), candle_core::DType::F32, &Device::Cpu).expect("w"),
         )
@@ -913,8 +912,7 @@ mod tests {
             relu: true,
             ..Default::default()
         };
-        let (r, records) =
-            profile(|| crate::quant_matmul(&x, &w, &params, Some(crate::Backend::TileSim)));
+        let (r, records) = profile(|| crate::quant_matmul(&x, &w, &params, sim));
         r.expect("runs");
         let got: Vec<(String, u64)> = records
             .iter()

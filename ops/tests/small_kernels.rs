@@ -7,7 +7,7 @@
 use tile_backend::ir::DType;
 use tile_backend::sim::GmTensor;
 use tileops_ops::kv_cache::{kernel as kv, CacheCall};
-use tileops_ops::paged_gather::kernel::{self as pg, GatherProblem};
+use tileops_ops::paged_gather::{kernel as pg, GatherCall};
 use tileops_ops::runtime::Runner;
 use tileops_ops::{profile, LaunchRecord, OpError};
 
@@ -36,8 +36,26 @@ fn assert_clean(records: &[LaunchRecord], launches: usize) {
     }
 }
 
+/// A gather's arguments as plain data: src and the index arguments.
+struct GatherCase<'a> {
+    src: &'a GmTensor,
+    indices: Vec<i64>,
+    block_table: Vec<i64>,
+    block_size: usize,
+    size: usize,
+}
+
+/// The validated call of `p` (its index arguments as `[1, n]` / `[1, nb]` i64 tensors).
+fn gather_call(p: &GatherCase) -> Result<GatherCall, OpError> {
+    let dev = &candle_core::Device::Cpu;
+    let idx = candle_core::Tensor::from_vec(p.indices.clone(), (1, p.indices.len()), dev)?;
+    let nb = p.block_table.len();
+    let table = candle_core::Tensor::from_vec(p.block_table.clone(), (1, nb), dev)?;
+    GatherCall::validate(&from_gm(p.src), &idx, &table, p.block_size, p.size)
+}
+
 /// Plain Rust: row i is src[block_table[t / bs] * bs + t % bs, 0..size].
-fn gather_expected(p: &GatherProblem) -> Vec<u8> {
+fn gather_expected(p: &GatherCase) -> Vec<u8> {
     let es = p.src.dtype.size_bytes() as usize;
     let c = p.src.shape[1];
     let mut out = Vec::with_capacity(p.indices.len() * p.size * es);
@@ -49,8 +67,10 @@ fn gather_expected(p: &GatherProblem) -> Vec<u8> {
     out
 }
 
-fn check_gather(p: &GatherProblem) {
-    let (out, records) = profile(|| pg::run(&mut Runner::sim("paged_gather"), p));
+fn check_gather(p: &GatherCase) {
+    let call = gather_call(p).expect("a valid call");
+    let (out, records) =
+        profile(|| pg::run(&mut Runner::sim("paged_gather"), &call, p.src.as_input()));
     let out = out.expect("the gather runs");
     assert_eq!(out.dtype, p.src.dtype);
     assert_eq!(out.shape, vec![p.indices.len(), p.size]);
@@ -90,8 +110,8 @@ fn gather_upstream_doc_example() {
         let mut rng = Rng::new(1);
         let src = random_tensor(&mut rng, dtype, &[16, 32]);
         let (indices, block_table) = paged(&mut rng, 16, 2, 4, 32);
-        check_gather(&GatherProblem {
-            src: src.as_input(),
+        check_gather(&GatherCase {
+            src: &src,
             indices,
             block_table,
             block_size: 2,
@@ -107,8 +127,8 @@ fn gather_upstream_small_odd_shape() {
     let src = random_tensor(&mut rng, DType::F16, &[33, 30]);
     for n in [1, 16, 37] {
         let (indices, block_table) = paged(&mut rng, 33, 10, 4, n);
-        check_gather(&GatherProblem {
-            src: src.as_input(),
+        check_gather(&GatherCase {
+            src: &src,
             indices,
             block_table,
             block_size: 10,
@@ -127,8 +147,8 @@ fn gather_every_dtype_partial_columns_odd_counts() {
         // size < C, n a prime, shuffled table with more entries than needed.
         let src = random_tensor(&mut rng, dtype, &[200, 72]);
         let (indices, block_table) = paged(&mut rng, 200, 16, 13, 101);
-        check_gather(&GatherProblem {
-            src: src.as_input(),
+        check_gather(&GatherCase {
+            src: &src,
             indices,
             block_table,
             block_size: 16,
@@ -137,8 +157,8 @@ fn gather_every_dtype_partial_columns_odd_counts() {
         // The DeepSeek latent width, V part only, block 64: 576 -> 512 columns.
         let src = random_tensor(&mut rng, dtype, &[256, 576]);
         let (indices, block_table) = paged(&mut rng, 256, 64, 4, 67);
-        check_gather(&GatherProblem {
-            src: src.as_input(),
+        check_gather(&GatherCase {
+            src: &src,
             indices,
             block_table,
             block_size: 64,
@@ -159,8 +179,8 @@ fn gather_runs_many_batches_per_core_with_a_ragged_tail() {
         let mut rng = Rng::new(50 + i as u64);
         let src = random_tensor(&mut rng, dtype, &[300, size + 8]);
         let (indices, block_table) = paged(&mut rng, 300, 16, 19, 2100);
-        check_gather(&GatherProblem {
-            src: src.as_input(),
+        check_gather(&GatherCase {
+            src: &src,
             indices,
             block_table,
             block_size: 16,
@@ -175,8 +195,8 @@ fn gather_wide_rows_go_in_chunks() {
     let mut rng = Rng::new(20);
     let src = random_tensor(&mut rng, DType::F32, &[24, 5003]);
     let (indices, block_table) = paged(&mut rng, 24, 4, 6, 9);
-    check_gather(&GatherProblem {
-        src: src.as_input(),
+    check_gather(&GatherCase {
+        src: &src,
         indices,
         block_table,
         block_size: 4,
@@ -196,14 +216,16 @@ fn gather_reuses_one_kernel_across_runtime_shapes() {
         let mut rng = Rng::new(30 + k as u64);
         let src = random_tensor(&mut rng, DType::BF16, &[t, c]);
         let (indices, block_table) = paged(&mut rng, t, 8, nb, n);
-        let p = GatherProblem {
-            src: src.as_input(),
+        let p = GatherCase {
+            src: &src,
             indices,
             block_table,
             block_size: 8,
             size: 64,
         };
-        let (out, records) = profile(|| pg::run(&mut Runner::sim("paged_gather"), &p));
+        let call = gather_call(&p).expect("a valid call");
+        let (out, records) =
+            profile(|| pg::run(&mut Runner::sim("paged_gather"), &call, src.as_input()));
         assert!(out.expect("runs").data == gather_expected(&p));
         assert_clean(&records, 1);
         names.push(records[0].kernel.clone());
@@ -215,31 +237,48 @@ fn gather_reuses_one_kernel_across_runtime_shapes() {
 }
 
 #[test]
-fn gather_of_nothing_launches_nothing() {
+fn gather_of_nothing_is_rejected_and_launches_nothing() {
     let mut rng = Rng::new(40);
     let src = random_tensor(&mut rng, DType::F16, &[8, 16]);
-    check_gather(&GatherProblem {
-        src: src.as_input(),
-        indices: vec![],
-        block_table: vec![0],
-        block_size: 8,
-        size: 16,
+    let (r, records) = profile(|| {
+        gather_call(&GatherCase {
+            src: &src,
+            indices: vec![],
+            block_table: vec![0],
+            block_size: 8,
+            size: 16,
+        })
     });
+    let e = r.expect_err("no indices");
+    assert!(matches!(e, OpError::Invalid { arg: "indices", .. }), "{e}");
+    assert!(records.is_empty(), "{records:?}");
 }
 
 #[test]
 fn gather_rejects_malformed_problems() {
     let mut rng = Rng::new(41);
     let src = random_tensor(&mut rng, DType::F16, &[8, 16]);
-    let bad = GatherProblem {
-        src: src.as_input(),
+    let bad = GatherCase {
+        src: &src,
         indices: vec![0],
         block_table: vec![0],
         block_size: 8,
         size: 17,
     };
-    let e = pg::run(&mut Runner::sim("paged_gather"), &bad).expect_err("size > C");
+    let e = gather_call(&bad).expect_err("size > C");
     assert!(matches!(e, OpError::Invalid { arg: "size", .. }), "{e}");
+    // A valid call run on storage it does not describe: rejected before any launch.
+    let call = gather_call(&GatherCase { size: 16, ..bad }).expect("a valid call");
+    let other = random_tensor(&mut rng, DType::F16, &[4, 16]);
+    let bf = random_tensor(&mut rng, DType::BF16, &[8, 16]);
+    for (src, why) in [(&other, "holds"), (&bf, "differs")] {
+        let (r, records) =
+            profile(|| pg::run(&mut Runner::sim("paged_gather"), &call, src.as_input()));
+        let e = r.expect_err("not the call's src");
+        assert!(matches!(e, OpError::Invalid { arg: "src", .. }), "{e}");
+        assert!(e.to_string().contains(why), "{e}");
+        assert!(records.is_empty(), "{records:?}");
+    }
 }
 
 /// Plain Rust: row i of rows goes to cache row slot[i] (skipping -1).
@@ -401,17 +440,18 @@ fn ascend950_path_writes_packages_and_reports_no_device() {
     let dir = package_dir("gather");
     let src = random_tensor(&mut rng, DType::F16, &[33, 30]);
     let (indices, block_table) = paged(&mut rng, 33, 10, 4, 16);
-    let p = GatherProblem {
-        src: src.as_input(),
+    let p = GatherCase {
+        src: &src,
         indices,
         block_table,
         block_size: 10,
         size: 30,
     };
+    let call = gather_call(&p).expect("a valid call");
     let (r, records) = profile(|| {
         let mut runner = Runner::package("paged_gather", &dir);
         assert!(!runner.executes());
-        pg::run(&mut runner, &p).expect("packaging the gather works");
+        pg::run(&mut runner, &call, src.as_input()).expect("packaging the gather works");
         runner.finish()
     });
     match r {

@@ -1,6 +1,7 @@
 //! The paged-gather kernel in the tile DSL (rows GM -> UB -> GM), and its host code.
 //!
-//! CONTRACT (the op layer in `mod.rs` calls exactly this): `run` receives validated inputs.
+//! CONTRACT (the op layer in `mod.rs` calls exactly this): [`run`] receives a validated
+//! [`GatherCall`] and the storage of src it describes.
 //!
 //! # Kernel
 //!
@@ -25,8 +26,10 @@
 //! Only the dtype and `size` are static (the compile key); `n`, `T`, `C`, the block-table
 //! length and `block_size` are runtime scalar arguments, so a decode step never recompiles.
 
-use crate::bridge::gm_i32;
+use super::GatherCall;
+use crate::bridge::{self, gm_i32};
 use crate::error::OpError;
+use crate::kernels::PagedGatherShape;
 use crate::runtime::{compiled, Runner};
 use crate::templates::row_copy::{
     batch_rows, block_dim_for, emit_row_copy, emit_row_gather, RowPlan, RowTiles,
@@ -36,23 +39,6 @@ use tile_backend::ir::{DType, Expr, Kernel};
 use tile_backend::launch::{Arg, GmInOut, GmInput, GmTensor};
 
 const OP: &str = "paged_gather";
-
-/// One validated paged-gather call.
-#[derive(Debug, Clone)]
-pub struct GatherProblem<'a> {
-    /// Source rows `[T, C]`, f32/f16/bf16 (borrowed: [`GmTensor::as_input`]).
-    pub src: GmInput<'a>,
-    /// Logical tokens (`n` of them), each `< block_table.len() * block_size` (checked).
-    pub indices: Vec<i64>,
-    /// Block table (`nb` entries); entries reached by an index are in `0..T / block_size`...
-    /// precisely: `entry * block_size + block_size - 1 < T` is not required, but every physical
-    /// row an index reaches is `< T` (checked).
-    pub block_table: Vec<i64>,
-    /// Tokens per block.
-    pub block_size: usize,
-    /// Columns gathered (`<= C`).
-    pub size: usize,
-}
 
 /// The gather kernel for `dtype` rows of `size` columns. Parameters (bound by name): scalars
 /// `n`, `tokens` (T), `cols` (C), `table_len` (nb), `block_size`; tensors `src [T, C]`,
@@ -88,89 +74,97 @@ pub(crate) fn gather_kernel(dtype: DType, size: u64) -> Kernel {
     kb.build()
 }
 
-/// Checks the parts of a problem the kernel's arguments depend on (the op layer validated the
-/// values), so a malformed call is an error, never a panic.
-fn check(p: &GatherProblem<'_>) -> Result<(usize, usize), OpError> {
-    let [t, c] = p.src.shape[..] else {
-        return Err(OpError::invalid(
-            OP,
-            "src",
-            format!("must be 2-D [T, C], got shape {:?}", p.src.shape),
-        ));
-    };
-    if !matches!(p.src.dtype, DType::F32 | DType::F16 | DType::BF16) {
-        return Err(OpError::invalid(
-            OP,
-            "src",
-            format!(
-                "dtype {} is not supported: use f32, f16 or bf16",
-                p.src.dtype
-            ),
-        ));
-    }
-    if p.size == 0 || p.size > c {
-        return Err(OpError::invalid(
-            OP,
-            "size",
-            format!("must be in 1..={c} (the source's columns), got {}", p.size),
-        ));
-    }
-    if p.block_size == 0 {
-        return Err(OpError::invalid(OP, "block_size", "must be positive"));
-    }
-    Ok((t, c))
+/// The launch plan of a gather of `shape`, the same on every target (the row copy has no tiling
+/// to choose): the kernel for its dtype and width, on as many blocks as give every AIV a row.
+/// [`run`] and `tileops emit` ([`crate::kernels::paged_gather`]) both launch from it.
+pub(crate) struct GatherPlan {
+    /// Row dtype.
+    pub dtype: DType,
+    /// Columns gathered per row.
+    pub size: u64,
+    /// Blocks launched.
+    pub block_dim: usize,
 }
 
-/// Runs the gather: returns `[n, size]` in src's dtype.
-pub fn run(runner: &mut Runner, p: &GatherProblem<'_>) -> Result<GmTensor, OpError> {
-    let mut out = GmTensor::zeros(p.src.dtype, &[p.indices.len(), p.size]);
-    run_into(runner, p, &mut out.data)?;
+impl GatherPlan {
+    /// The kernel cache key.
+    pub fn key(&self) -> String {
+        format!("{OP}/{}/{}", self.dtype, self.size)
+    }
+
+    /// The kernel, as its builder writes it.
+    pub fn kernel(&self) -> Kernel {
+        gather_kernel(self.dtype, self.size)
+    }
+}
+
+/// The plan of a gather of `shape`.
+pub(crate) fn plan(shape: &PagedGatherShape) -> GatherPlan {
+    GatherPlan {
+        dtype: shape.dtype,
+        size: shape.size as u64,
+        block_dim: block_dim_for(shape.n),
+    }
+}
+
+/// Runs the gather of `call` over `src` (borrowed storage, `[T, C]`): returns `[n, size]` in
+/// src's dtype.
+///
+/// # Errors
+/// [`OpError::Invalid`] when `src` is not the storage `call` describes; kernel errors.
+pub fn run(runner: &mut Runner, call: &GatherCall, src: GmInput<'_>) -> Result<GmTensor, OpError> {
+    let s = &call.shape;
+    let mut out = GmTensor::zeros(s.dtype, &[s.n, s.size]);
+    run_into(runner, call, src, &mut out.data)?;
     Ok(out)
 }
 
 /// [`run`] writing the `[n, size]` result into `out` (`n * size` zero-initialised elements of
 /// src's dtype, as little-endian bytes) in place: the op gathers straight into the buffer its
 /// candle tensor then owns, with no result copy.
-pub fn run_into(runner: &mut Runner, p: &GatherProblem<'_>, out: &mut [u8]) -> Result<(), OpError> {
-    let (t, c) = check(p)?;
-    let dtype = p.src.dtype;
-    let n = p.indices.len();
-    let want = n * p.size * dtype.size_bytes() as usize;
-    if out.len() != want {
-        return Err(OpError::Package {
-            op: OP,
-            why: format!(
-                "the result buffer holds {} bytes, [{n}, {}] {dtype} needs {want}",
-                out.len(),
-                p.size
-            ),
-        });
-    }
-    if n == 0 {
-        return Ok(());
-    }
-    let size = p.size as u64;
-    let key = format!("{OP}/{dtype}/{size}");
-    let kernel = compiled(OP, &key, || gather_kernel(dtype, size))?;
-    let nb = p.block_table.len();
+///
+/// # Errors
+/// [`OpError::Invalid`] when `src` or `out` is not the storage `call` describes; kernel errors.
+pub fn run_into(
+    runner: &mut Runner,
+    call: &GatherCall,
+    src: GmInput<'_>,
+    out: &mut [u8],
+) -> Result<(), OpError> {
+    let s = &call.shape;
+    let (n, t, c) = (s.n, call.tokens, call.cols);
+    bridge::check_storage(OP, "src", (src.dtype, src.data.len()), s.dtype, t * c)?;
+    bridge::check_storage(OP, "out", (s.dtype, out.len()), s.dtype, n * s.size)?;
+    let plan = plan(s);
+    let kernel = compiled(OP, &plan.key(), || plan.kernel())?;
+    let nb = call.block_table.len();
     let named = vec![
         ("n", Arg::Int(n as i64)),
         ("tokens", Arg::Int(t as i64)),
         ("cols", Arg::Int(c as i64)),
         ("table_len", Arg::Int(nb as i64)),
-        ("block_size", Arg::Int(p.block_size as i64)),
-        ("src", Arg::Input(p.src.clone())),
-        ("indices", Arg::Tensor(gm_i32(&[1, n], &p.indices))),
-        ("block_table", Arg::Tensor(gm_i32(&[1, nb], &p.block_table))),
+        ("block_size", Arg::Int(call.block_size as i64)),
+        (
+            "src",
+            Arg::Input(GmInput {
+                shape: vec![t, c],
+                ..src
+            }),
+        ),
+        ("indices", Arg::Tensor(gm_i32(&[1, n], &call.indices))),
+        (
+            "block_table",
+            Arg::Tensor(gm_i32(&[1, nb], &call.block_table)),
+        ),
         (
             "out",
             Arg::InOut(GmInOut {
-                dtype,
-                shape: vec![n, p.size],
+                dtype: s.dtype,
+                shape: vec![n, s.size],
                 data: out,
             }),
         ),
     ];
-    runner.launch_named(&kernel, block_dim_for(n), named)?;
+    runner.launch_named(&kernel, plan.block_dim, named)?;
     Ok(())
 }

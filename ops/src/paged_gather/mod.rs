@@ -11,8 +11,8 @@ mod reference;
 use crate::backend::Backend;
 use crate::bridge::{self, Bridge};
 use crate::error::OpError;
+use crate::kernels::PagedGatherShape;
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
-use kernel::GatherProblem;
 use tile_backend::ir::DType;
 
 const OP: &str = "paged_gather";
@@ -40,12 +40,12 @@ pub fn paged_gather(
     backend: Option<Backend>,
 ) -> Result<Tensor, OpError> {
     let backend = bridge::resolve_backend(backend)?;
-    let v = validate(src, indices, block_table, block_size, size)?;
+    let call = GatherCall::validate(src, indices, block_table, block_size, size)?;
     match backend {
-        Backend::Reference => reference::paged_gather(src, &v),
+        Backend::Reference => reference::paged_gather(src, &call),
         Backend::TileSim | Backend::Ascend950 => {
             let op = GatherOp {
-                v,
+                call,
                 backend,
                 bridge: Bridge::new(OP),
             };
@@ -54,122 +54,140 @@ pub fn paged_gather(
     }
 }
 
-/// A validated call: host copies of the index arguments and the physical rows they reach.
+/// One validated `paged_gather` call: its [`shape`](Self::shape) (what the launch plan, the
+/// kernel and `tileops emit --op paged-gather` read) and the host copies of the index arguments.
+/// Made only by [`GatherCall::validate`]; the kernel runs it with [`kernel::run`] on src's
+/// storage.
 #[derive(Debug, Clone)]
-pub(crate) struct Validated {
-    pub indices: Vec<i64>,
-    pub block_table: Vec<i64>,
+pub struct GatherCall {
+    /// The call's shape: dtype, rows gathered `n` and columns kept `size`.
+    pub shape: PagedGatherShape,
+    /// Rows `T` of src.
+    pub(crate) tokens: usize,
+    /// Columns `C` of src (`>= size`).
+    pub(crate) cols: usize,
+    /// Tokens per block.
+    pub(crate) block_size: usize,
+    /// Logical tokens (`n` of them), each `< block_table.len() * block_size`.
+    pub(crate) indices: Vec<i64>,
+    /// Block table (`nb` entries); every physical row an index reaches is `< T`.
+    pub(crate) block_table: Vec<i64>,
     /// Physical row of each index (`< T`).
-    pub rows: Vec<i64>,
-    pub block_size: usize,
-    pub size: usize,
+    pub(crate) rows: Vec<i64>,
 }
 
-fn validate(
-    src: &Tensor,
-    indices: &Tensor,
-    block_table: &Tensor,
-    block_size: usize,
-    size: usize,
-) -> Result<Validated, OpError> {
-    let sd = bridge::check_data(OP, "src", src, "[T, C]", 2)?;
-    let (t_rows, cols) = (sd[0], sd[1]);
-    let (id, idx) = bridge::check_positions(OP, "indices", indices, "[1, n]", 2)?;
-    bridge::check_dim(OP, "indices", &id, 0, "rows", 1, "indices is [1, n]")?;
-    let (td, table) = bridge::check_index(
-        OP,
-        "block_table",
-        block_table,
-        "[1, nb]",
-        2,
-        bridge::TABLE_DTYPES,
-    )?;
-    bridge::check_dim(
-        OP,
-        "block_table",
-        &td,
-        0,
-        "rows",
-        1,
-        "block_table is [1, nb]",
-    )?;
-    if block_size == 0 || block_size as u64 > bridge::MAX_POSITION as u64 {
-        return Err(OpError::invalid(
+impl GatherCall {
+    /// Checks a call of [`paged_gather`] (every rule its doc states) and reads the indices and
+    /// the block table.
+    ///
+    /// # Errors
+    /// [`OpError::Invalid`] naming the argument for any broken rule.
+    pub fn validate(
+        src: &Tensor,
+        indices: &Tensor,
+        block_table: &Tensor,
+        block_size: usize,
+        size: usize,
+    ) -> Result<GatherCall, OpError> {
+        let sd = bridge::check_data(OP, "src", src, "[T, C]", 2)?;
+        let (t_rows, cols) = (sd[0], sd[1]);
+        let (id, idx) = bridge::check_positions(OP, "indices", indices, "[1, n]", 2)?;
+        bridge::check_dim(OP, "indices", &id, 0, "rows", 1, "indices is [1, n]")?;
+        let (td, table) = bridge::check_index(
             OP,
-            "block_size",
-            format!(
-                "must be in 1..={} (the kernels take it as a 32-bit integer), found {block_size}",
-                bridge::MAX_POSITION
-            ),
-        ));
-    }
-    if size == 0 || size > cols {
-        return Err(OpError::invalid(
+            "block_table",
+            block_table,
+            "[1, nb]",
+            2,
+            bridge::TABLE_DTYPES,
+        )?;
+        bridge::check_dim(
             OP,
-            "size",
-            format!("must be in 1..={cols} (the columns C of src [T, C]), found {size}"),
-        ));
-    }
-    let nb = td[1];
-    let capacity = (nb as u128) * (block_size as u128);
-    let mut rows = Vec::with_capacity(idx.len());
-    for (i, &t) in idx.iter().enumerate() {
-        if t < 0 || (t as u128) >= capacity {
+            "block_table",
+            &td,
+            0,
+            "rows",
+            1,
+            "block_table is [1, nb]",
+        )?;
+        if block_size == 0 || block_size as u64 > bridge::MAX_POSITION as u64 {
             return Err(OpError::invalid(
                 OP,
-                "indices",
+                "block_size",
                 format!(
-                    "indices[0, {i}] = {t} must be in 0..{capacity} (block table capacity {nb} blocks * block_size {block_size})"
+                    "must be in 1..={} (the kernels take it as a 32-bit integer), found {block_size}",
+                    bridge::MAX_POSITION
                 ),
             ));
         }
-        let col = (t as u128 / block_size as u128) as usize;
-        let off = (t as u128 % block_size as u128) as i128;
-        let entry = table[col];
-        let phys = (entry as i128) * (block_size as i128) + off;
-        if entry < 0 || phys >= t_rows as i128 {
+        if size == 0 || size > cols {
             return Err(OpError::invalid(
                 OP,
-                "block_table",
-                format!(
-                    "entry [0, {col}] = {entry} (reached by indices[0, {i}] = {t}) maps to physical row {phys}, which must be in 0..{t_rows} (the rows T of src)"
-                ),
+                "size",
+                format!("must be in 1..={cols} (the columns C of src [T, C]), found {size}"),
             ));
         }
-        rows.push(phys as i64);
+        let nb = td[1];
+        let capacity = (nb as u128) * (block_size as u128);
+        let mut rows = Vec::with_capacity(idx.len());
+        for (i, &t) in idx.iter().enumerate() {
+            if t < 0 || (t as u128) >= capacity {
+                return Err(OpError::invalid(
+                    OP,
+                    "indices",
+                    format!(
+                        "indices[0, {i}] = {t} must be in 0..{capacity} (block table capacity {nb} blocks * block_size {block_size})"
+                    ),
+                ));
+            }
+            let col = (t as u128 / block_size as u128) as usize;
+            let off = (t as u128 % block_size as u128) as i128;
+            let entry = table[col];
+            let phys = (entry as i128) * (block_size as i128) + off;
+            if entry < 0 || phys >= t_rows as i128 {
+                return Err(OpError::invalid(
+                    OP,
+                    "block_table",
+                    format!(
+                        "entry [0, {col}] = {entry} (reached by indices[0, {i}] = {t}) maps to physical row {phys}, which must be in 0..{t_rows} (the rows T of src)"
+                    ),
+                ));
+            }
+            rows.push(phys as i64);
+        }
+        Ok(GatherCall {
+            shape: PagedGatherShape {
+                dtype: bridge::data_dtype(OP, "src", src.dtype())?,
+                n: idx.len(),
+                size,
+            },
+            tokens: t_rows,
+            cols,
+            block_size,
+            indices: idx,
+            block_table: table,
+            rows,
+        })
     }
-    Ok(Validated {
-        indices: idx,
-        block_table: table,
-        rows,
-        block_size,
-        size,
-    })
 }
 
 /// The candle op running the tile kernel (simulated, or packaged for the Ascend 950).
 struct GatherOp {
-    v: Validated,
+    call: GatherCall,
     backend: Backend,
     bridge: Bridge,
 }
 
 impl GatherOp {
     fn forward(&self, s: &CpuStorage, l: &Layout) -> Result<((CpuStorage, Shape), ()), OpError> {
-        let p = GatherProblem {
-            src: bridge::gm_input(OP, "src", s, l)?,
-            indices: self.v.indices.clone(),
-            block_table: self.v.block_table.clone(),
-            block_size: self.v.block_size,
-            size: self.v.size,
-        };
+        let src = bridge::gm_input(OP, "src", s, l)?;
         let mut runner = bridge::runner(OP, self.backend);
-        let len = self.v.indices.len() * self.v.size;
+        let shape = &self.call.shape;
         // The kernel writes into the storage the result tensor then owns (no result copy).
-        let storage = match p.src.dtype {
-            DType::F32 => CpuStorage::F32(gather_into(&mut runner, &p, len)?),
-            DType::F16 => CpuStorage::F16(gather_into(&mut runner, &p, len)?),
-            DType::BF16 => CpuStorage::BF16(gather_into(&mut runner, &p, len)?),
+        let storage = match shape.dtype {
+            DType::F32 => CpuStorage::F32(gather_into(&mut runner, &self.call, src)?),
+            DType::F16 => CpuStorage::F16(gather_into(&mut runner, &self.call, src)?),
+            DType::BF16 => CpuStorage::BF16(gather_into(&mut runner, &self.call, src)?),
             other => {
                 return Err(OpError::invalid(
                     OP,
@@ -179,21 +197,18 @@ impl GatherOp {
             }
         };
         runner.finish()?;
-        Ok((
-            (storage, Shape::from((self.v.indices.len(), self.v.size))),
-            (),
-        ))
+        Ok(((storage, Shape::from((shape.n, shape.size))), ()))
     }
 }
 
-/// `len` zeroed elements of `T` (src's element type) with the gather written into them.
+/// `n * size` zeroed elements of `T` (src's element type) with the gather written into them.
 fn gather_into<T: bytemuck::Pod>(
     runner: &mut crate::runtime::Runner,
-    p: &GatherProblem<'_>,
-    len: usize,
+    call: &GatherCall,
+    src: tile_backend::launch::GmInput<'_>,
 ) -> Result<Vec<T>, OpError> {
-    let mut out: Vec<T> = bytemuck::zeroed_vec(len);
-    kernel::run_into(runner, p, bytemuck::cast_slice_mut(&mut out))?;
+    let mut out: Vec<T> = bytemuck::zeroed_vec(call.shape.n * call.shape.size);
+    kernel::run_into(runner, call, src, bytemuck::cast_slice_mut(&mut out))?;
     Ok(out)
 }
 
