@@ -575,10 +575,9 @@ pub fn flash_attention(shape: &FlashAttentionShape) -> Result<Vec<Launch>, OpErr
 }
 
 /// The launch of [`crate::quant_matmul()`] (or [`crate::quant_matmul_int8`] for an i8 `out`) for
-/// `shape`: one block per 64 x 256 output tile. Errors: a size of 0 or above [`MAX_DIM`], an
+/// `shape`: one block per 128 x 256 output tile. Errors: a size of 0 or above [`MAX_DIM`], an
 /// output dtype other than f32/f16/bf16/i8, a bias with the int8 output.
 pub fn quant_matmul(shape: &QuantMatmulShape) -> Result<Vec<Launch>, OpError> {
-    use crate::quant_matmul::kernel::{grid, quant_matmul_kernel, Epilogue, TM, TN};
     let op = if shape.out_dtype == DType::I8 {
         "quant_matmul_int8"
     } else {
@@ -587,7 +586,7 @@ pub fn quant_matmul(shape: &QuantMatmulShape) -> Result<Vec<Launch>, OpError> {
     for (arg, v) in [("m", shape.m), ("k", shape.k), ("n", shape.n)] {
         dim(op, arg, v)?;
     }
-    let epi = match shape.out_dtype {
+    match shape.out_dtype {
         DType::I8 if shape.bias => {
             return Err(OpError::invalid(
                 op,
@@ -595,7 +594,7 @@ pub fn quant_matmul(shape: &QuantMatmulShape) -> Result<Vec<Launch>, OpError> {
                 "the int8-output variant takes no bias",
             ))
         }
-        DType::I8 => Epilogue::Int8 { relu: shape.relu },
+        DType::I8 => {}
         out => {
             data_dtype(op, out).map_err(|_| {
                 OpError::invalid(
@@ -604,24 +603,13 @@ pub fn quant_matmul(shape: &QuantMatmulShape) -> Result<Vec<Launch>, OpError> {
                     format!("{out} is not supported: use f32, f16, bf16 or i8"),
                 )
             })?;
-            Epilogue::Float {
-                out,
-                bias: shape.bias,
-                relu: shape.relu,
-            }
         }
-    };
-    let (tm, tn, blocks) = grid(shape.m, shape.n);
+    }
+    let plan = crate::quant_matmul::kernel::plan(shape);
     Ok(vec![Launch {
-        kernel: quant_matmul_kernel(epi),
-        block_dim: blocks as u64,
-        scalars: vec![
-            ("m", shape.m as i64),
-            ("k", shape.k as i64),
-            ("n", shape.n as i64),
-            ("m_pad", (tm * TM as usize) as i64),
-            ("n_pad", (tn * TN as usize) as i64),
-        ],
+        kernel: plan.kernel(),
+        block_dim: plan.block_dim as u64,
+        scalars: plan.scalars.to_vec(),
     }])
 }
 
@@ -926,6 +914,9 @@ mod tests {
             bias: false,
             relu: true,
         };
+        let call = crate::quant_matmul::QuantCall::validate(&x, &w, &params, Backend::TileSim)
+            .expect("valid");
+        assert_eq!(call.shape, shape);
         assert_eq!(got, planned(&quant_matmul(&shape).expect("valid")));
         assert_eq!(got, [("quant_matmul_f16_b0_r1".to_string(), 2)]);
     }

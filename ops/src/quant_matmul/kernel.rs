@@ -27,9 +27,9 @@
 //! quantising move cannot use a dual mode (§5), so the tile goes to AIV0 whole; AIV1 only takes
 //! part in the channel handshake. The other intra-core flags come from the sync pass.
 
-use super::{QuantizedActivations, QuantizedWeight, Validated};
-use crate::bridge;
+use super::{QuantCall, QuantizedWeight};
 use crate::error::OpError;
+use crate::kernels::QuantMatmulShape;
 use crate::runtime::{compiled, Runner};
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
@@ -81,6 +81,66 @@ impl Epilogue {
 pub fn grid(m: usize, n: usize) -> (usize, usize, usize) {
     let (tm, tn) = (m.div_ceil(TM as usize), n.div_ceil(TN as usize));
     (tm, tn, tm * tn)
+}
+
+/// The launch plan of a call of `shape`, the same on every target (one block per `TM x TN`
+/// output tile): the kernel for its epilogue, the grid and the scalars. [`run_float`],
+/// [`run_int8`] and `tileops emit` ([`crate::kernels::quant_matmul`]) all launch from it.
+pub(crate) struct QuantPlan {
+    /// What the kernel does after the Fixpipe (the compile key).
+    pub epi: Epilogue,
+    /// The scalars `m`, `k`, `n`, `m_pad` (`tiles_m * TM`), `n_pad` (`tiles_n * TN`), in the
+    /// kernel's parameter order.
+    pub scalars: [(&'static str, i64); 5],
+    /// Blocks launched (`tiles_m * tiles_n`).
+    pub block_dim: usize,
+}
+
+impl QuantPlan {
+    /// The kernel cache key.
+    pub fn key(&self) -> String {
+        format!("{OP}/{}", self.epi.key())
+    }
+
+    /// The kernel, as its builder writes it.
+    pub fn kernel(&self) -> Kernel {
+        quant_matmul_kernel(self.epi)
+    }
+
+    /// `tiles_m * TM`: the row factors' padded width.
+    fn m_pad(&self) -> usize {
+        self.scalars[3].1 as usize
+    }
+
+    /// `tiles_n * TN`: the words' and the bias' padded width.
+    fn n_pad(&self) -> usize {
+        self.scalars[4].1 as usize
+    }
+}
+
+/// The plan of a call of `shape` (a valid shape: `out_dtype` i8 for the int8 variant, which
+/// has no bias).
+pub(crate) fn plan(shape: &QuantMatmulShape) -> QuantPlan {
+    let (tm, tn, blocks) = grid(shape.m, shape.n);
+    let epi = match shape.out_dtype {
+        DType::I8 => Epilogue::Int8 { relu: shape.relu },
+        out => Epilogue::Float {
+            out,
+            bias: shape.bias,
+            relu: shape.relu,
+        },
+    };
+    QuantPlan {
+        epi,
+        scalars: [
+            ("m", shape.m as i64),
+            ("k", shape.k as i64),
+            ("n", shape.n as i64),
+            ("m_pad", (tm * TM as usize) as i64),
+            ("n_pad", (tn * TN as usize) as i64),
+        ],
+        block_dim: blocks,
+    }
 }
 
 /// The kernel for `epi`. Arguments, in order: scalars `m`, `k`, `n`, `m_pad` (`tiles_m * TM`),
@@ -385,30 +445,21 @@ fn i8_input<'a>(v: &'a [i8], shape: &[usize]) -> Arg<'a> {
     })
 }
 
-/// Launches the kernel of `epi` and returns `out`.
+/// Launches the plan of `shape` with its tensor arguments and returns `out`.
 fn launch(
     runner: &mut Runner,
-    epi: Epilogue,
-    (m, k, n): (usize, usize, usize),
+    shape: &QuantMatmulShape,
+    plan: &QuantPlan,
     mut tensors: Vec<Arg<'_>>,
 ) -> Result<GmTensor, OpError> {
-    let key = format!("{OP}/{}", epi.key());
-    let kernel = compiled(OP, &key, || quant_matmul_kernel(epi))?;
-    let (tm, tn, blocks) = grid(m, n);
-    let mut args = vec![
-        Arg::Int(m as i64),
-        Arg::Int(k as i64),
-        Arg::Int(n as i64),
-        Arg::Int((tm * TM as usize) as i64),
-        Arg::Int((tn * TN as usize) as i64),
-    ];
+    let kernel = compiled(OP, &plan.key(), || plan.kernel())?;
+    let mut args: Vec<Arg<'_>> = plan.scalars.iter().map(|&(_, v)| Arg::Int(v)).collect();
     args.append(&mut tensors);
-    let dt = match epi {
-        Epilogue::Float { out, .. } => out,
-        Epilogue::Int8 { .. } => DType::I8,
-    };
-    args.push(Arg::Tensor(GmTensor::zeros(dt, &[m, n])));
-    runner.launch(&kernel, blocks, &mut args)?;
+    args.push(Arg::Tensor(GmTensor::zeros(
+        shape.out_dtype,
+        &[shape.m, shape.n],
+    )));
+    runner.launch(&kernel, plan.block_dim, &mut args)?;
     match args.pop() {
         Some(Arg::Tensor(out)) => Ok(out),
         _ => Err(OpError::Package {
@@ -418,47 +469,39 @@ fn launch(
     }
 }
 
-/// Runs the float-output kernel: `[M, N]` in `v.out_dtype`.
+/// Runs the float-output kernel of `call`: `[M, N]` in its out dtype.
 pub(crate) fn run_float(
     runner: &mut Runner,
     w: &QuantizedWeight,
-    v: &Validated,
+    call: &QuantCall<'_>,
 ) -> Result<GmTensor, OpError> {
-    let (m, k, n) = (v.m, w.k(), w.n());
-    let (tm, tn, _) = grid(m, n);
-    let out = bridge::data_dtype(OP, "out_dtype", v.out_dtype)?;
-    let epi = Epilogue::Float {
-        out,
-        bias: v.bias.is_some(),
-        relu: v.relu,
-    };
-    let (m_pad, n_pad) = (tm * TM as usize, tn * TN as usize);
+    let s = &call.shape;
+    let plan = plan(s);
+    let (m_pad, n_pad) = (plan.m_pad(), plan.n_pad());
     let mut t = vec![
-        i8_input(&v.xq, &[m, k]),
-        i8_input(w.data(), &[n, k]),
-        Arg::Tensor(word_tensor(&v.dequant.words, n_pad, false)),
-        Arg::Tensor(padded_f32(&v.row_factor, m_pad)),
+        i8_input(&call.xq, &[s.m, s.k]),
+        i8_input(w.data(), &[s.n, s.k]),
+        Arg::Tensor(word_tensor(&call.words, n_pad, false)),
+        Arg::Tensor(padded_f32(&call.row_factor, m_pad)),
     ];
-    if let Some(b) = &v.bias {
+    if let Some(b) = &call.bias {
         t.push(Arg::Tensor(padded_f32(b, n_pad)));
     }
-    launch(runner, epi, (m, k, n), t)
+    launch(runner, s, &plan, t)
 }
 
-/// Runs the int8-output kernel: `[M, N]` int8.
+/// Runs the int8-output kernel of `call`: `[M, N]` int8.
 pub(crate) fn run_int8(
     runner: &mut Runner,
-    x: &QuantizedActivations,
     w: &QuantizedWeight,
-    words: &[f32],
-    relu: bool,
+    call: &QuantCall<'_>,
 ) -> Result<GmTensor, OpError> {
-    let (m, k, n) = (x.m(), w.k(), w.n());
-    let (_, tn, _) = grid(m, n);
+    let s = &call.shape;
+    let plan = plan(s);
     let t = vec![
-        i8_input(x.data(), &[m, k]),
-        i8_input(w.data(), &[n, k]),
-        Arg::Tensor(word_tensor(words, tn * TN as usize, true)),
+        i8_input(&call.xq, &[s.m, s.k]),
+        i8_input(w.data(), &[s.n, s.k]),
+        Arg::Tensor(word_tensor(&call.words, plan.n_pad(), true)),
     ];
-    launch(runner, Epilogue::Int8 { relu }, (m, k, n), t)
+    launch(runner, s, &plan, t)
 }

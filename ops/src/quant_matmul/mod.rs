@@ -27,7 +27,10 @@ pub use weight::{quantize_per_channel, quantize_per_token, round_scale_19, Quant
 use crate::backend::Backend;
 use crate::bridge;
 use crate::error::OpError;
+use crate::kernels::QuantMatmulShape;
 use candle_core::{DType as CDType, Device, Tensor};
+use std::borrow::Cow;
+use tile_backend::ir::DType;
 
 const OP: &str = "quant_matmul";
 const OP8: &str = "quant_matmul_int8";
@@ -71,73 +74,123 @@ impl Dequant {
     }
 }
 
-/// A validated [`quant_matmul`] call: the quantised activations and everything the epilogue
-/// needs, on the host.
+/// One validated [`quant_matmul`] or [`quant_matmul_int8`] call: its
+/// [`shape`](Self::shape) (what the launch plan, the kernel and `tileops emit --op
+/// quant-matmul` read; `out_dtype` i8 for the int8 variant) and the host data of the epilogue.
+/// Made only by [`QuantCall::validate`] / [`QuantCall::validate_int8`].
 #[derive(Debug, Clone)]
-pub(crate) struct Validated {
-    pub m: usize,
-    pub xq: Vec<i8>,
-    /// `s_x[m] · 2^e`, the vector side's row factor.
+pub(crate) struct QuantCall<'a> {
+    /// The call's shape: result dtype, `M`, `K`, `N`, bias, ReLU.
+    pub shape: QuantMatmulShape,
+    /// The int8 activations `[M, K]`: quantised by the op, or borrowed from the caller's.
+    pub xq: Cow<'a, [i8]>,
+    /// The Fixpipe's per-channel scale words (`N`): the dequantisation words `s_w[n] · 2^-e`
+    /// of a float result, the requantisation words of an int8 one.
+    pub words: Vec<f32>,
+    /// Float result: `s_x[m] · 2^e`, the vector side's row factor (`M`); int8: empty.
     pub row_factor: Vec<f32>,
-    pub dequant: Dequant,
+    /// Float result: the bias `[N]` in f32, if any.
     pub bias: Option<Vec<f32>>,
-    pub relu: bool,
-    pub out_dtype: CDType,
 }
 
-fn validate(
-    x: &Tensor,
-    w: &QuantizedWeight,
-    params: &QuantMatmulParams,
-    backend: Backend,
-) -> Result<Validated, OpError> {
-    let dims = bridge::check_data(OP, "x", x, "[M, K]", 2)?;
-    let (m, k) = (dims[0], dims[1]);
-    if k != w.k() {
-        return Err(OpError::invalid(
-            OP,
-            "x",
-            format!(
-                "has K = {k} columns, but the weight [N, K] = [{}, {}] needs K = {}",
-                w.n(),
-                w.k(),
-                w.k()
-            ),
-        ));
-    }
-    let out_dtype = params.out_dtype.unwrap_or(x.dtype());
-    bridge::data_dtype(OP, "out_dtype", out_dtype)?;
-    let bias = match &params.bias {
-        None => None,
-        Some(b) => {
-            bridge::check_data(OP, "bias", b, "[N]", 1)?;
-            if b.dim(0)? != w.n() {
-                return Err(OpError::invalid(
-                    OP,
-                    "bias",
-                    format!("has {} values, but must have N = {}", b.dim(0)?, w.n()),
-                ));
-            }
-            Some(b.to_dtype(CDType::F32)?.to_vec1::<f32>()?)
+impl QuantCall<'static> {
+    /// Checks a call of [`quant_matmul`] and quantises x per token (with candle ops for the
+    /// Reference, on the host in one pass for the kernel backends: the same bits).
+    pub(crate) fn validate(
+        x: &Tensor,
+        w: &QuantizedWeight,
+        params: &QuantMatmulParams,
+        backend: Backend,
+    ) -> Result<QuantCall<'static>, OpError> {
+        let dims = bridge::check_data(OP, "x", x, "[M, K]", 2)?;
+        let (m, k) = (dims[0], dims[1]);
+        if k != w.k() {
+            return Err(OpError::invalid(
+                OP,
+                "x",
+                format!(
+                    "has K = {k} columns, but the weight [N, K] = [{}, {}] needs K = {}",
+                    w.n(),
+                    w.k(),
+                    w.k()
+                ),
+            ));
         }
-    };
-    // The Reference quantises with candle ops, the kernel backends on the host in one pass
-    // (the same bits).
-    let (xq, sx) = match backend {
-        Backend::Reference => weight::quantize_rows(OP, "x", x)?,
-        Backend::TileSim | Backend::Ascend950 => weight::quantize_rows_host(OP, "x", x)?,
-    };
-    let dequant = Dequant::new(w);
-    let row_factor = sx.iter().map(|s| s * dequant.pow2).collect();
-    Ok(Validated {
-        m,
-        xq,
-        row_factor,
-        dequant,
-        bias,
-        relu: params.relu,
-        out_dtype,
-    })
+        let out_dtype = params.out_dtype.unwrap_or(x.dtype());
+        let out = bridge::data_dtype(OP, "out_dtype", out_dtype)?;
+        let bias = match &params.bias {
+            None => None,
+            Some(b) => {
+                bridge::check_data(OP, "bias", b, "[N]", 1)?;
+                if b.dim(0)? != w.n() {
+                    return Err(OpError::invalid(
+                        OP,
+                        "bias",
+                        format!("has {} values, but must have N = {}", b.dim(0)?, w.n()),
+                    ));
+                }
+                Some(b.to_dtype(CDType::F32)?.to_vec1::<f32>()?)
+            }
+        };
+        let (xq, sx) = match backend {
+            Backend::Reference => weight::quantize_rows(OP, "x", x)?,
+            Backend::TileSim | Backend::Ascend950 => weight::quantize_rows_host(OP, "x", x)?,
+        };
+        let dequant = Dequant::new(w);
+        let row_factor = sx.iter().map(|s| s * dequant.pow2).collect();
+        Ok(QuantCall {
+            shape: QuantMatmulShape {
+                out_dtype: out,
+                m,
+                k,
+                n: w.n(),
+                bias: bias.is_some(),
+                relu: params.relu,
+            },
+            xq: Cow::Owned(xq),
+            words: dequant.words,
+            row_factor,
+            bias,
+        })
+    }
+}
+
+impl<'a> QuantCall<'a> {
+    /// Checks a call of [`quant_matmul_int8`] and computes its requantisation words; the
+    /// activations are borrowed.
+    pub(crate) fn validate_int8(
+        x: &'a QuantizedActivations,
+        w: &QuantizedWeight,
+        params: &Int8MatmulParams,
+    ) -> Result<QuantCall<'a>, OpError> {
+        if x.k() != w.k() {
+            return Err(OpError::invalid(
+                OP8,
+                "x",
+                format!(
+                    "has K = {}, but the weight [N, K] = [{}, {}] needs K = {}",
+                    x.k(),
+                    w.n(),
+                    w.k(),
+                    w.k()
+                ),
+            ));
+        }
+        Ok(QuantCall {
+            shape: QuantMatmulShape {
+                out_dtype: DType::I8,
+                m: x.m(),
+                k: x.k(),
+                n: w.n(),
+                bias: false,
+                relu: params.relu,
+            },
+            xq: Cow::Borrowed(x.data()),
+            words: requant_words(x, w, params.out_scale)?,
+            row_factor: Vec::new(),
+            bias: None,
+        })
+    }
 }
 
 /// W8A8 matmul: `x [M, K]` (f32, f16 or bf16) times the int8 weight `w [N, K]` transposed,
@@ -157,15 +210,15 @@ pub fn quant_matmul(
     backend: Option<Backend>,
 ) -> Result<Tensor, OpError> {
     let backend = bridge::resolve_backend(backend)?;
-    let v = validate(x, w, params, backend)?;
+    let call = QuantCall::validate(x, w, params, backend)?;
     let device = x.device();
     match backend {
-        Backend::Reference => reference::quant_matmul(w, &v, device),
+        Backend::Reference => reference::quant_matmul(w, &call, device),
         Backend::TileSim | Backend::Ascend950 => {
             let mut runner = bridge::runner(OP, backend);
-            let out = kernel::run_float(&mut runner, w, &v)?;
+            let out = kernel::run_float(&mut runner, w, &call)?;
             runner.finish()?;
-            gm_to_tensor(&out, (v.m, w.n()), device)
+            gm_to_tensor(&out, (call.shape.m, call.shape.n), device)
         }
     }
 }
@@ -176,7 +229,6 @@ fn gm_to_tensor(
     shape: (usize, usize),
     device: &Device,
 ) -> Result<Tensor, OpError> {
-    use tile_backend::ir::DType;
     Ok(match t.dtype {
         DType::F32 => Tensor::from_vec(
             bytemuck::pod_collect_to_vec::<u8, f32>(&t.data),
@@ -344,25 +396,12 @@ pub fn quant_matmul_int8(
     backend: Option<Backend>,
 ) -> Result<QuantizedActivations, OpError> {
     let backend = bridge::resolve_backend(backend)?;
-    if x.k() != w.k() {
-        return Err(OpError::invalid(
-            OP8,
-            "x",
-            format!(
-                "has K = {}, but the weight [N, K] = [{}, {}] needs K = {}",
-                x.k(),
-                w.n(),
-                w.k(),
-                w.k()
-            ),
-        ));
-    }
-    let words = requant_words(x, w, params.out_scale)?;
+    let call = QuantCall::validate_int8(x, w, params)?;
     let data = match backend {
-        Backend::Reference => reference::quant_matmul_int8(x, w, &words, params.relu)?,
+        Backend::Reference => reference::quant_matmul_int8(w, &call)?,
         Backend::TileSim | Backend::Ascend950 => {
             let mut runner = bridge::runner(OP8, backend);
-            let out = kernel::run_int8(&mut runner, x, w, &words, params.relu)?;
+            let out = kernel::run_int8(&mut runner, w, &call)?;
             runner.finish()?;
             out.data.iter().map(|&b| b as i8).collect()
         }

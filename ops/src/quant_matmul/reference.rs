@@ -7,9 +7,10 @@
 //! and the slices summed in f64 (exact below 2^53).
 
 use super::weight::{int8_tensor, QuantizedWeight};
-use super::{QuantizedActivations, Validated};
+use super::QuantCall;
 use crate::error::OpError;
 use candle_core::{DType as CDType, Device, Tensor};
+use tile_backend::ir::DType;
 
 /// K slice of the exact product (`127² · 1024 < 2^24`).
 const CHUNK: usize = 1024;
@@ -62,24 +63,29 @@ fn acc_f32(xq: &[i8], m: usize, w: &QuantizedWeight) -> Result<Tensor, OpError> 
 /// `quant_matmul` on candle ops: `f16(acc · word)`, then `· row factor`, bias, ReLU, cast.
 pub(crate) fn quant_matmul(
     w: &QuantizedWeight,
-    v: &Validated,
+    call: &QuantCall<'_>,
     device: &Device,
 ) -> Result<Tensor, OpError> {
-    let n = w.n();
-    let words = Tensor::from_slice(&v.dequant.words, (1, n), &Device::Cpu)?;
-    let rows = Tensor::from_slice(&v.row_factor, (v.m, 1), &Device::Cpu)?;
-    let d = acc_f32(&v.xq, v.m, w)?
+    let (m, n) = (call.shape.m, call.shape.n);
+    let words = Tensor::from_slice(&call.words, (1, n), &Device::Cpu)?;
+    let rows = Tensor::from_slice(&call.row_factor, (m, 1), &Device::Cpu)?;
+    let d = acc_f32(&call.xq, m, w)?
         .broadcast_mul(&words)?
         .to_dtype(CDType::F16)?
         .to_dtype(CDType::F32)?;
     let mut y = d.broadcast_mul(&rows)?;
-    if let Some(b) = &v.bias {
+    if let Some(b) = &call.bias {
         y = y.broadcast_add(&Tensor::from_slice(b, (1, n), &Device::Cpu)?)?;
     }
-    if v.relu {
+    if call.shape.relu {
         y = y.relu()?;
     }
-    Ok(y.to_dtype(v.out_dtype)?.to_device(device)?)
+    let out = match call.shape.out_dtype {
+        DType::F32 => CDType::F32,
+        DType::F16 => CDType::F16,
+        _ => CDType::BF16,
+    };
+    Ok(y.to_dtype(out)?.to_device(device)?)
 }
 
 /// Ties-to-even rounding in f32 arithmetic: adding and subtracting 1.5 · 2^23 rounds any |y| <
@@ -88,14 +94,12 @@ const RINT_MAGIC: f64 = 12_582_912.0;
 
 /// `quant_matmul_int8` on candle ops: `sat(rint(relu?(f32(acc)) · word))`.
 pub(crate) fn quant_matmul_int8(
-    x: &QuantizedActivations,
     w: &QuantizedWeight,
-    words: &[f32],
-    relu: bool,
+    call: &QuantCall<'_>,
 ) -> Result<Vec<i8>, OpError> {
-    let words = Tensor::from_slice(words, (1, w.n()), &Device::Cpu)?;
-    let mut acc = acc_f32(x.data(), x.m(), w)?;
-    if relu {
+    let words = Tensor::from_slice(&call.words, (1, call.shape.n), &Device::Cpu)?;
+    let mut acc = acc_f32(&call.xq, call.shape.m, w)?;
+    if call.shape.relu {
         acc = acc.relu()?;
     }
     let q = acc
