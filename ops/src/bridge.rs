@@ -146,9 +146,15 @@ pub fn gm_i32(shape: &[usize], values: &[i64]) -> GmTensor {
 /// fill an element are ignored.
 fn collect<T: Pod>(bytes: &[u8]) -> Vec<T> {
     let n = bytes.len() / std::mem::size_of::<T>();
-    let mut v = vec![T::zeroed(); n];
-    cast_slice_mut::<T, u8>(&mut v).copy_from_slice(&bytes[..n * std::mem::size_of::<T>()]);
-    v
+    let bytes = &bytes[..n * std::mem::size_of::<T>()];
+    // One copy into a new vector (no zero fill first); unaligned bytes are read element-wise.
+    match bytemuck::try_cast_slice::<u8, T>(bytes) {
+        Ok(v) => v.to_vec(),
+        Err(_) => bytes
+            .chunks_exact(std::mem::size_of::<T>())
+            .map(bytemuck::pod_read_unaligned)
+            .collect(),
+    }
 }
 
 /// A GM tensor's bytes as CPU storage of the same dtype (f32, f16, bf16 or i64 results).

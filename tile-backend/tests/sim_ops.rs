@@ -491,6 +491,11 @@ fn dual_split_m_tails() {
 
 /// int32 Acc -> int8 Vec through a per-channel Scaling tile; bit 46 decides signedness.
 fn quant_kernel(signed: bool) -> (Kernel, Vec<Arg<'static>>, Vec<i64>) {
+    quant_kernel_with(signed, true)
+}
+
+/// [`quant_kernel`], with or without the move that writes the Scaling tile.
+fn quant_kernel_with(signed: bool, write_scales: bool) -> (Kernel, Vec<Arg<'static>>, Vec<i64>) {
     let (m, k, n) = (16u64, 32u64, 32u64);
     let mut kb = KernelBuilder::new("quant");
     let a = kb.input("a", DType::I8, [m, k]);
@@ -535,7 +540,9 @@ fn quant_kernel(signed: bool) -> (Kernel, Vec<Arg<'static>>, Vec<i64>) {
         q.load(s1, GmView::nd(sw, 0, 1, n, n));
         q.mov(a0, a1);
         q.mov(b0, b1);
-        q.mov(sc, s1);
+        if write_scales {
+            q.mov(sc, s1);
+        }
         q.matmul(acc, a0, b0);
         q.mov(ub, acc).scale(Scale::Tile(sc.into()));
         q.set_cross_flag(Pipe::Fix, 0);
@@ -996,6 +1003,92 @@ fn matmul_with_bias_accumulate_and_acc_to_mat() {
                 (got[i * n + j] - want).abs() <= 1e-3 * want.abs().max(1.0),
                 "({i},{j}) {} vs {want}",
                 got[i * n + j]
+            );
+        }
+    }
+}
+
+#[test]
+fn a_fixpipe_scale_from_a_never_written_scaling_tile_is_poison() {
+    // A block's bytes are those the previous block on the thread left (as on the machine), so
+    // scale words nobody wrote must stop the run, not pick up an earlier block's scales.
+    let (k, mut args, _) = quant_kernel_with(true, false);
+    let err = sim::run(
+        &k,
+        &Arch::ascend950(),
+        &mut args,
+        SimOptions { block_dim: 1 },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("poison: a Fixpipe scale") && err.contains("`sc`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bytes_an_earlier_block_wrote_are_poison_to_the_next() {
+    // Block 0 loads its tile, block 1 only when `both`; each stores it. On one thread block 1
+    // runs in block 0's recycled buffers, which still hold block 0's bytes: they must read as
+    // never written, not as block 0's data.
+    let (r, c) = (4u64, 32u64);
+    let build = |both: bool| {
+        let mut kb = KernelBuilder::new("stale");
+        let x = kb.input("x", DType::F32, [2 * r, c]);
+        let z = kb.output("z", DType::F32, [2 * r, c]);
+        let t = kb.tile("t", vec_tile(DType::F32, r, c));
+        kb.vector(|v| {
+            v.if_(Expr::SubBlockIdx.eq_(0), |v| {
+                let off = Expr::BlockIdx * (r * c);
+                let load = |v: &mut tile_backend::dsl::Body<'_>| {
+                    v.load(t, GmView::nd(x, off.clone(), r, c, c))
+                };
+                if both {
+                    load(v);
+                } else {
+                    v.if_(Expr::BlockIdx.eq_(0), load);
+                }
+                v.store(GmView::nd(z, off.clone(), r, c, c), t);
+            });
+        });
+        plan(kb.build())
+    };
+    let n = (2 * r * c) as usize;
+    let xv = values(n, 3);
+    for both in [true, false] {
+        let mut args = vec![
+            Arg::Tensor(GmTensor::from_f32(
+                DType::F32,
+                &[n / c as usize, c as usize],
+                &xv,
+            )),
+            Arg::Tensor(GmTensor::zeros(DType::F32, &[n / c as usize, c as usize])),
+        ];
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let k = build(both);
+        let r = pool.install(|| {
+            sim::run(
+                &k,
+                &Arch::ascend950(),
+                &mut args,
+                SimOptions { block_dim: 2 },
+            )
+        });
+        if both {
+            r.unwrap();
+            assert_eq!(
+                out(&args, 1),
+                GmTensor::from_f32(DType::F32, &[n], &xv).to_f32()
+            );
+        } else {
+            let err = r.unwrap_err().to_string();
+            assert!(
+                err.contains("block 1") && err.contains("poison: a store to GM"),
+                "{err}"
             );
         }
     }

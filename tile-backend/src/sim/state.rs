@@ -7,8 +7,9 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fmt;
 
-/// Byte every on-chip buffer starts with: an all-ones pattern (NaN for floats, -1 for signed
-/// integers), so that padding a kernel forgot to fill shows up instead of passing as zero.
+/// Byte a new set of on-chip buffers starts with: an all-ones pattern (NaN for floats, -1 for
+/// signed integers), so that padding a kernel forgot to fill does not pass as zero (its written
+/// bits are clear, so reading it is poison anyway; see [`BlockMem`]).
 pub(crate) const FRESH_BYTE: u8 = 0xff;
 
 /// A core of the cluster: the cube core or vector core 0/1.
@@ -38,8 +39,12 @@ impl fmt::Display for CoreId {
 /// with a defined value (never-written bytes are poison).
 ///
 /// A block's buffers are recycled for the next block run on the same thread ([`BlockMem::take`] /
-/// [`BlockMem::give_back`]): only the byte extent a block wrote is restored to [`FRESH_BYTE`]
-/// and poison, so each block still starts from fresh buffers without paying for 1.4 MB of fill.
+/// [`BlockMem::give_back`]): only the written bits of the byte extent a block wrote are cleared
+/// (an eighth of those bytes), so every byte of the next block starts as poison; the bytes
+/// themselves keep what the previous block left, as on the machine (a new set starts filled
+/// with [`FRESH_BYTE`]). No value of a poison byte reaches a result: every read of a region
+/// checks its written bits first and either fails or carries the poison along
+/// (docs/simulator.md, "Poison").
 pub(crate) struct BlockMem {
     /// Buffers indexed like [`BlockMem::slot`]: six cube spaces, then the two UBs.
     bufs: [Vec<u8>; 8],
@@ -159,8 +164,8 @@ impl BlockMem {
         spare.unwrap_or_else(|| BlockMem::new(arch))
     }
 
-    /// Restores the written extents to fresh bytes and poison and keeps the buffers for the
-    /// next block this thread runs.
+    /// Marks the written extents poison again and keeps the buffers for the next block this
+    /// thread runs (their bytes are left as they are: see [`BlockMem`]).
     pub fn give_back(mut self) {
         // A block's L0 contents are never read after it ends: pending copies are dropped, and
         // so are decoded L1 regions.
@@ -175,10 +180,8 @@ impl BlockMem {
             if lo >= hi {
                 continue;
             }
-            let buf = &mut self.bufs[i];
-            let hi = hi.min(buf.len());
+            let hi = hi.min(self.bufs[i].len());
             let lo = lo.min(hi);
-            buf[lo..hi].fill(FRESH_BYTE);
             let bits = &mut self.init[i];
             let whi = hi.div_ceil(64).min(bits.len());
             bits[(lo / 64).min(whi)..whi].fill(0);

@@ -224,14 +224,10 @@ fn int8_into_acc(
         kp,
         np,
     )?;
-    let mut abytes = cx.core.pool.bytes();
-    let r = cx.read_bytes(
-        &TileLoc::of_type(&a_ty, a_addr),
-        0,
-        a_at,
-        (mp, kp),
-        &mut abytes,
-    );
+    // Every byte is overwritten by the read: no zero fill.
+    let a_loc = TileLoc::of_type(&a_ty, a_addr);
+    let mut abytes = cx.core.pool.bytes_to_overwrite(mp * kp * a_loc.es());
+    let r = cx.read_bytes(&a_loc, 0, a_at, (mp, kp), &mut abytes);
     if let Err(e) = r {
         cx.core.pool.put_bytes(abytes);
         return Err(e);

@@ -45,6 +45,7 @@ fn scale_words(
                     loc.cols()
                 ));
             }
+            cx.require_defined(&loc, 0, (0, c0), (1, cols), "a Fixpipe scale")?;
             let mut b = Vec::new();
             cx.read_bytes(&loc, 0, (0, c0), (1, cols), &mut b)?;
             Words::Channel(
