@@ -61,12 +61,6 @@ fn bench(c: &mut Criterion) {
         r.unwrap_or_else(|e| panic!("profiled TileSim: {e}"));
         let costs: Vec<CostReport> = records.iter().filter_map(|r| r.cost.clone()).collect();
         if let Some(c) = CostReport::sum(&costs) {
-            let busy: Vec<String> = c
-                .busy
-                .iter()
-                .filter(|b| b.fraction > 0.005)
-                .map(|b| format!("{} {} {:.0}%", b.core, b.pipe, b.fraction * 100.0))
-                .collect();
             println!(
                 "quant_matmul m={m} k={k} n={n}: Ascend 950PR estimate {:.2} us, roofline {:.2} us \
                  ({}-bound), {:.1}% of roofline; pipes busy: {}",
@@ -74,7 +68,7 @@ fn bench(c: &mut Criterion) {
                 c.roofline_seconds * 1e6,
                 c.bound,
                 c.roofline_fraction() * 100.0,
-                busy.join(", ")
+                c.busy_summary()
             );
         }
         let mut g = c.benchmark_group(format!("quant_matmul/m{m}_k{k}_n{n}"));

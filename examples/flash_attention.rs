@@ -204,13 +204,7 @@ fn main() -> Result<()> {
         "  (executed matmul work {:.2} GFLOP: padding and the diagonal tiles' masked half)",
         c.flops / 1e9
     );
-    let busy: Vec<String> = c
-        .busy
-        .iter()
-        .filter(|x| x.fraction > 0.0)
-        .map(|x| format!("{} {:?} {:.1}%", x.core, x.pipe, x.fraction * 100.0))
-        .collect();
-    println!("  pipe utilisation: {}", busy.join(", "));
+    println!("  pipe utilisation: {}", c.busy_summary());
     println!();
     print!("{c}");
     Ok(())

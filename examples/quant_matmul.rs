@@ -111,12 +111,7 @@ fn main() -> Result<()> {
                 c.bound,
                 c.roofline_fraction() * 100.0
             );
-            let busy: Vec<String> = c
-                .busy
-                .iter()
-                .map(|b| format!("{} {} {:.0}%", b.core, b.pipe, b.fraction * 100.0))
-                .collect();
-            println!("  pipe utilisation: {}", busy.join(", "));
+            println!("  pipe utilisation: {}", c.busy_summary());
         }
         None => println!("  no cost report"),
     }

@@ -267,13 +267,7 @@ fn main() -> Result<()> {
                 c.bound,
                 c.roofline_fraction() * 100.0
             );
-            let busy: Vec<String> = c
-                .busy
-                .iter()
-                .filter(|b| b.fraction > 0.0)
-                .map(|b| format!("{} {:?} {:.1}%", b.core, b.pipe, b.fraction * 100.0))
-                .collect();
-            println!("  pipe utilisation: {}", busy.join(", "));
+            println!("  pipe utilisation: {}", c.busy_summary());
             println!();
             print!("{c}");
         }

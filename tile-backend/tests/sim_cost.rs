@@ -176,6 +176,22 @@ fn blocks_beyond_the_clusters_run_in_waves() {
 }
 
 #[test]
+fn busy_summary_lists_exactly_the_busy_pipes() {
+    let k = one_matmul(32, 64, 32, DType::F16);
+    let (_, _, c) = traced(&k, 1);
+    let line = c.busy_summary();
+    let busy: Vec<_> = c.busy.iter().filter(|b| b.fraction > 0.0).collect();
+    assert!(!busy.is_empty(), "{c}");
+    assert_eq!(line.split(", ").count(), busy.len(), "{line}");
+    for b in busy {
+        let item = format!("{} {} {:.1}%", b.core, b.pipe, b.fraction * 100.0);
+        assert!(line.contains(&item), "{item} missing from {line}");
+    }
+    // An idle pipe is left out: the matmul kernel never uses the vector pipe.
+    assert!(!line.contains("AIV V "), "{line}");
+}
+
+#[test]
 fn report_counts_distinct_gm_bytes_and_flops() {
     let (m, k, n) = (64u64, 128u64, 96u64);
     let (_, _, rep) = traced(&one_matmul(m, k, n, DType::F16), 1);

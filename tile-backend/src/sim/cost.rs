@@ -75,6 +75,17 @@ impl CostReport {
         }
     }
 
+    /// The pipes that were busy, on one line: `AIC MTE2 95.1%, AIV V 12.0%` (the examples'
+    /// and benches' one-line reports; the full table is this report's `Display`).
+    pub fn busy_summary(&self) -> String {
+        self.busy
+            .iter()
+            .filter(|b| b.fraction > 0.0)
+            .map(|b| format!("{} {} {:.1}%", b.core, b.pipe, b.fraction * 100.0))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// The sum of several launches (an op that runs several kernels).
     pub fn sum(reports: &[CostReport]) -> Option<CostReport> {
         let first = reports.first()?.clone();
