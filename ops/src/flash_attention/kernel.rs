@@ -6,7 +6,7 @@
 use super::{Dense, Varlen};
 use crate::error::OpError;
 use crate::runtime::Runner;
-use crate::templates::attention::{run_flash, FlashCfg, FlashInputs, FlashProblem};
+use crate::templates::attention::{run_flash, FlashCfg, FlashInputs, FlashProblem, FlashSpec};
 use tile_backend::ir::DType;
 use tile_backend::launch::{GmInput, GmTensor};
 
@@ -20,13 +20,15 @@ pub(crate) fn flash_cfg(
     max_sq: usize,
     max_skv: usize,
 ) -> FlashCfg {
-    FlashCfg::new(
+    FlashCfg::new(FlashSpec {
         name,
         dtype,
-        (d as u64, dv as u64),
-        max_sq as u64,
-        max_skv as u64,
-    )
+        d: d as u64,
+        dv: dv as u64,
+        max_sq: max_sq as u64,
+        max_skv: max_skv as u64,
+        write_p: false,
+    })
 }
 
 /// The problems of a dense call `q [B, H, Sq, D]`, `k [B, Hkv, Skv, D]`, `v [B, Hkv, Skv, Dv]`

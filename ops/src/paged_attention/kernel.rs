@@ -9,7 +9,7 @@ use crate::bridge;
 use crate::error::OpError;
 use crate::kernels::PagedAttentionShape;
 use crate::runtime::{PlanTarget, Runner};
-use crate::templates::attention::{self, run_attention, AttnCfg, AttnInputs, AttnPlan};
+use crate::templates::attention::{self, run_attention, AttnCfg, AttnInputs, AttnPlan, AttnSpec};
 use tile_backend::launch::{GmInput, GmTensor};
 
 const OP: &str = "paged_attention";
@@ -36,19 +36,19 @@ pub(crate) fn head_group(heads: usize, kv_heads: usize) -> Result<usize, String>
 pub(crate) fn plan(shape: &PagedAttentionShape, target: PlanTarget) -> AttnPlan {
     let s = shape;
     let kv_heads = s.kv_heads.max(1);
-    let cfg = AttnCfg::new(
-        "paged_attn",
-        s.dtype,
-        s.heads as u64,
-        (s.heads / kv_heads) as u64,
-        s.head_dim as u64,
-        s.head_dim as u64,
-        (kv_heads * s.head_dim) as u64,
-        s.head_dim as u64,
-        true,
-        s.block_size as u64,
-        target.pipes_overlap(),
-    );
+    let cfg = AttnCfg::new(AttnSpec {
+        name: "paged_attn",
+        dtype: s.dtype,
+        heads: s.heads as u64,
+        hg: (s.heads / kv_heads) as u64,
+        dqk: s.head_dim as u64,
+        v_dim: s.head_dim as u64,
+        kv_cols: (kv_heads * s.head_dim) as u64,
+        head_col_stride: s.head_dim as u64,
+        separate_v: true,
+        block_size: s.block_size as u64,
+        double_buffer: target.pipes_overlap(),
+    });
     attention::plan(cfg, s.batch, s.context_len, false, target)
 }
 

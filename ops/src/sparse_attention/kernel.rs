@@ -9,7 +9,7 @@ use crate::bridge;
 use crate::error::OpError;
 use crate::kernels::SparseAttentionShape;
 use crate::runtime::{PlanTarget, Runner};
-use crate::templates::attention::{self, run_attention, AttnCfg, AttnInputs, AttnPlan};
+use crate::templates::attention::{self, run_attention, AttnCfg, AttnInputs, AttnPlan, AttnSpec};
 use tile_backend::launch::{GmInput, GmTensor};
 
 const OP: &str = "sparse_paged_attention";
@@ -21,19 +21,19 @@ const OP: &str = "sparse_paged_attention";
 pub(crate) fn plan(shape: &SparseAttentionShape, target: PlanTarget) -> AttnPlan {
     let s = shape;
     let nht = s.heads.div_ceil(128).max(1);
-    let cfg = AttnCfg::new(
-        "sparse_attn",
-        s.dtype,
-        s.heads as u64,
-        s.heads.div_ceil(nht) as u64,
-        s.dqk as u64,
-        s.v_dim as u64,
-        s.dqk as u64,
-        0,
-        false,
-        s.block_size as u64,
-        target.pipes_overlap(),
-    );
+    let cfg = AttnCfg::new(AttnSpec {
+        name: "sparse_attn",
+        dtype: s.dtype,
+        heads: s.heads as u64,
+        hg: s.heads.div_ceil(nht) as u64,
+        dqk: s.dqk as u64,
+        v_dim: s.v_dim as u64,
+        kv_cols: s.dqk as u64,
+        head_col_stride: 0,
+        separate_v: false,
+        block_size: s.block_size as u64,
+        double_buffer: target.pipes_overlap(),
+    });
     attention::plan(cfg, s.batch, s.topk, s.sink, target)
 }
 

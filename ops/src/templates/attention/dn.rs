@@ -117,19 +117,42 @@ const L1_BUDGET: u64 = 500 * 1024;
 /// UB bytes per AIV the kernel plans within (of the 240 KiB safe).
 const UB_BUDGET: u64 = 224 * 1024;
 
+/// What a flash op asks of the DN-mode kernel, field by field: [`FlashCfg::new`] chooses the
+/// tiling from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FlashSpec {
+    /// Kernel name prefix.
+    pub name: &'static str,
+    /// Data dtype (q, k, v, P, out).
+    pub dtype: DType,
+    /// Head dim of q and k.
+    pub d: u64,
+    /// Head dim of v.
+    pub dv: u64,
+    /// Queries of the call's longest problem.
+    pub max_sq: u64,
+    /// Keys of the call's longest problem.
+    pub max_skv: u64,
+    /// The `qk_softmax` variant ([`FlashCfg::write_p`]); the tiling does not depend on it.
+    pub write_p: bool,
+}
+
 impl FlashCfg {
-    /// The tiling for `d`/`dv` head dims of `dtype` and problems of at most `max_sq` queries
-    /// and `max_skv` keys: query tiles of up to 128 (rounded to 32; 16 on one vector core when
+    /// The tiling for `spec`'s head dims and problems of at most `max_sq` queries and
+    /// `max_skv` keys: query tiles of up to 128 (rounded to 32; 16 on one vector core when
     /// `max_sq <= 16`), KV tiles of up to 128 keys (the power of two from 16 that holds
     /// `max_skv`, so short sequences do not compute and simulate padding keys) and slices that
     /// fit L1, L0A/L0B and UB with K and V double buffered.
-    pub fn new(
-        name: &'static str,
-        dtype: DType,
-        (d, dv): (u64, u64),
-        max_sq: u64,
-        max_skv: u64,
-    ) -> Self {
+    pub fn new(spec: FlashSpec) -> Self {
+        let FlashSpec {
+            name,
+            dtype,
+            d,
+            dv,
+            max_sq,
+            max_skv,
+            write_p,
+        } = spec;
         let es = dtype.size_bytes();
         let dp = round_up(d, 16);
         // V columns as the slices pad them (at most one slice more than dv; see `vp`).
@@ -171,7 +194,7 @@ impl FlashCfg {
             tkv,
             ks,
             ns,
-            write_p: false,
+            write_p,
         }
     }
 

@@ -212,7 +212,20 @@ fn flat(mut t: GmInput<'_>) -> GmInput<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::dn::FlashSpec;
     use super::*;
+
+    fn spec(dtype: DType, (d, dv): (u64, u64), max_sq: u64, max_skv: u64) -> FlashSpec {
+        FlashSpec {
+            name: "t",
+            dtype,
+            d,
+            dv,
+            max_sq,
+            max_skv,
+            write_p: false,
+        }
+    }
 
     fn problem(sq: usize, skv: usize) -> FlashProblem {
         FlashProblem {
@@ -228,7 +241,7 @@ mod tests {
 
     /// `(nq, kv_end, diag)` of each descriptor row.
     fn tiles(sq: usize, skv: usize, causal: bool) -> Vec<(i64, i64, i64)> {
-        let cfg = FlashCfg::new("t", DType::BF16, (64, 64), 128, 512);
+        let cfg = FlashCfg::new(spec(DType::BF16, (64, 64), 128, 512));
         assert_eq!(cfg.ts, 128);
         descriptors(&[problem(sq, skv)], &cfg, causal, [64, 64, 64, 64])
             .chunks(DESC_COUNT)
@@ -268,7 +281,7 @@ mod tests {
 
     #[test]
     fn tiles_shrink_to_short_calls() {
-        let cfg = |sq, skv| FlashCfg::new("t", DType::F32, (128, 64), sq, skv);
+        let cfg = |sq, skv| FlashCfg::new(spec(DType::F32, (128, 64), sq, skv));
         // KV tiles: the power of two from 16 that holds the longest key run, at most 128.
         for (skv, tkv) in [
             (1, 16),
@@ -297,7 +310,7 @@ mod tests {
 
     #[test]
     fn the_mask_band_is_a_staircase() {
-        let cfg = FlashCfg::new("t", DType::F16, (64, 64), 32, 512);
+        let cfg = FlashCfg::new(spec(DType::F16, (64, 64), 32, 512));
         let h = cfg.h() as usize;
         let band = cfg.mask_band();
         let rows = cfg.mask_rows() as usize;

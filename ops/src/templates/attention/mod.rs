@@ -101,14 +101,14 @@ mod plan;
 mod tests;
 mod vector;
 
-pub(crate) use dn::{flash_dn, FlashCfg};
+pub(crate) use dn::{flash_dn, FlashCfg, FlashSpec};
 pub(crate) use dn_host::{
     descriptors as flash_descriptors, run_flash, FlashInputs, FlashProblem, DESC_COUNT,
 };
 pub(crate) use host::{recycle_result, run_attention, AttnInputs};
 #[cfg(test)]
 use plan::{choose_splits, MAX_SPLITS};
-pub(crate) use plan::{plan, AttnCfg, AttnPlan, M_INIT};
+pub(crate) use plan::{plan, AttnCfg, AttnPlan, AttnSpec, M_INIT};
 
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{

@@ -61,25 +61,54 @@ pub(crate) struct AttnCfg {
     pub pbufs: u64,
 }
 
+/// What an attention op asks of the split kernel, field by field: [`AttnCfg::new`] chooses
+/// the tiling from it. Each op fills it in its `plan` (`sparse_attention::kernel::plan`,
+/// `paged_attention::kernel::plan`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AttnSpec {
+    /// Kernel name prefix.
+    pub name: &'static str,
+    /// Data dtype (q, caches, P).
+    pub dtype: DType,
+    /// Query heads per batch row.
+    pub heads: u64,
+    /// Query heads per head tile (clamped to `1..=128`).
+    pub hg: u64,
+    /// Columns gathered for K (the contraction).
+    pub dqk: u64,
+    /// Output columns (V width).
+    pub v_dim: u64,
+    /// Columns of a cache row.
+    pub kv_cols: u64,
+    /// Cache column offset per head tile (dense GQA: D; sparse: 0).
+    pub head_col_stride: u64,
+    /// V comes from its own cache (dense) instead of the first columns of K (sparse).
+    pub separate_v: bool,
+    /// Tokens per cache block.
+    pub block_size: u64,
+    /// Whether the target overlaps a block's pipes (the device, and profiling for it): then
+    /// the gathered and L0 operand tiles are ping-ponged; otherwise (the simulator's CPU runs)
+    /// they are buffered once and sized to the room that leaves
+    /// ([`PlanTarget::pipes_overlap`]).
+    pub double_buffer: bool,
+}
+
 impl AttnCfg {
-    /// Chooses the tiling for a problem: head tile, chunk, K and V slices within L1/L0/UB.
-    /// `double_buffer`: whether the target overlaps a block's pipes (the device, and profiling
-    /// for it). Then the gathered and L0 operand tiles are ping-ponged; otherwise (the
-    /// simulator's CPU runs) they are buffered once and sized to the room that leaves.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        name: &'static str,
-        dtype: DType,
-        heads: u64,
-        hg: u64,
-        dqk: u64,
-        v_dim: u64,
-        kv_cols: u64,
-        head_col_stride: u64,
-        separate_v: bool,
-        block_size: u64,
-        double_buffer: bool,
-    ) -> Self {
+    /// Chooses the tiling for `spec`: head tile, chunk, K and V slices within L1/L0/UB.
+    pub fn new(spec: AttnSpec) -> Self {
+        let AttnSpec {
+            name,
+            dtype,
+            heads,
+            hg,
+            dqk,
+            v_dim,
+            kv_cols,
+            head_col_stride,
+            separate_v,
+            block_size,
+            double_buffer,
+        } = spec;
         let es = dtype.size_bytes();
         let hg = hg.clamp(1, 128);
         let th = round_up(hg, 32);

@@ -7,6 +7,24 @@ use crate::runtime::{device_clusters, profile, PlanTarget};
 use tile_backend::ir::DType;
 use tile_backend::launch::{GmInput, GmTensor};
 
+/// One head tile of `heads` heads over a latent cache of `d` columns whose first `v_dim` are V
+/// (the sparse form), blocks of 64 tokens, the device's double buffering.
+fn latent_spec(dtype: DType, heads: u64, d: u64, v_dim: u64) -> AttnSpec {
+    AttnSpec {
+        name: "t",
+        dtype,
+        heads,
+        hg: heads,
+        dqk: d,
+        v_dim,
+        kv_cols: d,
+        head_col_stride: 0,
+        separate_v: false,
+        block_size: 64,
+        double_buffer: true,
+    }
+}
+
 #[test]
 fn a_recycled_result_becomes_the_next_workspace_zeroed() {
     std::thread::spawn(|| {
@@ -118,19 +136,12 @@ fn one_f32_split_on_the_cpu_plan_skips_the_merge_with_the_same_result() {
         .map(|i| if i < topk { (i * 7 % tokens) as i64 } else { 0 })
         .collect();
     let run = |target: PlanTarget| {
-        let cfg = AttnCfg::new(
-            "sparse_attn",
-            DType::F32,
-            heads,
-            heads,
-            d,
-            v_dim,
-            d,
-            0,
-            false,
-            bs as u64,
-            target == PlanTarget::Device,
-        );
+        let cfg = AttnCfg::new(AttnSpec {
+            name: "sparse_attn",
+            block_size: bs as u64,
+            double_buffer: target == PlanTarget::Device,
+            ..latent_spec(DType::F32, heads, d, v_dim)
+        });
         let mut runner = Runner::sim("test").plan_for(target);
         let plan = plan(cfg, batch, topk, false, runner.plan_target());
         let splits = plan.split.splits;
@@ -196,19 +207,11 @@ fn one_f32_split_on_the_cpu_plan_skips_the_merge_with_the_same_result() {
 #[test]
 fn the_cpu_plan_buffers_tiles_once_and_makes_them_larger() {
     let tiling = |dt: DType, heads: u64, d: u64, separate_v: bool, double: bool| {
-        let c = AttnCfg::new(
-            "t",
-            dt,
-            heads,
-            heads,
-            d,
-            d.min(512),
-            d,
-            0,
+        let c = AttnCfg::new(AttnSpec {
             separate_v,
-            64,
-            double,
-        );
+            double_buffer: double,
+            ..latent_spec(dt, heads, d, d.min(512))
+        });
         (c.chunk, c.ks, c.ns, c.bufs)
     };
     // f32 DeepSeek: Q takes 288 KiB of L1, so ping-ponged chunks are 32 tokens; one buffer
@@ -231,7 +234,12 @@ fn the_cpu_plan_buffers_tiles_once_and_makes_them_larger() {
     // P: two L1 buffers on the CPU plan where they fit (f32 DeepSeek: 288 + 144 + 2 x 32
     // KiB), one on the device plan.
     let p_bufs = |dt: DType, d: u64, separate_v: bool, double: bool| {
-        AttnCfg::new("t", dt, 128, 128, d, 512, d, 0, separate_v, 64, double).pbufs
+        AttnCfg::new(AttnSpec {
+            separate_v,
+            double_buffer: double,
+            ..latent_spec(dt, 128, d, 512)
+        })
+        .pbufs
     };
     assert_eq!(p_bufs(DType::F32, 576, false, false), 2);
     assert_eq!(p_bufs(DType::BF16, 576, false, false), 2);
