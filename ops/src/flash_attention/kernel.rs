@@ -1,211 +1,218 @@
-//! The flash-attention ops' host code for the kernel backends: each (sequence, head) problem of
-//! a call, in the flat form of the shared DN-mode kernel (`templates::attention::flash_dn`).
+//! The flash-attention ops' launch plans and host code for the kernel backends: each
+//! (sequence, head) problem of a call, in the flat form of the shared DN-mode kernel
+//! (`templates::attention::flash_dn`).
 //!
-//! CONTRACT (the op layer in `mod.rs` calls exactly this): the calls are validated.
+//! CONTRACT (the op layer in `mod.rs` calls exactly this): [`run`] and [`run_qk`] receive a
+//! validated call ([`FlashCall`], [`QkCall`]) and the storage it describes; [`plan`] and
+//! [`qk_plan`] are the calls' one launch plans, which the runs and `tileops emit`
+//! ([`super::shape::launches`], [`super::shape::qk_launches`]) both launch from. The plans are the
+//! same on every target (the kernel overlaps its pipes on the device and runs them one after
+//! another in the simulator with the same tiles), so they take the shape alone.
 
-use super::{Dense, Varlen};
+use super::{FlashAttentionShape, FlashCall, QkCall, QkSoftmaxShape, Seqs};
+use crate::bridge;
 use crate::error::OpError;
 use crate::runtime::Runner;
-use crate::templates::attention::{run_flash, FlashCfg, FlashInputs, FlashProblem, FlashSpec};
+use crate::templates::attention::{
+    run_flash, FlashCfg, FlashInputs, FlashLens, FlashPlan, FlashProblem, FlashSpec,
+};
 use tile_backend::ir::DType;
 use tile_backend::launch::{GmInput, GmTensor};
 
-/// The kernel's static shape for head dims `d`/`dv` of `dtype` and problems of at most
-/// `max_sq` queries and `max_skv` keys. The ops and [`crate::kernels`] both build their kernels
-/// from it.
-pub(crate) fn flash_cfg(
-    name: &'static str,
-    dtype: DType,
-    (d, dv): (usize, usize),
-    max_sq: usize,
-    max_skv: usize,
-) -> FlashCfg {
-    FlashCfg::new(FlashSpec {
-        name,
-        dtype,
-        d: d as u64,
-        dv: dv as u64,
-        max_sq: max_sq as u64,
-        max_skv: max_skv as u64,
+/// The launch plan of a flash call of `shape` whose sequences lie as `seqs` says: the kernel
+/// tiled for problems of at most `seq_q` queries and `seq_kv` keys, and one problem per
+/// (sequence, head), head `h` reading KV head `h / (H / Hkv)`.
+///
+/// Dense: `q [B, H, Sq, D]`, `k [B, Hkv, Skv, D]`, `v [B, Hkv, Skv, Dv]` -> `out [B, H, Sq, Dv]`,
+/// `lse [B, H, Sq]`; row strides `[D, D, Dv, Dv]`. Packed: `q [total_q, H, D]`, `k [total_k,
+/// Hkv, D]`, `v [total_k, Hkv, Dv]` -> `out [total_q, H, Dv]`, lse head-major `[H, total_q]`;
+/// row strides `[H D, Hkv D, Hkv Dv, H Dv]`.
+pub(crate) fn plan(shape: &FlashAttentionShape, seqs: &Seqs) -> FlashPlan {
+    let s = shape;
+    let cfg = FlashCfg::new(FlashSpec {
+        name: "flash_attn",
+        dtype: s.dtype,
+        d: s.head_dim as u64,
+        dv: s.v_dim as u64,
+        max_sq: s.seq_q as u64,
+        max_skv: s.seq_kv as u64,
         write_p: false,
-    })
-}
-
-/// The problems of a dense call `q [B, H, Sq, D]`, `k [B, Hkv, Skv, D]`, `v [B, Hkv, Skv, Dv]`
-/// -> `out [B, H, Sq, Dv]`, `lse [B, H, Sq]`, and the row strides `[D, D, Dv, Dv]`.
-pub(crate) fn dense_problems(p: &Dense) -> (Vec<FlashProblem>, [usize; 4]) {
-    let g = p.heads / p.kv_heads.max(1);
-    let mut problems = Vec::with_capacity(p.batch * p.heads);
-    for b in 0..p.batch {
-        for h in 0..p.heads {
-            let row = b * p.heads + h;
-            let kv = b * p.kv_heads + h / g.max(1);
-            problems.push(FlashProblem {
-                q_off: row * p.sq * p.d,
-                k_off: kv * p.skv * p.d,
-                v_off: kv * p.skv * p.dv,
-                o_off: row * p.sq * p.dv,
-                lse_off: row * p.sq,
-                sq: p.sq,
-                skv: p.skv,
-            });
-        }
-    }
-    (problems, [p.d, p.d, p.dv, p.dv])
-}
-
-/// Runs a dense call: `out [B*H*Sq*Dv]` (q's dtype) and `lse [B*H*Sq]` f32, flat.
-pub(crate) fn run_dense(
-    runner: &mut Runner,
-    op: &'static str,
-    q: GmInput<'_>,
-    k: GmInput<'_>,
-    v: GmInput<'_>,
-    p: &Dense,
-) -> Result<(GmTensor, GmTensor), OpError> {
-    let cfg = flash_cfg("flash_attn", q.dtype, (p.d, p.dv), p.sq, p.skv);
-    let (problems, strides) = dense_problems(p);
-    let rows = p.batch * p.heads * p.sq;
-    run_flash(
-        runner,
-        op,
-        &cfg,
-        FlashInputs {
-            q,
-            k,
-            v: Some(v),
-            strides,
-            o_len: rows * p.dv,
-            lse_len: rows,
-            problems,
-            scale: p.scale,
-            causal: p.causal,
-        },
-    )
-}
-
-/// Runs a varlen call `q [total_q, H, D]`, `k [total_k, Hkv, D]`, `v [total_k, Hkv, Dv]`:
-/// `out [total_q * H * Dv]` (q's dtype) and `lse [total_q * H]` f32 (token-major), flat.
-pub(crate) fn run_varlen(
-    runner: &mut Runner,
-    op: &'static str,
-    q: GmInput<'_>,
-    k: GmInput<'_>,
-    v: GmInput<'_>,
-    p: &Varlen,
-    d: usize,
-) -> Result<(GmTensor, GmTensor), OpError> {
-    let (h_n, hkv) = (p.heads, p.kv_heads.max(1));
-    let g = (h_n / hkv).max(1);
-    let longest = |cu: &[usize]| cu.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-    let cfg = flash_cfg(
-        "flash_attn",
-        q.dtype,
-        (d, p.dv),
-        longest(&p.cu_q),
-        longest(&p.cu_k),
-    );
+    });
+    let (h, hkv, d, dv) = (s.heads, s.kv_heads.max(1), s.head_dim, s.v_dim);
+    let g = (h / hkv).max(1);
     let mut problems = Vec::new();
-    for (wq, wk) in p.cu_q.windows(2).zip(p.cu_k.windows(2)) {
-        for h in 0..h_n {
-            problems.push(FlashProblem {
-                q_off: (wq[0] * h_n + h) * d,
-                k_off: (wk[0] * hkv + h / g) * d,
-                v_off: (wk[0] * hkv + h / g) * p.dv,
-                o_off: (wq[0] * h_n + h) * p.dv,
-                // Head-major [H, total_q] in the kernel; transposed below.
-                lse_off: h * p.total_q + wq[0],
-                sq: wq[1] - wq[0],
-                skv: wk[1] - wk[0],
-            });
+    let (strides, rows_q, rows_k) = match seqs {
+        Seqs::Dense => {
+            for b in 0..s.batch {
+                for head in 0..h {
+                    let row = b * h + head;
+                    let kv = b * hkv + head / g;
+                    problems.push(FlashProblem {
+                        q_off: row * s.seq_q * d,
+                        k_off: kv * s.seq_kv * d,
+                        v_off: kv * s.seq_kv * dv,
+                        o_off: row * s.seq_q * dv,
+                        lse_off: row * s.seq_q,
+                        sq: s.seq_q,
+                        skv: s.seq_kv,
+                    });
+                }
+            }
+            ([d, d, dv, dv], s.batch * s.seq_q, s.batch * s.seq_kv)
         }
+        Seqs::Packed { cu_q, cu_k } => {
+            let total_q = cu_q.last().copied().unwrap_or(0);
+            for (wq, wk) in cu_q.windows(2).zip(cu_k.windows(2)) {
+                for head in 0..h {
+                    problems.push(FlashProblem {
+                        q_off: (wq[0] * h + head) * d,
+                        k_off: (wk[0] * hkv + head / g) * d,
+                        v_off: (wk[0] * hkv + head / g) * dv,
+                        o_off: (wq[0] * h + head) * dv,
+                        // Head-major [H, total_q] in the kernel; `run` transposes it.
+                        lse_off: head * total_q + wq[0],
+                        sq: wq[1] - wq[0],
+                        skv: wk[1] - wk[0],
+                    });
+                }
+            }
+            let total_k = cu_k.last().copied().unwrap_or(0);
+            ([h * d, hkv * d, hkv * dv, h * dv], total_q, total_k)
+        }
+    };
+    FlashPlan {
+        cfg,
+        problems,
+        causal: s.causal,
+        strides,
+        lens: FlashLens {
+            q: rows_q * h * d,
+            k: rows_k * hkv * d,
+            v: rows_k * hkv * dv,
+            o: rows_q * h * dv,
+            lse: rows_q * h,
+        },
     }
-    let (out, lse_hm) = run_flash(
+}
+
+/// The launch plan of a `qk_softmax` call of `shape`: the kernel's P-writing variant over one
+/// problem, `q [M, D]` against `k [N, D]`, writing P^T `[N, M]` (row strides `[D, D, 0, M]`).
+pub(crate) fn qk_plan(shape: &QkSoftmaxShape) -> FlashPlan {
+    let (m, n, d) = (shape.m, shape.n, shape.head_dim);
+    FlashPlan {
+        cfg: FlashCfg::new(FlashSpec {
+            name: "qk_softmax",
+            dtype: shape.dtype,
+            d: d as u64,
+            dv: 16,
+            max_sq: m as u64,
+            max_skv: n as u64,
+            write_p: true,
+        }),
+        problems: vec![FlashProblem {
+            q_off: 0,
+            k_off: 0,
+            v_off: 0,
+            o_off: 0,
+            lse_off: 0,
+            sq: m,
+            skv: n,
+        }],
+        causal: false,
+        strides: [d, d, 0, m],
+        lens: FlashLens {
+            q: m * d,
+            k: n * d,
+            v: 0,
+            o: n * m,
+            lse: m,
+        },
+    }
+}
+
+/// Runs a flash call on q, k, v (borrowed storage, the call's dtype and sizes): `out` flat in
+/// the call's output order (q's dtype) and `lse` f32 flat (`[B, H, Sq]` dense, token-major
+/// `[total_q, H]` packed).
+///
+/// # Errors
+/// [`OpError::Invalid`] when q, k or v is not the storage `call` describes; kernel errors.
+pub(crate) fn run(
+    runner: &mut Runner,
+    call: &FlashCall,
+    q: GmInput<'_>,
+    k: GmInput<'_>,
+    v: GmInput<'_>,
+) -> Result<(GmTensor, GmTensor), OpError> {
+    let op = call.op();
+    let plan = plan(&call.shape, &call.seqs);
+    let dtype = call.shape.dtype;
+    for (arg, t, len) in [
+        ("q", &q, plan.lens.q),
+        ("k", &k, plan.lens.k),
+        ("v", &v, plan.lens.v),
+    ] {
+        bridge::check_storage(op, arg, (t.dtype, t.data.len()), dtype, len)?;
+    }
+    let (out, lse) = run_flash(
         runner,
         op,
-        &cfg,
+        &plan,
         FlashInputs {
             q,
             k,
             v: Some(v),
-            strides: [h_n * d, hkv * d, hkv * p.dv, h_n * p.dv],
-            o_len: p.total_q * h_n * p.dv,
-            lse_len: p.total_q * h_n,
-            problems,
-            scale: p.scale,
-            causal: p.causal,
+            scale: call.scale,
         },
     )?;
-    let hm = lse_hm.to_f32();
+    if call.seqs == Seqs::Dense {
+        return Ok((out, lse));
+    }
+    // Packed: the kernel wrote lse head-major, [H, total_q].
+    let (h_n, total_q) = (call.shape.heads, call.total_q());
+    let hm = lse.to_f32();
     let mut tm = vec![0f32; hm.len()];
     for h in 0..h_n {
-        for t in 0..p.total_q {
-            tm[t * h_n + h] = hm[h * p.total_q + t];
+        for t in 0..total_q {
+            tm[t * h_n + h] = hm[h * total_q + t];
         }
     }
     Ok((out, GmTensor::from_f32(DType::F32, &[tm.len()], &tm)))
 }
 
-/// The P-writing kernel's shape, its one problem and the row strides for `qk_softmax` of `m`
-/// queries against `n` keys of head dim `d`. [`run_qk_softmax`] and [`crate::kernels`] both
-/// launch from it.
-pub(crate) fn qk_plan(
-    dtype: DType,
-    m: usize,
-    n: usize,
-    d: usize,
-) -> (FlashCfg, FlashProblem, [usize; 4]) {
-    let mut cfg = flash_cfg("qk_softmax", dtype, (d, 16), m, n);
-    cfg.write_p = true;
-    let problem = FlashProblem {
-        q_off: 0,
-        k_off: 0,
-        v_off: 0,
-        o_off: 0,
-        lse_off: 0,
-        sq: m,
-        skv: n,
-    };
-    (cfg, problem, [d, d, 0, m])
-}
-
-/// Runs `qk_softmax` on `q [M, D]`, `k [N, D]`: the kernel's P-writing variant writes P^T
-/// `[N, M]` (each AIV's `[keys, queries]` tile as it lies in UB); returned transposed, `[M, N]`
-/// (q's dtype, flat).
-pub(crate) fn run_qk_softmax(
+/// Runs `qk_softmax` on `q [M, D]`, `k [N, D]` (borrowed storage, the call's dtype and sizes):
+/// the kernel's P-writing variant writes P^T `[N, M]` (each AIV's `[keys, queries]` tile as it
+/// lies in UB); returned transposed, `[M, N]` (q's dtype, flat).
+///
+/// # Errors
+/// [`OpError::Invalid`] when q or k is not the storage `call` describes; kernel errors.
+pub(crate) fn run_qk(
     runner: &mut Runner,
     op: &'static str,
+    call: &QkCall,
     q: GmInput<'_>,
     k: GmInput<'_>,
-    scale: f32,
 ) -> Result<GmTensor, OpError> {
-    let (m, d) = match q.shape[..] {
-        [m, d] => (m, d),
-        _ => return Err(OpError::invalid(op, "q", "must be [M, D]")),
-    };
-    let n = k.shape.first().copied().unwrap_or(0);
-    let dtype = q.dtype;
-    let (cfg, problem, strides) = qk_plan(dtype, m, n, d);
+    let s = &call.shape;
+    let plan = qk_plan(s);
+    for (arg, t, len) in [("q", &q, plan.lens.q), ("k", &k, plan.lens.k)] {
+        bridge::check_storage(op, arg, (t.dtype, t.data.len()), s.dtype, len)?;
+    }
     let (pt, _lse) = run_flash(
         runner,
         op,
-        &cfg,
+        &plan,
         FlashInputs {
             q,
             k,
             v: None,
-            strides,
-            o_len: n * m,
-            lse_len: m,
-            problems: vec![problem],
-            scale,
-            causal: false,
+            scale: call.scale,
         },
     )?;
     if !runner.executes() {
         return Ok(pt);
     }
-    let es = dtype.size_bytes() as usize;
+    let (m, n) = (s.m, s.n);
+    let es = s.dtype.size_bytes() as usize;
     let mut p = vec![0u8; pt.data.len()];
     for j in 0..n {
         for i in 0..m {
@@ -214,7 +221,7 @@ pub(crate) fn run_qk_softmax(
         }
     }
     Ok(GmTensor {
-        dtype,
+        dtype: s.dtype,
         shape: vec![m * n],
         data: p,
     })

@@ -7,12 +7,15 @@
 
 pub(crate) mod kernel;
 mod reference;
+pub(crate) mod shape;
 
 use crate::backend::Backend;
 use crate::bridge::{self, Bridge};
 use crate::error::OpError;
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor};
 use tile_backend::launch::GmTensor;
+
+pub use shape::{FlashAttentionShape, QkSoftmaxShape};
 
 const FLASH: &str = "flash_attention";
 const VARLEN: &str = "flash_attention_varlen";
@@ -37,20 +40,6 @@ impl FlashAttentionParams {
     }
 }
 
-/// One validated dense problem.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Dense {
-    pub batch: usize,
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub sq: usize,
-    pub skv: usize,
-    pub d: usize,
-    pub dv: usize,
-    pub scale: f32,
-    pub causal: bool,
-}
-
 /// Dense attention: `q [B, H, Sq, D]`, `k [B, Hkv, Skv, D]`, `v [B, Hkv, Skv, Dv]` ->
 /// `(out [B, H, Sq, Dv]` in q's dtype, `lse [B, H, Sq]` f32`)`.
 ///
@@ -72,19 +61,16 @@ pub fn flash_attention(
     backend: Option<Backend>,
 ) -> Result<(Tensor, Tensor), OpError> {
     let backend = bridge::resolve_backend(backend)?;
-    let p = validate_dense(FLASH, q, k, v, params)?;
+    let call = FlashCall::validate(q, k, v, params)?;
     match backend {
-        Backend::Reference => reference::dense(q, k, v, &p),
+        Backend::Reference => reference::dense(q, k, v, &call.shape, call.scale),
         Backend::TileSim | Backend::Ascend950 => {
-            let dev = q.device();
-            let rows = (p.batch, p.heads, p.sq);
-            if p.sq == 0 || p.skv == 0 {
+            let s = call.shape;
+            if s.seq_q == 0 || s.seq_kv == 0 {
                 // Nothing to compute: every query sees no key.
-                let out = Tensor::zeros((p.batch, p.heads, p.sq, p.dv), q.dtype(), dev)?;
-                return Ok((out, Tensor::full(f32::INFINITY, rows, dev)?));
+                return nothing_seen(q, &call);
             }
-            let (out, lse) = run_op(q, k, v, Call::Dense(p), backend)?;
-            Ok((out, Tensor::from_vec(lse, rows, dev)?))
+            run_op(q, k, v, call, backend)
         }
     }
 }
@@ -110,19 +96,14 @@ pub fn flash_attention_varlen(
     backend: Option<Backend>,
 ) -> Result<(Tensor, Tensor), OpError> {
     let backend = bridge::resolve_backend(backend)?;
-    let p = validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, params)?;
+    let call = FlashCall::validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, params)?;
     match backend {
-        Backend::Reference => reference::varlen(q, k, v, &p),
+        Backend::Reference => reference::varlen(q, k, v, &call),
         Backend::TileSim | Backend::Ascend950 => {
-            let dev = q.device();
-            let rows = (p.total_q, p.heads);
-            if p.total_q == 0 || k.dim(0)? == 0 {
-                let out = Tensor::zeros((p.total_q, p.heads, p.dv), q.dtype(), dev)?;
-                return Ok((out, Tensor::full(f32::INFINITY, rows, dev)?));
+            if call.total_q() == 0 || call.total_k() == 0 {
+                return nothing_seen(q, &call);
             }
-            let d = q.dim(2)?;
-            let (out, lse) = run_op(q, k, v, Call::Varlen(p, d), backend)?;
-            Ok((out, Tensor::from_vec(lse, rows, dev)?))
+            run_op(q, k, v, call, backend)
         }
     }
 }
@@ -141,17 +122,12 @@ pub fn qk_softmax(
     backend: Option<Backend>,
 ) -> Result<Tensor, OpError> {
     let backend = bridge::resolve_backend(backend)?;
-    let qd = data_dims(QK, "q", q, "[M, D]", 2, &[0, 1])?;
-    let kd = data_dims(QK, "k", k, "[N, D]", 2, &[0, 1])?;
-    bridge::check_same_dtype(QK, "k", k, "q", q.dtype())?;
-    check_head_dim(QK, "q", qd[1], "D")?;
-    bridge::check_dim(QK, "k", &kd, 1, "D", qd[1], "q is [M, D]")?;
-    bridge::check_scale(QK, scale)?;
+    let call = QkCall::validate(q, k, scale)?;
     match backend {
-        Backend::Reference => reference::qk_softmax(q, k, scale),
+        Backend::Reference => reference::qk_softmax(q, k, call.scale),
         Backend::TileSim | Backend::Ascend950 => {
             let op = QkOp {
-                scale,
+                call,
                 backend,
                 bridge: Bridge::new(QK),
             };
@@ -161,9 +137,44 @@ pub fn qk_softmax(
     }
 }
 
+/// One validated `qk_softmax` call: its [`shape`](Self::shape) (what the launch plan, the
+/// kernel and `tileops emit --op qk-softmax` read) and the scale. Made only by
+/// [`QkCall::validate`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct QkCall {
+    /// The call's shape: `q [m, head_dim]`, `k [n, head_dim]`.
+    pub shape: QkSoftmaxShape,
+    /// Softmax scale.
+    pub(crate) scale: f32,
+}
+
+impl QkCall {
+    /// Checks a call of [`qk_softmax`] (every rule its doc states).
+    ///
+    /// # Errors
+    /// [`OpError::Invalid`] naming the argument for any broken rule.
+    pub fn validate(q: &Tensor, k: &Tensor, scale: f32) -> Result<QkCall, OpError> {
+        let qd = data_dims(QK, "q", q, "[M, D]", 2, &[0, 1])?;
+        let kd = data_dims(QK, "k", k, "[N, D]", 2, &[0, 1])?;
+        bridge::check_same_dtype(QK, "k", k, "q", q.dtype())?;
+        check_head_dim(QK, "q", qd[1], "D")?;
+        bridge::check_dim(QK, "k", &kd, 1, "D", qd[1], "q is [M, D]")?;
+        bridge::check_scale(QK, scale)?;
+        Ok(QkCall {
+            shape: QkSoftmaxShape {
+                dtype: bridge::data_dtype(QK, "q", q.dtype())?,
+                m: qd[0],
+                n: kd[0],
+                head_dim: qd[1],
+            },
+            scale,
+        })
+    }
+}
+
 /// The candle op running `qk_softmax`'s kernel (the P-writing variant of the flash kernel).
 struct QkOp {
-    scale: f32,
+    call: QkCall,
     backend: Backend,
     bridge: Bridge,
 }
@@ -178,9 +189,9 @@ impl QkOp {
     ) -> Result<((CpuStorage, Shape), ()), OpError> {
         let q = bridge::gm_input(QK, "q", qs, ql)?;
         let k = bridge::gm_input(QK, "k", ks, kl)?;
-        let shape = vec![q.shape[0], k.shape[0]];
+        let shape = vec![self.call.shape.m, self.call.shape.n];
         let mut runner = bridge::runner(QK, self.backend);
-        let p = kernel::run_qk_softmax(&mut runner, QK, q, k, self.scale)?;
+        let p = kernel::run_qk(&mut runner, QK, &self.call, q, k)?;
         runner.finish()?;
         bridge::expect_shape(QK, &p.shape, &[shape[0] * shape[1]], "P")?;
         let storage = self.bridge.storage(p)?;
@@ -204,28 +215,80 @@ impl candle_core::CustomOp2 for QkOp {
     }
 }
 
-/// A validated call of a kernel backend.
-enum Call {
-    Dense(Dense),
-    /// The packed form and q's head dim `D`.
-    Varlen(Varlen, usize),
+/// How a flash call's sequences lie in its tensors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Seqs {
+    /// `q [B, H, Sq, D]`, `k [B, Hkv, Skv, D]`, `v [B, Hkv, Skv, Dv]`: every sequence has the
+    /// shape's `seq_q` queries and `seq_kv` keys.
+    Dense,
+    /// `q [total_q, H, D]`, `k [total_k, Hkv, D]`, `v [total_k, Hkv, Dv]`: sequence `b` is rows
+    /// `cu_q[b]..cu_q[b + 1]` of q against rows `cu_k[b]..cu_k[b + 1]` of k and v.
+    Packed {
+        /// `B + 1` offsets into q's rows.
+        cu_q: Vec<usize>,
+        /// `B + 1` offsets into k's rows.
+        cu_k: Vec<usize>,
+    },
 }
 
-impl Call {
+/// One validated `flash_attention` or `flash_attention_varlen` call: its
+/// [`shape`](Self::shape) (what the launch plan, the kernel and `tileops emit --op
+/// flash-attention` read), how its sequences lie in the tensors, and the scale. Made only by
+/// [`FlashCall::validate`] and [`FlashCall::validate_varlen`]; the kernel backends run it with
+/// `kernel::run` on q's, k's and v's storage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlashCall {
+    /// The call's shape. Varlen: `batch` is the sequences, `seq_q` and `seq_kv` the longest
+    /// runs of `cu_seqlens_q` and `cu_seqlens_k` (what the kernel's tiles are sized for).
+    pub shape: FlashAttentionShape,
+    /// Where the sequences lie.
+    pub(crate) seqs: Seqs,
+    /// Softmax scale.
+    pub(crate) scale: f32,
+}
+
+impl FlashCall {
+    /// The op's name.
     fn op(&self) -> &'static str {
-        match self {
-            Call::Dense(_) => FLASH,
-            Call::Varlen(..) => VARLEN,
+        match self.seqs {
+            Seqs::Dense => FLASH,
+            Seqs::Packed { .. } => VARLEN,
         }
     }
 
-    /// The output's shape.
-    fn out_shape(&self) -> Vec<usize> {
-        match self {
-            Call::Dense(p) => vec![p.batch, p.heads, p.sq, p.dv],
-            Call::Varlen(p, _) => vec![p.total_q, p.heads, p.dv],
+    /// Rows of q: `B * Sq` (dense) or `total_q` (packed).
+    fn total_q(&self) -> usize {
+        match &self.seqs {
+            Seqs::Dense => self.shape.batch * self.shape.seq_q,
+            Seqs::Packed { cu_q, .. } => cu_q.last().copied().unwrap_or(0),
         }
     }
+
+    /// Rows of k and v: `B * Skv` (dense) or `total_k` (packed).
+    fn total_k(&self) -> usize {
+        match &self.seqs {
+            Seqs::Dense => self.shape.batch * self.shape.seq_kv,
+            Seqs::Packed { cu_k, .. } => cu_k.last().copied().unwrap_or(0),
+        }
+    }
+
+    /// The output's shape (lse's is the same without the last dim).
+    fn out_shape(&self) -> Vec<usize> {
+        let s = &self.shape;
+        match self.seqs {
+            Seqs::Dense => vec![s.batch, s.heads, s.seq_q, s.v_dim],
+            Seqs::Packed { .. } => vec![self.total_q(), s.heads, s.v_dim],
+        }
+    }
+}
+
+/// The result of a call in which no query sees a key: out 0, lse +inf.
+fn nothing_seen(q: &Tensor, call: &FlashCall) -> Result<(Tensor, Tensor), OpError> {
+    let dev = q.device();
+    let shape = call.out_shape();
+    let out = Tensor::zeros(shape.as_slice(), q.dtype(), dev)?;
+    let lse = Tensor::full(f32::INFINITY, &shape[..shape.len() - 1], dev)?;
+    Ok((out, lse))
 }
 
 /// Runs a call on a kernel backend: `(out, lse values)`.
@@ -233,24 +296,28 @@ fn run_op(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    call: Call,
+    call: FlashCall,
     backend: Backend,
-) -> Result<(Tensor, Vec<f32>), OpError> {
+) -> Result<(Tensor, Tensor), OpError> {
     let op = FlashOp {
         bridge: Bridge::new(call.op()),
         call,
         backend,
     };
-    op.bridge.finish(
-        q.contiguous()?
-            .apply_op3_no_bwd(&k.contiguous()?, &v.contiguous()?, &op),
-    )
+    let (out, lse) = op.bridge.finish(q.contiguous()?.apply_op3_no_bwd(
+        &k.contiguous()?,
+        &v.contiguous()?,
+        &op,
+    ))?;
+    let shape = op.call.out_shape();
+    let lse = Tensor::from_vec(lse, &shape[..shape.len() - 1], q.device())?;
+    Ok((out, lse))
 }
 
 /// The candle op running the flash kernel (simulated, or packaged for the Ascend 950); `lse`
 /// comes back through the bridge.
 struct FlashOp {
-    call: Call,
+    call: FlashCall,
     backend: Backend,
     bridge: Bridge<Vec<f32>>,
 }
@@ -272,10 +339,7 @@ impl FlashOp {
         let v = bridge::gm_input(op, "v", vs, vl)?;
         let dtype = q.dtype;
         let mut runner = bridge::runner(op, self.backend);
-        let (out, lse): (GmTensor, GmTensor) = match &self.call {
-            Call::Dense(p) => kernel::run_dense(&mut runner, op, q, k, v, p),
-            Call::Varlen(p, d) => kernel::run_varlen(&mut runner, op, q, k, v, p, *d),
-        }?;
+        let (out, lse): (GmTensor, GmTensor) = kernel::run(&mut runner, &self.call, q, k, v)?;
         runner.finish()?;
         let shape = self.call.out_shape();
         let elems: usize = shape.iter().product();
@@ -401,103 +465,109 @@ fn check_common(
     bridge::check_scale(op, params.scale)
 }
 
-fn validate_dense(
-    op: &'static str,
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    params: &FlashAttentionParams,
-) -> Result<Dense, OpError> {
-    let qd = data_dims(op, "q", q, "[B, H, Sq, D]", 4, &[0, 1, 3])?;
-    let kd = data_dims(op, "k", k, "[B, Hkv, Skv, D]", 4, &[0, 1, 3])?;
-    let vd = data_dims(op, "v", v, "[B, Hkv, Skv, Dv]", 4, &[0, 1, 3])?;
-    bridge::check_dim(op, "k", &kd, 0, "B", qd[0], "q is [B, H, Sq, D]")?;
-    bridge::check_dim(op, "v", &vd, 0, "B", qd[0], "q is [B, H, Sq, D]")?;
-    bridge::check_dim(op, "v", &vd, 2, "Skv", kd[2], "k is [B, Hkv, Skv, D]")?;
-    check_common(
-        op,
-        q,
-        k,
-        v,
-        (qd[1], qd[3]),
-        (kd[1], kd[3]),
-        (vd[1], vd[3]),
-        params,
-    )?;
-    Ok(Dense {
-        batch: qd[0],
-        heads: qd[1],
-        kv_heads: kd[1],
-        sq: qd[2],
-        skv: kd[2],
-        d: qd[3],
-        dv: vd[3],
-        scale: params.scale,
-        causal: params.causal,
-    })
-}
-
-/// A validated varlen call: the per-sequence row ranges of q and k.
-#[derive(Debug, Clone)]
-pub(crate) struct Varlen {
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub dv: usize,
-    pub total_q: usize,
-    pub scale: f32,
-    pub causal: bool,
-    /// `B + 1` offsets into q's rows.
-    pub cu_q: Vec<usize>,
-    /// `B + 1` offsets into k's rows.
-    pub cu_k: Vec<usize>,
-}
-
-fn validate_varlen(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    cu_q: &Tensor,
-    cu_k: &Tensor,
-    params: &FlashAttentionParams,
-) -> Result<Varlen, OpError> {
-    let op = VARLEN;
-    let qd = data_dims(op, "q", q, "[total_q, H, D]", 3, &[1, 2])?;
-    let kd = data_dims(op, "k", k, "[total_k, Hkv, D]", 3, &[1, 2])?;
-    let vd = data_dims(op, "v", v, "[total_k, Hkv, Dv]", 3, &[1, 2])?;
-    bridge::check_dim(op, "v", &vd, 0, "total_k", kd[0], "k is [total_k, Hkv, D]")?;
-    check_common(
-        op,
-        q,
-        k,
-        v,
-        (qd[1], qd[2]),
-        (kd[1], kd[2]),
-        (vd[1], vd[2]),
-        params,
-    )?;
-    let cq = offsets(op, "cu_seqlens_q", cu_q, qd[0], "total_q")?;
-    let ck = offsets(op, "cu_seqlens_k", cu_k, kd[0], "total_k")?;
-    if cq.len() != ck.len() {
-        return Err(OpError::invalid(
+impl FlashCall {
+    /// Checks a call of [`flash_attention`] (every rule its doc states).
+    ///
+    /// # Errors
+    /// [`OpError::Invalid`] naming the argument for any broken rule.
+    pub fn validate(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        params: &FlashAttentionParams,
+    ) -> Result<FlashCall, OpError> {
+        let op = FLASH;
+        let qd = data_dims(op, "q", q, "[B, H, Sq, D]", 4, &[0, 1, 3])?;
+        let kd = data_dims(op, "k", k, "[B, Hkv, Skv, D]", 4, &[0, 1, 3])?;
+        let vd = data_dims(op, "v", v, "[B, Hkv, Skv, Dv]", 4, &[0, 1, 3])?;
+        bridge::check_dim(op, "k", &kd, 0, "B", qd[0], "q is [B, H, Sq, D]")?;
+        bridge::check_dim(op, "v", &vd, 0, "B", qd[0], "q is [B, H, Sq, D]")?;
+        bridge::check_dim(op, "v", &vd, 2, "Skv", kd[2], "k is [B, Hkv, Skv, D]")?;
+        check_common(
             op,
-            "cu_seqlens_k",
-            format!(
-                "has {} entries, but cu_seqlens_q has {}: both are [B + 1]",
-                ck.len(),
-                cq.len()
-            ),
-        ));
+            q,
+            k,
+            v,
+            (qd[1], qd[3]),
+            (kd[1], kd[3]),
+            (vd[1], vd[3]),
+            params,
+        )?;
+        Ok(FlashCall {
+            shape: FlashAttentionShape {
+                dtype: bridge::data_dtype(op, "q", q.dtype())?,
+                batch: qd[0],
+                heads: qd[1],
+                kv_heads: kd[1],
+                seq_q: qd[2],
+                seq_kv: kd[2],
+                head_dim: qd[3],
+                v_dim: vd[3],
+                causal: params.causal,
+            },
+            seqs: Seqs::Dense,
+            scale: params.scale,
+        })
     }
-    Ok(Varlen {
-        heads: qd[1],
-        kv_heads: kd[1],
-        dv: vd[2],
-        total_q: qd[0],
-        scale: params.scale,
-        causal: params.causal,
-        cu_q: cq,
-        cu_k: ck,
-    })
+
+    /// Checks a call of [`flash_attention_varlen`] (every rule its doc states) and reads its
+    /// offsets.
+    ///
+    /// # Errors
+    /// [`OpError::Invalid`] naming the argument for any broken rule.
+    pub fn validate_varlen(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        cu_q: &Tensor,
+        cu_k: &Tensor,
+        params: &FlashAttentionParams,
+    ) -> Result<FlashCall, OpError> {
+        let op = VARLEN;
+        let qd = data_dims(op, "q", q, "[total_q, H, D]", 3, &[1, 2])?;
+        let kd = data_dims(op, "k", k, "[total_k, Hkv, D]", 3, &[1, 2])?;
+        let vd = data_dims(op, "v", v, "[total_k, Hkv, Dv]", 3, &[1, 2])?;
+        bridge::check_dim(op, "v", &vd, 0, "total_k", kd[0], "k is [total_k, Hkv, D]")?;
+        check_common(
+            op,
+            q,
+            k,
+            v,
+            (qd[1], qd[2]),
+            (kd[1], kd[2]),
+            (vd[1], vd[2]),
+            params,
+        )?;
+        let cq = offsets(op, "cu_seqlens_q", cu_q, qd[0], "total_q")?;
+        let ck = offsets(op, "cu_seqlens_k", cu_k, kd[0], "total_k")?;
+        if cq.len() != ck.len() {
+            return Err(OpError::invalid(
+                op,
+                "cu_seqlens_k",
+                format!(
+                    "has {} entries, but cu_seqlens_q has {}: both are [B + 1]",
+                    ck.len(),
+                    cq.len()
+                ),
+            ));
+        }
+        let longest = |cu: &[usize]| cu.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+        Ok(FlashCall {
+            shape: FlashAttentionShape {
+                dtype: bridge::data_dtype(op, "q", q.dtype())?,
+                batch: cq.len() - 1,
+                heads: qd[1],
+                kv_heads: kd[1],
+                seq_q: longest(&cq),
+                seq_kv: longest(&ck),
+                head_dim: qd[2],
+                v_dim: vd[2],
+                causal: params.causal,
+            },
+            seqs: Seqs::Packed { cu_q: cq, cu_k: ck },
+            scale: params.scale,
+        })
+    }
 }
 
 /// Reads and checks cumulative sequence offsets: `[B + 1]`, B >= 1, starting at 0,

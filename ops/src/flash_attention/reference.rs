@@ -4,19 +4,20 @@
 //! -inf), a softmax along the keys (max / sub / exp / sum), one batched matmul with V, and the
 //! non-finite terms of docs/ops.md. The varlen form runs the dense one per sequence.
 
-use super::{Dense, Varlen, LSE_DTYPE};
+use super::{FlashAttentionShape, FlashCall, Seqs, LSE_DTYPE};
 use crate::error::OpError;
 use candle_core::{DType, Device, Tensor, D};
 
-/// `(out [B, H, Sq, Dv]` in q's dtype, `lse [B, H, Sq]` f32`)`.
+/// `(out [B, H, Sq, Dv]` in q's dtype, `lse [B, H, Sq]` f32`)` for `q`, `k`, `v` of `shape`.
 pub(crate) fn dense(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    p: &Dense,
+    shape: &FlashAttentionShape,
+    scale: f32,
 ) -> Result<(Tensor, Tensor), OpError> {
-    let dev = q.device();
-    let (b, h, hkv, sq, skv) = (p.batch, p.heads, p.kv_heads, p.sq, p.skv);
+    let (p, dev) = (shape, q.device());
+    let (b, h, hkv, sq, skv) = (p.batch, p.heads, p.kv_heads, p.seq_q, p.seq_kv);
     let g = h / hkv;
     // Rows that see no key: every row when Skv = 0, the first Sq - Skv rows when causal.
     let blind = if skv == 0 {
@@ -27,18 +28,18 @@ pub(crate) fn dense(
         0
     };
     if blind == sq {
-        let out = Tensor::zeros((b, h, sq, p.dv), q.dtype(), dev)?;
+        let out = Tensor::zeros((b, h, sq, p.v_dim), q.dtype(), dev)?;
         let lse = Tensor::full(f32::INFINITY, (b, h, sq), dev)?;
         return Ok((out, lse));
     }
     let qf = q
         .to_dtype(DType::F32)?
         .contiguous()?
-        .reshape((b, hkv, g * sq, p.d))?;
+        .reshape((b, hkv, g * sq, p.head_dim))?;
     let kf = k.to_dtype(DType::F32)?;
     let vf = v.to_dtype(DType::F32)?;
-    let mut s = (qf.matmul(&kf.t()?)? * f64::from(p.scale))?; // [B, Hkv, G*Sq, Skv]
-                                                              // Non-finite data (docs/ops.md): z = sum_j 0 * s_j over the scores a row sees, 0 or NaN.
+    let mut s = (qf.matmul(&kf.t()?)? * f64::from(scale))?; // [B, Hkv, G*Sq, Skv]
+                                                            // Non-finite data (docs/ops.md): z = sum_j 0 * s_j over the scores a row sees, 0 or NaN.
     let shape = (b, hkv, g, sq, skv);
     let seen = if p.causal {
         Some(causal_mask(sq, skv, blind, dev)?.broadcast_as(shape)?) // [Sq, Skv]
@@ -64,14 +65,14 @@ pub(crate) fn dense(
     let pr = e.broadcast_div(&sum)?;
     let o = pv(&pr, &vf, seen.as_ref(), shape)?.broadcast_add(&z)?;
     // o += 0 * o: ±inf from a V value turns NaN like a NaN one.
-    let mut out = (&o + (&o * 0.0)?)?.reshape((b, h, sq, p.dv))?;
+    let mut out = (&o + (&o * 0.0)?)?.reshape((b, h, sq, p.v_dim))?;
     let mut lse = (m + sum.log()? + z)?.reshape((b, h, sq))?;
     if blind > 0 {
         let rows: Vec<u8> = (0..sq).map(|i| u8::from(i < blind)).collect();
         let mask = Tensor::from_vec(rows, sq, dev)?;
         let inf = Tensor::full(f32::INFINITY, (b, h, sq), dev)?;
         lse = mask.broadcast_as((b, h, sq))?.where_cond(&inf, &lse)?;
-        let zero = mask.reshape((sq, 1))?.broadcast_as((b, h, sq, p.dv))?;
+        let zero = mask.reshape((sq, 1))?.broadcast_as((b, h, sq, p.v_dim))?;
         out = zero.where_cond(&out.zeros_like()?, &out)?;
     }
     Ok((out.to_dtype(q.dtype())?, lse))
@@ -122,13 +123,18 @@ pub(crate) fn varlen(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    p: &Varlen,
+    call: &FlashCall,
 ) -> Result<(Tensor, Tensor), OpError> {
     let dev = q.device();
-    let d = q.dim(2)?;
+    let p = &call.shape;
+    let Seqs::Packed { cu_q, cu_k } = &call.seqs else {
+        // A dense call is one sequence per batch row already.
+        return dense(q, k, v, p, call.scale);
+    };
+    let total_q = cu_q.last().copied().unwrap_or(0);
     let mut outs = Vec::new();
     let mut lses = Vec::new();
-    for (wq, wk) in p.cu_q.windows(2).zip(p.cu_k.windows(2)) {
+    for (wq, wk) in cu_q.windows(2).zip(cu_k.windows(2)) {
         let (lq, lk) = (wq[1] - wq[0], wk[1] - wk[0]);
         if lq == 0 {
             continue;
@@ -137,30 +143,26 @@ pub(crate) fn varlen(
         let view = |t: &Tensor, start: usize, len: usize| -> Result<Tensor, OpError> {
             Ok(t.narrow(0, start, len)?.transpose(0, 1)?.unsqueeze(0)?)
         };
-        let dense_p = Dense {
+        let one = FlashAttentionShape {
             batch: 1,
-            heads: p.heads,
-            kv_heads: p.kv_heads,
-            sq: lq,
-            skv: lk,
-            d,
-            dv: p.dv,
-            scale: p.scale,
-            causal: p.causal,
+            seq_q: lq,
+            seq_kv: lk,
+            ..*p
         };
         let (o, l) = dense(
             &view(q, wq[0], lq)?,
             &view(k, wk[0], lk)?,
             &view(v, wk[0], lk)?,
-            &dense_p,
+            &one,
+            call.scale,
         )?;
         outs.push(o.squeeze(0)?.transpose(0, 1)?); // [lq, H, Dv]
         lses.push(l.squeeze(0)?.transpose(0, 1)?); // [lq, H]
     }
     if outs.is_empty() {
         return Ok((
-            Tensor::zeros((p.total_q, p.heads, p.dv), q.dtype(), dev)?,
-            Tensor::zeros((p.total_q, p.heads), LSE_DTYPE, dev)?,
+            Tensor::zeros((total_q, p.heads, p.v_dim), q.dtype(), dev)?,
+            Tensor::zeros((total_q, p.heads), LSE_DTYPE, dev)?,
         ));
     }
     Ok((

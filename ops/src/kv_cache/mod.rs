@@ -8,12 +8,13 @@
 
 pub mod kernel;
 mod reference;
+pub(crate) mod shape;
 
 use crate::backend::Backend;
 use crate::bridge::{self, Bridge};
 use crate::error::OpError;
-use crate::kernels::ReshapeAndCacheShape;
 use candle_core::{CpuStorage, InplaceOp2, Layout, Tensor};
+pub use shape::ReshapeAndCacheShape;
 
 const OP: &str = "reshape_and_cache";
 

@@ -2,12 +2,11 @@
 //!
 //! CONTRACT (the op layer in `mod.rs` calls exactly this): [`run`] receives a validated
 //! [`PagedCall`] and the storage it describes; `plan` is the call's one launch plan, which
-//! [`run`] and `tileops emit` ([`crate::kernels::paged_attention`]) both launch from.
+//! [`run`] and `tileops emit` ([`super::shape::launches`]) both launch from.
 
-use super::PagedCall;
+use super::{PagedAttentionShape, PagedCall};
 use crate::bridge;
 use crate::error::OpError;
-use crate::kernels::PagedAttentionShape;
 use crate::runtime::{PlanTarget, Runner};
 use crate::templates::attention::{self, run_attention, AttnCfg, AttnInputs, AttnPlan, AttnSpec};
 use tile_backend::launch::{GmInput, GmTensor};

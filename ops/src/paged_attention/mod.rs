@@ -3,12 +3,13 @@
 
 pub mod kernel;
 mod reference;
+pub(crate) mod shape;
 
 use crate::backend::Backend;
 use crate::bridge::{self, Bridge};
 use crate::error::OpError;
-use crate::kernels::PagedAttentionShape;
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
+pub use shape::PagedAttentionShape;
 
 const OP: &str = "paged_attention";
 

@@ -7,12 +7,13 @@
 
 pub mod kernel;
 mod reference;
+pub(crate) mod shape;
 
 use crate::backend::Backend;
 use crate::bridge::{self, Bridge};
 use crate::error::OpError;
-use crate::kernels::PagedGatherShape;
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
+pub use shape::PagedGatherShape;
 use tile_backend::ir::DType;
 
 const OP: &str = "paged_gather";

@@ -20,6 +20,7 @@
 
 pub mod kernel;
 mod reference;
+pub(crate) mod shape;
 mod weight;
 
 pub use weight::{quantize_per_channel, quantize_per_token, round_scale_19, QuantizedWeight};
@@ -27,8 +28,8 @@ pub use weight::{quantize_per_channel, quantize_per_token, round_scale_19, Quant
 use crate::backend::Backend;
 use crate::bridge;
 use crate::error::OpError;
-use crate::kernels::QuantMatmulShape;
 use candle_core::{DType as CDType, Device, Tensor};
+pub use shape::QuantMatmulShape;
 use std::borrow::Cow;
 use tile_backend::ir::DType;
 

@@ -2,12 +2,11 @@
 //!
 //! CONTRACT (the op layer in `mod.rs` calls exactly this): [`run`] receives a validated
 //! [`SparseCall`] and the storage it describes; `plan` is the call's one launch plan, which
-//! [`run`] and `tileops emit` ([`crate::kernels::sparse_paged_attention`]) both launch from.
+//! [`run`] and `tileops emit` ([`super::shape::launches`]) both launch from.
 
-use super::SparseCall;
+use super::{SparseAttentionShape, SparseCall};
 use crate::bridge;
 use crate::error::OpError;
-use crate::kernels::SparseAttentionShape;
 use crate::runtime::{PlanTarget, Runner};
 use crate::templates::attention::{self, run_attention, AttnCfg, AttnInputs, AttnPlan, AttnSpec};
 use tile_backend::launch::{GmInput, GmTensor};

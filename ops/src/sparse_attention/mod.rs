@@ -3,12 +3,13 @@
 
 pub mod kernel;
 mod reference;
+pub(crate) mod shape;
 
 use crate::backend::Backend;
 use crate::bridge::{self, Bridge};
 use crate::error::OpError;
-use crate::kernels::SparseAttentionShape;
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
+pub use shape::SparseAttentionShape;
 use tile_backend::launch::GmTensor;
 
 const OP: &str = "sparse_paged_attention";

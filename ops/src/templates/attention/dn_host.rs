@@ -1,9 +1,10 @@
-//! The host side of `flash_dn`: [`run_flash`] cuts each (sequence, head) problem into query
-//! tiles, writes the descriptor table, launches the kernel and fixes the lse of queries that see
-//! no key.
+//! The host side of `flash_dn`: a call's launch plan ([`FlashPlan`]: each (sequence, head)
+//! problem cut into query tiles, one descriptor row per block), and [`run_flash`], which
+//! launches it and fixes the lse of queries that see no key.
 
 use super::dn::{flash_dn, FlashCfg};
 use crate::error::OpError;
+use crate::kernels::Launch;
 use crate::runtime::{compiled, Runner};
 use tile_backend::ir::DType;
 use tile_backend::launch::{Arg, GmInput, GmTensor};
@@ -39,7 +40,7 @@ impl Desc {
 }
 
 /// One (sequence, head) attention problem of a call, in element offsets of the call's
-/// tensors (row strides are the call's [`FlashInputs`]).
+/// tensors (row strides are the call's [`FlashPlan::strides`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FlashProblem {
     /// Offset of query 0's row in `q`.
@@ -58,26 +59,94 @@ pub(crate) struct FlashProblem {
     pub skv: usize,
 }
 
-/// Host-side inputs of one flash call, already in kernel form (flat tensors).
-pub(crate) struct FlashInputs<'a> {
-    /// Queries, flat.
-    pub q: GmInput<'a>,
-    /// Keys, flat.
-    pub k: GmInput<'a>,
-    /// Values, flat (none for the `write_p` variant).
-    pub v: Option<GmInput<'a>>,
-    /// Row strides (elements) of q, k, v and out.
-    pub strides: [usize; 4],
+/// Elements of each tensor of a flash launch (the kernel's `*_len` arguments).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FlashLens {
+    /// Elements of q.
+    pub q: usize,
+    /// Elements of k.
+    pub k: usize,
+    /// Elements of v (0 for the `write_p` variant).
+    pub v: usize,
     /// Elements of out.
-    pub o_len: usize,
+    pub o: usize,
     /// Entries of lse.
-    pub lse_len: usize,
-    /// The problems.
+    pub lse: usize,
+}
+
+/// The launch plan of one flash call, made by its op's `plan` (`flash_attention::kernel::plan`,
+/// `qk_plan`): the kernel's static shape, the call's (sequence, head) problems, which give the
+/// grid (one block per query tile that sees a key, [`FlashPlan::descriptors`]), and the
+/// tensors' lengths and row strides. The host ([`run_flash`]) and `tileops emit`
+/// ([`FlashPlan::launch`]) both launch from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FlashPlan {
+    /// The kernel's static shape.
+    pub cfg: FlashCfg,
+    /// The problems, in element offsets of the call's flat tensors.
     pub problems: Vec<FlashProblem>,
-    /// Softmax scale.
-    pub scale: f32,
     /// Bottom-right causal mask.
     pub causal: bool,
+    /// Row strides (elements) of q, k, v and out.
+    pub strides: [usize; 4],
+    /// The tensors' lengths.
+    pub lens: FlashLens,
+}
+
+impl FlashPlan {
+    /// The descriptor table: one row per block ([`descriptors`]).
+    pub(crate) fn descriptors(&self) -> Vec<i64> {
+        descriptors(&self.problems, &self.cfg, self.causal, self.strides)
+    }
+
+    /// The kernel's integer scalar arguments for `blocks` blocks, by parameter name.
+    fn ints(&self, blocks: usize) -> [(&'static str, usize); 10] {
+        let l = self.lens;
+        let [q_rs, k_rs, v_rs, o_rs] = self.strides;
+        [
+            ("blocks", blocks),
+            ("q_len", l.q),
+            ("k_len", l.k),
+            ("v_len", l.v),
+            ("o_len", l.o),
+            ("lse_len", l.lse),
+            ("q_rs", q_rs),
+            ("k_rs", k_rs),
+            ("v_rs", v_rs),
+            ("o_rs", o_rs),
+        ]
+    }
+
+    /// The plan's launch as `tileops emit` writes it: the kernel on one block per descriptor
+    /// row, with the scalars the shape fixes (the `write_p` variant has no V, so no `v_len` and
+    /// `v_rs`).
+    pub(crate) fn launch(&self) -> Launch {
+        let blocks = self.descriptors().len() / DESC_COUNT;
+        let no_v = |n: &str| !(self.cfg.write_p && n.starts_with("v_"));
+        Launch {
+            kernel: flash_dn(&self.cfg),
+            block_dim: blocks as u64,
+            scalars: self
+                .ints(blocks)
+                .into_iter()
+                .filter(|(n, _)| no_v(n))
+                .map(|(n, v)| (n, v as i64))
+                .collect(),
+        }
+    }
+}
+
+/// The tensors of one flash call, flat, in the dtype of its plan (checked by the op against
+/// the call).
+pub(crate) struct FlashInputs<'a> {
+    /// Queries.
+    pub q: GmInput<'a>,
+    /// Keys.
+    pub k: GmInput<'a>,
+    /// Values (none for the `write_p` variant).
+    pub v: Option<GmInput<'a>>,
+    /// Softmax scale.
+    pub scale: f32,
 }
 
 /// A diagonal past every key (no causal mask).
@@ -127,49 +196,38 @@ pub(crate) fn descriptors(
     rows.concat()
 }
 
-/// Runs the flash kernel over every problem: returns `out [o_len]` (data dtype) and
-/// `lse [lse_len]` f32, with out 0 and lse +inf for every query that sees no key.
+/// Runs `plan`'s kernel over every problem: returns `out [lens.o]` (data dtype) and
+/// `lse [lens.lse]` f32, with out 0 and lse +inf for every query that sees no key.
 pub(crate) fn run_flash(
     runner: &mut Runner,
     op: &'static str,
-    cfg: &FlashCfg,
+    plan: &FlashPlan,
     inp: FlashInputs<'_>,
 ) -> Result<(GmTensor, GmTensor), OpError> {
-    let desc = descriptors(&inp.problems, cfg, inp.causal, inp.strides);
-    let blocks = desc.len() / Desc::COUNT as usize;
-    let mut out = GmTensor::zeros(cfg.dtype, &[inp.o_len]);
+    let cfg = &plan.cfg;
+    let desc = plan.descriptors();
+    let blocks = desc.len() / DESC_COUNT;
+    let mut out = GmTensor::zeros(cfg.dtype, &[plan.lens.o]);
     let mut lse = GmTensor::from_f32(
         DType::F32,
-        &[inp.lse_len],
-        &vec![f32::INFINITY; inp.lse_len],
+        &[plan.lens.lse],
+        &vec![f32::INFINITY; plan.lens.lse],
     );
     if blocks > 0 {
         let kernel = compiled(op, &cfg.key(), || flash_dn(cfg))?;
-        let [q_rs, k_rs, v_rs, o_rs] = inp.strides;
         let h = cfg.h() as usize;
-        let int = |x: usize| Arg::Int(x as i64);
-        let v_len = inp.v.as_ref().map_or(0, |v| v.shape.iter().product());
-        let mut named = vec![
-            ("blocks", int(blocks)),
-            ("q_len", int(inp.q.shape.iter().product())),
-            ("k_len", int(inp.k.shape.iter().product())),
-            ("v_len", int(v_len)),
-            ("o_len", int(inp.o_len)),
-            ("lse_len", int(inp.lse_len)),
-            ("q_rs", int(q_rs)),
-            ("k_rs", int(k_rs)),
-            ("v_rs", int(v_rs)),
-            ("o_rs", int(o_rs)),
+        let mut named: Vec<(&str, Arg<'_>)> = plan
+            .ints(blocks)
+            .into_iter()
+            .map(|(n, v)| (n, Arg::Int(v as i64)))
+            .collect();
+        named.extend([
             ("scale", Arg::Float(f64::from(inp.scale))),
             ("q", Arg::Input(flat(inp.q))),
             ("k", Arg::Input(flat(inp.k))),
             (
                 "desc",
-                Arg::Tensor(GmTensor::from_i64(
-                    DType::I32,
-                    &[blocks, Desc::COUNT as usize],
-                    &desc,
-                )),
+                Arg::Tensor(GmTensor::from_i64(DType::I32, &[blocks, DESC_COUNT], &desc)),
             ),
             (
                 "mask",
@@ -181,7 +239,7 @@ pub(crate) fn run_flash(
             ),
             ("out", Arg::Tensor(out)),
             ("lse", Arg::Tensor(lse)),
-        ];
+        ]);
         if let Some(v) = inp.v {
             named.push(("v", Arg::Input(flat(v))));
         }
@@ -189,9 +247,9 @@ pub(crate) fn run_flash(
         out = runner.take(&kernel, &mut args, "out")?;
         lse = runner.take(&kernel, &mut args, "lse")?;
     }
-    if inp.causal {
+    if plan.causal {
         // Queries before the diagonal's start see no key: the kernel wrote lse ~ -1e30.
-        for p in &inp.problems {
+        for p in &plan.problems {
             let blind = p.sq.saturating_sub(p.skv).min(p.sq);
             for i in 0..blind {
                 let at = (p.lse_off + i) * 4;

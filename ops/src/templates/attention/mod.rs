@@ -101,14 +101,12 @@ mod plan;
 mod tests;
 mod vector;
 
-pub(crate) use dn::{flash_dn, FlashCfg, FlashSpec};
-pub(crate) use dn_host::{
-    descriptors as flash_descriptors, run_flash, FlashInputs, FlashProblem, DESC_COUNT,
-};
+pub(crate) use dn::{FlashCfg, FlashSpec};
+pub(crate) use dn_host::{run_flash, FlashInputs, FlashLens, FlashPlan, FlashProblem};
 pub(crate) use host::{recycle_result, run_attention, AttnInputs};
+pub(crate) use plan::{check_rows, plan, AttnCfg, AttnPlan, AttnSpec, M_INIT};
 #[cfg(test)]
 use plan::{choose_splits, MAX_SPLITS};
-pub(crate) use plan::{plan, AttnCfg, AttnPlan, AttnSpec, M_INIT};
 
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{

@@ -2,7 +2,9 @@
 
 use super::attn_split;
 use super::merge::{attn_merge, merge_blocks, MergeCfg};
+use crate::error::OpError;
 use crate::kernels::Launch;
+use crate::registry::MAX_DIM;
 use crate::runtime::PlanTarget;
 use tile_backend::ir::DType;
 
@@ -320,4 +322,21 @@ impl AttnPlan {
 /// complete in themselves.
 fn merge_is_identity(target: PlanTarget, cfg: &AttnCfg, splits: usize, sink: bool) -> bool {
     splits == 1 && cfg.dtype == DType::F32 && !sink && target == PlanTarget::Cpu
+}
+
+/// The rule on an attention call's rows: `batch * heads` at most [`MAX_DIM`] (the kernels take
+/// it as a 32-bit scalar). It also bounds `batch * head tiles` (< 2^31) and, with at most 32
+/// splits, the blocks in u64. (The code generator refuses a block_dim above 2^32 - 1.)
+pub(crate) fn check_rows(op: &'static str, batch: usize, heads: usize) -> Result<(), OpError> {
+    match batch.checked_mul(heads) {
+        Some(rows) if rows <= MAX_DIM => Ok(()),
+        _ => Err(OpError::invalid(
+            op,
+            "batch",
+            format!(
+                "batch {batch} x {heads} heads must be at most {MAX_DIM} rows (the kernels take \
+                 it as a 32-bit scalar)"
+            ),
+        )),
+    }
 }

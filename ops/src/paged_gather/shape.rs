@@ -1,0 +1,61 @@
+//! The registered shape of `paged_gather` (`tileops emit --op paged-gather`): what each
+//! parameter means, its default, the shape's checks and its launch, which is the kernel plan's
+//! ([`super::kernel::plan`]).
+
+use super::kernel::plan;
+use crate::error::OpError;
+use crate::kernels::Launch;
+use crate::registry::{check_dims, check_dtype, check_width};
+use tile_backend::ir::DType;
+
+/// The shape of a [`crate::paged_gather()`] call (`src [T, C]`, `indices [1, n]`; result `[n,
+/// size]`). Only the dtype and `size` are static; `n` sets the block count. The default gathers
+/// the 2048 top-k rows of a DeepSeek latent cache (576 bf16 columns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PagedGatherShape {
+    /// Dtype of `src` and the result: f32, f16 or bf16.
+    pub dtype: DType,
+    /// Rows gathered (`n`, the indices; runtime: sets the block count).
+    pub n: usize,
+    /// Columns gathered per row (`size <= C`).
+    pub size: usize,
+}
+
+impl Default for PagedGatherShape {
+    fn default() -> Self {
+        PagedGatherShape {
+            dtype: DType::BF16,
+            n: 2048,
+            size: 576,
+        }
+    }
+}
+
+crate::op_shape! {
+    PagedGatherShape = "paged-gather",
+    "rows gathered from a paged source through a block table, GM -> UB -> GM \
+     (tileops_ops::paged_gather)",
+    |s| launches(s);
+    dtype: "source dtype: f32, f16, bf16",
+    n: "rows gathered (sets the blocks)",
+    size: "columns gathered per row",
+}
+
+/// The launch of [`crate::paged_gather()`] for `shape`: one row-copy kernel on as many blocks as
+/// give every AIV a row (at most 32). Errors: `n` 0 or above [`MAX_DIM`], `size` 0 or above
+/// [`MAX_WIDTH`], a dtype other than f32/f16/bf16.
+///
+/// [`MAX_DIM`]: crate::kernels::MAX_DIM
+/// [`MAX_WIDTH`]: crate::kernels::MAX_WIDTH
+pub fn launches(shape: &PagedGatherShape) -> Result<Vec<Launch>, OpError> {
+    const OP: &str = "paged_gather";
+    check_dtype(OP, shape.dtype)?;
+    check_dims(OP, &[("n", shape.n)])?;
+    check_width(OP, "size", shape.size)?;
+    let plan = plan(shape);
+    Ok(vec![Launch {
+        kernel: plan.kernel(),
+        block_dim: plan.block_dim as u64,
+        scalars: vec![("n", shape.n as i64)],
+    }])
+}
