@@ -67,12 +67,17 @@
 //! sync pass (which binds a channel op to the pipe of its neighbouring data op) and the flag
 //! pairs stay the same on both.
 //!
-//! Hand-written intra-core flags: the cube's L0 slots (M <-> MTE1, events 0, 1 for the slice
-//! slots and 2 for `pt_l0`) and Acc slots (FIX -> M, events 0, 1 for `s_acc`, 2, 3 for
-//! `pv_acc`), the vector's mask tile (V <-> MTE2, event 0, a load under a runtime `if`) and
-//! `p_nz` / the stored P tile (MTE3 <-> V, event 0); without them the sync pass's pairs lost a
-//! signal (the hazard check reports it). The sync pass adds the rest (K/V loads against their
-//! moves, the stores); the cube <-> vector handoffs are the channels S, P and PV.
+//! Sync ownership: the sync pass owns the cube's L0 slots (M <-> MTE1: the K, Q^T and V slice
+//! slots and `pt_l0`) and the vector's `p_nz` / stored P tile (V <-> MTE3), as well as the
+//! K/V loads against their moves and the stores; the cube <-> vector handoffs are the channels
+//! S, P and PV. Written by hand, each beside its reason: the cube's Acc slots (FIX <-> M,
+//! events 0, 1 for `s_acc`, 2, 3 for `pv_acc`; owned by the pass, the traced bench shape
+//! reports hazards), the vector's mask tile (V <-> MTE2, event 0: a load under a runtime `if`,
+//! whose pair the pass would hoist out of it), and in the P-writing variant the L0 slots too
+//! (M <-> MTE1, events 0, 1: its two passes over the keys in a row lose a signal with the
+//! pass's pairs; `dn_cube::hand_l0`). Handing the L0 slots and P's flags to the pass left the
+//! 950 estimates unchanged (B 1, H 16, S 2048, D 128 causal bf16: 316784 cycles before and
+//! after) and every traced test hazard-free.
 
 use super::dn_host::Desc;
 use super::plan::{best_slice, round_up};

@@ -2,7 +2,7 @@
 //! S^T = K Q^T per D slice, the score handoff (channel S, DualModeSplitN), P V per Dv slice and
 //! its handoff (channel PV, DualModeSplitM). The P-writing variant runs the score half twice.
 
-use super::dn::FlashKernel;
+use super::dn::{FlashCfg, FlashKernel};
 use super::dn_host::Desc;
 use super::ping_pong;
 use tile_backend::dsl::Body;
@@ -24,9 +24,11 @@ pub(super) fn body(c: &mut Body<'_>, k: &FlashKernel<'_>) {
     c.fillpad(k.q_l1);
     c.set_validshape(k.qt_l1, dp, ts);
     let k_off = k.field(c, Desc::KOff);
-    // L0 slots start free (M -> MTE1 events 0, 1 for the K/Q^T/V slices, 2 for P^T).
-    for e in [0, 1, PT_EV] {
-        c.set_flag(Mm, Mte1, e);
+    // Hand-written L0 slot flags ([`hand_l0`]) start free.
+    if hand_l0(cfg) {
+        for e in [0, 1] {
+            c.set_flag(Mm, Mte1, e);
+        }
     }
     // Acc slots start free (FIX -> M events 0, 1 for s_acc, 2, 3 for pv_acc).
     for e in 0..4 {
@@ -61,17 +63,24 @@ pub(super) fn body(c: &mut Body<'_>, k: &FlashKernel<'_>) {
             }
         }
     }
-    for e in [0, 1, PT_EV] {
-        c.wait_flag(Mm, Mte1, e);
+    if hand_l0(cfg) {
+        for e in [0, 1] {
+            c.wait_flag(Mm, Mte1, e);
+        }
     }
     for e in 0..4 {
         c.wait_flag(Fix, Mm, e);
     }
 }
 
-/// The M -> MTE1 / MTE1 -> M event of `pt_l0` (events 0 and 1 are the two slice slots). The L0
-/// flags are written by hand: slot `x` is free again once the matmul reading it is done.
-const PT_EV: u8 = 2;
+/// Whether the cube writes its L0 slots' flags (M <-> MTE1: a K, Q^T or V slice slot loaded
+/// before the matmul reads it, free again once it has) by hand, events 0, 1. The flash kernel
+/// leaves them to the sync pass; the P-writing variant (`qk_softmax`), whose two passes over
+/// the keys run one after the other, writes them, because there the pass's pairs lose an M ->
+/// MTE1 signal (the traced `qk_softmax` tests report it).
+fn hand_l0(cfg: &FlashCfg) -> bool {
+    cfg.write_p
+}
 
 /// Loads `rows` rows (`cols` columns, row stride `rs`) of `src` from row `j0` on into L1 slot
 /// `slot` of `dst`, zero padded to `[tkv, padc]`.
@@ -125,11 +134,15 @@ fn scores(
         let xs = j % 2;
         let x = xs as u8;
         let (kl, ql) = (k.k_l0.at(xs), k.qt_l0.at(xs));
-        b.wait_flag(Mm, Mte1, x);
+        if hand_l0(cfg) {
+            b.wait_flag(Mm, Mte1, x);
+        }
         b.mov(kl.clone(), k.k_l1.at(slot)).offset(0, j * ks);
         b.mov(ql.clone(), k.qt_l1).offset(j * ks, 0);
-        b.set_flag(Mte1, Mm, x);
-        b.wait_flag(Mte1, Mm, x);
+        if hand_l0(cfg) {
+            b.set_flag(Mte1, Mm, x);
+            b.wait_flag(Mte1, Mm, x);
+        }
         // Partial on the intermediate D slices, Final on the last (the unit flag orders the
         // chain before the Fixpipe read and that read before the next chain).
         let phase = if j + 1 == nks {
@@ -143,7 +156,9 @@ fn scores(
         } else {
             b.matmul_acc(k.s_acc.at(slot), kl, ql).phase(phase);
         }
-        b.set_flag(Mm, Mte1, x);
+        if hand_l0(cfg) {
+            b.set_flag(Mm, Mte1, x);
+        }
     }
     // S^T -> both UBs, columns split: each AIV holds all keys of half the queries (or all of
     // it to AIV0 in the single-vector-core fallback).
@@ -178,26 +193,15 @@ fn pv(b: &mut Body<'_>, k: &FlashKernel<'_>, v_off: &Expr, j0: VarId, nv: VarId,
         (k.sp.v_rs, cfg.dv, cfg.vp()),
     );
     b.pop(ch_p);
-    b.wait_flag(Mm, Mte1, PT_EV);
     b.mov(k.pt_l0, k.pt_l1.at(slot));
-    b.set_flag(Mte1, Mm, PT_EV);
     b.release(ch_p);
-    b.wait_flag(Mte1, Mm, PT_EV);
     for j in 0..nns {
         let xs = (nks + j) % 2;
-        let x = xs as u8;
         let ys = j % 2;
         let vl = k.v_l0.at(xs);
-        b.wait_flag(Mm, Mte1, x);
         b.mov(vl.clone(), v_l1.at(slot)).offset(0, j * ns);
-        b.set_flag(Mte1, Mm, x);
-        b.wait_flag(Mte1, Mm, x);
         b.wait_flag(Fix, Mm, 2 + ys as u8);
         b.matmul(k.pv_acc.at(ys), k.pt_l0, vl).phase(Phase::Final);
-        b.set_flag(Mm, Mte1, x);
-        if j + 1 == nns {
-            b.set_flag(Mm, Mte1, PT_EV);
-        }
         b.acquire(ch_pv);
         b.mov(k.pv_ub, k.pv_acc.at(ys))
             .mode(cfg.pv_mode())

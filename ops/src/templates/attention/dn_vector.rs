@@ -12,8 +12,6 @@ use tile_backend::ir::{Axis, BinaryOp, Expr, GmView, Pipe, ReduceOp, RoundMode, 
 
 /// The event of the mask tile's hand-written V <-> MTE2 flags.
 const MASK_EV: u8 = 0;
-/// The event of `p_nz`'s (or the stored P tile's) hand-written MTE3 <-> V flags.
-const P_EV: u8 = 0;
 
 /// Appends the vector program of the flash kernel `k` to `v`. In the single-vector-core
 /// fallback both AIVs run it, but only AIV0 holds data: AIV1 skips every op that reads what
@@ -66,10 +64,9 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
             v.fill(k.o_t.at(j), 0.0);
         }
     }
-    // mask_ub and p_nz start free; their flags are written by hand (a load under a runtime
-    // `if`; p_nz is free again once its move to L1 has read it).
+    // mask_ub starts free; its flags are written by hand (a load under a runtime `if`, whose
+    // pair the sync pass would hoist out of it). The pass owns p_nz's and the stored P's.
     v.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
-    v.set_flag(Pipe::Mte3, Pipe::V, P_EV);
     // KV tile `it` (slot `slot`): its softmax, then P to the cube (or, for write_p, the scores
     // are released: the statistics pass).
     let tile = |b: &mut Body<'_>, it: Expr, slot: u64| {
@@ -117,7 +114,6 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
         }
     }
     v.wait_flag(Pipe::V, Pipe::Mte2, MASK_EV);
-    v.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
     v.unary(UnaryOp::Ln, st.lse, st.l);
     v.add(st.lse, st.lse, st.m);
     v.if_(Expr::Var(mine).gt(0), |t| {
@@ -208,26 +204,21 @@ fn online_softmax(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
 
 /// P (cast, ND -> NZ) into this AIV's column half of P^T in L1 slot `slot` (channel P).
 fn p_out(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
-    // The hand-written flags stay outside `aiv0`: both AIVs run the same flag sequence.
     match k.p_ub {
         Some(pu) => {
             aiv0(b, k, |b| b.cast(pu, k.s_ub, RoundMode::Rint));
             b.release(k.ch_s);
-            b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
             aiv0(b, k, |b| {
                 b.mov(k.p_nz, pu);
             });
         }
         None => {
-            b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
             aiv0(b, k, |b| {
                 b.mov(k.p_nz, k.s_ub);
             });
             b.release(k.ch_s);
         }
     }
-    b.set_flag(Pipe::V, Pipe::Mte3, P_EV);
-    b.wait_flag(Pipe::V, Pipe::Mte3, P_EV);
     b.acquire(k.ch_p);
     aiv0(b, k, |b| {
         if k.cfg.single {
@@ -237,7 +228,6 @@ fn p_out(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
                 .offset(0, k.cfg.first_query());
         }
     });
-    b.set_flag(Pipe::Mte3, Pipe::V, P_EV);
     b.push(k.ch_p);
 }
 
@@ -287,13 +277,10 @@ fn write_p(
             b.exp(k.s_ub, k.s_ub);
             b.broadcast(BinaryOp::Mul, Axis::Col, k.s_ub, k.s_ub, st.lc);
         });
-        b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
         if let Some(pu) = k.p_ub {
             aiv0(b, k, |b| b.cast(pu, k.s_ub, RoundMode::Rint));
             b.release(k.ch_s);
         }
-        b.set_flag(Pipe::V, Pipe::Mte3, P_EV);
-        b.wait_flag(Pipe::V, Pipe::Mte3, P_EV);
         b.if_(Expr::Var(mine).gt(0), |t| {
             t.set_validshape(pt, nv, mine);
             let o_rs = Expr::Param(k.sp.o_rs);
@@ -301,7 +288,6 @@ fn write_p(
             t.store(GmView::nd(k.out, off, nv, mine, o_rs), pt);
             t.set_validshape(pt, tkv, h);
         });
-        b.set_flag(Pipe::Mte3, Pipe::V, P_EV);
         if k.p_ub.is_none() {
             // f32: the stored tile is s_ub itself, free for the next scores once stored.
             b.release(k.ch_s);

@@ -68,9 +68,10 @@
 //!   hazard-free but overlap less: the DeepSeek decode merge's 950 estimate is 16350 cycles
 //!   with them against 15441 with the hand-written ones (+5.9%, the whole step +1.4%), so
 //!   these stay until the pass pairs the two `o_i` buffers as tightly.
-//! - The flash kernel (`dn*.rs`) keeps its hand-written flags for the reasons its module doc
-//!   gives (a mask load under a runtime `if`: the pass hoists a pair out of the `if`, and when
-//!   the branch is not taken nothing orders its next set after its wait).
+//! - The flash kernel (`dn*.rs`) leaves its L0 slots and its P tile to the pass and keeps by
+//!   hand the Acc slots, the mask load under a runtime `if` (the pass hoists a pair out of the
+//!   `if`, and when the branch is not taken nothing orders its next set after its wait) and,
+//!   in the P-writing variant, the L0 slots; `dn.rs`'s module doc gives the reasons.
 //!
 //! # `attn_merge` (vector only)
 //!
