@@ -174,16 +174,12 @@ pub(crate) fn attn_merge(cfg: &MergeCfg) -> Kernel {
                 b.broadcast(BinaryOp::Div, Axis::Row, acc, acc, t_col);
             }
             b.add(s, s, fixt);
-            b.set_flag(Pipe::V, Pipe::Mte3, 0);
-            b.wait_flag(Pipe::V, Pipe::Mte3, 0);
             b.store(GmView::nd(lse_out, g0, 1, rv, hm), s);
             let dst = GmView::nd(out, Expr::Var(g0) * v_dim, rv, v_dim, v_dim);
             match out_t {
                 Some(ot) => {
                     b.set_validshape(ot, rv, v_dim);
                     b.cast(ot, acc, RoundMode::Rint);
-                    b.set_flag(Pipe::V, Pipe::Mte3, 1);
-                    b.wait_flag(Pipe::V, Pipe::Mte3, 1);
                     b.store(dst, ot);
                 }
                 None => {

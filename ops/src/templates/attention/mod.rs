@@ -62,12 +62,14 @@
 //!   estimate rises 7% (76454 cycles against 71351; bf16 unchanged). With the pass owning the
 //!   Acc slots too, the f32 device plan at the DeepSeek shape (B = 4, top-k 1024) loses an
 //!   M -> FIX signal in the traced test `sparse_deepseek_shape_b1`.
-//! - `attn_merge` (`merge.rs`) still writes its flags by hand: V -> MTE2 / MTE2 -> V per
-//!   `o_i` buffer (ping-pong over the splits, one event id per buffer, pre-set before the loop
-//!   and drained after it) and V -> MTE3 before the stores. The pass's own pairs there are
-//!   hazard-free but overlap less: the DeepSeek decode merge's 950 estimate is 16350 cycles
-//!   with them against 15441 with the hand-written ones (+5.9%, the whole step +1.4%), so
-//!   these stay until the pass pairs the two `o_i` buffers as tightly.
+//! - `attn_merge` (`merge.rs`) still writes the flags of its `o_i` buffers by hand: V -> MTE2
+//!   / MTE2 -> V per buffer (ping-pong over the splits, one event id per buffer, pre-set before
+//!   the loop and drained after it). The pass's own pairs there are hazard-free but overlap
+//!   less: re-measured at the DeepSeek decode step (`examples/sparse_attention`), the whole
+//!   step's 950 estimate rises from 53447 to 54356 cycles in bf16 (+1.7%) and from 87586 to
+//!   88495 in f32 (+1.0%), so these stay until the pass pairs the two `o_i` buffers as
+//!   tightly. Its V -> MTE3 flags before the stores are the pass's (the same estimates to the
+//!   cycle).
 //! - The flash kernel (`dn*.rs`) leaves its L0 slots and its P tile to the pass and keeps by
 //!   hand the Acc slots, the mask load under a runtime `if` (the pass hoists a pair out of the
 //!   `if`, and when the branch is not taken nothing orders its next set after its wait) and,
