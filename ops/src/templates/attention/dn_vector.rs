@@ -5,8 +5,8 @@
 
 use super::dn::FlashKernel;
 use super::dn_host::Desc;
-use super::ping_pong;
 use super::plan::M_INIT;
+use super::{ping_pong, store_in_dtype};
 use tile_backend::dsl::Body;
 use tile_backend::ir::{Axis, BinaryOp, Expr, GmView, Pipe, ReduceOp, RoundMode, UnaryOp, VarId};
 
@@ -307,16 +307,7 @@ fn store_o(t: &mut Body<'_>, k: &FlashKernel<'_>, o_off: Expr, mine: VarId) {
         let dst = GmView::nd(k.out, Expr::Var(row0) + j * ns, mine, cols, o_rs.clone());
         let o = k.o_t.at(j);
         t.set_validshape(o.clone(), mine, cols);
-        match k.o_cast {
-            Some(oc) => {
-                t.set_validshape(oc, mine, cols);
-                t.cast(oc, o, RoundMode::Rint);
-                t.store(dst, oc);
-            }
-            None => {
-                t.store(dst, o);
-            }
-        }
+        store_in_dtype(t, dst, o, k.o_cast, (mine, cols));
     }
 }
 

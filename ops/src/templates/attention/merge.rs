@@ -1,12 +1,12 @@
 //! The merge kernel `attn_merge` (see the parent module's docs): combines the split kernel's
 //! partial results.
 
-use super::ping_pong;
 use super::plan::{round_up, MAX_SPLITS};
+use super::{ping_pong, store_in_dtype};
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
-    Axis, BinaryOp, DType, Expr, GmView, Kernel, Layout, MemSpace, PadValue, Pipe, RoundMode,
-    TileId, TileType, UnaryOp,
+    Axis, BinaryOp, DType, Expr, GmView, Kernel, Layout, MemSpace, PadValue, Pipe, TileId,
+    TileType, UnaryOp,
 };
 
 /// Global rows each AIV of the merge kernel owns.
@@ -176,16 +176,7 @@ pub(crate) fn attn_merge(cfg: &MergeCfg) -> Kernel {
             b.add(s, s, fixt);
             b.store(GmView::nd(lse_out, g0, 1, rv, hm), s);
             let dst = GmView::nd(out, Expr::Var(g0) * v_dim, rv, v_dim, v_dim);
-            match out_t {
-                Some(ot) => {
-                    b.set_validshape(ot, rv, v_dim);
-                    b.cast(ot, acc, RoundMode::Rint);
-                    b.store(dst, ot);
-                }
-                None => {
-                    b.store(dst, acc);
-                }
-            }
+            store_in_dtype(b, dst, acc, out_t, (rv, v_dim));
         });
     });
     kb.build()

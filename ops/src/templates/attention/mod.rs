@@ -113,8 +113,8 @@ use plan::{choose_splits, MAX_SPLITS};
 
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
-    ChannelId, CoreKind, DType, Expr, Kernel, Layout, MemSpace, PadValue, ParamId, TileId,
-    TileType, VarId,
+    ChannelId, CoreKind, DType, Expr, GmView, Kernel, Layout, MemSpace, PadValue, ParamId,
+    RoundMode, TileId, TileRef, TileType, VarId,
 };
 
 #[derive(Debug, Clone, Copy)]
@@ -140,6 +140,27 @@ pub(super) fn ping_pong(
         let odd = ip + 1;
         lb.if_(odd.clone().lt(iters), |ib| body(ib, odd, 1));
     });
+}
+
+/// Stores the f32 tile `src` to `dst`; when the data dtype is not f32, through `cast` (the
+/// data dtype's tile, its valid shape set to `rows x cols` first).
+pub(super) fn store_in_dtype(
+    b: &mut Body<'_>,
+    dst: GmView,
+    src: impl Into<TileRef>,
+    cast: Option<TileId>,
+    (rows, cols): (impl Into<Expr>, impl Into<Expr>),
+) {
+    match cast {
+        Some(ct) => {
+            b.set_validshape(ct, rows, cols);
+            b.cast(ct, src, RoundMode::Rint);
+            b.store(dst, ct);
+        }
+        None => {
+            b.store(dst, src);
+        }
+    }
 }
 
 /// The split attention kernel (see the module docs). Arguments, in order: scalars `batch`,
