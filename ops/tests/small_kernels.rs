@@ -169,9 +169,9 @@ fn gather_every_dtype_partial_columns_odd_counts() {
 
 #[test]
 fn gather_runs_many_batches_per_core_with_a_ragged_tail() {
-    // 2100 rows on 32 blocks: 33 rows per AIV, four full batches of 8 and one of 1, so both
-    // batch buffers are reused across loop iterations; the last AIV's run is shorter (21 rows:
-    // two full batches and one of 5).
+    // 2100 rows on 32 blocks: 33 rows per AIV, two full batches of 16 and one of 1, so a batch
+    // buffer is reused across loop iterations; the last AIV's run is shorter (21 rows: one full
+    // batch and one of 5).
     for (i, (dtype, size)) in [(DType::F32, 24), (DType::BF16, 512)]
         .into_iter()
         .enumerate()
@@ -187,6 +187,44 @@ fn gather_runs_many_batches_per_core_with_a_ragged_tail() {
             size,
         });
     }
+}
+
+#[test]
+fn gather_reads_a_block_table_too_long_for_ub_from_gm() {
+    // Block size 1: the table has one entry per token. 16384 entries (64 KiB) is the longest
+    // the kernel copies into UB; one more and every entry is read from GM instead. Both paths
+    // give the same rows.
+    let cap = tileops_ops::paged_gather::kernel::TABLE_CAP as usize;
+    for nb in [cap, cap + 1] {
+        let mut rng = Rng::new(60 + nb as u64);
+        let src = random_tensor(&mut rng, DType::F32, &[nb, 8]);
+        let (indices, block_table) = paged(&mut rng, nb, 1, nb, 150);
+        check_gather(&GatherCase {
+            src: &src,
+            indices,
+            block_table,
+            block_size: 1,
+            size: 8,
+        });
+    }
+}
+
+#[test]
+fn gather_loads_the_keys_in_chunks() {
+    // 64 AIVs with 2053 rows each: every AIV loads its keys (indices) into UB in two chunks,
+    // 2048 and 5, so the second load overwrites keys the scalar unit read (an S -> MTE2 edge).
+    let chunk = tileops_ops::paged_gather::kernel::KEY_CHUNK as usize;
+    let n = 64 * (chunk + 5);
+    let mut rng = Rng::new(70);
+    let src = random_tensor(&mut rng, DType::F16, &[96, 16]);
+    let (indices, block_table) = paged(&mut rng, 96, 16, 6, n);
+    check_gather(&GatherCase {
+        src: &src,
+        indices,
+        block_table,
+        block_size: 16,
+        size: 16,
+    });
 }
 
 #[test]

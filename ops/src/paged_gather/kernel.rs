@@ -32,11 +32,13 @@ use crate::error::OpError;
 use crate::kernels::PagedGatherShape;
 use crate::runtime::{compiled, Runner};
 use crate::templates::row_copy::{
-    batch_rows, block_dim_for, emit_row_copy, emit_row_gather, RowPlan, RowTiles,
+    batch_rows, block_dim_for, emit_row_copy, emit_row_gather, GatherKeys, RowPlan, RowTiles, Table,
 };
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::{DType, Expr, Kernel};
 use tile_backend::launch::{Arg, GmInOut, GmInput, GmTensor};
+
+pub use crate::templates::row_copy::{KEY_CHUNK, TABLE_CAP};
 
 const OP: &str = "paged_gather";
 
@@ -53,21 +55,30 @@ pub(crate) fn gather_kernel(dtype: DType, size: u64) -> Kernel {
     let bs = Expr::Param(kb.scalar("block_size", DType::I64));
     let src = kb.input("src", dtype, [tokens, cols.clone()]);
     let idx = kb.input("indices", DType::I32, [Expr::from(1), n.clone()]);
-    let bt = kb.input("block_table", DType::I32, [Expr::from(1), nb]);
+    let bt = kb.input("block_table", DType::I32, [Expr::from(1), nb.clone()]);
     let out = kb.output("out", dtype, [n.clone(), Expr::from(size)]);
-    // Row u's physical row: its token t = indices[u], then its block's table entry.
-    let locate = move |b: &mut Body<'_>, u: Expr| -> Expr {
-        let t = b.read_scalar("token", idx, u);
-        let e = b.read_scalar("entry", bt, Expr::from(t) / bs.clone());
-        Expr::from(e) * bs.clone() + Expr::from(t) % bs.clone()
+    // The physical row of token t: its block's table entry, then the offset in the block.
+    let physical = move |b: &mut Body<'_>, t: Expr, table: Table| -> Expr {
+        let e = table.read(b, "entry", t.clone() / bs.clone());
+        Expr::from(e) * bs.clone() + t % bs.clone()
     };
     if batch_rows(rt) > 0 {
-        emit_row_gather(&mut kb, rt, n, (src, cols), out, &locate);
+        let keys = GatherKeys {
+            keys: idx,
+            table: Some((bt, nb)),
+        };
+        let locate = move |b: &mut Body<'_>, t: Expr, table: Option<Table>| {
+            physical(b, t, table.unwrap_or(Table::Gm(bt)))
+        };
+        emit_row_gather(&mut kb, rt, n, (src, cols), out, keys, &locate);
     } else {
-        let plan = |b: &mut Body<'_>, u: Expr| RowPlan {
-            when: None,
-            src_row: locate(b, u.clone()),
-            dst_row: u,
+        let plan = |b: &mut Body<'_>, u: Expr| {
+            let t = b.read_scalar("token", idx, u.clone());
+            RowPlan {
+                when: None,
+                src_row: physical(b, Expr::from(t), Table::Gm(bt)),
+                dst_row: u,
+            }
         };
         emit_row_copy(&mut kb, rt, n, src, cols, out, Expr::from(size), &plan);
     }
