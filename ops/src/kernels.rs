@@ -669,7 +669,7 @@ pub fn paged_gather(shape: &PagedGatherShape) -> Result<Vec<Launch>, OpError> {
     data_dtype(OP, shape.dtype)?;
     dim(OP, "n", shape.n)?;
     width(OP, "size", shape.size)?;
-    let plan = crate::paged_gather::kernel::plan(shape);
+    let plan = crate::paged_gather::kernel::plan(shape, PlanTarget::Device);
     Ok(vec![Launch {
         kernel: plan.kernel(),
         block_dim: plan.block_dim as u64,
@@ -685,7 +685,7 @@ pub fn reshape_and_cache(shape: &ReshapeAndCacheShape) -> Result<Vec<Launch>, Op
     data_dtype(OP, shape.dtype)?;
     dim(OP, "tokens", shape.tokens)?;
     width(OP, "width", shape.width)?;
-    let plan = crate::kv_cache::kernel::plan(shape);
+    let plan = crate::kv_cache::kernel::plan(shape, PlanTarget::Device);
     Ok(vec![Launch {
         kernel: plan.kernel(),
         block_dim: plan.block_dim as u64,

@@ -8,7 +8,7 @@ use tile_backend::ir::DType;
 use tile_backend::sim::GmTensor;
 use tileops_ops::kv_cache::{kernel as kv, CacheCall};
 use tileops_ops::paged_gather::{kernel as pg, GatherCall};
-use tileops_ops::runtime::Runner;
+use tileops_ops::runtime::{PlanTarget, Runner, CPU_PLAN_BLOCKS};
 use tileops_ops::{profile, LaunchRecord, OpError};
 
 // The ops' shared test support, for its generator.
@@ -272,6 +272,30 @@ fn gather_reuses_one_kernel_across_runtime_shapes() {
         }
     }
     assert!(names.windows(2).all(|w| w[0] == w[1]), "{names:?}");
+}
+
+#[test]
+fn gather_on_the_cpu_plan_runs_on_the_cpu_blocks() {
+    // The simulator's plan splits the rows over CPU_PLAN_BLOCKS blocks (the device's over 32):
+    // the same kernel and the same bytes, fewer simulated blocks, each with more batches.
+    let mut rng = Rng::new(80);
+    let src = random_tensor(&mut rng, DType::BF16, &[1000, 80]);
+    let (indices, block_table) = paged(&mut rng, 1000, 8, 70, 700);
+    let p = GatherCase {
+        src: &src,
+        indices,
+        block_table,
+        block_size: 8,
+        size: 64,
+    };
+    let call = gather_call(&p).expect("a valid call");
+    for (target, blocks) in [(PlanTarget::Cpu, CPU_PLAN_BLOCKS), (PlanTarget::Device, 32)] {
+        let mut runner = Runner::sim("paged_gather").plan_for(target);
+        let (out, records) = profile(|| pg::run(&mut runner, &call, src.as_input()));
+        assert!(out.expect("runs").data == gather_expected(&p), "{target:?}");
+        assert_clean(&records, 1);
+        assert_eq!(records[0].block_dim, blocks, "{target:?}");
+    }
 }
 
 #[test]

@@ -37,7 +37,7 @@ use super::CacheCall;
 use crate::bridge::{self, gm_i32};
 use crate::error::OpError;
 use crate::kernels::ReshapeAndCacheShape;
-use crate::runtime::{compiled, Runner};
+use crate::runtime::{compiled, PlanTarget, Runner};
 use crate::templates::row_copy::{block_dim_for, emit_row_copy, RowPlan, RowTiles};
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::{DType, Expr, Kernel};
@@ -69,10 +69,10 @@ pub(crate) fn cache_kernel(dtype: DType, row: u64) -> Kernel {
     kb.build()
 }
 
-/// The launch plan of a cache write of `shape`, the same on every target (the row copy has no
-/// tiling to choose): the kernel for its dtype and row width, on as many blocks as give every
-/// AIV a row. [`run`] and `tileops emit` ([`crate::kernels::reshape_and_cache`]) both launch
-/// from it.
+/// The launch plan of a cache write of `shape` on a target: the kernel for its dtype and row
+/// width (the same on every target: the row copy has no tiling to choose), on as many blocks as
+/// give every AIV a row, at most the blocks the target runs at once. [`run`] and `tileops emit`
+/// ([`crate::kernels::reshape_and_cache`], with [`PlanTarget::Device`]) both launch from it.
 pub(crate) struct CachePlan {
     /// Row dtype.
     pub dtype: DType,
@@ -94,12 +94,12 @@ impl CachePlan {
     }
 }
 
-/// The plan of a cache write of `shape`.
-pub(crate) fn plan(shape: &ReshapeAndCacheShape) -> CachePlan {
+/// The plan of a cache write of `shape` on `target`.
+pub(crate) fn plan(shape: &ReshapeAndCacheShape, target: PlanTarget) -> CachePlan {
     CachePlan {
         dtype: shape.dtype,
         width: shape.width as u64,
-        block_dim: block_dim_for(shape.tokens),
+        block_dim: block_dim_for(shape.tokens, target),
     }
 }
 
@@ -130,7 +130,7 @@ pub fn run(
     if n == 0 || call.slot_mapping.iter().all(|&s| s < 0) {
         return Ok(());
     }
-    let plan = plan(s);
+    let plan = plan(s, runner.plan_target());
     let kernel = compiled(OP, &plan.key(), || plan.kernel())?;
     // The kernel sees rows as [N, row] and the cache as [slots, row]: new shapes over the same
     // borrowed bytes.

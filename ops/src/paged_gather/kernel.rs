@@ -30,7 +30,7 @@ use super::GatherCall;
 use crate::bridge::{self, gm_i32};
 use crate::error::OpError;
 use crate::kernels::PagedGatherShape;
-use crate::runtime::{compiled, Runner};
+use crate::runtime::{compiled, PlanTarget, Runner};
 use crate::templates::row_copy::{
     batch_rows, block_dim_for, emit_row_copy, emit_row_gather, GatherKeys, RowPlan, RowTiles, Table,
 };
@@ -85,9 +85,10 @@ pub(crate) fn gather_kernel(dtype: DType, size: u64) -> Kernel {
     kb.build()
 }
 
-/// The launch plan of a gather of `shape`, the same on every target (the row copy has no tiling
-/// to choose): the kernel for its dtype and width, on as many blocks as give every AIV a row.
-/// [`run`] and `tileops emit` ([`crate::kernels::paged_gather`]) both launch from it.
+/// The launch plan of a gather of `shape` on a target: the kernel for its dtype and width (the
+/// same on every target: the row copy has no tiling to choose), on as many blocks as give every
+/// AIV a row, at most the blocks the target runs at once. [`run`] and `tileops emit`
+/// ([`crate::kernels::paged_gather`], with [`PlanTarget::Device`]) both launch from it.
 pub(crate) struct GatherPlan {
     /// Row dtype.
     pub dtype: DType,
@@ -109,12 +110,12 @@ impl GatherPlan {
     }
 }
 
-/// The plan of a gather of `shape`.
-pub(crate) fn plan(shape: &PagedGatherShape) -> GatherPlan {
+/// The plan of a gather of `shape` on `target`.
+pub(crate) fn plan(shape: &PagedGatherShape, target: PlanTarget) -> GatherPlan {
     GatherPlan {
         dtype: shape.dtype,
         size: shape.size as u64,
-        block_dim: block_dim_for(shape.n),
+        block_dim: block_dim_for(shape.n, target),
     }
 }
 
@@ -146,7 +147,7 @@ pub fn run_into(
     let (n, t, c) = (s.n, call.tokens, call.cols);
     bridge::check_storage(OP, "src", (src.dtype, src.data.len()), s.dtype, t * c)?;
     bridge::check_storage(OP, "out", (s.dtype, out.len()), s.dtype, n * s.size)?;
-    let plan = plan(s);
+    let plan = plan(s, runner.plan_target());
     let kernel = compiled(OP, &plan.key(), || plan.kernel())?;
     let nb = call.block_table.len();
     let named = vec![

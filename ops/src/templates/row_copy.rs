@@ -2,6 +2,7 @@
 //! and the cache write build their kernels from: each locates its rows its own way
 //! ([`RowPlan`]) and shares the copy loop and its hand-written flags.
 
+use crate::runtime::PlanTarget;
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::{
     DType, Expr, GmView, Layout, MemSpace, ParamId, Pipe, TileId, TileType, VarId,
@@ -12,9 +13,6 @@ pub(crate) const DEPTH: u32 = 4;
 
 /// The largest row chunk one UB buffer holds, in bytes (wider rows are copied in chunks).
 pub(crate) const CHUNK_BYTES: u64 = 16 * 1024;
-
-/// Clusters of the Ascend 950 (more blocks run in waves).
-const MAX_BLOCKS: usize = 32;
 
 /// The static shape of a row copy: `size` columns of `dtype` per row, moved through UB in
 /// `chunks` column chunks of at most `chunk` columns.
@@ -174,10 +172,13 @@ fn event(j: u32) -> u8 {
     u8::try_from(j).unwrap_or(u8::MAX)
 }
 
-/// Blocks to launch for `units` row copies: as many as give every AIV a row, at most one wave
-/// (the copy is bound by the scalar reads that locate each row, so it wants every AIV busy).
-pub(crate) fn block_dim_for(units: usize) -> usize {
-    units.div_ceil(2).clamp(1, MAX_BLOCKS)
+/// Blocks to launch for `units` row copies on `target`: as many as give every AIV a row, at
+/// most the blocks the target runs at once (the device's clusters: one wave, every AIV busy;
+/// the simulator's [`crate::runtime::CPU_PLAN_BLOCKS`]: each simulated block has a fixed cost,
+/// its memory and its GM overlay, that more rows per block amortise). A copy's result does not
+/// depend on how its rows are split.
+pub(crate) fn block_dim_for(units: usize, target: PlanTarget) -> usize {
+    units.div_ceil(2).clamp(1, target.concurrent_blocks())
 }
 
 /// UB buffers (batches of rows) the batched gather keeps in flight per AIV: one fills (MTE2)
