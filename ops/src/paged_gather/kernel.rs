@@ -7,21 +7,26 @@
 //!
 //! Vector program only (the cube has no path from L1 to GM, so `gather_in_l1` cannot produce a
 //! GM result). The `n` output rows are split into contiguous runs, one per AIV (two per
-//! block). Each AIV walks its run in batches of up to `batch_rows` rows
+//! block). Each AIV loads the block table into UB once and its run's indices 2048 at a time,
+//! then walks its run in batches of up to `batch_rows` rows
 //! (`templates::row_copy::emit_row_gather`), two batch buffers in flight:
 //!
 //! ```text
-//! per batch (buffer b, rows u0 .. u0 + m):
-//!   per row u:  S     t = indices[u]; e = block_table[t / block_size]   (read_scalar)
-//!                     physical row = e * block_size + t % block_size
-//!               MTE2  src[row, 0..size] -> row u - u0 of batch_ub[b]
-//!   MTE3  batch_ub[b][0..m] -> out[u0 .. u0 + m, 0..size]                  (one store)
+//! MTE2  block_table -> table_ub                   (once per AIV, if nb <= TABLE_CAP)
+//! per chunk:  MTE2  indices[c0 .. c0 + cm] -> keys_ub                    (one burst)
+//!   per batch (buffer b, rows u0 .. u0 + m):
+//!     per row u:  S     t = keys_ub[u]; e = table_ub[t / block_size]   (UB scalar reads)
+//!                       physical row = e * block_size + t % block_size
+//!                 MTE2  src[row, 0..size] -> row u - u0 of batch_ub[b]
+//!     MTE3  batch_ub[b][0..m] -> out[u0 .. u0 + m, 0..size]              (one store)
 //! ```
 //!
-//! The output rows of a batch are consecutive, so one store moves the whole batch; the flags
-//! (one event id per buffer, written by hand) are per batch. Rows wider than `CHUNK_BYTES`
-//! (`templates::row_copy`) take the row-at-a-time copy (`emit_row_copy`, one UB buffer per
-//! row in flight, each row in column chunks).
+//! A block table longer than `TABLE_CAP` entries is read from GM per row instead (a runtime
+//! branch, same kernel). The output rows of a batch are consecutive, so one store moves the
+//! whole batch; the batch flags (one event id per buffer) are written by hand, the key and
+//! table tiles' MTE2 -> S / S -> MTE2 pairs are the sync pass's. Rows wider than
+//! `CHUNK_BYTES` (`templates::row_copy`) take the row-at-a-time copy (`emit_row_copy`, one UB
+//! buffer per row in flight, each row in column chunks, index and entry read from GM).
 //!
 //! Only the dtype and `size` are static (the compile key); `n`, `T`, `C`, the block-table
 //! length and `block_size` are runtime scalar arguments, so a decode step never recompiles.
