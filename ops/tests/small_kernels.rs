@@ -416,6 +416,20 @@ fn cache_write_with_padding_slots_in_place() {
 }
 
 #[test]
+fn cache_write_loads_the_slots_in_chunks() {
+    // 64 AIVs with 2051 rows each: every AIV loads its slots into UB in two chunks, 2048 and 3,
+    // so the second load overwrites slots the scalar unit read (an S -> MTE2 edge); a quarter of
+    // the slots are -1 (skipped).
+    let n = 64 * (kv::KEY_CHUNK as usize + 3);
+    let mut rng = Rng::new(90);
+    // [num_blocks, block_size 64, 16]: f16 rows of 32 bytes.
+    let cache = random_tensor(&mut rng, DType::F16, &[n.div_ceil(64) + 2, 64, 16]);
+    let rows = random_tensor(&mut rng, DType::F16, &[n, 16]);
+    let w: Vec<i64> = slot_mapping(&mut rng, (n.div_ceil(64) + 2) * 64, n, true);
+    check_cache(&cache, &rows, &w);
+}
+
+#[test]
 fn cache_write_spans_blocks_decode_and_prefill() {
     let mut rng = Rng::new(60);
     // MLA latent rows (576 bf16), block 64: a prefill of 150 contiguous tokens starting in the

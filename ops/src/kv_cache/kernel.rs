@@ -11,8 +11,9 @@
 //! with `DEPTH` UB buffers in flight:
 //!
 //! ```text
+//! per chunk of 2048 rows:  MTE2  slot_mapping[chunk] -> keys_ub             (one burst)
 //! per row i (buffer i % DEPTH):
-//!   S     s = slot_mapping[i]                         (read_scalar)
+//!   S     s = keys_ub[i - chunk start]                (UB scalar read)
 //!   if s >= 0:
 //!     MTE2  rows[i, 0..row] -> row_ub[slot]
 //!     MTE3  row_ub[slot] -> cache[s, 0..row]
@@ -43,6 +44,8 @@ use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::{DType, Expr, Kernel};
 use tile_backend::launch::{Arg, GmInOut, GmInput};
 
+pub use crate::templates::row_copy::KEY_CHUNK;
+
 const OP: &str = "reshape_and_cache";
 
 /// The cache kernel for `dtype` rows of `row` columns. Parameters (bound by name): scalars `n` (N),
@@ -56,16 +59,22 @@ pub(crate) fn cache_kernel(dtype: DType, row: u64) -> Kernel {
     let rows = kb.input("rows", dtype, [n.clone(), Expr::from(row)]);
     let map = kb.input("slot_mapping", DType::I32, [Expr::from(1), n.clone()]);
     let cache = kb.output("cache", dtype, [slots, Expr::from(row)]);
-    let plan = move |b: &mut Body<'_>, i: Expr| {
-        let s = b.read_scalar("slot", map, i.clone());
-        RowPlan {
-            when: Some(Expr::from(s).ge(0)),
-            src_row: i,
-            dst_row: Expr::from(s),
-        }
+    // Row i's key is its slot (read from UB by the template); -1 skips the row.
+    let plan = |_: &mut Body<'_>, i: Expr, slot: Expr| RowPlan {
+        when: Some(slot.clone().ge(0)),
+        src_row: i,
+        dst_row: slot,
     };
     let stride = Expr::from(row);
-    emit_row_copy(&mut kb, rt, n, rows, stride.clone(), cache, stride, &plan);
+    emit_row_copy(
+        &mut kb,
+        rt,
+        n,
+        (rows, stride.clone()),
+        (cache, stride),
+        map,
+        &plan,
+    );
     kb.build()
 }
 

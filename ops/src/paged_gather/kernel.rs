@@ -26,7 +26,8 @@
 //! whole batch; the batch flags (one event id per buffer) are written by hand, the key and
 //! table tiles' MTE2 -> S / S -> MTE2 pairs are the sync pass's. Rows wider than
 //! `CHUNK_BYTES` (`templates::row_copy`) take the row-at-a-time copy (`emit_row_copy`, one UB
-//! buffer per row in flight, each row in column chunks, index and entry read from GM).
+//! buffer per row in flight, each row in column chunks; the indices from UB, each block-table
+//! entry from GM).
 //!
 //! Only the dtype and `size` are static (the compile key); `n`, `T`, `C`, the block-table
 //! length and `block_size` are runtime scalar arguments, so a decode step never recompiles.
@@ -77,15 +78,13 @@ pub(crate) fn gather_kernel(dtype: DType, size: u64) -> Kernel {
         };
         emit_row_gather(&mut kb, rt, n, (src, cols), out, keys, &locate);
     } else {
-        let plan = |b: &mut Body<'_>, u: Expr| {
-            let t = b.read_scalar("token", idx, u.clone());
-            RowPlan {
-                when: None,
-                src_row: physical(b, Expr::from(t), Table::Gm(bt)),
-                dst_row: u,
-            }
+        let plan = |b: &mut Body<'_>, u: Expr, t: Expr| RowPlan {
+            when: None,
+            src_row: physical(b, t, Table::Gm(bt)),
+            dst_row: u,
         };
-        emit_row_copy(&mut kb, rt, n, src, cols, out, Expr::from(size), &plan);
+        let out_rows = (out, Expr::from(size));
+        emit_row_copy(&mut kb, rt, n, (src, cols), out_rows, idx, &plan);
     }
     kb.build()
 }

@@ -1,6 +1,7 @@
 //! The row copy (rows GM -> UB -> GM, `DEPTH` buffers in flight per AIV) that the paged gather
 //! and the cache write build their kernels from: each locates its rows its own way
-//! ([`RowPlan`]) and shares the copy loop and its hand-written flags.
+//! ([`RowPlan`]) from a per-row key read from UB, and shares the copy loop and its hand-written
+//! flags.
 
 use crate::runtime::PlanTarget;
 use tile_backend::dsl::{Body, KernelBuilder};
@@ -68,17 +69,19 @@ pub(crate) struct RowPlan {
 
 /// Emits the vector program copying `units` rows of `rt.size` columns from `src` (row stride
 /// `src_stride`) to `dst` (row stride `dst_stride`), split over all AIVs of all blocks, with
-/// `DEPTH` UB buffers in flight. `plan(body, u)` emits the scalar code that locates row `u`.
+/// `DEPTH` UB buffers in flight. Row `u` has a key `keys[u]` (i32 `[1, units]`: the gather's
+/// index, the cache write's slot), which each AIV loads GM -> UB [`KEY_CHUNK`] at a time (one
+/// burst) and the scalar unit reads from UB; `plan(body, u, key)` emits the scalar code that
+/// locates row `u` from it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn emit_row_copy(
     kb: &mut KernelBuilder,
     rt: RowTiles,
     units: Expr,
-    src: ParamId,
-    src_stride: Expr,
-    dst: ParamId,
-    dst_stride: Expr,
-    plan: &dyn Fn(&mut Body<'_>, Expr) -> RowPlan,
+    (src, src_stride): (ParamId, Expr),
+    (dst, dst_stride): (ParamId, Expr),
+    keys: ParamId,
+    plan: &dyn Fn(&mut Body<'_>, Expr, Expr) -> RowPlan,
 ) {
     let ty = TileType::new(MemSpace::Vec, rt.dtype, 1, rt.padded(), Layout::ND);
     let chunked = rt.chunks > 1;
@@ -88,73 +91,93 @@ pub(crate) fn emit_row_copy(
         ty.valid(1, rt.size)
     };
     let row_ub = kb.tile_group("row_ub", ty, DEPTH);
-    let depth = i64::from(DEPTH);
+    let keys_ub = kb.tile("keys_ub", key_list());
+    let (depth, chunk_i) = (i64::from(DEPTH), KEY_CHUNK as i64);
     kb.vector(|v| {
         let (lo, hi) = aiv_run(v, &units);
-        let iters = (Expr::from(hi) - lo).ceil_div(depth);
         // Buffer j is guarded by event j of both pipe pairs: MTE3 -> MTE2 "free" (pre-set
         // here, taken before each load, set after each store, drained after the loop) and
         // MTE2 -> MTE3 "loaded". Written by hand: one id per buffer keeps every set ordered
-        // after the wait that took the previous one, and a skipped row touches no flag.
+        // after the wait that took the previous one, and a skipped row touches no flag. The
+        // key tile's MTE2 -> S and S -> MTE2 pairs are the sync pass's.
         for j in 0..DEPTH {
             v.set_flag(Pipe::Mte3, Pipe::Mte2, event(j));
         }
-        v.for_range("it", 0, iters, 1, |lb, it| {
-            for j in 0..DEPTH {
-                let ev = event(j);
-                let u = Expr::from(lo) + Expr::from(it) * depth + i64::from(j);
-                lb.if_(u.clone().lt(hi), |b| {
-                    let u = b.let_("u", u.clone());
-                    let p = plan(b, Expr::from(u));
-                    let slot = row_ub.at(i64::from(j));
-                    let copy = |c: &mut Body<'_>| {
-                        for k in 0..rt.chunks {
-                            let col = k * rt.chunk;
-                            let width = rt.chunk.min(rt.size - col);
-                            if k > 0 {
-                                // The previous chunk's store has read the buffer.
-                                c.set_flag(Pipe::Mte3, Pipe::Mte2, ev);
+        let chunks = (Expr::from(hi) - lo).ceil_div(chunk_i);
+        v.for_range("chunk", 0, chunks, 1, |cb, c| {
+            let c0 = cb.let_("c0", Expr::from(lo) + Expr::from(c) * chunk_i);
+            let cm = cb.let_("cm", (Expr::from(hi) - c0).min(chunk_i));
+            cb.set_validshape(keys_ub, 1, cm);
+            cb.load(keys_ub, GmView::nd(keys, c0, 1, cm, Expr::from(cm)));
+            let iters = Expr::from(cm).ceil_div(depth);
+            cb.for_range("it", 0, iters, 1, |lb, it| {
+                for j in 0..DEPTH {
+                    let ev = event(j);
+                    let r = Expr::from(it) * depth + i64::from(j);
+                    lb.if_(r.clone().lt(cm), |b| {
+                        let r = b.let_("r", r.clone());
+                        let key = b.read_tile_scalar("key", keys_ub, r);
+                        let p = plan(b, Expr::from(c0) + r, Expr::from(key));
+                        let slot = row_ub.at(i64::from(j));
+                        let copy = |c: &mut Body<'_>| {
+                            for k in 0..rt.chunks {
+                                let col = k * rt.chunk;
+                                let width = rt.chunk.min(rt.size - col);
+                                if k > 0 {
+                                    // The previous chunk's store has read the buffer.
+                                    c.set_flag(Pipe::Mte3, Pipe::Mte2, ev);
+                                }
+                                c.wait_flag(Pipe::Mte3, Pipe::Mte2, ev);
+                                if chunked {
+                                    c.set_validshape(slot.clone(), 1, width);
+                                }
+                                c.load(
+                                    slot.clone(),
+                                    GmView::nd(
+                                        src,
+                                        p.src_row.clone() * src_stride.clone() + col,
+                                        1,
+                                        width,
+                                        src_stride.clone(),
+                                    ),
+                                );
+                                c.set_flag(Pipe::Mte2, Pipe::Mte3, ev);
+                                c.wait_flag(Pipe::Mte2, Pipe::Mte3, ev);
+                                c.store(
+                                    GmView::nd(
+                                        dst,
+                                        p.dst_row.clone() * dst_stride.clone() + col,
+                                        1,
+                                        width,
+                                        dst_stride.clone(),
+                                    ),
+                                    slot.clone(),
+                                );
                             }
-                            c.wait_flag(Pipe::Mte3, Pipe::Mte2, ev);
-                            if chunked {
-                                c.set_validshape(slot.clone(), 1, width);
-                            }
-                            c.load(
-                                slot.clone(),
-                                GmView::nd(
-                                    src,
-                                    p.src_row.clone() * src_stride.clone() + col,
-                                    1,
-                                    width,
-                                    src_stride.clone(),
-                                ),
-                            );
-                            c.set_flag(Pipe::Mte2, Pipe::Mte3, ev);
-                            c.wait_flag(Pipe::Mte2, Pipe::Mte3, ev);
-                            c.store(
-                                GmView::nd(
-                                    dst,
-                                    p.dst_row.clone() * dst_stride.clone() + col,
-                                    1,
-                                    width,
-                                    dst_stride.clone(),
-                                ),
-                                slot.clone(),
-                            );
+                            c.set_flag(Pipe::Mte3, Pipe::Mte2, ev);
+                        };
+                        match p.when.clone() {
+                            Some(cond) => b.if_(cond, copy),
+                            None => copy(b),
                         }
-                        c.set_flag(Pipe::Mte3, Pipe::Mte2, ev);
-                    };
-                    match p.when.clone() {
-                        Some(cond) => b.if_(cond, copy),
-                        None => copy(b),
-                    }
-                });
-            }
+                    });
+                }
+            });
         });
         for j in 0..DEPTH {
             v.wait_flag(Pipe::Mte3, Pipe::Mte2, event(j));
         }
     });
+}
+
+/// The UB tile a chunk of [`KEY_CHUNK`] i32 keys is loaded into (valid length set per chunk).
+fn key_list() -> TileType {
+    list_tile(KEY_CHUNK)
+}
+
+/// An i32 `[1, cols]` UB list with a runtime valid length.
+fn list_tile(cols: u64) -> TileType {
+    TileType::new(MemSpace::Vec, DType::I32, 1, cols, Layout::ND).dynamic()
 }
 
 /// This AIV's contiguous run `lo .. hi` of `units` rows split over all AIVs of all blocks.
@@ -273,12 +296,11 @@ impl GatherTiles {
                 .collect();
             row.push(tiles);
         }
-        let list = |cols| TileType::new(MemSpace::Vec, DType::I32, 1, cols, Layout::ND).dynamic();
         let keys_at = align128(u64::from(BATCHES) * rows * row_bytes);
-        let keys = kb.tile_at("keys_ub", list(KEY_CHUNK), keys_at);
+        let keys = kb.tile_at("keys_ub", key_list(), keys_at);
         let table = with_table.then(|| {
             let at = align128(keys_at + KEY_CHUNK * 4);
-            kb.tile_at("table_ub", list(TABLE_CAP), at)
+            kb.tile_at("table_ub", list_tile(TABLE_CAP), at)
         });
         GatherTiles {
             rows,
