@@ -8,7 +8,7 @@ use tile_backend::ir::DType;
 use tile_backend::sim::GmTensor;
 use tileops_ops::kv_cache::{kernel as kv, CacheCall};
 use tileops_ops::paged_gather::{kernel as pg, GatherCall};
-use tileops_ops::runtime::Runner;
+use tileops_ops::runtime::{PlanTarget, Runner, CPU_PLAN_BLOCKS};
 use tileops_ops::{profile, LaunchRecord, OpError};
 
 // The ops' shared test support, for its generator.
@@ -169,9 +169,9 @@ fn gather_every_dtype_partial_columns_odd_counts() {
 
 #[test]
 fn gather_runs_many_batches_per_core_with_a_ragged_tail() {
-    // 2100 rows on 32 blocks: 33 rows per AIV, four full batches of 8 and one of 1, so both
-    // batch buffers are reused across loop iterations; the last AIV's run is shorter (21 rows:
-    // two full batches and one of 5).
+    // 2100 rows on 32 blocks: 33 rows per AIV, two full batches of 16 and one of 1, so a batch
+    // buffer is reused across loop iterations; the last AIV's run is shorter (21 rows: one full
+    // batch and one of 5).
     for (i, (dtype, size)) in [(DType::F32, 24), (DType::BF16, 512)]
         .into_iter()
         .enumerate()
@@ -187,6 +187,44 @@ fn gather_runs_many_batches_per_core_with_a_ragged_tail() {
             size,
         });
     }
+}
+
+#[test]
+fn gather_reads_a_block_table_too_long_for_ub_from_gm() {
+    // Block size 1: the table has one entry per token. 16384 entries (64 KiB) is the longest
+    // the kernel copies into UB; one more and every entry is read from GM instead. Both paths
+    // give the same rows.
+    let cap = tileops_ops::paged_gather::kernel::TABLE_CAP as usize;
+    for nb in [cap, cap + 1] {
+        let mut rng = Rng::new(60 + nb as u64);
+        let src = random_tensor(&mut rng, DType::F32, &[nb, 8]);
+        let (indices, block_table) = paged(&mut rng, nb, 1, nb, 150);
+        check_gather(&GatherCase {
+            src: &src,
+            indices,
+            block_table,
+            block_size: 1,
+            size: 8,
+        });
+    }
+}
+
+#[test]
+fn gather_loads_the_keys_in_chunks() {
+    // 64 AIVs with 2053 rows each: every AIV loads its keys (indices) into UB in two chunks,
+    // 2048 and 5, so the second load overwrites keys the scalar unit read (an S -> MTE2 edge).
+    let chunk = tileops_ops::paged_gather::kernel::KEY_CHUNK as usize;
+    let n = 64 * (chunk + 5);
+    let mut rng = Rng::new(70);
+    let src = random_tensor(&mut rng, DType::F16, &[96, 16]);
+    let (indices, block_table) = paged(&mut rng, 96, 16, 6, n);
+    check_gather(&GatherCase {
+        src: &src,
+        indices,
+        block_table,
+        block_size: 16,
+        size: 16,
+    });
 }
 
 #[test]
@@ -234,6 +272,30 @@ fn gather_reuses_one_kernel_across_runtime_shapes() {
         }
     }
     assert!(names.windows(2).all(|w| w[0] == w[1]), "{names:?}");
+}
+
+#[test]
+fn gather_on_the_cpu_plan_runs_on_the_cpu_blocks() {
+    // The simulator's plan splits the rows over CPU_PLAN_BLOCKS blocks (the device's over 32):
+    // the same kernel and the same bytes, fewer simulated blocks, each with more batches.
+    let mut rng = Rng::new(80);
+    let src = random_tensor(&mut rng, DType::BF16, &[1000, 80]);
+    let (indices, block_table) = paged(&mut rng, 1000, 8, 70, 700);
+    let p = GatherCase {
+        src: &src,
+        indices,
+        block_table,
+        block_size: 8,
+        size: 64,
+    };
+    let call = gather_call(&p).expect("a valid call");
+    for (target, blocks) in [(PlanTarget::Cpu, CPU_PLAN_BLOCKS), (PlanTarget::Device, 32)] {
+        let mut runner = Runner::sim("paged_gather").plan_for(target);
+        let (out, records) = profile(|| pg::run(&mut runner, &call, src.as_input()));
+        assert!(out.expect("runs").data == gather_expected(&p), "{target:?}");
+        assert_clean(&records, 1);
+        assert_eq!(records[0].block_dim, blocks, "{target:?}");
+    }
 }
 
 #[test]
@@ -351,6 +413,20 @@ fn cache_write_with_padding_slots_in_place() {
         let w: Vec<i64> = slot_mapping(&mut rng, 96, n, true);
         check_cache(&cache, &rows, &w);
     }
+}
+
+#[test]
+fn cache_write_loads_the_slots_in_chunks() {
+    // 64 AIVs with 2051 rows each: every AIV loads its slots into UB in two chunks, 2048 and 3,
+    // so the second load overwrites slots the scalar unit read (an S -> MTE2 edge); a quarter of
+    // the slots are -1 (skipped).
+    let n = 64 * (kv::KEY_CHUNK as usize + 3);
+    let mut rng = Rng::new(90);
+    // [num_blocks, block_size 64, 16]: f16 rows of 32 bytes.
+    let cache = random_tensor(&mut rng, DType::F16, &[n.div_ceil(64) + 2, 64, 16]);
+    let rows = random_tensor(&mut rng, DType::F16, &[n, 16]);
+    let w: Vec<i64> = slot_mapping(&mut rng, (n.div_ceil(64) + 2) * 64, n, true);
+    check_cache(&cache, &rows, &w);
 }
 
 #[test]

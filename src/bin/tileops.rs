@@ -1067,6 +1067,11 @@ impl Lister<'_> {
                 self.var(var.0),
                 self.param(*tensor)
             ),
+            Op::ReadTileScalar { var, tile, index } => format!(
+                "read_tile_scalar {} = {}[{index}]",
+                self.var(var.0),
+                self.tile(tile)
+            ),
             Op::WriteScalar {
                 tensor,
                 index,

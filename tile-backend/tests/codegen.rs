@@ -618,6 +618,7 @@ fn kind(op: &Op) -> &'static str {
         Op::SetValidShape { .. } => "SetValidShape",
         Op::FillPad { .. } => "FillPad",
         Op::ReadScalar { .. } => "ReadScalar",
+        Op::ReadTileScalar { .. } => "ReadTileScalar",
         Op::WriteScalar { .. } => "WriteScalar",
         Op::SetFlag { .. } => "SetFlag",
         Op::WaitFlag { .. } => "WaitFlag",
@@ -632,7 +633,7 @@ fn kind(op: &Op) -> &'static str {
 }
 
 /// Number of `Op` variants (the arms of `kind`).
-const OP_KINDS: usize = 26;
+const OP_KINDS: usize = 27;
 
 /// Emits `ops` in one section of `base` (planned): each op alone, checking its instruction
 /// appears, then all together through the syntax check; returns the kinds seen.
@@ -949,6 +950,7 @@ fn every_op_kind_has_an_emission_path() {
     let h = kb.tile("h", t(Vec, DType::F16, 16, 32, Layout::ND));
     let hz = kb.tile("hz", t(Vec, DType::F16, 16, 32, Layout::NZ));
     let hsmall = kb.tile("hsmall", t(Vec, DType::F16, 16, 16, Layout::ND));
+    let keys = kb.tile("keys", t(Vec, DType::I32, 1, 8, Layout::ND));
     let p_l1 = kb.tile("p_l1", t(Mat, DType::F16, 32, 32, Layout::NZ));
     let un = |op, dst: TileId, src: TileId| Op::Unary {
         op,
@@ -1092,8 +1094,15 @@ fn every_op_kind_has_an_emission_path() {
             index: Expr::SubBlockIdx * 16,
             value: Expr::BlockIdx + 1,
         },
+        Op::ReadTileScalar {
+            var: VarId(0),
+            tile: keys.into(),
+            index: 5.into(),
+        },
     ]);
-    seen.extend(emit_ops(kb.build(), CoreKind::Vector, vops));
+    let mut vbase = kb.build();
+    vbase.vars.push(VarDecl { name: "key".into() });
+    seen.extend(emit_ops(vbase, CoreKind::Vector, vops));
 
     // Channel ops: the sync pass lowers them to cross-core flags; emitting one that was not
     // lowered is an error naming the pass.

@@ -496,6 +496,64 @@ fn race_suite_gather_matmul() {
     race_suite(&gather_matmul(&p), 2);
 }
 
+/// Each AIV gathers 16 rows of `src` at keys it reads from UB: per chunk of 8, one load of the
+/// keys into `keys_ub`, then per row a scalar read of `keys_ub` (S), a load of the row (MTE2) and
+/// its store (MTE3). The row buffer's flags are written by hand; the pass adds MTE2 -> S after
+/// the key load and S -> MTE2 before the next chunk's key load.
+fn ub_key_gather() -> Kernel {
+    let mut kb = KernelBuilder::new("ub_key_gather");
+    let keys = kb.input("keys", DType::I32, [1u64, 32]);
+    let src = kb.input("src", DType::F32, [64u64, 8]);
+    let out = kb.output("out", DType::F32, [32u64, 8]);
+    kb.range(keys, 0.0, 63.0);
+    let keys_ub = kb.tile(
+        "keys_ub",
+        TileType::new(MemSpace::Vec, DType::I32, 1, 8, Layout::ND),
+    );
+    let row_ub = kb.tile(
+        "row_ub",
+        TileType::new(MemSpace::Vec, DType::F32, 1, 8, Layout::ND),
+    );
+    kb.vector(|v| {
+        // The row buffer's flags by hand, as the row copies write them (one id, pre-set and
+        // drained), so that the pass adds only the scalar reads' pairs.
+        v.set_flag(Pipe::Mte3, Pipe::Mte2, 0);
+        v.for_range("c", 0, 2, 1, |cb, c| {
+            let base = cb.let_("base", Expr::SubBlockIdx * 16u64 + Expr::from(c) * 8);
+            cb.load(keys_ub, GmView::nd(keys, base, 1u64, 8u64, 32u64));
+            cb.for_range("r", 0, 8, 1, |rb, r| {
+                let k = rb.read_tile_scalar("key", keys_ub, r);
+                rb.wait_flag(Pipe::Mte3, Pipe::Mte2, 0);
+                rb.load(row_ub, GmView::nd(src, Expr::from(k) * 8, 1u64, 8u64, 8u64));
+                rb.set_flag(Pipe::Mte2, Pipe::Mte3, 0);
+                rb.wait_flag(Pipe::Mte2, Pipe::Mte3, 0);
+                let at = (Expr::from(base) + r) * 8;
+                rb.store(GmView::nd(out, at, 1u64, 8u64, 8u64), row_ub);
+                rb.set_flag(Pipe::Mte3, Pipe::Mte2, 0);
+            });
+        });
+        v.wait_flag(Pipe::Mte3, Pipe::Mte2, 0);
+    });
+    kb.build()
+}
+
+#[test]
+fn race_suite_ub_scalar_reads() {
+    let k = compiled(&ub_key_gather());
+    // The pass ordered the scalar reads both ways.
+    let mut pairs = BTreeSet::new();
+    walk_ops(&k.vector, &mut |op| {
+        if let Op::SetFlag { src, dst, .. } = op {
+            pairs.insert((*src, *dst));
+        }
+    });
+    for pair in [(Pipe::Mte2, Pipe::S), (Pipe::S, Pipe::Mte2)] {
+        assert!(pairs.contains(&pair), "no {pair:?} flag in {pairs:?}");
+    }
+    let st = race_suite(&ub_key_gather(), 1);
+    assert!(st.races > 0, "{st:?}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Hand-built failures, each with a fixed version.
 // ---------------------------------------------------------------------------------------------

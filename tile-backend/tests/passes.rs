@@ -54,13 +54,14 @@ fn show(ops: &[Op]) -> Vec<String> {
 // ordered (program order per pipe, set/wait flags, barrier(ALL), unit flag of phase Final).
 // ---------------------------------------------------------------------------------------------
 
-const PIPES: [Pipe; 6] = [
+const PIPES: [Pipe; 7] = [
     Pipe::Mte2,
     Pipe::Mte1,
     Pipe::M,
     Pipe::Fix,
     Pipe::V,
     Pipe::Mte3,
+    Pipe::S,
 ];
 fn pi(p: Pipe) -> usize {
     PIPES.iter().position(|&q| q == p).expect("tracked pipe")
@@ -105,7 +106,7 @@ struct Inst {
     name: String,
     pipe: usize,
     own: u64,
-    vc: [u64; 6],
+    vc: [u64; 7],
     acc: Vec<(R, bool)>,
 }
 
@@ -114,16 +115,16 @@ struct Checker<'k> {
     arch: Arch,
     params: HashMap<ParamId, i64>,
     vars: HashMap<VarId, i64>,
-    vc: [[u64; 6]; 6],
-    flags: HashMap<(Pipe, Pipe, u8), [u64; 6]>,
-    units: HashMap<TileId, [u64; 6]>,
+    vc: [[u64; 7]; 7],
+    flags: HashMap<(Pipe, Pipe, u8), [u64; 7]>,
+    units: HashMap<TileId, [u64; 7]>,
     trace: Vec<Inst>,
     errors: Vec<String>,
     /// Cross-core flag ops in execution order, for the cluster check.
     cross: Vec<Op>,
 }
 
-fn join(a: &mut [u64; 6], b: &[u64; 6]) {
+fn join(a: &mut [u64; 7], b: &[u64; 7]) {
     for (x, y) in a.iter_mut().zip(b) {
         *x = (*x).max(*y);
     }
@@ -136,7 +137,7 @@ impl<'k> Checker<'k> {
             arch: arch(),
             params: params.iter().copied().collect(),
             vars: HashMap::new(),
-            vc: [[0; 6]; 6],
+            vc: [[0; 7]; 7],
             flags: HashMap::new(),
             units: HashMap::new(),
             trace: vec![],
@@ -223,11 +224,11 @@ impl<'k> Checker<'k> {
                 return;
             }
             Op::Barrier { pipe: Pipe::All } => {
-                let mut all = [0; 6];
+                let mut all = [0; 7];
                 for v in &self.vc {
                     join(&mut all, v);
                 }
-                self.vc = [all; 6];
+                self.vc = [all; 7];
                 return;
             }
             Op::SetCrossFlag { .. } | Op::WaitCrossFlag { .. } => {
@@ -249,9 +250,6 @@ impl<'k> Checker<'k> {
             self.errors.push(format!("{} has no pipe", op.name()));
             return;
         };
-        if pipe == Pipe::S {
-            return;
-        }
         let p = pi(pipe);
         if let Op::Move {
             src,

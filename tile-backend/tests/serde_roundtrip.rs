@@ -1,5 +1,6 @@
-//! JSON round trip of a non-trivial kernel: loops, if/else, let, read_scalar, tile groups picked
-//! with `i % 2`, a reinterpret, channels, a gather into L1, scaled Fixpipe moves and stores.
+//! JSON round trip of a non-trivial kernel: loops, if/else, let, read_scalar, read_tile_scalar,
+//! tile groups picked with `i % 2`, a reinterpret, channels, a gather into L1, scaled Fixpipe
+//! moves and stores.
 
 use tile_backend::dsl::{Gather, KernelBuilder, Reinterpret};
 use tile_backend::ir::*;
@@ -63,6 +64,10 @@ fn kernel() -> Kernel {
         TileType::new(MemSpace::Vec, DType::F16, h, tile, Layout::ND),
         2,
     );
+    let idx_ub = kb.tile(
+        "idx_ub",
+        TileType::new(MemSpace::Vec, DType::I32, 1, 8, Layout::ND),
+    );
     let p_ub = kb.tile(
         "p_ub",
         TileType::new(MemSpace::Vec, DType::F16, h, tile, Layout::ND)
@@ -125,9 +130,17 @@ fn kernel() -> Kernel {
 
     kb.vector(|v| {
         let len = v.read_scalar("len", lens, Expr::BlockIdx);
+        // The first index, through UB: one load, then a scalar read of the tile.
+        v.load(idx_ub, GmView::nd(idx, 0, 1, 8, topk));
+        v.set_flag(Pipe::Mte2, Pipe::S, 0);
+        v.wait_flag(Pipe::Mte2, Pipe::S, 0);
+        let first = v.read_tile_scalar("first", idx_ub, 0);
         let n_tiles = v.let_(
             "n_tiles",
-            Expr::Var(len).min(topk as i64).ceil_div(tile as i64),
+            Expr::Var(len)
+                .min(topk as i64)
+                .min(Expr::Var(first).max(1) * topk as i64)
+                .ceil_div(tile as i64),
         );
         v.for_range("i", 0, n_tiles, 1, |v, i| {
             v.pop(ch);
@@ -148,8 +161,8 @@ fn the_kernel_is_well_formed() {
     let report = verify(&k);
     assert!(report.diagnostics.is_empty(), "{report}");
     assert_eq!(k.channels.len(), 1);
-    // cube: 5 before the loop, 12 in it, 1 in the if; vector: 1 + 7 in the loop.
-    assert_eq!(k.ops().len(), 26, "{:#?}", k.ops());
+    // cube: 5 before the loop, 12 in it, 1 in the if; vector: 5 + 7 in the loop.
+    assert_eq!(k.ops().len(), 30, "{:#?}", k.ops());
 }
 
 #[test]
@@ -183,6 +196,7 @@ fn json_carries_every_construct() {
         "\"If\"",
         "\"Let\"",
         "\"ReadScalar\"",
+        "\"ReadTileScalar\"",
         "\"WriteScalar\"",
         "\"Rem\"",
         "\"Alias\"",

@@ -1248,3 +1248,64 @@ fn out_of_range_gm_store_is_an_error_and_writes_nothing() {
     assert!(err.to_string().contains("outside argument"), "{err}");
     assert_eq!(out(&args, 1), before);
 }
+
+/// AIV0 loads `keys [1, 8]` (i32) into the first `loaded` elements of a UB tile, waits MTE2 ->
+/// S, reads element `at` of the tile with the scalar unit and writes it to `out[0]`.
+fn tile_scalar_kernel(loaded: u64, at: Expr) -> Kernel {
+    let mut kb = KernelBuilder::new("tile_scalar");
+    let keys = kb.input("keys", DType::I32, [1u64, 8]);
+    let out = kb.output("out", DType::I32, [1u64, 16]);
+    let ub = kb.tile("keys_ub", vec_tile(DType::I32, 1, 8).dynamic());
+    kb.vector(|v| {
+        v.if_(Expr::SubBlockIdx.eq_(0), |v| {
+            v.set_validshape(ub, 1, loaded as i64);
+            v.load(ub, GmView::nd(keys, 0, 1u64, loaded, 8u64));
+            v.set_flag(Pipe::Mte2, Pipe::S, 0);
+            v.wait_flag(Pipe::Mte2, Pipe::S, 0);
+            let k = v.read_tile_scalar("key", ub, at);
+            v.write_scalar(out, 0, k);
+        });
+    });
+    plan(kb.build())
+}
+
+fn tile_scalar_run(k: &Kernel) -> Result<i64, String> {
+    let keys: Vec<i64> = vec![-7, 3, 1 << 30, -(1 << 31), 0, 9, 11, 13];
+    let mut args = vec![
+        Arg::Tensor(GmTensor::from_i64(DType::I32, &[1, 8], &keys)),
+        Arg::Tensor(GmTensor::zeros(DType::I32, &[1, 16])),
+    ];
+    sim::run(
+        k,
+        &Arch::ascend950(),
+        &mut args,
+        SimOptions { block_dim: 1 },
+    )
+    .map_err(|e| e.to_string())?;
+    let t = args[1].tensor().ok_or("out is a tensor")?;
+    Ok(numeric::decode_i64(DType::I32, &t.data[..4]))
+}
+
+#[test]
+fn a_scalar_read_of_a_ub_tile_returns_the_loaded_element() {
+    for (at, want) in [(0, -7), (2, 1 << 30), (3, -(1 << 31)), (7, 13)] {
+        let got = tile_scalar_run(&tile_scalar_kernel(8, Expr::from(at))).expect("runs");
+        assert_eq!(got, want, "element {at}");
+    }
+}
+
+#[test]
+fn a_scalar_read_of_a_never_written_or_outside_element_is_an_error() {
+    // Only 4 elements were loaded: element 5 is poison.
+    let err = tile_scalar_run(&tile_scalar_kernel(4, Expr::from(5))).unwrap_err();
+    assert!(
+        err.contains("poison") && err.contains("element 5 of tile `keys_ub`"),
+        "{err}"
+    );
+    // A runtime index past the tile (the verifier checks only constants).
+    let err = tile_scalar_run(&tile_scalar_kernel(8, Expr::SubBlockIdx + 8)).unwrap_err();
+    assert!(
+        err.contains("element 8 is outside tile `keys_ub` (8 elements)"),
+        "{err}"
+    );
+}

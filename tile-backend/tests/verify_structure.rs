@@ -346,6 +346,7 @@ fn covered_in(rule: Rule) -> &'static str {
         | ReduceLayout | PadValue | FillpadLayout | ValidShape => {
             include_str!("verify_vector.rs")
         }
+        ScalarTileSpace | ScalarTileDtype | ScalarTileIndex => include_str!("verify_scalar.rs"),
         FlagEvent | FlagPipe | CrossFlag | ChannelSide | ChannelDepth => {
             include_str!("verify_sync.rs")
         }
@@ -410,6 +411,9 @@ fn every_rule_is_exercised_by_its_family_file() {
         PadValue,
         FillpadLayout,
         ValidShape,
+        ScalarTileSpace,
+        ScalarTileDtype,
+        ScalarTileIndex,
         FlagEvent,
         FlagPipe,
         CrossFlag,

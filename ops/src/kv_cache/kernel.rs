@@ -11,8 +11,9 @@
 //! with `DEPTH` UB buffers in flight:
 //!
 //! ```text
+//! per chunk of 2048 rows:  MTE2  slot_mapping[chunk] -> keys_ub             (one burst)
 //! per row i (buffer i % DEPTH):
-//!   S     s = slot_mapping[i]                         (read_scalar)
+//!   S     s = keys_ub[i - chunk start]                (UB scalar read)
 //!   if s >= 0:
 //!     MTE2  rows[i, 0..row] -> row_ub[slot]
 //!     MTE3  row_ub[slot] -> cache[s, 0..row]
@@ -37,11 +38,13 @@ use super::CacheCall;
 use crate::bridge::{self, gm_i32};
 use crate::error::OpError;
 use crate::kernels::ReshapeAndCacheShape;
-use crate::runtime::{compiled, Runner};
+use crate::runtime::{compiled, PlanTarget, Runner};
 use crate::templates::row_copy::{block_dim_for, emit_row_copy, RowPlan, RowTiles};
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::{DType, Expr, Kernel};
 use tile_backend::launch::{Arg, GmInOut, GmInput};
+
+pub use crate::templates::row_copy::KEY_CHUNK;
 
 const OP: &str = "reshape_and_cache";
 
@@ -56,23 +59,29 @@ pub(crate) fn cache_kernel(dtype: DType, row: u64) -> Kernel {
     let rows = kb.input("rows", dtype, [n.clone(), Expr::from(row)]);
     let map = kb.input("slot_mapping", DType::I32, [Expr::from(1), n.clone()]);
     let cache = kb.output("cache", dtype, [slots, Expr::from(row)]);
-    let plan = move |b: &mut Body<'_>, i: Expr| {
-        let s = b.read_scalar("slot", map, i.clone());
-        RowPlan {
-            when: Some(Expr::from(s).ge(0)),
-            src_row: i,
-            dst_row: Expr::from(s),
-        }
+    // Row i's key is its slot (read from UB by the template); -1 skips the row.
+    let plan = |_: &mut Body<'_>, i: Expr, slot: Expr| RowPlan {
+        when: Some(slot.clone().ge(0)),
+        src_row: i,
+        dst_row: slot,
     };
     let stride = Expr::from(row);
-    emit_row_copy(&mut kb, rt, n, rows, stride.clone(), cache, stride, &plan);
+    emit_row_copy(
+        &mut kb,
+        rt,
+        n,
+        (rows, stride.clone()),
+        (cache, stride),
+        map,
+        &plan,
+    );
     kb.build()
 }
 
-/// The launch plan of a cache write of `shape`, the same on every target (the row copy has no
-/// tiling to choose): the kernel for its dtype and row width, on as many blocks as give every
-/// AIV a row. [`run`] and `tileops emit` ([`crate::kernels::reshape_and_cache`]) both launch
-/// from it.
+/// The launch plan of a cache write of `shape` on a target: the kernel for its dtype and row
+/// width (the same on every target: the row copy has no tiling to choose), on as many blocks as
+/// give every AIV a row, at most the blocks the target runs at once. [`run`] and `tileops emit`
+/// ([`crate::kernels::reshape_and_cache`], with [`PlanTarget::Device`]) both launch from it.
 pub(crate) struct CachePlan {
     /// Row dtype.
     pub dtype: DType,
@@ -94,12 +103,12 @@ impl CachePlan {
     }
 }
 
-/// The plan of a cache write of `shape`.
-pub(crate) fn plan(shape: &ReshapeAndCacheShape) -> CachePlan {
+/// The plan of a cache write of `shape` on `target`.
+pub(crate) fn plan(shape: &ReshapeAndCacheShape, target: PlanTarget) -> CachePlan {
     CachePlan {
         dtype: shape.dtype,
         width: shape.width as u64,
-        block_dim: block_dim_for(shape.tokens),
+        block_dim: block_dim_for(shape.tokens, target),
     }
 }
 
@@ -130,7 +139,7 @@ pub fn run(
     if n == 0 || call.slot_mapping.iter().all(|&s| s < 0) {
         return Ok(());
     }
-    let plan = plan(s);
+    let plan = plan(s, runner.plan_target());
     let kernel = compiled(OP, &plan.key(), || plan.kernel())?;
     // The kernel sees rows as [N, row] and the cache as [slots, row]: new shapes over the same
     // borrowed bytes.

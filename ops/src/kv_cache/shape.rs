@@ -6,6 +6,7 @@ use super::kernel::plan;
 use crate::error::OpError;
 use crate::kernels::Launch;
 use crate::registry::{check_dims, check_dtype, check_width};
+use crate::runtime::PlanTarget;
 use tile_backend::ir::DType;
 
 /// The shape of a [`crate::reshape_and_cache`] call (`rows [tokens, ...]` written into a paged
@@ -53,7 +54,7 @@ pub fn launches(shape: &ReshapeAndCacheShape) -> Result<Vec<Launch>, OpError> {
     check_dtype(OP, shape.dtype)?;
     check_dims(OP, &[("tokens", shape.tokens)])?;
     check_width(OP, "width", shape.width)?;
-    let plan = plan(shape);
+    let plan = plan(shape, PlanTarget::Device);
     Ok(vec![Launch {
         kernel: plan.kernel(),
         block_dim: plan.block_dim as u64,

@@ -7,21 +7,27 @@
 //!
 //! Vector program only (the cube has no path from L1 to GM, so `gather_in_l1` cannot produce a
 //! GM result). The `n` output rows are split into contiguous runs, one per AIV (two per
-//! block). Each AIV walks its run in batches of up to `batch_rows` rows
+//! block). Each AIV loads the block table into UB once and its run's indices 2048 at a time,
+//! then walks its run in batches of up to `batch_rows` rows
 //! (`templates::row_copy::emit_row_gather`), two batch buffers in flight:
 //!
 //! ```text
-//! per batch (buffer b, rows u0 .. u0 + m):
-//!   per row u:  S     t = indices[u]; e = block_table[t / block_size]   (read_scalar)
-//!                     physical row = e * block_size + t % block_size
-//!               MTE2  src[row, 0..size] -> row u - u0 of batch_ub[b]
-//!   MTE3  batch_ub[b][0..m] -> out[u0 .. u0 + m, 0..size]                  (one store)
+//! MTE2  block_table -> table_ub                   (once per AIV, if nb <= TABLE_CAP)
+//! per chunk:  MTE2  indices[c0 .. c0 + cm] -> keys_ub                    (one burst)
+//!   per batch (buffer b, rows u0 .. u0 + m):
+//!     per row u:  S     t = keys_ub[u]; e = table_ub[t / block_size]   (UB scalar reads)
+//!                       physical row = e * block_size + t % block_size
+//!                 MTE2  src[row, 0..size] -> row u - u0 of batch_ub[b]
+//!     MTE3  batch_ub[b][0..m] -> out[u0 .. u0 + m, 0..size]              (one store)
 //! ```
 //!
-//! The output rows of a batch are consecutive, so one store moves the whole batch; the flags
-//! (one event id per buffer, written by hand) are per batch. Rows wider than `CHUNK_BYTES`
-//! (`templates::row_copy`) take the row-at-a-time copy (`emit_row_copy`, one UB buffer per
-//! row in flight, each row in column chunks).
+//! A block table longer than `TABLE_CAP` entries is read from GM per row instead (a runtime
+//! branch, same kernel). The output rows of a batch are consecutive, so one store moves the
+//! whole batch; the batch flags (one event id per buffer) are written by hand, the key and
+//! table tiles' MTE2 -> S / S -> MTE2 pairs are the sync pass's. Rows wider than
+//! `CHUNK_BYTES` (`templates::row_copy`) take the row-at-a-time copy (`emit_row_copy`, one UB
+//! buffer per row in flight, each row in column chunks; the indices from UB, each block-table
+//! entry from GM).
 //!
 //! Only the dtype and `size` are static (the compile key); `n`, `T`, `C`, the block-table
 //! length and `block_size` are runtime scalar arguments, so a decode step never recompiles.
@@ -30,13 +36,15 @@ use super::GatherCall;
 use crate::bridge::{self, gm_i32};
 use crate::error::OpError;
 use crate::kernels::PagedGatherShape;
-use crate::runtime::{compiled, Runner};
+use crate::runtime::{compiled, PlanTarget, Runner};
 use crate::templates::row_copy::{
-    batch_rows, block_dim_for, emit_row_copy, emit_row_gather, RowPlan, RowTiles,
+    batch_rows, block_dim_for, emit_row_copy, emit_row_gather, GatherKeys, RowPlan, RowTiles, Table,
 };
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::{DType, Expr, Kernel};
 use tile_backend::launch::{Arg, GmInOut, GmInput, GmTensor};
+
+pub use crate::templates::row_copy::{KEY_CHUNK, TABLE_CAP};
 
 const OP: &str = "paged_gather";
 
@@ -53,30 +61,38 @@ pub(crate) fn gather_kernel(dtype: DType, size: u64) -> Kernel {
     let bs = Expr::Param(kb.scalar("block_size", DType::I64));
     let src = kb.input("src", dtype, [tokens, cols.clone()]);
     let idx = kb.input("indices", DType::I32, [Expr::from(1), n.clone()]);
-    let bt = kb.input("block_table", DType::I32, [Expr::from(1), nb]);
+    let bt = kb.input("block_table", DType::I32, [Expr::from(1), nb.clone()]);
     let out = kb.output("out", dtype, [n.clone(), Expr::from(size)]);
-    // Row u's physical row: its token t = indices[u], then its block's table entry.
-    let locate = move |b: &mut Body<'_>, u: Expr| -> Expr {
-        let t = b.read_scalar("token", idx, u);
-        let e = b.read_scalar("entry", bt, Expr::from(t) / bs.clone());
-        Expr::from(e) * bs.clone() + Expr::from(t) % bs.clone()
+    // The physical row of token t: its block's table entry, then the offset in the block.
+    let physical = move |b: &mut Body<'_>, t: Expr, table: Table| -> Expr {
+        let e = table.read(b, "entry", t.clone() / bs.clone());
+        Expr::from(e) * bs.clone() + t % bs.clone()
     };
     if batch_rows(rt) > 0 {
-        emit_row_gather(&mut kb, rt, n, (src, cols), out, &locate);
+        let keys = GatherKeys {
+            keys: idx,
+            table: Some((bt, nb)),
+        };
+        let locate = move |b: &mut Body<'_>, t: Expr, table: Option<Table>| {
+            physical(b, t, table.unwrap_or(Table::Gm(bt)))
+        };
+        emit_row_gather(&mut kb, rt, n, (src, cols), out, keys, &locate);
     } else {
-        let plan = |b: &mut Body<'_>, u: Expr| RowPlan {
+        let plan = |b: &mut Body<'_>, u: Expr, t: Expr| RowPlan {
             when: None,
-            src_row: locate(b, u.clone()),
+            src_row: physical(b, t, Table::Gm(bt)),
             dst_row: u,
         };
-        emit_row_copy(&mut kb, rt, n, src, cols, out, Expr::from(size), &plan);
+        let out_rows = (out, Expr::from(size));
+        emit_row_copy(&mut kb, rt, n, (src, cols), out_rows, idx, &plan);
     }
     kb.build()
 }
 
-/// The launch plan of a gather of `shape`, the same on every target (the row copy has no tiling
-/// to choose): the kernel for its dtype and width, on as many blocks as give every AIV a row.
-/// [`run`] and `tileops emit` ([`crate::kernels::paged_gather`]) both launch from it.
+/// The launch plan of a gather of `shape` on a target: the kernel for its dtype and width (the
+/// same on every target: the row copy has no tiling to choose), on as many blocks as give every
+/// AIV a row, at most the blocks the target runs at once. [`run`] and `tileops emit`
+/// ([`crate::kernels::paged_gather`], with [`PlanTarget::Device`]) both launch from it.
 pub(crate) struct GatherPlan {
     /// Row dtype.
     pub dtype: DType,
@@ -98,12 +114,12 @@ impl GatherPlan {
     }
 }
 
-/// The plan of a gather of `shape`.
-pub(crate) fn plan(shape: &PagedGatherShape) -> GatherPlan {
+/// The plan of a gather of `shape` on `target`.
+pub(crate) fn plan(shape: &PagedGatherShape, target: PlanTarget) -> GatherPlan {
     GatherPlan {
         dtype: shape.dtype,
         size: shape.size as u64,
-        block_dim: block_dim_for(shape.n),
+        block_dim: block_dim_for(shape.n, target),
     }
 }
 
@@ -135,7 +151,7 @@ pub fn run_into(
     let (n, t, c) = (s.n, call.tokens, call.cols);
     bridge::check_storage(OP, "src", (src.dtype, src.data.len()), s.dtype, t * c)?;
     bridge::check_storage(OP, "out", (s.dtype, out.len()), s.dtype, n * s.size)?;
-    let plan = plan(s);
+    let plan = plan(s, runner.plan_target());
     let kernel = compiled(OP, &plan.key(), || plan.kernel())?;
     let nb = call.block_table.len();
     let named = vec![

@@ -6,6 +6,7 @@ use super::kernel::plan;
 use crate::error::OpError;
 use crate::kernels::Launch;
 use crate::registry::{check_dims, check_dtype, check_width};
+use crate::runtime::PlanTarget;
 use tile_backend::ir::DType;
 
 /// The shape of a [`crate::paged_gather()`] call (`src [T, C]`, `indices [1, n]`; result `[n,
@@ -52,7 +53,7 @@ pub fn launches(shape: &PagedGatherShape) -> Result<Vec<Launch>, OpError> {
     check_dtype(OP, shape.dtype)?;
     check_dims(OP, &[("n", shape.n)])?;
     check_width(OP, "size", shape.size)?;
-    let plan = plan(shape);
+    let plan = plan(shape, PlanTarget::Device);
     Ok(vec![Launch {
         kernel: plan.kernel(),
         block_dim: plan.block_dim as u64,

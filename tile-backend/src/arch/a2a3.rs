@@ -107,6 +107,7 @@ pub(super) fn arch() -> Arch {
             dma_half_peak_bytes: Figure::doc(30.0 * 1024.0),
             dma_latency_overlaps: Figure::assumed(1.0),
             scalar_gm_read_cycles: Figure::assumed(200.0),
+            scalar_ub_read_cycles: Figure::assumed(20.0),
         },
         rules_documented: false,
     }

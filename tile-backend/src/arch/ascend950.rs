@@ -250,5 +250,6 @@ fn rates_950(sku: Sku) -> Rates {
         dma_half_peak_bytes: Figure::assumed(30.0 * 1024.0),
         dma_latency_overlaps: Figure::assumed(1.0),
         scalar_gm_read_cycles: Figure::assumed(200.0),
+        scalar_ub_read_cycles: Figure::assumed(20.0),
     }
 }

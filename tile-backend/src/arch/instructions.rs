@@ -93,6 +93,7 @@ pub fn instruction(kernel: &Kernel, op: &Op) -> &'static str {
             _ => "TFILLPAD",
         },
         Op::ReadScalar { .. } => "GM scalar read",
+        Op::ReadTileScalar { .. } => "GetValue",
         Op::WriteScalar { .. } => "GM scalar write",
         Op::SetFlag { .. } => "set_flag",
         Op::WaitFlag { .. } => "wait_flag",

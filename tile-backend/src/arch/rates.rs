@@ -80,4 +80,7 @@ pub struct Rates {
     pub dma_latency_overlaps: Figure,
     /// A scalar GM read through the data cache, cycles.
     pub scalar_gm_read_cycles: Figure,
+    /// A scalar read of one UB (Vec tile) element, cycles: the scalar unit reaches UB directly,
+    /// without the data cache (no public figure gives its latency: an assumption).
+    pub scalar_ub_read_cycles: Figure,
 }

@@ -470,6 +470,23 @@ impl<'k> Body<'k> {
         var
     }
 
+    /// Reads element `index` (storage order) of the Vec tile `tile` into a new scalar variable
+    /// (PTO `Tile::GetValue`, on the scalar unit: order it after the load that fills the tile).
+    pub fn read_tile_scalar(
+        &mut self,
+        name: impl Into<String>,
+        tile: impl Into<TileRef>,
+        index: impl Into<Expr>,
+    ) -> VarId {
+        let var = self.var(name);
+        self.op(Op::ReadTileScalar {
+            var,
+            tile: tile.into(),
+            index: index.into(),
+        });
+        var
+    }
+
     /// Writes `tensor[index] = value` (reaches GM at kernel end).
     pub fn write_scalar(
         &mut self,

@@ -27,7 +27,7 @@ pub enum Pipe {
 
 impl Pipe {
     /// Every pipe, in the timeline's track order: the one list of pipes (the timeline, the cost
-    /// report, the trace and the hazard checker iterate it).
+    /// report, the trace, the hazard checker and the sync pass iterate it).
     pub const ALL: [Pipe; 7] = [
         Pipe::S,
         Pipe::Mte2,
@@ -36,17 +36,6 @@ impl Pipe {
         Pipe::Fix,
         Pipe::V,
         Pipe::Mte3,
-    ];
-
-    /// The pipes that move or compute data: [`Pipe::ALL`] without the scalar unit (which issues
-    /// in order), for the sync pass's ordering.
-    pub const DATA: [Pipe; 6] = [
-        Pipe::ALL[1],
-        Pipe::ALL[2],
-        Pipe::ALL[3],
-        Pipe::ALL[4],
-        Pipe::ALL[5],
-        Pipe::ALL[6],
     ];
 }
 
@@ -457,6 +446,17 @@ pub enum Op {
         /// Element index.
         index: Expr,
     },
+    /// Reads one element of a Vec (UB) tile into a scalar variable (PTO `Tile::GetValue`; S).
+    /// The scalar unit reads UB directly, without the data cache: a batch of control values
+    /// (indices, block-table entries) loaded GM -> UB by one DMA is then read at UB cost.
+    ReadTileScalar {
+        /// Variable receiving the value.
+        var: VarId,
+        /// The Vec tile read.
+        tile: TileRef,
+        /// Element offset in the tile's storage order (row-major for ND: `row * cols + col`).
+        index: Expr,
+    },
     /// Writes one GM element (held in the core's data cache until kernel end; S).
     WriteScalar {
         /// GM tensor.
@@ -539,7 +539,7 @@ pub enum OpFamily {
     Gather,
     /// Vector-unit ops, fillpad and set_validshape.
     Vector,
-    /// Scalar GM reads and writes.
+    /// Scalar reads (GM through the data cache, or a UB tile element) and GM writes.
     Scalar,
     /// Flags, barriers, cross-core flags and channel ops.
     Sync,
@@ -563,7 +563,9 @@ impl Op {
             | Op::Fill { .. }
             | Op::FillPad { .. }
             | Op::SetValidShape { .. } => OpFamily::Vector,
-            Op::ReadScalar { .. } | Op::WriteScalar { .. } => OpFamily::Scalar,
+            Op::ReadScalar { .. } | Op::ReadTileScalar { .. } | Op::WriteScalar { .. } => {
+                OpFamily::Scalar
+            }
             Op::SetFlag { .. }
             | Op::WaitFlag { .. }
             | Op::Barrier { .. }
@@ -595,6 +597,7 @@ impl Op {
             Op::SetValidShape { .. } => "set_validshape",
             Op::FillPad { .. } => "fillpad",
             Op::ReadScalar { .. } => "read_scalar",
+            Op::ReadTileScalar { .. } => "read_tile_scalar",
             Op::WriteScalar { .. } => "write_scalar",
             Op::SetFlag { .. } => "set_flag",
             Op::WaitFlag { .. } => "wait_flag",
@@ -645,6 +648,7 @@ impl Op {
             | Op::Reduce { src, .. }
             | Op::Expand { src, .. }
             | Op::Cast { src, .. } => vec![src],
+            Op::ReadTileScalar { tile, .. } => vec![tile],
             Op::Binary { lhs, rhs, .. } => vec![lhs, rhs],
             Op::Broadcast { src, operand, .. } => vec![src, operand],
             // GM sources, metadata, scalars and sync: no tile read. Listed one by one (no
@@ -689,6 +693,7 @@ impl Op {
             Op::Store { .. }
             | Op::SetValidShape { .. }
             | Op::ReadScalar { .. }
+            | Op::ReadTileScalar { .. }
             | Op::WriteScalar { .. }
             | Op::SetFlag { .. }
             | Op::WaitFlag { .. }

@@ -185,6 +185,7 @@ pub fn op_cost(
             }
         }
         Op::ReadScalar { .. } => (r.scalar_gm_read_cycles.value, 0.0),
+        Op::ReadTileScalar { .. } => (r.scalar_ub_read_cycles.value, 0.0),
         // One cycle each: a scalar write to the data cache, valid-shape metadata, and the sync
         // and channel ops (their waiting is the timeline's, not a cost). Listed one by one (no
         // catch-all) so that a new op fails to compile until its cost is given.
@@ -375,7 +376,8 @@ pub fn block_timeline(
                 c.free[p] = span.busy_until;
                 c.done[p] = c.done[p].max(span.end);
                 c.issue += 1.0;
-                if let Op::ReadScalar { .. } = e.op {
+                // A scalar read stalls issue until its value arrives.
+                if let Op::ReadScalar { .. } | Op::ReadTileScalar { .. } = e.op {
                     c.issue = c.issue.max(span.end);
                 }
                 out.end = out.end.max(span.end);

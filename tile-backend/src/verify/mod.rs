@@ -2,7 +2,7 @@
 //!
 //! Each violation is a [`Diagnostic`] naming the rule, the op and the numbers involved. Rules live
 //! in one file per family: `memory` (tile shapes, capacity, alignment, loads and stores),
-//! `moves`, `matmul`, `quant`, `gather`, `reinterpret`, `vector`, `sync` and
+//! `moves`, `matmul`, `quant`, `gather`, `reinterpret`, `vector`, `scalar`, `sync` and
 //! `structure` (ids, scopes and which core may touch which space).
 
 mod gather;
@@ -11,6 +11,7 @@ mod memory;
 mod moves;
 mod quant;
 mod reinterpret;
+mod scalar;
 mod structure;
 mod sync;
 mod vector;
@@ -97,6 +98,10 @@ pub enum Rule {
     PadValue,
     FillpadLayout,
     ValidShape,
+    // scalar
+    ScalarTileSpace,
+    ScalarTileDtype,
+    ScalarTileIndex,
     // sync
     FlagEvent,
     FlagPipe,
@@ -394,7 +399,8 @@ impl Walker {
             OpFamily::Vector => vector::check(cx, op),
             OpFamily::Sync => sync::check(cx, op, self.section),
             OpFamily::Scalar => {
-                if let Op::ReadScalar { var, .. } = op {
+                scalar::check(cx, op);
+                if let Op::ReadScalar { var, .. } | Op::ReadTileScalar { var, .. } = op {
                     self.scope.insert(*var);
                 }
             }

@@ -147,6 +147,7 @@ pub(super) fn check_op(cx: &mut Ctx<'_>, op: &Op, section: CoreKind, scope: &Has
             check_tensor(cx, *tensor);
             check_expr(cx, index, scope);
         }
+        Op::ReadTileScalar { index, .. } => check_expr(cx, index, scope),
         Op::WriteScalar {
             tensor,
             index,

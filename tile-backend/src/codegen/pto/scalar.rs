@@ -242,7 +242,8 @@ pub(super) fn control(e: &mut Emitter<'_>, s: &Stmt) -> Result<(), CodegenError>
     Ok(())
 }
 
-/// `read_scalar` / `write_scalar`: plain loads and stores through the core's data cache.
+/// `read_scalar` / `write_scalar`: plain loads and stores through the core's data cache;
+/// `read_tile_scalar`: PTO's `Tile::GetValue`, the scalar unit reading one UB element.
 pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
     match op {
         Op::ReadScalar { var, tensor, index } => {
@@ -253,6 +254,14 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
                 "const int64_t {v} = static_cast<int64_t>({name}[{i}]);  // GM scalar read"
             ));
             e.set_lower_bound(*var, range_min);
+        }
+        Op::ReadTileScalar { var, tile, index } => {
+            let t = e.tile(tile)?;
+            let v = e.var_name(*var)?;
+            let i = e.expr(index);
+            e.line(format!(
+                "const int64_t {v} = static_cast<int64_t>({t}.GetValue(static_cast<uint32_t>({i})));  // UB scalar read"
+            ));
         }
         Op::WriteScalar {
             tensor,

@@ -6,8 +6,11 @@ use crate::arch::Arch;
 use crate::ir::{CoreKind, Expr, Kernel, MemSpace, Op, Phase, Pipe, Stmt, TileId, VarId};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The pipes whose ordering the pass tracks (S is in-order with issue; `All` is not a pipe).
-const PIPES: [Pipe; 6] = Pipe::DATA;
+/// The pipes whose ordering the pass tracks: every pipe (`All` is not one). Of the S-pipe ops,
+/// only a scalar read of a UB tile (`read_tile_scalar`) touches a tile, so it is the one S op
+/// that takes flags: MTE2 -> S after the load that fills its tile, S -> MTE2 before a later
+/// overwrite; GM scalar reads and writes and `set_validshape` stay untracked.
+const PIPES: [Pipe; 7] = Pipe::ALL;
 
 fn pidx(p: Pipe) -> Option<usize> {
     PIPES.iter().position(|&q| q == p)
@@ -113,7 +116,8 @@ enum Unit {
 /// What the analysis knows of an op.
 #[derive(Debug, Clone)]
 struct Info {
-    /// Tracked pipe (index into [`PIPES`]), `None` for scalar and sync ops.
+    /// Tracked pipe (index into [`PIPES`]), `None` for sync ops and the scalar ops that touch
+    /// no tile.
     pipe: Option<usize>,
     /// Accesses that later ops must be ordered after.
     src: Vec<Access>,

@@ -36,7 +36,10 @@
 //! starts at a cross-core wait from losing a signal in a loop: its next set (after the next
 //! wait) then follows this iteration's wait, as for any pair between two tile ops, whose
 //! accesses conflict both ways. Two ops on different pipes depend when their accesses overlap
-//! and one writes. S-pipe ops (scalars, `set_validshape`) and same-pipe pairs need nothing.
+//! and one writes. A scalar read of a UB tile (`read_tile_scalar`, S pipe) reads its tile like
+//! any op: it waits MTE2 -> S for the load that filled it, and a later load into those bytes
+//! waits S -> MTE2. The other S-pipe ops (GM scalar reads and writes, `set_validshape`) touch no
+//! tile and need nothing; nor do same-pipe pairs.
 //!
 //! A must-analysis over the structured program computes, before each op on pipe `P`, the ops
 //! whose latest executed instance may not yet be ordered before `P` — through program order on a

@@ -1,11 +1,12 @@
-//! Scalar GM access through the core's data cache, and synchronisation.
+//! Scalar GM access through the core's data cache, scalar reads of UB tile elements, and
+//! synchronisation.
 //!
 //! Intra-core flags and barriers order pipes; the functional simulation runs each core's ops in
 //! program order, so they need no action here (the timeline and race detector use them).
 //! Cross-core flags block the waiting core until the signal arrives.
 
 use super::{ExecCtx, Flow};
-use crate::ir::{Op, ParamKind};
+use crate::ir::{MemSpace, Op, ParamKind, TileRef};
 use crate::sim::numeric;
 use crate::sim::trace::{Mem, SyncInfo};
 
@@ -26,6 +27,11 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<Flow, String
                 None => cx.gm_read(*tensor, off, b)?,
             }
             let v = numeric::decode_i64(dtype, b);
+            cx.core.set_var(*var, v);
+        }
+        Op::ReadTileScalar { var, tile, index } => {
+            let idx = cx.core.eval(index)?;
+            let v = read_tile_element(cx, tile, idx)?;
             cx.core.set_var(*var, v);
         }
         Op::WriteScalar {
@@ -115,4 +121,52 @@ fn element(
         ));
     }
     Ok((dtype, idx as usize * dtype.size_bytes() as usize))
+}
+
+/// Element `idx` (storage order) of the Vec tile `tile` in this core's UB, as an integer. A
+/// never-written element is poison reaching a value: an error.
+fn read_tile_element(
+    cx: &mut ExecCtx<'_, '_, '_>,
+    tile: &TileRef,
+    idx: i64,
+) -> Result<i64, String> {
+    let loc = cx.tile(tile)?;
+    let (ty, name) = (loc.ty, loc.name());
+    if loc.space() != MemSpace::Vec {
+        return Err(format!(
+            "read_tile_scalar of tile `{name}` in {}: the scalar unit reads only UB (Vec) tiles",
+            loc.space()
+        ));
+    }
+    let numel = (ty.rows * ty.cols) as i64;
+    if idx < 0 || idx >= numel {
+        return Err(format!(
+            "read_tile_scalar at element {idx} is outside tile `{name}` ({numel} elements)"
+        ));
+    }
+    let es = ty.dtype.size_bytes() as usize;
+    let start = loc.addr + idx as usize * es;
+    let aiv = cx.own_aiv();
+    if !cx.mem.defined(MemSpace::Vec, aiv, start, es) {
+        return Err(format!(
+            "poison: read_tile_scalar reads never-written element {idx} of tile `{name}`"
+        ));
+    }
+    let buf = cx.mem.buf(MemSpace::Vec, aiv)?;
+    let bytes = buf
+        .get(start..start + es)
+        .ok_or_else(|| format!("tile `{name}` lies outside UB"))?;
+    let v = numeric::decode_i64(ty.dtype, bytes);
+    if let Some(r) = &mut cx.rec {
+        r.touch(
+            Mem::Chip {
+                space: MemSpace::Vec,
+                aiv,
+            },
+            start,
+            es,
+            false,
+        );
+    }
+    Ok(v)
 }
