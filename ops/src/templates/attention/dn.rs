@@ -79,7 +79,7 @@ use super::plan::{best_slice, round_up};
 use tile_backend::dsl::{KernelBuilder, Reinterpret};
 use tile_backend::ir::{
     AccToVecMode, ChannelId, CoreKind, DType, Expr, Kernel, Layout, MemSpace, PadValue, ParamId,
-    TileId, TileType,
+    TileId, TileRef, TileType,
 };
 
 /// Static shape of the DN-mode flash kernel (its specialisation key).
@@ -103,6 +103,10 @@ pub(crate) struct FlashCfg {
     pub single: bool,
     /// Keys per KV tile (a multiple of 16).
     pub tkv: u64,
+    /// Score buffers per AIV (2 where UB holds them, else 1): with two, the Fixpipe moves
+    /// tile t + 1's scores into one while the vector core still works on tile t's in the
+    /// other (channels S0 / S1, one per buffer), so the move is off the per-tile chain.
+    pub s_bufs: u64,
     /// D slice of Q K^T (L0A/L0B operand width).
     pub ks: u64,
     /// Dv slice of P V.
@@ -142,16 +146,22 @@ impl FlashCfg {
         };
         let h = if single { ts } else { ts / 2 };
         let l1 = |tkv: u64| ts * dp * es + 2 * tkv * (dp + vp) * es + 2 * tkv * ts * es;
-        let ub = |tkv: u64| {
-            // s, mask (f32) + P (dtype, ND and NZ) + O (f32) + PV slice + out cast + stats.
-            2 * tkv * h * 4 + 2 * tkv * h * es + h * vp * 4 + h * 128 * (4 + es) + 8 * h * 4
+        let ub = |tkv: u64, s_bufs: u64| {
+            // s (s_bufs of them), mask (f32) + P (dtype, ND and NZ) + O (f32) + PV slice + out
+            // cast + stats.
+            (s_bufs + 1) * tkv * h * 4
+                + 2 * tkv * h * es
+                + h * vp * 4
+                + h * 128 * (4 + es)
+                + 8 * h * 4
         };
         // L0A holds P^T [ts, tkv] beside two K slices of at least 16 columns.
         let l0a = |tkv: u64| ts * tkv * es + 2 * tkv * 16 * es;
         let mut tkv = max_skv.clamp(16, 128).next_power_of_two();
-        while tkv > 16 && (l1(tkv) > L1_BUDGET || ub(tkv) > UB_BUDGET || l0a(tkv) > 64 * 1024) {
+        while tkv > 16 && (l1(tkv) > L1_BUDGET || ub(tkv, 1) > UB_BUDGET || l0a(tkv) > 64 * 1024) {
             tkv /= 2;
         }
+        let s_bufs = if ub(tkv, 2) <= UB_BUDGET { 2 } else { 1 };
         // L0A: P^T [ts, tkv] + two K slices [tkv, ks]; L0B: two Q^T slices [ks, ts] + two V
         // slices [tkv, ns], half each.
         let l0 = 64 * 1024;
@@ -169,6 +179,7 @@ impl FlashCfg {
             ts,
             single,
             tkv,
+            s_bufs,
             ks,
             ns,
             write_p: false,
@@ -297,6 +308,7 @@ pub(super) struct FlashKernel<'a> {
     pub v_l0: TileId,
     pub s_acc: TileId,
     pub pv_acc: TileId,
+    /// The score buffers (a group of [`FlashCfg::s_bufs`]); KV tile t uses [`FlashKernel::s`].
     pub s_ub: TileId,
     pub mask_ub: TileId,
     pub p_ub: Option<TileId>,
@@ -305,7 +317,8 @@ pub(super) struct FlashKernel<'a> {
     pub o_t: TileId,
     pub o_cast: Option<TileId>,
     pub stats: Stats,
-    pub ch_s: ChannelId,
+    /// The score channels, one per score buffer (the second is the first with one buffer).
+    pub ch_s: [ChannelId; 2],
     pub ch_p: ChannelId,
     pub ch_pv: ChannelId,
 }
@@ -329,6 +342,16 @@ pub(super) struct Stats {
 }
 
 impl FlashKernel<'_> {
+    /// The score buffer of the KV tile in slot `slot` (a tile's parity).
+    pub(super) fn s(&self, slot: u64) -> TileRef {
+        self.s_ub.at(slot % self.cfg.s_bufs)
+    }
+
+    /// The channel of the score buffer of slot `slot`.
+    pub(super) fn ch_s(&self, slot: u64) -> ChannelId {
+        self.ch_s[(slot % 2) as usize]
+    }
+
     /// Reads field `f` of this block's descriptor row.
     pub(super) fn field(&self, b: &mut tile_backend::dsl::Body<'_>, f: Desc) -> Expr {
         let name = format!("{f:?}").to_lowercase();
@@ -422,9 +445,10 @@ pub(crate) fn flash_dn(cfg: &FlashCfg) -> Kernel {
     let s_acc = kb.tile_group("s_acc", ty(Acc, DType::F32, tkv, ts, NZ), 2);
     let pv_acc = kb.tile_group("pv_acc", ty(Acc, DType::F32, ts, ns, NZ), 2);
     // Vector tiles (one set per AIV, at the same UB addresses).
-    let s_ub = kb.tile(
+    let s_ub = kb.tile_group(
         "s_ub",
         ty(Ub, DType::F32, tkv, h, ND).dynamic().pad(PadValue::Min),
+        cfg.s_bufs as u32,
     );
     let mask_ub = kb.tile("mask_ub", ty(Ub, DType::F32, tkv, h, ND));
     let p_ub = (!f32_data).then(|| kb.tile("p_ub", ty(Ub, dt, tkv, h, ND).dynamic()));
@@ -467,7 +491,12 @@ pub(crate) fn flash_dn(cfg: &FlashCfg) -> Kernel {
         alpha_col: column(&mut kb, "alpha_col", alpha),
         l_col: column(&mut kb, "l_col", l),
     };
-    let ch_s = kb.channel("s", CoreKind::Cube, 1);
+    let ch_s0 = kb.channel("s", CoreKind::Cube, 1);
+    let ch_s = if cfg.s_bufs == 2 {
+        [ch_s0, kb.channel("s1", CoreKind::Cube, 1)]
+    } else {
+        [ch_s0; 2]
+    };
     let ch_p = kb.channel("p", CoreKind::Vector, 1);
     let ch_pv = kb.channel("pv", CoreKind::Cube, 1);
     let fk = FlashKernel {

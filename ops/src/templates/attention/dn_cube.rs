@@ -37,17 +37,35 @@ pub(super) fn body(c: &mut Body<'_>, k: &FlashKernel<'_>) {
             // One tile of lookahead: tile t + 1's scores are computed (and handed over) before
             // tile t's P V, so the cube works while the vector cores run tile t's softmax.
             let v_off = k.field(c, Desc::VOff);
+            // K runs two tiles ahead: tiles 0 and 1 first, then tile t + 2's with tile t's V.
             c.if_(Expr::Var(iters).gt(0), |b| {
-                scores(b, k, &kv_end, &k_off, Expr::from(0), 0);
+                let first = keys(b, cfg.tkv, &kv_end, Expr::from(0));
+                load_k(b, k, &k_off, first, 0);
+                b.if_(Expr::Var(iters).gt(1), |b| {
+                    let second = keys(b, cfg.tkv, &kv_end, Expr::from(1));
+                    load_k(b, k, &k_off, second, 1);
+                });
+                scores(b, k, 0);
             });
             let mut step = |b: &mut Body<'_>, it: Expr, slot: u64| {
-                let next = it.clone() + 1;
-                b.if_(next.clone().lt(Expr::Var(iters)), |nb| {
-                    scores(nb, k, &kv_end, &k_off, next, 1 - slot);
-                });
-                let j0 = b.let_("j0", it * cfg.tkv);
-                let nv = b.let_("nv", (kv_end.clone() - j0).min(cfg.tkv as i64));
-                pv(b, k, &v_off, j0, nv, slot);
+                let mine = keys(b, cfg.tkv, &kv_end, it.clone());
+                // K of tile t + 2 (into the slot tile t's scores freed) and V of tile t in one
+                // statement: the sync pass sets their MTE2 -> MTE1 flags after both, so MTE2
+                // waits out one DMA latency per KV tile, not two (a set waits for the loads
+                // before it to complete).
+                let after = it.clone() + 2;
+                b.if_else(
+                    after.clone().lt(Expr::Var(iters)),
+                    |nb| {
+                        let theirs = keys(nb, cfg.tkv, &kv_end, after);
+                        load_k(nb, k, &k_off, theirs, slot);
+                        load_v(nb, k, &v_off, mine, slot);
+                    },
+                    |eb| load_v(eb, k, &v_off, mine, slot),
+                );
+                let next = it + 1;
+                b.if_(next.lt(Expr::Var(iters)), |nb| scores(nb, k, 1 - slot));
+                pv(b, k, slot);
             };
             ping_pong(c, Expr::Var(iters), &mut step);
         }
@@ -55,7 +73,9 @@ pub(super) fn body(c: &mut Body<'_>, k: &FlashKernel<'_>) {
             // Two passes over the keys: the statistics, then P.
             for _ in 0..2 {
                 let mut step = |b: &mut Body<'_>, it: Expr, slot: u64| {
-                    scores(b, k, &kv_end, &k_off, it, slot);
+                    let keys = keys(b, cfg.tkv, &kv_end, it);
+                    load_k(b, k, &k_off, keys, slot);
+                    scores(b, k, slot);
                 };
                 ping_pong(c, Expr::Var(iters), &mut step);
             }
@@ -104,23 +124,36 @@ fn load_rows(
     b.set_validshape(t, tkv, padc);
 }
 
-/// KV tile `it`: K into L1, S^T = K Q^T (D-sliced, Partial/Final), moved to both UBs with
-/// DualModeSplitN (channel S). Returns the tile's first key and key count.
-fn scores(
-    b: &mut Body<'_>,
-    k: &FlashKernel<'_>,
-    kv_end: &Expr,
-    k_off: &Expr,
-    it: Expr,
-    slot: u64,
-) -> (VarId, VarId) {
-    let cfg = k.cfg;
-    let (tkv, ks) = (cfg.tkv, cfg.ks);
-    let nks = cfg.dp() / ks;
+/// The first key and the key count of KV tile `it` (of `tkv` keys; the last one ends at
+/// `kv_end`).
+fn keys(b: &mut Body<'_>, tkv: u64, kv_end: &Expr, it: Expr) -> (VarId, VarId) {
     let j0 = b.let_("j0", it * tkv);
     let nv = b.let_("nv", (kv_end.clone() - j0).min(tkv as i64));
+    (j0, nv)
+}
+
+/// K rows `keys` into L1 slot `slot`.
+fn load_k(b: &mut Body<'_>, k: &FlashKernel<'_>, k_off: &Expr, keys: (VarId, VarId), slot: u64) {
+    let cfg = k.cfg;
     let k_cols = (k.sp.k_rs, cfg.d, cfg.dp());
-    load_rows(b, tkv, k.k_l1, slot, k.k, k_off, (j0, nv), k_cols);
+    load_rows(b, cfg.tkv, k.k_l1, slot, k.k, k_off, keys, k_cols);
+}
+
+/// V rows `keys` into L1 slot `slot` (nothing in the P-writing variant).
+fn load_v(b: &mut Body<'_>, k: &FlashKernel<'_>, v_off: &Expr, keys: (VarId, VarId), slot: u64) {
+    let cfg = k.cfg;
+    if let (Some(v), Some(v_l1)) = (k.v, k.v_l1) {
+        let v_cols = (k.sp.v_rs, cfg.dv, cfg.vp());
+        load_rows(b, cfg.tkv, v_l1, slot, v, v_off, keys, v_cols);
+    }
+}
+
+/// A KV tile (K already in L1 slot `slot`): S^T = K Q^T (D-sliced,
+/// Partial/Final), moved to both UBs with DualModeSplitN (channel S).
+fn scores(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
+    let cfg = k.cfg;
+    let ks = cfg.ks;
+    let nks = cfg.dp() / ks;
     for j in 0..nks {
         let xs = j % 2;
         let x = xs as u8;
@@ -147,36 +180,26 @@ fn scores(
     }
     // S^T -> both UBs, columns split: each AIV holds all keys of half the queries (or all of
     // it to AIV0 in the single-vector-core fallback).
-    b.acquire(k.ch_s);
-    b.mov(k.s_ub, k.s_acc.at(slot))
+    b.acquire(k.ch_s(slot));
+    b.mov(k.s(slot), k.s_acc.at(slot))
         .mode(cfg.s_mode())
         .phase(Phase::Final);
     b.set_flag(Fix, Mm, slot as u8);
-    b.push(k.ch_s);
-    (j0, nv)
+    b.push(k.ch_s(slot));
 }
 
-/// KV tile of keys `j0..j0 + nv`: V into L1, P (both halves, in L1 as P^T NZ = P ZN) into
-/// L0A, O_j = P V_j moved back with DualModeSplitM (channel PV) to the AIV owning each query.
-fn pv(b: &mut Body<'_>, k: &FlashKernel<'_>, v_off: &Expr, j0: VarId, nv: VarId, slot: u64) {
+/// A KV tile (V already in L1 slot `slot`): P (both halves, in L1 as P^T NZ = P
+/// ZN) into L0A, O_j = P V_j moved back with DualModeSplitM (channel PV) to the AIV owning
+/// each query.
+fn pv(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
     let cfg = k.cfg;
-    let (tkv, ns) = (cfg.tkv, cfg.ns);
+    let ns = cfg.ns;
     let nks = cfg.dp() / cfg.ks;
     let nns = cfg.vp() / ns;
-    let (Some(v), Some(v_l1)) = (k.v, k.v_l1) else {
+    let Some(v_l1) = k.v_l1 else {
         return;
     };
     let (ch_p, ch_pv) = (k.ch_p, k.ch_pv);
-    load_rows(
-        b,
-        tkv,
-        v_l1,
-        slot,
-        v,
-        v_off,
-        (j0, nv),
-        (k.sp.v_rs, cfg.dv, cfg.vp()),
-    );
     b.pop(ch_p);
     b.wait_flag(Mm, Mte1, PT_EV);
     b.mov(k.pt_l0, k.pt_l1.at(slot));

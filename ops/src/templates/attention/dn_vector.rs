@@ -8,7 +8,9 @@ use super::dn_host::Desc;
 use super::ping_pong;
 use super::plan::M_INIT;
 use tile_backend::dsl::Body;
-use tile_backend::ir::{Axis, BinaryOp, Expr, GmView, Pipe, ReduceOp, RoundMode, UnaryOp, VarId};
+use tile_backend::ir::{
+    Axis, BinaryOp, Expr, GmView, Pipe, ReduceOp, RoundMode, TileRef, UnaryOp, VarId,
+};
 
 /// The event of the mask tile's hand-written V <-> MTE2 flags.
 const MASK_EV: u8 = 0;
@@ -44,7 +46,9 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
             mine
         },
     );
-    v.set_validshape(k.s_ub, tkv, h);
+    for x in 0..cfg.s_bufs {
+        v.set_validshape(k.s(x), tkv, h);
+    }
     if let Some(pu) = k.p_ub {
         v.set_validshape(pu, tkv, h);
     }
@@ -79,7 +83,7 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
         if !cfg.write_p {
             p_out(b, k, slot);
         } else {
-            b.release(k.ch_s);
+            b.release(k.ch_s(slot));
         }
     };
     if cfg.write_p {
@@ -143,8 +147,9 @@ fn softmax_tile(
 ) {
     let (tkv, h) = (k.cfg.tkv, k.cfg.h());
     let st = k.stats;
-    b.pop(k.ch_s);
-    aiv0(b, k, |b| b.muls(k.s_ub, k.s_ub, k.sp.scale));
+    let s = k.s(slot);
+    b.pop(k.ch_s(slot));
+    aiv0(b, k, |b| b.muls(s.clone(), s.clone(), k.sp.scale));
     let delta = b.let_("delta", Expr::Var(diag) - j0);
 
     // The lowest score each query sees (non-finite policy): off the diagonal, every row of the
@@ -152,38 +157,35 @@ fn softmax_tile(
     // finite, and such a query sees a key of the tile).
     b.if_(Expr::Var(delta).ge(tkv as i64 - 1), |t| {
         aiv0(t, k, |t| {
-            t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, k.s_ub)
+            t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, s.clone())
         })
     });
     // Keys past kv_end: -inf.
     b.if_(Expr::Var(nv).lt(tkv), |t| {
-        t.set_validshape(k.s_ub, nv, h);
-        aiv0(t, k, |t| t.fillpad(k.s_ub));
-        t.set_validshape(k.s_ub, tkv, h);
+        t.set_validshape(s.clone(), nv, h);
+        aiv0(t, k, |t| t.fillpad(s.clone()));
+        t.set_validshape(s.clone(), tkv, h);
     });
-    // A tile crossing the causal diagonal: the low band (-inf where a query sees the key, +inf
-    // where it does not) gives the column minimum of the seen scores as max(low band, s); the
-    // keep band (+inf / -inf) masks as min(s, keep band), which overwrites a hidden key's
-    // score whatever it holds (an add of -inf would turn +inf or NaN there into NaN).
+    // A tile crossing the causal diagonal, with one load of the keep band (+inf where a query
+    // sees the key, -inf where it does not): s = min(s, keep) masks, overwriting a hidden
+    // key's score whatever it holds (an add of -inf would turn +inf or NaN there into NaN);
+    // then -keep (the low band) gives the column minimum of the seen scores as
+    // max(-keep, s) (a hidden key's -inf meets +inf there).
     b.if_(Expr::Var(delta).lt(tkv as i64 - 1), |t| {
         let clamped = Expr::Var(delta).max(-(h as i64)).min(tkv as i64 - 1);
         let row0 = t.let_("row0", Expr::from(tkv as i64 - 1) - clamped);
-        for (band, first) in [(1, true), (0, false)] {
-            let at = (Expr::Var(row0) + band * k.cfg.mask_rows() as i64) * h;
-            t.wait_flag(Pipe::V, Pipe::Mte2, MASK_EV);
-            t.load(k.mask_ub, GmView::nd(k.mask, at, tkv, h, h));
-            t.set_flag(Pipe::Mte2, Pipe::V, MASK_EV);
-            t.wait_flag(Pipe::Mte2, Pipe::V, MASK_EV);
-            aiv0(t, k, |t| {
-                if first {
-                    t.max(k.mask_ub, k.mask_ub, k.s_ub);
-                    t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, k.mask_ub);
-                } else {
-                    t.binary(BinaryOp::Min, k.s_ub, k.s_ub, k.mask_ub);
-                }
-            });
-            t.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
-        }
+        let at = Expr::Var(row0) * h;
+        t.wait_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+        t.load(k.mask_ub, GmView::nd(k.mask, at, tkv, h, h));
+        t.set_flag(Pipe::Mte2, Pipe::V, MASK_EV);
+        t.wait_flag(Pipe::Mte2, Pipe::V, MASK_EV);
+        aiv0(t, k, |t| {
+            t.binary(BinaryOp::Min, s.clone(), s.clone(), k.mask_ub);
+            t.unary(UnaryOp::Neg, k.mask_ub, k.mask_ub);
+            t.max(k.mask_ub, k.mask_ub, s.clone());
+            t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, k.mask_ub);
+        });
+        t.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
     });
     aiv0(b, k, |b| online_softmax(b, k, slot));
 }
@@ -192,16 +194,17 @@ fn softmax_tile(
 /// query): the new maxima, `alpha`, `s = exp(s - m_new)` and the running sums.
 fn online_softmax(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
     let st = k.stats;
+    let s = k.s(slot);
     let alpha = st.alpha.at(slot);
     b.binary(BinaryOp::Min, st.low, st.low, st.low_tile);
-    b.col_max(st.mc, k.s_ub);
+    b.col_max(st.mc, s.clone());
     b.max(st.mc, st.mc, st.m);
     b.binary(BinaryOp::Sub, alpha.clone(), st.m, st.mc);
     b.exp(alpha.clone(), alpha.clone());
     b.max(st.m, st.m, st.mc);
-    b.broadcast(BinaryOp::Sub, Axis::Col, k.s_ub, k.s_ub, st.mc);
-    b.exp(k.s_ub, k.s_ub);
-    b.col_sum(st.lc, k.s_ub);
+    b.broadcast(BinaryOp::Sub, Axis::Col, s.clone(), s.clone(), st.mc);
+    b.exp(s.clone(), s.clone());
+    b.col_sum(st.lc, s.clone());
     b.mul(st.l, st.l, alpha);
     b.add(st.l, st.l, st.lc);
 }
@@ -211,8 +214,8 @@ fn p_out(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
     // The hand-written flags stay outside `aiv0`: both AIVs run the same flag sequence.
     match k.p_ub {
         Some(pu) => {
-            aiv0(b, k, |b| b.cast(pu, k.s_ub, RoundMode::Rint));
-            b.release(k.ch_s);
+            aiv0(b, k, |b| b.cast(pu, k.s(slot), RoundMode::Rint));
+            b.release(k.ch_s(slot));
             b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
             aiv0(b, k, |b| {
                 b.mov(k.p_nz, pu);
@@ -221,9 +224,9 @@ fn p_out(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
         None => {
             b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
             aiv0(b, k, |b| {
-                b.mov(k.p_nz, k.s_ub);
+                b.mov(k.p_nz, k.s(slot));
             });
-            b.release(k.ch_s);
+            b.release(k.ch_s(slot));
         }
     }
     b.set_flag(Pipe::V, Pipe::Mte3, P_EV);
@@ -276,35 +279,36 @@ fn write_p(
     // 1 / l into l_tile.
     v.fill(st.lc, 1.0);
     v.binary(BinaryOp::Div, st.lc, st.lc, st.l);
-    let pt = k.p_ub.unwrap_or(k.s_ub);
-    let mut step = |b: &mut Body<'_>, it: Expr, _slot: u64| {
+    let mut step = |b: &mut Body<'_>, it: Expr, slot: u64| {
+        let s = k.s(slot);
+        let pt = k.p_ub.map_or(s.clone(), TileRef::from);
         let j0 = b.let_("j0", it * tkv);
         let nv = b.let_("nv", (kv_end.clone() - j0).min(tkv as i64));
-        b.pop(k.ch_s);
+        b.pop(k.ch_s(slot));
         aiv0(b, k, |b| {
-            b.muls(k.s_ub, k.s_ub, k.sp.scale);
-            b.broadcast(BinaryOp::Sub, Axis::Col, k.s_ub, k.s_ub, st.m);
-            b.exp(k.s_ub, k.s_ub);
-            b.broadcast(BinaryOp::Mul, Axis::Col, k.s_ub, k.s_ub, st.lc);
+            b.muls(s.clone(), s.clone(), k.sp.scale);
+            b.broadcast(BinaryOp::Sub, Axis::Col, s.clone(), s.clone(), st.m);
+            b.exp(s.clone(), s.clone());
+            b.broadcast(BinaryOp::Mul, Axis::Col, s.clone(), s.clone(), st.lc);
         });
         b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
         if let Some(pu) = k.p_ub {
-            aiv0(b, k, |b| b.cast(pu, k.s_ub, RoundMode::Rint));
-            b.release(k.ch_s);
+            aiv0(b, k, |b| b.cast(pu, s.clone(), RoundMode::Rint));
+            b.release(k.ch_s(slot));
         }
         b.set_flag(Pipe::V, Pipe::Mte3, P_EV);
         b.wait_flag(Pipe::V, Pipe::Mte3, P_EV);
         b.if_(Expr::Var(mine).gt(0), |t| {
-            t.set_validshape(pt, nv, mine);
+            t.set_validshape(pt.clone(), nv, mine);
             let o_rs = Expr::Param(k.sp.o_rs);
             let off = o_off.clone() + Expr::Var(j0) * o_rs.clone() + k.cfg.first_query();
-            t.store(GmView::nd(k.out, off, nv, mine, o_rs), pt);
+            t.store(GmView::nd(k.out, off, nv, mine, o_rs), pt.clone());
             t.set_validshape(pt, tkv, h);
         });
         b.set_flag(Pipe::Mte3, Pipe::V, P_EV);
         if k.p_ub.is_none() {
             // f32: the stored tile is s_ub itself, free for the next scores once stored.
-            b.release(k.ch_s);
+            b.release(k.ch_s(slot));
         }
     };
     ping_pong(v, Expr::Var(iters), &mut step);
