@@ -76,7 +76,7 @@
 
 use super::dn_host::Desc;
 use super::plan::{best_slice, round_up};
-use tile_backend::dsl::{KernelBuilder, Reinterpret};
+use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
     AccToVecMode, ChannelId, CoreKind, DType, Expr, Kernel, Layout, MemSpace, PadValue, ParamId,
     TileId, TileRef, TileType,
@@ -352,10 +352,27 @@ impl FlashKernel<'_> {
         self.ch_s[(slot % 2) as usize]
     }
 
-    /// Reads field `f` of this block's descriptor row.
-    pub(super) fn field(&self, b: &mut tile_backend::dsl::Body<'_>, f: Desc) -> Expr {
+    /// Reads field `f` of descriptor row `row`.
+    pub(super) fn field(&self, b: &mut Body<'_>, row: &Expr, f: Desc) -> Expr {
         let name = format!("{f:?}").to_lowercase();
-        Expr::Var(b.read_scalar(name, self.desc, Expr::BlockIdx * Desc::COUNT + f as i64))
+        Expr::Var(b.read_scalar(name, self.desc, row.clone() * Desc::COUNT + f as i64))
+    }
+
+    /// Runs `f` on each descriptor row this block owns, in order: one per wave of
+    /// `BlockDim` rows, row `w BlockDim + BlockIdx` of an even wave `w` and `w BlockDim +
+    /// BlockDim - 1 - BlockIdx` of an odd one, while below `blocks`. The host sorts the rows
+    /// by the keys they visit, so this zigzag gives each block a long and a short tile in
+    /// turn; with one block per row it is the row `BlockIdx`. A block that runs several rows
+    /// starts a row's Q and K loads while the vector cores still finish the last one.
+    pub(super) fn for_each_row(&self, b: &mut Body<'_>, f: impl FnOnce(&mut Body<'_>, Expr)) {
+        let rows = Expr::Param(self.sp.blocks);
+        let waves = rows.clone().ceil_div(Expr::BlockDim);
+        b.for_range("wave", 0, waves, 1, |lb, w| {
+            let odd = Expr::Var(w) % 2;
+            let within = Expr::BlockIdx + odd * (Expr::BlockDim - 1 - Expr::BlockIdx * 2);
+            let row = lb.let_("row", Expr::Var(w) * Expr::BlockDim + within);
+            lb.if_(Expr::Var(row).lt(rows), |ib| f(ib, Expr::Var(row)));
+        });
     }
 }
 

@@ -11,19 +11,6 @@ use Pipe::{Fix, Mte1, M as Mm};
 
 /// Appends the cube program of the flash kernel `k` to `c`.
 pub(super) fn body(c: &mut Body<'_>, k: &FlashKernel<'_>) {
-    let cfg = k.cfg;
-    let (ts, tkv, d, dp) = (cfg.ts, cfg.tkv, cfg.d, cfg.dp());
-    let p = |id: ParamId| Expr::Param(id);
-    let q_off = k.field(c, Desc::QOff);
-    let nq = k.field(c, Desc::Nq);
-    let kv_end = k.field(c, Desc::KvEnd);
-    let iters = c.let_("iters", kv_end.clone().ceil_div(tkv as i64));
-    // Q rows in NZ, zero padded; the same bytes as ZN [dp, ts] are Q^T.
-    c.set_validshape(k.q_l1, nq.clone(), d);
-    c.load(k.q_l1, GmView::nd(k.q, q_off, nq, d, p(k.sp.q_rs)));
-    c.fillpad(k.q_l1);
-    c.set_validshape(k.qt_l1, dp, ts);
-    let k_off = k.field(c, Desc::KOff);
     // L0 slots start free (M -> MTE1 events 0, 1 for the K/Q^T/V slices, 2 for P^T).
     for e in [0, 1, PT_EV] {
         c.set_flag(Mm, Mte1, e);
@@ -32,11 +19,35 @@ pub(super) fn body(c: &mut Body<'_>, k: &FlashKernel<'_>) {
     for e in 0..4 {
         c.set_flag(Fix, Mm, e);
     }
-    match k.v {
-        Some(_) => {
+    k.for_each_row(c, |c, row| query_tile(c, k, &row));
+    for e in [0, 1, PT_EV] {
+        c.wait_flag(Mm, Mte1, e);
+    }
+    for e in 0..4 {
+        c.wait_flag(Fix, Mm, e);
+    }
+}
+
+/// The query tile of descriptor row `row`.
+fn query_tile(c: &mut Body<'_>, k: &FlashKernel<'_>, row: &Expr) {
+    let cfg = k.cfg;
+    let (ts, tkv, d, dp) = (cfg.ts, cfg.tkv, cfg.d, cfg.dp());
+    let p = |id: ParamId| Expr::Param(id);
+    let q_off = k.field(c, row, Desc::QOff);
+    let nq = k.field(c, row, Desc::Nq);
+    let kv_end = k.field(c, row, Desc::KvEnd);
+    let k_off = k.field(c, row, Desc::KOff);
+    let v_off = k.v.map(|_| k.field(c, row, Desc::VOff));
+    let iters = c.let_("iters", kv_end.clone().ceil_div(tkv as i64));
+    // Q rows in NZ, zero padded; the same bytes as ZN [dp, ts] are Q^T.
+    c.set_validshape(k.q_l1, nq.clone(), d);
+    c.load(k.q_l1, GmView::nd(k.q, q_off, nq, d, p(k.sp.q_rs)));
+    c.fillpad(k.q_l1);
+    c.set_validshape(k.qt_l1, dp, ts);
+    match v_off {
+        Some(v_off) => {
             // One tile of lookahead: tile t + 1's scores are computed (and handed over) before
             // tile t's P V, so the cube works while the vector cores run tile t's softmax.
-            let v_off = k.field(c, Desc::VOff);
             // K runs two tiles ahead: tiles 0 and 1 first, then tile t + 2's with tile t's V.
             c.if_(Expr::Var(iters).gt(0), |b| {
                 let first = keys(b, cfg.tkv, &kv_end, Expr::from(0));
@@ -80,12 +91,6 @@ pub(super) fn body(c: &mut Body<'_>, k: &FlashKernel<'_>) {
                 ping_pong(c, Expr::Var(iters), &mut step);
             }
         }
-    }
-    for e in [0, 1, PT_EV] {
-        c.wait_flag(Mm, Mte1, e);
-    }
-    for e in 0..4 {
-        c.wait_flag(Fix, Mm, e);
     }
 }
 

@@ -23,16 +23,27 @@ const P_EV: u8 = 0;
 /// protocol and the hand-written flags in step (the sync pass binds each channel op to the
 /// pipe of its neighbouring data op, so one program serves both).
 pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
+    // mask_ub and p_nz start free; their flags are written by hand (a load under a runtime
+    // `if`; p_nz is free again once its move to L1 has read it).
+    v.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+    v.set_flag(Pipe::Mte3, Pipe::V, P_EV);
+    k.for_each_row(v, |v, row| query_tile(v, k, &row));
+    v.wait_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+    v.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
+}
+
+/// The query tile of descriptor row `row`.
+fn query_tile(v: &mut Body<'_>, k: &FlashKernel<'_>, row: &Expr) {
     let cfg = k.cfg;
     let (tkv, ns) = (cfg.tkv, cfg.ns);
     let h = cfg.h();
     let nns = cfg.vp() / ns;
     let st = k.stats;
-    let o_off = k.field(v, Desc::OOff);
-    let lse_off = k.field(v, Desc::LseOff);
-    let nq = k.field(v, Desc::Nq);
-    let kv_end = k.field(v, Desc::KvEnd);
-    let diag = k.field(v, Desc::Diag);
+    let o_off = k.field(v, row, Desc::OOff);
+    let lse_off = k.field(v, row, Desc::LseOff);
+    let nq = k.field(v, row, Desc::Nq);
+    let kv_end = k.field(v, row, Desc::KvEnd);
+    let diag = k.field(v, row, Desc::Diag);
     let iters = v.let_("iters", kv_end.clone().ceil_div(tkv as i64));
     // The last key this AIV's first query sees, relative to key 0 of the sequence.
     let diag = v.let_("diag_mine", diag + cfg.first_query());
@@ -70,10 +81,6 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
             v.fill(k.o_t.at(j), 0.0);
         }
     }
-    // mask_ub and p_nz start free; their flags are written by hand (a load under a runtime
-    // `if`; p_nz is free again once its move to L1 has read it).
-    v.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
-    v.set_flag(Pipe::Mte3, Pipe::V, P_EV);
     // KV tile `it` (slot `slot`): its softmax, then P to the cube (or, for write_p, the scores
     // are released: the statistics pass).
     let tile = |b: &mut Body<'_>, it: Expr, slot: u64| {
@@ -97,10 +104,14 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
             tile(b, Expr::from(0), 0);
             ping_pong(b, Expr::Var(iters) - 1, &mut |b, it, slot| {
                 tile(b, it + 1, 1 - slot);
-                o_update(b, k, slot);
+                o_update(b, k, slot, false);
             });
             let last_odd = ((Expr::Var(iters) - 1) % 2).eq_(1);
-            b.if_else(last_odd, |b| o_update(b, k, 1), |b| o_update(b, k, 0));
+            b.if_else(
+                last_odd,
+                |b| o_update(b, k, 1, true),
+                |b| o_update(b, k, 0, true),
+            );
         });
     }
     // Normalise; lse = m + ln l (a query with no key: l = 0 -> 1, o = 0, lse ~ M_INIT), with
@@ -114,14 +125,9 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
         write_p(v, k, &kv_end, iters, o_off.clone(), mine);
     } else {
         for j in 0..nns {
-            // o += 0 * o: ±inf from a V value turns NaN like a NaN one.
-            v.muls(k.pv_ub, k.o_t.at(j), 0.0);
-            v.add(k.o_t.at(j), k.o_t.at(j), k.pv_ub);
             v.broadcast(BinaryOp::Div, Axis::Row, k.o_t.at(j), k.o_t.at(j), st.l_col);
         }
     }
-    v.wait_flag(Pipe::V, Pipe::Mte2, MASK_EV);
-    v.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
     v.unary(UnaryOp::Ln, st.lse, st.l);
     v.add(st.lse, st.lse, st.m);
     v.if_(Expr::Var(mine).gt(0), |t| {
@@ -245,21 +251,30 @@ fn p_out(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
 }
 
 /// `O = O alpha + P V` of the KV tile in slot `slot`, per Dv slice (channel PV; alpha seen as
-/// the DN column [H, 1]: a row broadcast over O's rows).
-fn o_update(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
+/// the DN column [H, 1]: a row broadcast over O's rows). After the `last` tile's, `O += 0 O`
+/// (±inf from a V value turns NaN like a NaN one), with the P V slice as the scratch while
+/// this AIV still holds it.
+fn o_update(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64, last: bool) {
     let nns = k.cfg.vp() / k.cfg.ns;
     for j in 0..nns {
+        let o = k.o_t.at(j);
         aiv0(b, k, |b| {
             b.broadcast(
                 BinaryOp::Mul,
                 Axis::Row,
-                k.o_t.at(j),
-                k.o_t.at(j),
+                o.clone(),
+                o.clone(),
                 k.stats.alpha_col.at(slot),
             )
         });
         b.pop(k.ch_pv);
-        aiv0(b, k, |b| b.add(k.o_t.at(j), k.o_t.at(j), k.pv_ub));
+        aiv0(b, k, |b| {
+            b.add(o.clone(), o.clone(), k.pv_ub);
+            if last {
+                b.muls(k.pv_ub, o.clone(), 0.0);
+                b.add(o.clone(), o.clone(), k.pv_ub);
+            }
+        });
         b.release(k.ch_pv);
     }
 }
