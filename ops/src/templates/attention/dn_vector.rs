@@ -342,8 +342,9 @@ fn store_o(t: &mut Body<'_>, k: &FlashKernel<'_>, o_off: Expr, mine: VarId) {
         t.set_validshape(o.clone(), mine, cols);
         match k.o_cast {
             Some(oc) => {
-                t.set_validshape(oc, mine, cols);
-                t.cast(oc, o, RoundMode::Rint);
+                let oc = oc.at(j % k.cfg.o_cast_bufs());
+                t.set_validshape(oc.clone(), mine, cols);
+                t.cast(oc.clone(), o, RoundMode::Rint);
                 t.store(dst, oc);
             }
             None => {
