@@ -43,7 +43,8 @@
 //!       -inf (fillpad); a tile crossing the causal diagonal (one load of the keep band's
 //!       staircase): s = min(s, keep), low_tile = colmin max(-keep, s); low = min(low,
 //!       low_tile);
-//!       m_new = max(m, colmax s); alpha = exp(m - m_new); s = exp(s - m_new) (column
+//!       m_new = max(m, colmax s) (m and m_tile swap roles by slot: no copy); alpha =
+//!       exp(m - m_new); s = exp(s - m_new) (column
 //!       broadcast); l = l alpha + colsum s; P = cast(s) ND -> NZ -> p_l1 columns i H ..
 //!       (channel P); O_j = O_j alpha + PV_j (alpha seen as the DN column [H, 1]: a row
 //!       broadcast over O's rows).

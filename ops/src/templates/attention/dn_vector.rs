@@ -114,6 +114,9 @@ fn query_tile(v: &mut Body<'_>, k: &FlashKernel<'_>, row: &Expr) {
             );
         });
     }
+    // The last tile's maxima are in m_tile when its slot is 0 (online_softmax): into m.
+    let last_even = ((Expr::Var(iters) - 1) % 2).eq_(0);
+    v.if_(last_even, |b| aiv0(b, k, |b| b.muls(st.m, st.mc, 1.0)));
     // Normalise; lse = m + ln l (a query with no key: l = 0 -> 1, o = 0, lse ~ M_INIT), with
     // l = max(l, 1) + 0 * (low + l): NaN when a score the query saw was not finite, whatever
     // max does with NaN (docs/ops.md, "Non-finite data").
@@ -203,12 +206,18 @@ fn online_softmax(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
     let s = k.s(slot);
     let alpha = st.alpha.at(slot);
     b.binary(BinaryOp::Min, st.low, st.low, st.low_tile);
-    b.col_max(st.mc, s.clone());
-    b.max(st.mc, st.mc, st.m);
-    b.binary(BinaryOp::Sub, alpha.clone(), st.m, st.mc);
+    // The running maxima alternate between m and m_tile (old and new swap with the slot), so
+    // no copy of the new maxima is needed.
+    let (new, old) = if slot == 0 {
+        (st.mc, st.m)
+    } else {
+        (st.m, st.mc)
+    };
+    b.col_max(new, s.clone());
+    b.max(new, new, old);
+    b.binary(BinaryOp::Sub, alpha.clone(), old, new);
     b.exp(alpha.clone(), alpha.clone());
-    b.max(st.m, st.m, st.mc);
-    b.broadcast(BinaryOp::Sub, Axis::Col, s.clone(), s.clone(), st.mc);
+    b.broadcast(BinaryOp::Sub, Axis::Col, s.clone(), s.clone(), new);
     b.exp(s.clone(), s.clone());
     b.col_sum(st.lc, s.clone());
     b.mul(st.l, st.l, alpha);
