@@ -1,7 +1,8 @@
 //! Dense (prefill) flash attention on the Reference backend (candle) and on the DN-mode tile
 //! kernel in the Ascend 950 simulator (TileSim), with the simulator's Ascend 950 estimate.
 //!
-//! Default shape: B = 1, H = 16, S = 2048 queries and keys, D = Dv = 128, causal, bf16. The
+//! Default shape: B = 1, H = 16, S = 2048 queries and keys (`--kv-seq` sets the keys apart),
+//! D = Dv = 128, causal, bf16. The
 //! report gives the largest difference of `out` and `lse` between the backends, the CPU wall
 //! time of each (median of a few alternating runs after a warm-up), and the 950 estimate:
 //! device time, per-pipe utilisation, and the fraction of the roofline reached, where the
@@ -9,7 +10,7 @@
 //! distinct GM bytes.
 //!
 //! ```text
-//! cargo run --release --example flash_attention [-- --seq S --heads H --kv-heads HKV
+//! cargo run --release --example flash_attention [-- --seq S --kv-seq SKV --heads H --kv-heads HKV
 //!     --d D --dv DV --causal true|false --dtype f32|f16|bf16 --runs N]
 //! ```
 //! `--mla` selects the MLA prefill shape (S 1024, H 16, D 192, Dv 128).
@@ -27,6 +28,8 @@ struct Settings {
     dtype: DType,
     runs: usize,
     seq: usize,
+    /// Keys per sequence (`seq` unless `--kv-seq` is given).
+    kv_seq: Option<usize>,
     heads: usize,
     kv_heads: usize,
     d: usize,
@@ -39,6 +42,7 @@ fn settings() -> Result<Settings> {
         dtype: DType::BF16,
         runs: 3,
         seq: 2048,
+        kv_seq: None,
         heads: 16,
         kv_heads: 16,
         d: 128,
@@ -55,6 +59,7 @@ fn settings() -> Result<Settings> {
         let num = |v: &str| v.parse::<usize>().with_context(|| format!("{a} {v}"));
         match a.as_str() {
             "--seq" => s.seq = num(&v)?,
+            "--kv-seq" => s.kv_seq = Some(num(&v)?),
             "--heads" => s.heads = num(&v)?,
             "--kv-heads" => s.kv_heads = num(&v)?,
             "--d" => s.d = num(&v)?,
@@ -109,14 +114,15 @@ fn unmasked(sq: usize, skv: usize, causal: bool) -> u64 {
 fn main() -> Result<()> {
     let s = settings()?;
     let (b, h, hkv, sq, d, dv) = (1, s.heads, s.kv_heads, s.seq, s.d, s.dv);
+    let skv = s.kv_seq.unwrap_or(sq);
     println!(
-        "flash attention: B={b} H={h} Hkv={hkv} S={sq} D={d} Dv={dv} causal={} dtype={:?}",
+        "flash attention: B={b} H={h} Hkv={hkv} S={sq} Skv={skv} D={d} Dv={dv} causal={} dtype={:?}",
         s.causal, s.dtype
     );
     let mut rng = tileops::tile_backend::sim::io::Rng::new(19);
     let q = tensor(&mut rng, &[b, h, sq, d], s.dtype)?;
-    let k = tensor(&mut rng, &[b, hkv, sq, d], s.dtype)?;
-    let v = tensor(&mut rng, &[b, hkv, sq, dv], s.dtype)?;
+    let k = tensor(&mut rng, &[b, hkv, skv, d], s.dtype)?;
+    let v = tensor(&mut rng, &[b, hkv, skv, dv], s.dtype)?;
     let p = FlashAttentionParams::new(1.0 / (d as f32).sqrt(), s.causal);
     let run = |bk| flash_attention(&q, &k, &v, &p, Some(bk));
 
@@ -181,7 +187,7 @@ fn main() -> Result<()> {
     } else {
         r.cube_macs_fp16.value
     };
-    let useful = 2.0 * (d + dv) as f64 * (b * h) as f64 * unmasked(sq, sq, s.causal) as f64;
+    let useful = 2.0 * (d + dv) as f64 * (b * h) as f64 * unmasked(sq, skv, s.causal) as f64;
     let compute = useful / (2.0 * macs * r.clusters.value * r.clock_ghz.value * 1e9);
     let memory =
         (c.bytes.gm_read_distinct + c.bytes.gm_written_distinct) / r.chip_gm_bytes_per_s.value;

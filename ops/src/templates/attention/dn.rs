@@ -5,8 +5,11 @@
 //!
 //! # `flash_dn`
 //!
-//! One block = one query tile of one (sequence, head) problem, described by a row of the host's
-//! descriptor table (`desc`, [`Desc`]): where the tile's `nq <= ts` queries, its KV head's keys
+//! A query tile of one (sequence, head) problem is described by a row of the host's descriptor
+//! table (`desc`, [`Desc`]); the host launches at most one block per cluster and each block
+//! runs its rows one after another ([`FlashKernel::for_each_row`]: a zigzag over the rows,
+//! which the host sorts by the keys they visit, so every block gets about the same work and
+//! the next row's loads overlap the last row's vector tail). A row says where the tile's `nq <= ts` queries, its KV head's keys
 //! and values, its output rows and its lse entries start, how many keys it visits (`kv_end`:
 //! every key, or with a causal mask the keys up to the tile's last visible one, so fully masked
 //! KV tiles are never loaded nor computed) and the causal diagonal. Row strides are runtime
@@ -18,12 +21,16 @@
 //!       per KV tile t (keys j0 = t*tkv .., nv of them; slot s = t % 2), one tile ahead: tile
 //!       t + 1's scores (below, to channel S) are issued before tile t's P V, so the cube
 //!       computes them while the vector cores run tile t's softmax:
-//!       MTE2  K rows -> k_l1[s] Mat NZ [tkv, dp]; V rows -> v_l1[s] Mat NZ [tkv, vp] (zero pad)
+//!       MTE2  K rows of tile t + 2 -> k_l1[s] Mat NZ [tkv, dp] and V rows of tile t -> v_l1[s]
+//!             Mat NZ [tkv, vp] (zero pad), in one statement (tiles 0 and 1's K before the
+//!             loop): the sync pass sets both MTE2 -> MTE1 flags after the two loads, so MTE2
+//!             waits out one DMA latency per KV tile, not two
 //!       per D slice j: MTE1 k_l1[s][:, j ks..] -> k_l0 Left NZ [tkv, ks];
 //!                           qt_l1[j ks.., :] -> qt_l0 Right ZN [ks, ts]
 //!                      M    s_acc[s] Acc [tkv, ts] (+)= K Q^T = S^T
-//!       FIX   s_acc[s] -> s_ub, DualModeSplitN: AIV i gets S^T[:, i H ..], all tkv keys of
-//!             its H queries                                                 -> channel S
+//!       FIX   s_acc[s] -> s_ub[s] (two buffers where UB holds them, [`FlashCfg::s_bufs`]),
+//!             DualModeSplitN: AIV i gets S^T[:, i H ..], all tkv keys of its H queries
+//!                                                                      -> channel S0 / S1
 //!       MTE1  (channel P) p_l1 [tkv, ts] seen as ZN [ts, tkv] (= P, same bytes) -> pt_l0
 //!             Left NZ [ts, tkv]
 //!       per Dv slice j: MTE1 v_l1[s][:, j ns..] -> v_l0 Right ZN [tkv, ns];
@@ -33,22 +40,24 @@
 //!       ahead: tile t + 1's softmax and P run before tile t's O update (alpha[t % 2]), so the
 //!       vector cores work while the cube computes tile t's P V:
 //!       s *= scale; low_tile = colmin s (off the diagonal); keys past kv_end: rows nv.. :=
-//!       -inf (fillpad); a tile crossing the causal diagonal: low_tile = colmin max(s, low
-//!       band), s = min(s, keep band) (staircases loaded from the host's bands); low = min(low,
+//!       -inf (fillpad); a tile crossing the causal diagonal (one load of the keep band's
+//!       staircase): s = min(s, keep), low_tile = colmin max(-keep, s); low = min(low,
 //!       low_tile);
-//!       m_new = max(m, colmax s); alpha = exp(m - m_new); s = exp(s - m_new) (column
+//!       m_new = max(m, colmax s) (m and m_tile swap roles by slot: no copy); alpha =
+//!       exp(m - m_new); s = exp(s - m_new) (column
 //!       broadcast); l = l alpha + colsum s; P = cast(s) ND -> NZ -> p_l1 columns i H ..
 //!       (channel P); O_j = O_j alpha + PV_j (alpha seen as the DN column [H, 1]: a row
 //!       broadcast over O's rows).
-//!       End: l' = max(l, 1) + 0 (low + l); O += 0 O; O /= l'; lse = m + ln l'; MTE3 O
-//!       (cast) -> out rows, lse.
+//!       After the last O update (P V slice still held): O += 0 O.
+//!       End: l' = max(l, 1) + 0 (low + l); O /= l'; lse = m + ln l'; MTE3 O (cast, two
+//!       buffers where they fit) -> out rows, lse.
 //! ```
 //!
 //! `m` starts at `M_INIT` (finite): a query that sees no key keeps l = 0 and o = 0 and writes
 //! lse ~ -1e30, which the host turns into +inf ([`run_flash`]); a column that is all -inf in one
 //! tile adds exp(-inf) = 0. The causal mask bands (`mask [2 (2 tkv + H - 1), H]`): the keep
 //! band, `keep[x][c] = +inf` iff `x - c <= tkv - 1` and -inf elsewhere, then the low band
-//! `-keep`; the tile of an AIV whose first query sees keys up to `delta` (relative to the
+//! `-keep` (the kernel reads only the keep band and negates it in UB); the tile of an AIV whose first query sees keys up to `delta` (relative to the
 //! tile's first key) needs `(r, c)` visible iff `r - c <= delta`, which are a band's rows
 //! from `tkv - 1 - clamp(delta, -H, tkv - 1)` on.
 //!
@@ -67,24 +76,20 @@
 //! sync pass (which binds a channel op to the pipe of its neighbouring data op) and the flag
 //! pairs stay the same on both.
 //!
-//! Sync ownership: the sync pass owns the cube's L0 slots (M <-> MTE1: the K, Q^T and V slice
-//! slots and `pt_l0`) and the vector's `p_nz` / stored P tile (V <-> MTE3), as well as the
-//! K/V loads against their moves and the stores; the cube <-> vector handoffs are the channels
-//! S, P and PV. Written by hand, each beside its reason: the cube's Acc slots (FIX <-> M,
-//! events 0, 1 for `s_acc`, 2, 3 for `pv_acc`; owned by the pass, the traced bench shape
-//! reports hazards), the vector's mask tile (V <-> MTE2, event 0: a load under a runtime `if`,
-//! whose pair the pass would hoist out of it), and in the P-writing variant the L0 slots too
-//! (M <-> MTE1, events 0, 1: its two passes over the keys in a row lose a signal with the
-//! pass's pairs; `dn_cube::hand_l0`). Handing the L0 slots and P's flags to the pass left the
-//! 950 estimates unchanged (B 1, H 16, S 2048, D 128 causal bf16: 316784 cycles before and
-//! after) and every traced test hazard-free.
+//! Hand-written intra-core flags: the cube's L0 slots (M <-> MTE1, events 0, 1 for the slice
+//! slots and 2 for `pt_l0`) and Acc slots (FIX -> M, events 0, 1 for `s_acc`, 2, 3 for
+//! `pv_acc`), the vector's mask tile (V <-> MTE2, event 0, a load under a runtime `if`) and
+//! `p_nz` / the stored P tile (MTE3 <-> V, event 0); without them the sync pass's pairs lost a
+//! signal (the hazard check reports it). The sync pass adds the rest (K/V loads against their
+//! moves, the stores); the cube <-> vector handoffs are the channels S (S0 / S1 with two score
+//! buffers), P and PV.
 
 use super::dn_host::Desc;
 use super::plan::{best_slice, round_up};
-use tile_backend::dsl::{KernelBuilder, Reinterpret};
+use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
     AccToVecMode, ChannelId, CoreKind, DType, Expr, Kernel, Layout, MemSpace, PadValue, ParamId,
-    TileId, TileType,
+    TileId, TileRef, TileType,
 };
 
 /// Static shape of the DN-mode flash kernel (its specialisation key).
@@ -108,6 +113,10 @@ pub(crate) struct FlashCfg {
     pub single: bool,
     /// Keys per KV tile (a multiple of 16).
     pub tkv: u64,
+    /// Score buffers per AIV (2 where UB holds them, else 1): with two, the Fixpipe moves
+    /// tile t + 1's scores into one while the vector core still works on tile t's in the
+    /// other (channels S0 / S1, one per buffer), so the move is off the per-tile chain.
+    pub s_bufs: u64,
     /// D slice of Q K^T (L0A/L0B operand width).
     pub ks: u64,
     /// Dv slice of P V.
@@ -170,16 +179,22 @@ impl FlashCfg {
         };
         let h = if single { ts } else { ts / 2 };
         let l1 = |tkv: u64| ts * dp * es + 2 * tkv * (dp + vp) * es + 2 * tkv * ts * es;
-        let ub = |tkv: u64| {
-            // s, mask (f32) + P (dtype, ND and NZ) + O (f32) + PV slice + out cast + stats.
-            2 * tkv * h * 4 + 2 * tkv * h * es + h * vp * 4 + h * 128 * (4 + es) + 8 * h * 4
+        let ub = |tkv: u64, s_bufs: u64| {
+            // s (s_bufs of them), mask (f32) + P (dtype, ND and NZ) + O (f32) + PV slice + out
+            // cast + stats.
+            (s_bufs + 1) * tkv * h * 4
+                + 2 * tkv * h * es
+                + h * vp * 4
+                + h * 128 * (4 + es)
+                + 8 * h * 4
         };
         // L0A holds P^T [ts, tkv] beside two K slices of at least 16 columns.
         let l0a = |tkv: u64| ts * tkv * es + 2 * tkv * 16 * es;
         let mut tkv = max_skv.clamp(16, 128).next_power_of_two();
-        while tkv > 16 && (l1(tkv) > L1_BUDGET || ub(tkv) > UB_BUDGET || l0a(tkv) > 64 * 1024) {
+        while tkv > 16 && (l1(tkv) > L1_BUDGET || ub(tkv, 1) > UB_BUDGET || l0a(tkv) > 64 * 1024) {
             tkv /= 2;
         }
+        let s_bufs = if ub(tkv, 2) <= UB_BUDGET { 2 } else { 1 };
         // L0A: P^T [ts, tkv] + two K slices [tkv, ks]; L0B: two Q^T slices [ks, ts] + two V
         // slices [tkv, ns], half each.
         let l0 = 64 * 1024;
@@ -197,6 +212,7 @@ impl FlashCfg {
             ts,
             single,
             tkv,
+            s_bufs,
             ks,
             ns,
             write_p,
@@ -216,6 +232,16 @@ impl FlashCfg {
     /// v columns padded to 16, then to whole Dv slices.
     pub fn vp(&self) -> u64 {
         round_up(round_up(self.dv, 16), self.ns)
+    }
+
+    /// Buffers of the output cast (`[H, ns]` each): two where they fit the 128 columns the UB
+    /// plan gives it, else one.
+    pub fn o_cast_bufs(&self) -> u64 {
+        if 2 * self.ns <= 128 && self.vp() > self.ns {
+            2
+        } else {
+            1
+        }
     }
 
     /// Queries per vector core that holds any: `ts / 2`, or `ts` with [`FlashCfg::single`].
@@ -325,6 +351,7 @@ pub(super) struct FlashKernel<'a> {
     pub v_l0: TileId,
     pub s_acc: TileId,
     pub pv_acc: TileId,
+    /// The score buffers (a group of [`FlashCfg::s_bufs`]); KV tile t uses [`FlashKernel::s`].
     pub s_ub: TileId,
     pub mask_ub: TileId,
     pub p_ub: Option<TileId>,
@@ -333,7 +360,8 @@ pub(super) struct FlashKernel<'a> {
     pub o_t: TileId,
     pub o_cast: Option<TileId>,
     pub stats: Stats,
-    pub ch_s: ChannelId,
+    /// The score channels, one per score buffer (the second is the first with one buffer).
+    pub ch_s: [ChannelId; 2],
     pub ch_p: ChannelId,
     pub ch_pv: ChannelId,
 }
@@ -357,10 +385,47 @@ pub(super) struct Stats {
 }
 
 impl FlashKernel<'_> {
-    /// Reads field `f` of this block's descriptor row.
-    pub(super) fn field(&self, b: &mut tile_backend::dsl::Body<'_>, f: Desc) -> Expr {
+    /// The score buffer of the KV tile in slot `slot` (a tile's parity).
+    pub(super) fn s(&self, slot: u64) -> TileRef {
+        self.s_ub.at(slot % self.cfg.s_bufs)
+    }
+
+    /// The channel of the score buffer of slot `slot`.
+    pub(super) fn ch_s(&self, slot: u64) -> ChannelId {
+        self.ch_s[(slot % 2) as usize]
+    }
+
+    /// Reads field `f` of descriptor row `row`.
+    pub(super) fn field(&self, b: &mut Body<'_>, row: &Expr, f: Desc) -> Expr {
         let name = format!("{f:?}").to_lowercase();
-        Expr::Var(b.read_scalar(name, self.desc, Expr::BlockIdx * Desc::COUNT + f as i64))
+        Expr::Var(b.read_scalar(name, self.desc, row.clone() * Desc::COUNT + f as i64))
+    }
+
+    /// Runs `f` on each descriptor row this block owns, in order: one per wave of
+    /// `BlockDim` rows, row `w BlockDim + BlockIdx` of an even wave `w` and `w BlockDim +
+    /// BlockDim - 1 - BlockIdx` of an odd one, those below `blocks`. The host sorts the rows
+    /// by the keys they visit, so this zigzag gives each block a long and a short tile in
+    /// turn; with one block per row it is the row `BlockIdx`. A block that runs several rows
+    /// starts a row's Q and K loads while the vector cores still finish the last one. The
+    /// loop runs exactly this block's rows, with no `if` around the body: the sync pass then
+    /// waits for the last row's stores before the statement that needs them, not before the
+    /// whole row.
+    pub(super) fn for_each_row(&self, b: &mut Body<'_>, f: impl FnOnce(&mut Body<'_>, Expr)) {
+        let rows = Expr::Param(self.sp.blocks);
+        let dim = Expr::BlockDim;
+        // Position of this block in wave w (w = 0 or 1 mod 2).
+        let within = |odd: Expr| Expr::BlockIdx + odd * (dim.clone() - 1 - Expr::BlockIdx * 2);
+        let full = b.let_("full_waves", rows.clone() / dim.clone());
+        let rest = rows - Expr::Var(full) * dim.clone();
+        let last = within(Expr::Var(full) % 2);
+        let mine = b.let_(
+            "my_rows",
+            Expr::Var(full) + Expr::select(last.lt(rest), 1, 0),
+        );
+        b.for_range("wave", 0, Expr::Var(mine), 1, |lb, w| {
+            let row = lb.let_("row", Expr::Var(w) * dim.clone() + within(Expr::Var(w) % 2));
+            f(lb, Expr::Var(row));
+        });
     }
 }
 
@@ -450,9 +515,10 @@ pub(crate) fn flash_dn(cfg: &FlashCfg) -> Kernel {
     let s_acc = kb.tile_group("s_acc", ty(Acc, DType::F32, tkv, ts, NZ), 2);
     let pv_acc = kb.tile_group("pv_acc", ty(Acc, DType::F32, ts, ns, NZ), 2);
     // Vector tiles (one set per AIV, at the same UB addresses).
-    let s_ub = kb.tile(
+    let s_ub = kb.tile_group(
         "s_ub",
         ty(Ub, DType::F32, tkv, h, ND).dynamic().pad(PadValue::Min),
+        cfg.s_bufs as u32,
     );
     let mask_ub = kb.tile("mask_ub", ty(Ub, DType::F32, tkv, h, ND));
     let p_ub = (!f32_data).then(|| kb.tile("p_ub", ty(Ub, dt, tkv, h, ND).dynamic()));
@@ -460,7 +526,15 @@ pub(crate) fn flash_dn(cfg: &FlashCfg) -> Kernel {
     let pv_ub = kb.tile("pv_ub", ty(Ub, DType::F32, h, ns, ND).dynamic());
     let nns = vp / ns;
     let o_t = kb.tile_group("o", ty(Ub, DType::F32, h, ns, ND).dynamic(), nns as u32);
-    let o_cast = (!f32_data).then(|| kb.tile("o_cast", ty(Ub, dt, h, ns, ND).dynamic()));
+    // Two cast buffers where they fit the UB plan's 128 columns, so slice j + 1's cast does
+    // not wait for slice j's store.
+    let o_cast = (!f32_data).then(|| {
+        kb.tile_group(
+            "o_cast",
+            ty(Ub, dt, h, ns, ND).dynamic(),
+            cfg.o_cast_bufs() as u32,
+        )
+    });
     let row = |kb: &mut KernelBuilder, n: &str| kb.tile(n, ty(Ub, DType::F32, 1, h, ND).dynamic());
     let (m, l, mc, lc, lse_t) = (
         row(&mut kb, "m"),
@@ -495,7 +569,12 @@ pub(crate) fn flash_dn(cfg: &FlashCfg) -> Kernel {
         alpha_col: column(&mut kb, "alpha_col", alpha),
         l_col: column(&mut kb, "l_col", l),
     };
-    let ch_s = kb.channel("s", CoreKind::Cube, 1);
+    let ch_s0 = kb.channel("s", CoreKind::Cube, 1);
+    let ch_s = if cfg.s_bufs == 2 {
+        [ch_s0, kb.channel("s1", CoreKind::Cube, 1)]
+    } else {
+        [ch_s0; 2]
+    };
     let ch_p = kb.channel("p", CoreKind::Vector, 1);
     let ch_pv = kb.channel("pv", CoreKind::Cube, 1);
     let fk = FlashKernel {

@@ -243,7 +243,9 @@ pub(crate) fn run_flash(
         if let Some(v) = inp.v {
             named.push(("v", Arg::Input(flat(v))));
         }
-        let mut args = runner.launch_named(&kernel, blocks, named)?;
+        // At most one block per cluster: the kernel loops over the rows (`for_each_row`).
+        let launch = blocks.min(crate::runtime::arch().rates.clusters.value as usize);
+        let mut args = runner.launch_named(&kernel, launch.max(1), named)?;
         out = runner.take(&kernel, &mut args, "out")?;
         lse = runner.take(&kernel, &mut args, "lse")?;
     }

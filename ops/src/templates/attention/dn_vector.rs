@@ -5,13 +5,17 @@
 
 use super::dn::FlashKernel;
 use super::dn_host::Desc;
+use super::ping_pong;
 use super::plan::M_INIT;
-use super::{ping_pong, store_in_dtype};
 use tile_backend::dsl::Body;
-use tile_backend::ir::{Axis, BinaryOp, Expr, GmView, Pipe, ReduceOp, RoundMode, UnaryOp, VarId};
+use tile_backend::ir::{
+    Axis, BinaryOp, Expr, GmView, Pipe, ReduceOp, RoundMode, TileRef, UnaryOp, VarId,
+};
 
 /// The event of the mask tile's hand-written V <-> MTE2 flags.
 const MASK_EV: u8 = 0;
+/// The event of `p_nz`'s (or the stored P tile's) hand-written MTE3 <-> V flags.
+const P_EV: u8 = 0;
 
 /// Appends the vector program of the flash kernel `k` to `v`. In the single-vector-core
 /// fallback both AIVs run it, but only AIV0 holds data: AIV1 skips every op that reads what
@@ -19,16 +23,27 @@ const MASK_EV: u8 = 0;
 /// protocol and the hand-written flags in step (the sync pass binds each channel op to the
 /// pipe of its neighbouring data op, so one program serves both).
 pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
+    // mask_ub and p_nz start free; their flags are written by hand (a load under a runtime
+    // `if`; p_nz is free again once its move to L1 has read it).
+    v.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+    v.set_flag(Pipe::Mte3, Pipe::V, P_EV);
+    k.for_each_row(v, |v, row| query_tile(v, k, &row));
+    v.wait_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+    v.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
+}
+
+/// The query tile of descriptor row `row`.
+fn query_tile(v: &mut Body<'_>, k: &FlashKernel<'_>, row: &Expr) {
     let cfg = k.cfg;
     let (tkv, ns) = (cfg.tkv, cfg.ns);
     let h = cfg.h();
     let nns = cfg.vp() / ns;
     let st = k.stats;
-    let o_off = k.field(v, Desc::OOff);
-    let lse_off = k.field(v, Desc::LseOff);
-    let nq = k.field(v, Desc::Nq);
-    let kv_end = k.field(v, Desc::KvEnd);
-    let diag = k.field(v, Desc::Diag);
+    let o_off = k.field(v, row, Desc::OOff);
+    let lse_off = k.field(v, row, Desc::LseOff);
+    let nq = k.field(v, row, Desc::Nq);
+    let kv_end = k.field(v, row, Desc::KvEnd);
+    let diag = k.field(v, row, Desc::Diag);
     let iters = v.let_("iters", kv_end.clone().ceil_div(tkv as i64));
     // The last key this AIV's first query sees, relative to key 0 of the sequence.
     let diag = v.let_("diag_mine", diag + cfg.first_query());
@@ -42,7 +57,9 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
             mine
         },
     );
-    v.set_validshape(k.s_ub, tkv, h);
+    for x in 0..cfg.s_bufs {
+        v.set_validshape(k.s(x), tkv, h);
+    }
     if let Some(pu) = k.p_ub {
         v.set_validshape(pu, tkv, h);
     }
@@ -64,9 +81,6 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
             v.fill(k.o_t.at(j), 0.0);
         }
     }
-    // mask_ub starts free; its flags are written by hand (a load under a runtime `if`, whose
-    // pair the sync pass would hoist out of it). The pass owns p_nz's and the stored P's.
-    v.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
     // KV tile `it` (slot `slot`): its softmax, then P to the cube (or, for write_p, the scores
     // are released: the statistics pass).
     let tile = |b: &mut Body<'_>, it: Expr, slot: u64| {
@@ -76,7 +90,7 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
         if !cfg.write_p {
             p_out(b, k, slot);
         } else {
-            b.release(k.ch_s);
+            b.release(k.ch_s(slot));
         }
     };
     if cfg.write_p {
@@ -90,12 +104,19 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
             tile(b, Expr::from(0), 0);
             ping_pong(b, Expr::Var(iters) - 1, &mut |b, it, slot| {
                 tile(b, it + 1, 1 - slot);
-                o_update(b, k, slot);
+                o_update(b, k, slot, false);
             });
             let last_odd = ((Expr::Var(iters) - 1) % 2).eq_(1);
-            b.if_else(last_odd, |b| o_update(b, k, 1), |b| o_update(b, k, 0));
+            b.if_else(
+                last_odd,
+                |b| o_update(b, k, 1, true),
+                |b| o_update(b, k, 0, true),
+            );
         });
     }
+    // The last tile's maxima are in m_tile when its slot is 0 (online_softmax): into m.
+    let last_even = ((Expr::Var(iters) - 1) % 2).eq_(0);
+    v.if_(last_even, |b| aiv0(b, k, |b| b.muls(st.m, st.mc, 1.0)));
     // Normalise; lse = m + ln l (a query with no key: l = 0 -> 1, o = 0, lse ~ M_INIT), with
     // l = max(l, 1) + 0 * (low + l): NaN when a score the query saw was not finite, whatever
     // max does with NaN (docs/ops.md, "Non-finite data").
@@ -107,13 +128,9 @@ pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
         write_p(v, k, &kv_end, iters, o_off.clone(), mine);
     } else {
         for j in 0..nns {
-            // o += 0 * o: ±inf from a V value turns NaN like a NaN one.
-            v.muls(k.pv_ub, k.o_t.at(j), 0.0);
-            v.add(k.o_t.at(j), k.o_t.at(j), k.pv_ub);
             v.broadcast(BinaryOp::Div, Axis::Row, k.o_t.at(j), k.o_t.at(j), st.l_col);
         }
     }
-    v.wait_flag(Pipe::V, Pipe::Mte2, MASK_EV);
     v.unary(UnaryOp::Ln, st.lse, st.l);
     v.add(st.lse, st.lse, st.m);
     v.if_(Expr::Var(mine).gt(0), |t| {
@@ -139,8 +156,9 @@ fn softmax_tile(
 ) {
     let (tkv, h) = (k.cfg.tkv, k.cfg.h());
     let st = k.stats;
-    b.pop(k.ch_s);
-    aiv0(b, k, |b| b.muls(k.s_ub, k.s_ub, k.sp.scale));
+    let s = k.s(slot);
+    b.pop(k.ch_s(slot));
+    aiv0(b, k, |b| b.muls(s.clone(), s.clone(), k.sp.scale));
     let delta = b.let_("delta", Expr::Var(diag) - j0);
 
     // The lowest score each query sees (non-finite policy): off the diagonal, every row of the
@@ -148,38 +166,35 @@ fn softmax_tile(
     // finite, and such a query sees a key of the tile).
     b.if_(Expr::Var(delta).ge(tkv as i64 - 1), |t| {
         aiv0(t, k, |t| {
-            t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, k.s_ub)
+            t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, s.clone())
         })
     });
     // Keys past kv_end: -inf.
     b.if_(Expr::Var(nv).lt(tkv), |t| {
-        t.set_validshape(k.s_ub, nv, h);
-        aiv0(t, k, |t| t.fillpad(k.s_ub));
-        t.set_validshape(k.s_ub, tkv, h);
+        t.set_validshape(s.clone(), nv, h);
+        aiv0(t, k, |t| t.fillpad(s.clone()));
+        t.set_validshape(s.clone(), tkv, h);
     });
-    // A tile crossing the causal diagonal: the low band (-inf where a query sees the key, +inf
-    // where it does not) gives the column minimum of the seen scores as max(low band, s); the
-    // keep band (+inf / -inf) masks as min(s, keep band), which overwrites a hidden key's
-    // score whatever it holds (an add of -inf would turn +inf or NaN there into NaN).
+    // A tile crossing the causal diagonal, with one load of the keep band (+inf where a query
+    // sees the key, -inf where it does not): s = min(s, keep) masks, overwriting a hidden
+    // key's score whatever it holds (an add of -inf would turn +inf or NaN there into NaN);
+    // then -keep (the low band) gives the column minimum of the seen scores as
+    // max(-keep, s) (a hidden key's -inf meets +inf there).
     b.if_(Expr::Var(delta).lt(tkv as i64 - 1), |t| {
         let clamped = Expr::Var(delta).max(-(h as i64)).min(tkv as i64 - 1);
         let row0 = t.let_("row0", Expr::from(tkv as i64 - 1) - clamped);
-        for (band, first) in [(1, true), (0, false)] {
-            let at = (Expr::Var(row0) + band * k.cfg.mask_rows() as i64) * h;
-            t.wait_flag(Pipe::V, Pipe::Mte2, MASK_EV);
-            t.load(k.mask_ub, GmView::nd(k.mask, at, tkv, h, h));
-            t.set_flag(Pipe::Mte2, Pipe::V, MASK_EV);
-            t.wait_flag(Pipe::Mte2, Pipe::V, MASK_EV);
-            aiv0(t, k, |t| {
-                if first {
-                    t.max(k.mask_ub, k.mask_ub, k.s_ub);
-                    t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, k.mask_ub);
-                } else {
-                    t.binary(BinaryOp::Min, k.s_ub, k.s_ub, k.mask_ub);
-                }
-            });
-            t.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
-        }
+        let at = Expr::Var(row0) * h;
+        t.wait_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+        t.load(k.mask_ub, GmView::nd(k.mask, at, tkv, h, h));
+        t.set_flag(Pipe::Mte2, Pipe::V, MASK_EV);
+        t.wait_flag(Pipe::Mte2, Pipe::V, MASK_EV);
+        aiv0(t, k, |t| {
+            t.binary(BinaryOp::Min, s.clone(), s.clone(), k.mask_ub);
+            t.unary(UnaryOp::Neg, k.mask_ub, k.mask_ub);
+            t.max(k.mask_ub, k.mask_ub, s.clone());
+            t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, k.mask_ub);
+        });
+        t.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
     });
     aiv0(b, k, |b| online_softmax(b, k, slot));
 }
@@ -188,37 +203,49 @@ fn softmax_tile(
 /// query): the new maxima, `alpha`, `s = exp(s - m_new)` and the running sums.
 fn online_softmax(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
     let st = k.stats;
+    let s = k.s(slot);
     let alpha = st.alpha.at(slot);
     b.binary(BinaryOp::Min, st.low, st.low, st.low_tile);
-    b.col_max(st.mc, k.s_ub);
-    b.max(st.mc, st.mc, st.m);
-    b.binary(BinaryOp::Sub, alpha.clone(), st.m, st.mc);
+    // The running maxima alternate between m and m_tile (old and new swap with the slot), so
+    // no copy of the new maxima is needed.
+    let (new, old) = if slot == 0 {
+        (st.mc, st.m)
+    } else {
+        (st.m, st.mc)
+    };
+    b.col_max(new, s.clone());
+    b.max(new, new, old);
+    b.binary(BinaryOp::Sub, alpha.clone(), old, new);
     b.exp(alpha.clone(), alpha.clone());
-    b.max(st.m, st.m, st.mc);
-    b.broadcast(BinaryOp::Sub, Axis::Col, k.s_ub, k.s_ub, st.mc);
-    b.exp(k.s_ub, k.s_ub);
-    b.col_sum(st.lc, k.s_ub);
+    b.broadcast(BinaryOp::Sub, Axis::Col, s.clone(), s.clone(), new);
+    b.exp(s.clone(), s.clone());
+    b.col_sum(st.lc, s.clone());
     b.mul(st.l, st.l, alpha);
     b.add(st.l, st.l, st.lc);
 }
 
 /// P (cast, ND -> NZ) into this AIV's column half of P^T in L1 slot `slot` (channel P).
 fn p_out(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
+    // The hand-written flags stay outside `aiv0`: both AIVs run the same flag sequence.
     match k.p_ub {
         Some(pu) => {
-            aiv0(b, k, |b| b.cast(pu, k.s_ub, RoundMode::Rint));
-            b.release(k.ch_s);
+            aiv0(b, k, |b| b.cast(pu, k.s(slot), RoundMode::Rint));
+            b.release(k.ch_s(slot));
+            b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
             aiv0(b, k, |b| {
                 b.mov(k.p_nz, pu);
             });
         }
         None => {
+            b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
             aiv0(b, k, |b| {
-                b.mov(k.p_nz, k.s_ub);
+                b.mov(k.p_nz, k.s(slot));
             });
-            b.release(k.ch_s);
+            b.release(k.ch_s(slot));
         }
     }
+    b.set_flag(Pipe::V, Pipe::Mte3, P_EV);
+    b.wait_flag(Pipe::V, Pipe::Mte3, P_EV);
     b.acquire(k.ch_p);
     aiv0(b, k, |b| {
         if k.cfg.single {
@@ -228,25 +255,35 @@ fn p_out(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
                 .offset(0, k.cfg.first_query());
         }
     });
+    b.set_flag(Pipe::Mte3, Pipe::V, P_EV);
     b.push(k.ch_p);
 }
 
 /// `O = O alpha + P V` of the KV tile in slot `slot`, per Dv slice (channel PV; alpha seen as
-/// the DN column [H, 1]: a row broadcast over O's rows).
-fn o_update(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
+/// the DN column [H, 1]: a row broadcast over O's rows). After the `last` tile's, `O += 0 O`
+/// (±inf from a V value turns NaN like a NaN one), with the P V slice as the scratch while
+/// this AIV still holds it.
+fn o_update(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64, last: bool) {
     let nns = k.cfg.vp() / k.cfg.ns;
     for j in 0..nns {
+        let o = k.o_t.at(j);
         aiv0(b, k, |b| {
             b.broadcast(
                 BinaryOp::Mul,
                 Axis::Row,
-                k.o_t.at(j),
-                k.o_t.at(j),
+                o.clone(),
+                o.clone(),
                 k.stats.alpha_col.at(slot),
             )
         });
         b.pop(k.ch_pv);
-        aiv0(b, k, |b| b.add(k.o_t.at(j), k.o_t.at(j), k.pv_ub));
+        aiv0(b, k, |b| {
+            b.add(o.clone(), o.clone(), k.pv_ub);
+            if last {
+                b.muls(k.pv_ub, o.clone(), 0.0);
+                b.add(o.clone(), o.clone(), k.pv_ub);
+            }
+        });
         b.release(k.ch_pv);
     }
 }
@@ -266,31 +303,36 @@ fn write_p(
     // 1 / l into l_tile.
     v.fill(st.lc, 1.0);
     v.binary(BinaryOp::Div, st.lc, st.lc, st.l);
-    let pt = k.p_ub.unwrap_or(k.s_ub);
-    let mut step = |b: &mut Body<'_>, it: Expr, _slot: u64| {
+    let mut step = |b: &mut Body<'_>, it: Expr, slot: u64| {
+        let s = k.s(slot);
+        let pt = k.p_ub.map_or(s.clone(), TileRef::from);
         let j0 = b.let_("j0", it * tkv);
         let nv = b.let_("nv", (kv_end.clone() - j0).min(tkv as i64));
-        b.pop(k.ch_s);
+        b.pop(k.ch_s(slot));
         aiv0(b, k, |b| {
-            b.muls(k.s_ub, k.s_ub, k.sp.scale);
-            b.broadcast(BinaryOp::Sub, Axis::Col, k.s_ub, k.s_ub, st.m);
-            b.exp(k.s_ub, k.s_ub);
-            b.broadcast(BinaryOp::Mul, Axis::Col, k.s_ub, k.s_ub, st.lc);
+            b.muls(s.clone(), s.clone(), k.sp.scale);
+            b.broadcast(BinaryOp::Sub, Axis::Col, s.clone(), s.clone(), st.m);
+            b.exp(s.clone(), s.clone());
+            b.broadcast(BinaryOp::Mul, Axis::Col, s.clone(), s.clone(), st.lc);
         });
+        b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
         if let Some(pu) = k.p_ub {
-            aiv0(b, k, |b| b.cast(pu, k.s_ub, RoundMode::Rint));
-            b.release(k.ch_s);
+            aiv0(b, k, |b| b.cast(pu, s.clone(), RoundMode::Rint));
+            b.release(k.ch_s(slot));
         }
+        b.set_flag(Pipe::V, Pipe::Mte3, P_EV);
+        b.wait_flag(Pipe::V, Pipe::Mte3, P_EV);
         b.if_(Expr::Var(mine).gt(0), |t| {
-            t.set_validshape(pt, nv, mine);
+            t.set_validshape(pt.clone(), nv, mine);
             let o_rs = Expr::Param(k.sp.o_rs);
             let off = o_off.clone() + Expr::Var(j0) * o_rs.clone() + k.cfg.first_query();
-            t.store(GmView::nd(k.out, off, nv, mine, o_rs), pt);
+            t.store(GmView::nd(k.out, off, nv, mine, o_rs), pt.clone());
             t.set_validshape(pt, tkv, h);
         });
+        b.set_flag(Pipe::Mte3, Pipe::V, P_EV);
         if k.p_ub.is_none() {
             // f32: the stored tile is s_ub itself, free for the next scores once stored.
-            b.release(k.ch_s);
+            b.release(k.ch_s(slot));
         }
     };
     ping_pong(v, Expr::Var(iters), &mut step);
@@ -307,7 +349,17 @@ fn store_o(t: &mut Body<'_>, k: &FlashKernel<'_>, o_off: Expr, mine: VarId) {
         let dst = GmView::nd(k.out, Expr::Var(row0) + j * ns, mine, cols, o_rs.clone());
         let o = k.o_t.at(j);
         t.set_validshape(o.clone(), mine, cols);
-        store_in_dtype(t, dst, o, k.o_cast, (mine, cols));
+        match k.o_cast {
+            Some(oc) => {
+                let oc = oc.at(j % k.cfg.o_cast_bufs());
+                t.set_validshape(oc.clone(), mine, cols);
+                t.cast(oc.clone(), o, RoundMode::Rint);
+                t.store(dst, oc);
+            }
+            None => {
+                t.store(dst, o);
+            }
+        }
     }
 }
 

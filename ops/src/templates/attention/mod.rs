@@ -70,10 +70,10 @@
 //!   88495 in f32 (+1.0%), so these stay until the pass pairs the two `o_i` buffers as
 //!   tightly. Its V -> MTE3 flags before the stores are the pass's (the same estimates to the
 //!   cycle).
-//! - The flash kernel (`dn*.rs`) leaves its L0 slots and its P tile to the pass and keeps by
-//!   hand the Acc slots, the mask load under a runtime `if` (the pass hoists a pair out of the
-//!   `if`, and when the branch is not taken nothing orders its next set after its wait) and,
-//!   in the P-writing variant, the L0 slots; `dn.rs`'s module doc gives the reasons.
+//! - The flash kernel (`dn*.rs`) keeps by hand its L0 slots, its Acc slots, the mask load
+//!   under a runtime `if` (the pass hoists a pair out of the `if`, and when the branch is not
+//!   taken nothing orders its next set after its wait) and its P tile; `dn.rs`'s module doc
+//!   gives the reasons.
 //!
 //! # `attn_merge` (vector only)
 //!
