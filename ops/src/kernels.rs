@@ -575,7 +575,7 @@ pub fn flash_attention(shape: &FlashAttentionShape) -> Result<Vec<Launch>, OpErr
 }
 
 /// The launch of [`crate::quant_matmul()`] (or [`crate::quant_matmul_int8`] for an i8 `out`) for
-/// `shape`: one block per 128 x 256 output tile. Errors: a size of 0 or above [`MAX_DIM`], an
+/// `shape`: one block per output tile (at most 128 x 256, `quant_matmul::kernel::Tiles`). Errors: a size of 0 or above [`MAX_DIM`], an
 /// output dtype other than f32/f16/bf16/i8, a bias with the int8 output.
 pub fn quant_matmul(shape: &QuantMatmulShape) -> Result<Vec<Launch>, OpError> {
     let op = if shape.out_dtype == DType::I8 {
@@ -890,7 +890,7 @@ mod tests {
         let got = launched(|| crate::paged_gather(&src, &indices, &table, 2, 20, sim).map(|_| ()));
         assert_eq!(got, planned(&paged_gather(&shape).expect("valid")));
 
-        // quant_matmul: one block per 128 x 256 tile, kernel keyed by the epilogue.
+        // quant_matmul: one block per 128 x 256 tile, kernel keyed by the epilogue and tiles.
         let x = Tensor::ones((70, 96), C::F16, dev).expect("x");
         let w = crate::quantize_per_channel(
             &Tensor::ones((300, 96), candle_core::DType::F32, &Device::Cpu).expect("w"),
@@ -918,7 +918,7 @@ mod tests {
             .expect("valid");
         assert_eq!(call.shape, shape);
         assert_eq!(got, planned(&quant_matmul(&shape).expect("valid")));
-        assert_eq!(got, [("quant_matmul_f16_b0_r1".to_string(), 2)]);
+        assert_eq!(got, [("quant_matmul_f16_b0_r1_128x256x128".to_string(), 2)]);
     }
 
     #[test]
