@@ -719,7 +719,7 @@ fn emit_paged_gather_and_reshape_and_cache_pass_the_syntax_check() {
 /// on a Mat tile takes NZ only (A5's `TFillPad.hpp`).
 #[test]
 fn emit_quant_matmul_with_tails_passes_the_syntax_check() {
-    // 33 x 300 x 257: 64 x 256 x 256 tiles; 3 x 20 x 20: the smallest, 16 x 32 x 32.
+    // 33 x 300 x 257: 64 x 128 x 512 tiles (the device plan); 3 x 20 x 20: 16 x 32 x 32.
     for (m, k, n) in [("33", "300", "257"), ("3", "20", "20")] {
         for out_dtype in ["bf16", "i8"] {
             let (files, _) = emit_and_syntax_check(

@@ -605,7 +605,7 @@ pub fn quant_matmul(shape: &QuantMatmulShape) -> Result<Vec<Launch>, OpError> {
             })?;
         }
     }
-    let plan = crate::quant_matmul::kernel::plan(shape);
+    let plan = crate::quant_matmul::kernel::plan(shape, PlanTarget::Device);
     Ok(vec![Launch {
         kernel: plan.kernel(),
         block_dim: plan.block_dim as u64,
@@ -890,7 +890,8 @@ mod tests {
         let got = launched(|| crate::paged_gather(&src, &indices, &table, 2, 20, sim).map(|_| ()));
         assert_eq!(got, planned(&paged_gather(&shape).expect("valid")));
 
-        // quant_matmul: one block per 128 x 256 tile, kernel keyed by the epilogue and tiles.
+        // quant_matmul (profiled: the device plan): 128 x 128 tiles fill more clusters than
+        // 128 x 256 ones; kernel keyed by the epilogue and tiles.
         let x = Tensor::ones((70, 96), C::F16, dev).expect("x");
         let w = crate::quantize_per_channel(
             &Tensor::ones((300, 96), candle_core::DType::F32, &Device::Cpu).expect("w"),
@@ -918,7 +919,7 @@ mod tests {
             .expect("valid");
         assert_eq!(call.shape, shape);
         assert_eq!(got, planned(&quant_matmul(&shape).expect("valid")));
-        assert_eq!(got, [("quant_matmul_f16_b0_r1_128x256x128".to_string(), 2)]);
+        assert_eq!(got, [("quant_matmul_f16_b0_r1_128x128x128".to_string(), 3)]);
     }
 
     #[test]

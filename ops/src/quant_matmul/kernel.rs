@@ -32,7 +32,7 @@
 use super::{QuantCall, QuantizedWeight};
 use crate::error::OpError;
 use crate::kernels::QuantMatmulShape;
-use crate::runtime::{compiled, Runner};
+use crate::runtime::{compiled, PlanTarget, Runner};
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
     AccToVecMode, Axis, BinaryOp, CoreKind, DType, Expr, GmView, Kernel, Layout, MemSpace,
@@ -66,21 +66,37 @@ impl Tiles {
         tk: 256,
     };
 
-    /// The tiles of a call of `m x k` by `n`: each side the smallest power of two that holds it,
-    /// from the cube's fractal (16 rows, 32 k; 32 channels, the 32-byte row of an int8 UB tile)
-    /// up to [`Tiles::LARGEST`]. A decode
-    /// step's few tokens then fill a 16-row tile instead of padding to 128 (the cube, the
-    /// Fixpipe and the vector side work on 16 rows, and the pad fill of x's slice is an eighth),
-    /// and a narrow or shallow weight is not padded to 256. Sizes are static in the kernel, so
-    /// each tile class compiles once (at most 4 row classes per weight shape and epilogue).
-    pub fn for_shape(m: usize, k: usize, n: usize) -> Tiles {
+    /// The tiles of a call of `m x k` by `n` on `target`: each side the smallest power of two
+    /// that holds it, from the cube's fractal (16 rows, 32 k; 32 channels, the 32-byte row of an
+    /// int8 UB tile) up to [`Tiles::LARGEST`]. A decode step's few tokens then fill a 16-row tile
+    /// instead of padding to 128 (the cube, the Fixpipe and the vector side work on 16 rows, and
+    /// the pad fill of x's slice is an eighth), and a narrow or shallow weight is not padded to
+    /// 256.
+    ///
+    /// On the device, a grid that would leave clusters idle with 256-channel tiles (e.g. M <= 128
+    /// at N = 4096: 16 blocks on 32 clusters) takes 128-channel tiles over K slices of 512
+    /// instead (the B slice still fills L0B's 64 KiB): twice the blocks, each reading half of w
+    /// in half as many DMAs. The simulator's CPU plan keeps the fewer, larger blocks. The int32
+    /// sums are exact and every later step is per element, so the tiles never change a bit of
+    /// the result. Sizes are static in the kernel: each tile class compiles once.
+    pub fn for_shape(m: usize, k: usize, n: usize, target: PlanTarget) -> Tiles {
         let fit = |v: usize, lo: u64, hi: u64| (v as u64).next_power_of_two().clamp(lo, hi);
         let l = Tiles::LARGEST;
-        Tiles {
+        let t = Tiles {
             tm: fit(m, 16, l.tm),
             tn: fit(n, 32, l.tn),
             tk: fit(k, 32, l.tk),
+        };
+        let blocks = grid(m, n, t).2;
+        if target == PlanTarget::Device && t.tn == l.tn && blocks < target.concurrent_blocks() {
+            let (tn, tk) = (l.tn / 2, l.tk * 2);
+            return Tiles {
+                tn,
+                tk: fit(k, 32, tk),
+                ..t
+            };
         }
+        t
     }
 
     fn key(self) -> String {
@@ -122,10 +138,10 @@ pub fn grid(m: usize, n: usize, tiles: Tiles) -> (usize, usize, usize) {
     (tm, tn, tm * tn)
 }
 
-/// The launch plan of a call of `shape`, the same on every target (one block per `tm x tn`
-/// output tile of [`Tiles::for_shape`]): the kernel for its epilogue and tiles, the grid and
-/// the scalars. [`run_float`],
-/// [`run_int8`] and `tileops emit` ([`crate::kernels::quant_matmul`]) all launch from it.
+/// The launch plan of a call of `shape` on a target (one block per `tm x tn` output tile of
+/// [`Tiles::for_shape`]): the kernel for its epilogue and tiles, the grid and the scalars.
+/// [`run_float`], [`run_int8`] and `tileops emit` ([`crate::kernels::quant_matmul`], the
+/// device plan) all launch from it.
 pub(crate) struct QuantPlan {
     /// What the kernel does after the Fixpipe (with the tiles, the compile key).
     pub epi: Epilogue,
@@ -160,10 +176,10 @@ impl QuantPlan {
     }
 }
 
-/// The plan of a call of `shape` (a valid shape: `out_dtype` i8 for the int8 variant, which
-/// has no bias).
-pub(crate) fn plan(shape: &QuantMatmulShape) -> QuantPlan {
-    let tiles = Tiles::for_shape(shape.m, shape.k, shape.n);
+/// The plan of a call of `shape` on `target` (a valid shape: `out_dtype` i8 for the int8
+/// variant, which has no bias).
+pub(crate) fn plan(shape: &QuantMatmulShape, target: PlanTarget) -> QuantPlan {
+    let tiles = Tiles::for_shape(shape.m, shape.k, shape.n, target);
     let (tm, tn, blocks) = grid(shape.m, shape.n, tiles);
     let epi = match shape.out_dtype {
         DType::I8 => Epilogue::Int8 { relu: shape.relu },
@@ -521,7 +537,7 @@ pub(crate) fn run_float(
     call: &QuantCall<'_>,
 ) -> Result<GmTensor, OpError> {
     let s = &call.shape;
-    let plan = plan(s);
+    let plan = plan(s, runner.plan_target());
     let (m_pad, n_pad) = (plan.m_pad(), plan.n_pad());
     let mut t = vec![
         i8_input(&call.xq, &[s.m, s.k]),
@@ -542,7 +558,7 @@ pub(crate) fn run_int8(
     call: &QuantCall<'_>,
 ) -> Result<GmTensor, OpError> {
     let s = &call.shape;
-    let plan = plan(s);
+    let plan = plan(s, runner.plan_target());
     let t = vec![
         i8_input(&call.xq, &[s.m, s.k]),
         i8_input(w.data(), &[s.n, s.k]),
@@ -562,17 +578,29 @@ mod tests {
 
     /// Each side is the smallest power of two holding the call, between the cube's fractal and
     /// the largest tiles: decode's few rows take 16-row tiles, the bench's M = 256 the largest.
+    /// On the device, a grid short of the 32 clusters halves the channels and doubles the slice.
     #[test]
     fn tiles_follow_the_call() {
-        assert_eq!(Tiles::for_shape(256, 4096, 4096), Tiles::LARGEST);
-        assert_eq!(Tiles::for_shape(1000, 7168, 2048), Tiles::LARGEST);
-        assert_eq!(Tiles::for_shape(1, 4096, 4096), tiles(16, 256, 256));
-        assert_eq!(Tiles::for_shape(16, 4096, 4096), tiles(16, 256, 256));
-        assert_eq!(Tiles::for_shape(17, 4096, 4096), tiles(32, 256, 256));
-        assert_eq!(Tiles::for_shape(33, 300, 257), tiles(64, 256, 256));
-        assert_eq!(Tiles::for_shape(4, 256, 128), tiles(16, 128, 256));
-        assert_eq!(Tiles::for_shape(4, 128, 256), tiles(16, 256, 128));
-        assert_eq!(Tiles::for_shape(1, 1, 1), tiles(16, 32, 32));
+        let cpu = |m, k, n| Tiles::for_shape(m, k, n, PlanTarget::Cpu);
+        let dev = |m, k, n| Tiles::for_shape(m, k, n, PlanTarget::Device);
+        for t in [PlanTarget::Cpu, PlanTarget::Device] {
+            assert_eq!(Tiles::for_shape(256, 4096, 4096, t), Tiles::LARGEST);
+            assert_eq!(Tiles::for_shape(1000, 7168, 2048, t), Tiles::LARGEST);
+        }
+        assert_eq!(cpu(1, 4096, 4096), tiles(16, 256, 256));
+        assert_eq!(cpu(16, 4096, 4096), tiles(16, 256, 256));
+        assert_eq!(cpu(17, 4096, 4096), tiles(32, 256, 256));
+        assert_eq!(cpu(33, 300, 257), tiles(64, 256, 256));
+        assert_eq!(cpu(4, 256, 128), tiles(16, 128, 256));
+        assert_eq!(cpu(4, 128, 256), tiles(16, 256, 128));
+        assert_eq!(cpu(1, 1, 1), tiles(16, 32, 32));
+        // 16 blocks of 256 channels would leave half the clusters idle: 32 of 128.
+        assert_eq!(dev(1, 4096, 4096), tiles(16, 128, 512));
+        assert_eq!(dev(128, 4096, 4096), tiles(128, 128, 512));
+        assert_eq!(dev(33, 300, 257), tiles(64, 128, 512));
+        assert_eq!(dev(4, 128, 256), tiles(16, 128, 128));
+        // Narrower than 256 channels: as on the CPU.
+        assert_eq!(dev(4, 256, 128), tiles(16, 128, 256));
         // The grid and the padded widths follow the tiles.
         let s = |m, k, n| QuantMatmulShape {
             out_dtype: DType::F32,
@@ -582,14 +610,21 @@ mod tests {
             bias: false,
             relu: false,
         };
-        let p = plan(&s(3, 256, 600));
+        let p = plan(&s(3, 256, 600), PlanTarget::Cpu);
         assert_eq!((p.tiles, p.block_dim), (tiles(16, 256, 256), 3));
         assert_eq!((p.m_pad(), p.n_pad()), (16, 768));
-        assert_eq!(plan(&s(256, 4096, 4096)).block_dim, 32);
-        assert_ne!(plan(&s(1, 64, 64)).key(), plan(&s(256, 64, 64)).key());
+        let p = plan(&s(3, 256, 600), PlanTarget::Device);
+        assert_eq!((p.tiles, p.block_dim), (tiles(16, 128, 256), 5));
+        assert_eq!((p.m_pad(), p.n_pad()), (16, 640));
+        for t in [PlanTarget::Cpu, PlanTarget::Device] {
+            assert_eq!(plan(&s(256, 4096, 4096), t).block_dim, 32);
+            assert_ne!(plan(&s(1, 64, 64), t).key(), plan(&s(256, 64, 64), t).key());
+        }
+        assert_eq!(plan(&s(1, 4096, 4096), PlanTarget::Device).block_dim, 32);
     }
 
-    /// The smallest and the largest tile classes of every epilogue compile for the Ascend 950
+    /// The smallest, the largest and the deepest tile classes of every epilogue compile for the
+    /// Ascend 950
     /// (verified: L0, UB and 32-byte row rules; memory planned; syncs inserted).
     #[test]
     fn every_tile_class_compiles() {
@@ -607,7 +642,12 @@ mod tests {
             Epilogue::Int8 { relu: false },
         ];
         for epi in epis {
-            for t in [tiles(16, 32, 32), tiles(16, 256, 128), Tiles::LARGEST] {
+            for t in [
+                tiles(16, 32, 32),
+                tiles(16, 256, 128),
+                tiles(128, 128, 512),
+                Tiles::LARGEST,
+            ] {
                 let k = quant_matmul_kernel(epi, t);
                 if let Err(e) = compile(&k, crate::runtime::arch()) {
                     panic!("{epi:?} {t:?}: {e}");
