@@ -30,6 +30,7 @@
 //! part in the channel handshake. The other intra-core flags come from the sync pass.
 
 use super::{QuantCall, QuantizedWeight};
+use crate::bridge;
 use crate::error::OpError;
 use crate::kernels::QuantMatmulShape;
 use crate::runtime::{compiled, PlanTarget, Runner};
@@ -38,6 +39,7 @@ use tile_backend::ir::{
     AccToVecMode, Axis, BinaryOp, CoreKind, DType, Expr, GmView, Kernel, Layout, MemSpace,
     PadValue, Phase, Pipe, QuantWord, RoundMode, Scale, TileRef, TileType, UnaryOp, VarId,
 };
+use tile_backend::launch::GmInOut;
 use tile_backend::sim::{Arg, GmInput, GmTensor};
 
 const OP: &str = "quant_matmul";
@@ -506,36 +508,41 @@ fn i8_input<'a>(v: &'a [i8], shape: &[usize]) -> Arg<'a> {
     })
 }
 
-/// Launches the plan of `shape` with its tensor arguments and returns `out`.
-fn launch(
+/// Launches the plan of `shape` with its tensor arguments, the kernel writing `out` (`[M, N]`
+/// of the out dtype, as little-endian bytes) in place.
+fn launch<'a>(
     runner: &mut Runner,
     shape: &QuantMatmulShape,
     plan: &QuantPlan,
-    mut tensors: Vec<Arg<'_>>,
-) -> Result<GmTensor, OpError> {
-    let kernel = compiled(OP, &plan.key(), || plan.kernel())?;
-    let mut args: Vec<Arg<'_>> = plan.scalars.iter().map(|&(_, v)| Arg::Int(v)).collect();
-    args.append(&mut tensors);
-    args.push(Arg::Tensor(GmTensor::zeros(
+    mut tensors: Vec<Arg<'a>>,
+    out: &'a mut [u8],
+) -> Result<(), OpError> {
+    bridge::check_storage(
+        OP,
+        "out",
+        (shape.out_dtype, out.len()),
         shape.out_dtype,
-        &[shape.m, shape.n],
-    )));
-    runner.launch(&kernel, plan.block_dim, &mut args)?;
-    match args.pop() {
-        Some(Arg::Tensor(out)) => Ok(out),
-        _ => Err(OpError::Package {
-            op: OP,
-            why: "the launcher lost the output argument".into(),
-        }),
-    }
+        shape.m * shape.n,
+    )?;
+    let kernel = compiled(OP, &plan.key(), || plan.kernel())?;
+    let mut args: Vec<Arg<'a>> = plan.scalars.iter().map(|&(_, v)| Arg::Int(v)).collect();
+    args.append(&mut tensors);
+    args.push(Arg::InOut(GmInOut {
+        dtype: shape.out_dtype,
+        shape: vec![shape.m, shape.n],
+        data: out,
+    }));
+    runner.launch(&kernel, plan.block_dim, &mut args)
 }
 
-/// Runs the float-output kernel of `call`: `[M, N]` in its out dtype.
+/// Runs the float-output kernel of `call`, writing `[M, N]` of its out dtype into `out` (the
+/// storage its candle tensor then owns: no result copy).
 pub(crate) fn run_float(
     runner: &mut Runner,
     w: &QuantizedWeight,
     call: &QuantCall<'_>,
-) -> Result<GmTensor, OpError> {
+    out: &mut [u8],
+) -> Result<(), OpError> {
     let s = &call.shape;
     let plan = plan(s, runner.plan_target());
     let (m_pad, n_pad) = (plan.m_pad(), plan.n_pad());
@@ -548,7 +555,7 @@ pub(crate) fn run_float(
     if let Some(b) = &call.bias {
         t.push(Arg::Tensor(padded_f32(b, n_pad)));
     }
-    launch(runner, s, &plan, t)
+    launch(runner, s, &plan, t, out)
 }
 
 /// Runs the int8-output kernel of `call`: `[M, N]` int8.
@@ -556,7 +563,7 @@ pub(crate) fn run_int8(
     runner: &mut Runner,
     w: &QuantizedWeight,
     call: &QuantCall<'_>,
-) -> Result<GmTensor, OpError> {
+) -> Result<Vec<i8>, OpError> {
     let s = &call.shape;
     let plan = plan(s, runner.plan_target());
     let t = vec![
@@ -564,7 +571,9 @@ pub(crate) fn run_int8(
         i8_input(w.data(), &[s.n, s.k]),
         Arg::Tensor(word_tensor(&call.words, plan.n_pad(), true)),
     ];
-    launch(runner, s, &plan, t)
+    let mut out = vec![0i8; s.m * s.n];
+    launch(runner, s, &plan, t, bytemuck::cast_slice_mut(&mut out))?;
+    Ok(out)
 }
 
 #[cfg(test)]
