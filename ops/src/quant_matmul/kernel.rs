@@ -590,26 +590,34 @@ mod tests {
     /// On the device, a grid short of the 32 clusters halves the channels and doubles the slice.
     #[test]
     fn tiles_follow_the_call() {
-        let cpu = |m, k, n| Tiles::for_shape(m, k, n, PlanTarget::Cpu);
-        let dev = |m, k, n| Tiles::for_shape(m, k, n, PlanTarget::Device);
-        for t in [PlanTarget::Cpu, PlanTarget::Device] {
-            assert_eq!(Tiles::for_shape(256, 4096, 4096, t), Tiles::LARGEST);
-            assert_eq!(Tiles::for_shape(1000, 7168, 2048, t), Tiles::LARGEST);
+        let (cpu, dev) = (PlanTarget::Cpu, PlanTarget::Device);
+        let cases = [
+            (cpu, (256, 4096, 4096), Tiles::LARGEST),
+            (dev, (256, 4096, 4096), Tiles::LARGEST),
+            (cpu, (1000, 7168, 2048), Tiles::LARGEST),
+            (dev, (1000, 7168, 2048), Tiles::LARGEST),
+            (cpu, (1, 4096, 4096), tiles(16, 256, 256)),
+            (cpu, (16, 4096, 4096), tiles(16, 256, 256)),
+            (cpu, (17, 4096, 4096), tiles(32, 256, 256)),
+            (cpu, (33, 300, 257), tiles(64, 256, 256)),
+            (cpu, (4, 256, 128), tiles(16, 128, 256)),
+            (cpu, (4, 128, 256), tiles(16, 256, 128)),
+            (cpu, (1, 1, 1), tiles(16, 32, 32)),
+            // 16 blocks of 256 channels would leave half the clusters idle: 32 of 128.
+            (dev, (1, 4096, 4096), tiles(16, 128, 512)),
+            (dev, (128, 4096, 4096), tiles(128, 128, 512)),
+            (dev, (33, 300, 257), tiles(64, 128, 512)),
+            (dev, (4, 128, 256), tiles(16, 128, 128)),
+            // Narrower than 256 channels: as on the CPU.
+            (dev, (4, 256, 128), tiles(16, 128, 256)),
+        ];
+        for (target, (m, k, n), want) in cases {
+            assert_eq!(
+                Tiles::for_shape(m, k, n, target),
+                want,
+                "{target:?} {m}x{k}x{n}"
+            );
         }
-        assert_eq!(cpu(1, 4096, 4096), tiles(16, 256, 256));
-        assert_eq!(cpu(16, 4096, 4096), tiles(16, 256, 256));
-        assert_eq!(cpu(17, 4096, 4096), tiles(32, 256, 256));
-        assert_eq!(cpu(33, 300, 257), tiles(64, 256, 256));
-        assert_eq!(cpu(4, 256, 128), tiles(16, 128, 256));
-        assert_eq!(cpu(4, 128, 256), tiles(16, 256, 128));
-        assert_eq!(cpu(1, 1, 1), tiles(16, 32, 32));
-        // 16 blocks of 256 channels would leave half the clusters idle: 32 of 128.
-        assert_eq!(dev(1, 4096, 4096), tiles(16, 128, 512));
-        assert_eq!(dev(128, 4096, 4096), tiles(128, 128, 512));
-        assert_eq!(dev(33, 300, 257), tiles(64, 128, 512));
-        assert_eq!(dev(4, 128, 256), tiles(16, 128, 128));
-        // Narrower than 256 channels: as on the CPU.
-        assert_eq!(dev(4, 256, 128), tiles(16, 128, 256));
         // The grid and the padded widths follow the tiles.
         let s = |m, k, n| QuantMatmulShape {
             out_dtype: DType::F32,
