@@ -938,9 +938,13 @@ mod tests {
         assert_eq!(planned(&g), [("paged_gather_bf16_576".to_string(), 32)]);
         let c = reshape_and_cache(&ReshapeAndCacheShape::default()).expect("valid");
         assert_eq!(planned(&c), [("reshape_and_cache_f16_1024".to_string(), 4)]);
-        // 7168 -> 2048 for 16 tokens: one row of tiles, 8 tiles of 256 channels.
+        // 7168 -> 2048 for 16 tokens: one row of 16-row tiles; 8 tiles of 256 channels would
+        // leave clusters idle, so 16 of 128 over K slices of 512.
         let q = quant_matmul(&QuantMatmulShape::default()).expect("valid");
-        assert_eq!(planned(&q), [("quant_matmul_bf16_b0_r0".to_string(), 8)]);
+        assert_eq!(
+            planned(&q),
+            [("quant_matmul_bf16_b0_r0_16x128x512".to_string(), 16)]
+        );
     }
 
     fn expect_invalid(r: Result<Vec<Launch>, OpError>, op: &str, arg: &str, needle: &str) {
