@@ -715,25 +715,19 @@ fn emit_paged_gather_and_reshape_and_cache_pass_the_syntax_check() {
 }
 
 /// `emit --op quant-matmul` with tails in M, K and N (K = 300: the last K slice is fill-padded),
-/// float and int8 output: every file compiles against the PTO declaration header, whose TFILLPAD
+/// at the largest tile class used there and the smallest, float and int8 output: every file compiles against the PTO declaration header, whose TFILLPAD
 /// on a Mat tile takes NZ only (A5's `TFillPad.hpp`).
 #[test]
 fn emit_quant_matmul_with_tails_passes_the_syntax_check() {
-    for out_dtype in ["bf16", "i8"] {
-        let (files, _) = emit_and_syntax_check(
-            "quant-matmul",
-            &[
-                "--out-dtype",
-                out_dtype,
-                "--m",
-                "33",
-                "--k",
-                "300",
-                "--n",
-                "257",
-            ],
-        );
-        assert_eq!(files.len(), 3, "{out_dtype}: {files:?}");
+    // 33 x 300 x 257: 64 x 128 x 512 tiles (the device plan); 3 x 20 x 20: 16 x 32 x 32.
+    for (m, k, n) in [("33", "300", "257"), ("3", "20", "20")] {
+        for out_dtype in ["bf16", "i8"] {
+            let (files, _) = emit_and_syntax_check(
+                "quant-matmul",
+                &["--out-dtype", out_dtype, "--m", m, "--k", k, "--n", n],
+            );
+            assert_eq!(files.len(), 3, "{out_dtype} {m}x{k}x{n}: {files:?}");
+        }
     }
 }
 

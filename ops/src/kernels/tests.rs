@@ -138,7 +138,8 @@ fn gather_and_quant_matmul_launch_what_emit_plans() {
     let got = launched(|| crate::paged_gather(&src, &indices, &table, 2, 20, sim).map(|_| ()));
     assert_eq!(got, planned(&paged_gather(&shape).expect("valid")));
 
-    // quant_matmul: one block per 128 x 256 tile, kernel keyed by the epilogue.
+    // quant_matmul (profiled: the device plan): 128 x 128 tiles fill more clusters than
+    // 128 x 256 ones; kernel keyed by the epilogue and tiles.
     let x = Tensor::ones((70, 96), C::F16, dev).expect("x");
     let w = crate::quantize_per_channel(
         &Tensor::ones((300, 96), candle_core::DType::F32, &Device::Cpu).expect("w"),
@@ -166,7 +167,7 @@ fn gather_and_quant_matmul_launch_what_emit_plans() {
         crate::quant_matmul::QuantCall::validate(&x, &w, &params, Backend::TileSim).expect("valid");
     assert_eq!(call.shape, shape);
     assert_eq!(got, planned(&quant_matmul(&shape).expect("valid")));
-    assert_eq!(got, [("quant_matmul_f16_b0_r1".to_string(), 2)]);
+    assert_eq!(got, [("quant_matmul_f16_b0_r1_128x128x128".to_string(), 3)]);
 }
 
 /// The flash ops launch what `emit` plans for the shape their validation yields; a varlen
@@ -261,9 +262,13 @@ fn defaults_are_the_documented_shapes() {
     assert_eq!(planned(&g), [("paged_gather_bf16_576".to_string(), 32)]);
     let c = reshape_and_cache(&ReshapeAndCacheShape::default()).expect("valid");
     assert_eq!(planned(&c), [("reshape_and_cache_f16_1024".to_string(), 4)]);
-    // 7168 -> 2048 for 16 tokens: one row of tiles, 8 tiles of 256 channels.
+    // 7168 -> 2048 for 16 tokens: one row of 16-row tiles; 8 tiles of 256 channels would
+    // leave clusters idle, so 16 of 128 over K slices of 512.
     let q = quant_matmul(&QuantMatmulShape::default()).expect("valid");
-    assert_eq!(planned(&q), [("quant_matmul_bf16_b0_r0".to_string(), 8)]);
+    assert_eq!(
+        planned(&q),
+        [("quant_matmul_bf16_b0_r0_16x128x512".to_string(), 16)]
+    );
 }
 
 fn expect_invalid(r: Result<Vec<Launch>, OpError>, op: &str, arg: &str, needle: &str) {

@@ -5,13 +5,15 @@
 //!
 //! # Kernel
 //!
-//! One block per `[TM, TN]` output tile (`TM` = 128 rows, `TN` = 256 channels: one Scaling chunk,
-//! at most 512 words); `M`, `K` and `N` are runtime scalars, tails use runtime valid shapes and
-//! zero padding, so a new batch size never recompiles.
+//! One block per `[TM, TN]` output tile, over K slices of `TK` ([`Tiles`]: at most 128 rows,
+//! 256 channels (one Scaling chunk, at most 512 words) and 256 k; smaller where the call is, so a
+//! decode step's few tokens take a 16-row tile); `M`, `K` and `N` are runtime scalars, tails use
+//! runtime valid shapes and zero padding, so a new batch size recompiles only when it changes
+//! the row tile.
 //!
 //! ```text
 //! cube:  MTE2  words[bn*TN.., TN] -> s_l1 (Mat, u64)        FIX  s_l1 -> sc (Scaling)  [MTE2 -> FIX]
-//!        for each K slice kk (TK = 256), L1 buffer e = kk % 2 (ping-pong):
+//!        for each K slice kk (TK deep), L1 buffer e = kk % 2 (ping-pong):
 //!          MTE2  x[rows, slice] -> a_l1[e] (ND -> NZ)   w[cols, slice] -> w_l1[e] (ND -> NZ); fillpad
 //!                (b_l1[e]: w_l1[e]'s bytes seen as ZN [TK, TN], that is B = w^T)
 //!          MTE1  a_l1[e] -> a_l0 (Left), b_l1[e] -> b_l0 (Right)
@@ -22,32 +24,87 @@
 //! ```
 //!
 //! The K loop's flags are written by hand: MTE1 -> MTE2 events 0/1 free L1 buffer 0/1, so the
-//! DMA of slice kk + 1 runs while slice kk moves to L0 and multiplies (a `TK x TN` B slice fills
+//! DMA of slice kk + 1 runs while slice kk moves to L0 and multiplies (a 256 x 256 B slice fills
 //! L0B's 64 KiB, so L0 has one buffer per operand, freed by M -> MTE1 event 0). The Fixpipe's
 //! quantising move cannot use a dual mode (§5), so the tile goes to AIV0 whole; AIV1 only takes
 //! part in the channel handshake. The other intra-core flags come from the sync pass.
 
 use super::{QuantCall, QuantizedWeight};
+use crate::bridge;
 use crate::error::OpError;
 use crate::kernels::QuantMatmulShape;
-use crate::runtime::{compiled, Runner};
+use crate::runtime::{compiled, PlanTarget, Runner};
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
     AccToVecMode, Axis, BinaryOp, CoreKind, DType, Expr, GmView, Kernel, Layout, MemSpace,
     PadValue, Phase, Pipe, QuantWord, RoundMode, Scale, TileRef, TileType, UnaryOp, VarId,
 };
+use tile_backend::launch::GmInOut;
 use tile_backend::sim::{Arg, GmInput, GmTensor};
 
 const OP: &str = "quant_matmul";
 
-/// Rows of an output tile: at M = 256, K = N = 4096 the grid is 2 x 16 blocks, one wave on 32
-/// clusters, each reading its 256 channels of w once per 128 rows.
-pub const TM: u64 = 128;
-/// Channels of an output tile (one Scaling chunk: a multiple of 16, at most 512).
-pub const TN: u64 = 256;
-/// Depth of a K slice (a multiple of the int8 C0, 32). A `TK x TN` int8 B slice fills L0B's
-/// 64 KiB, so L0 has one buffer per operand and L1 two (ping-pong).
-pub const TK: u64 = 256;
+/// The static tile sizes of a kernel variant, chosen from the call's shape by
+/// [`Tiles::for_shape`]: rows `tm` of an output tile, channels `tn` (one Scaling chunk: a
+/// multiple of 16, at most 512) and the depth `tk` of a K slice (a multiple of the int8 C0, 32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tiles {
+    /// Rows of an output tile.
+    pub tm: u64,
+    /// Channels of an output tile.
+    pub tn: u64,
+    /// Depth of a K slice.
+    pub tk: u64,
+}
+
+impl Tiles {
+    /// The largest tiles, `128 x 256` outputs over K slices of 256: at M = 256, K = N = 4096 the
+    /// grid is 2 x 16 blocks, one wave on 32 clusters, each reading its 256 channels of w once
+    /// per 128 rows. A `256 x 256` int8 B slice fills L0B's 64 KiB, so L0 has one buffer per
+    /// operand and L1 two (ping-pong).
+    pub const LARGEST: Tiles = Tiles {
+        tm: 128,
+        tn: 256,
+        tk: 256,
+    };
+
+    /// The tiles of a call of `m x k` by `n` on `target`: each side the smallest power of two
+    /// that holds it, from the cube's fractal (16 rows, 32 k; 32 channels, the 32-byte row of an
+    /// int8 UB tile) up to [`Tiles::LARGEST`]. A decode step's few tokens then fill a 16-row tile
+    /// instead of padding to 128 (the cube, the Fixpipe and the vector side work on 16 rows, and
+    /// the pad fill of x's slice is an eighth), and a narrow or shallow weight is not padded to
+    /// 256.
+    ///
+    /// On the device, a grid that would leave clusters idle with 256-channel tiles (e.g. M <= 128
+    /// at N = 4096: 16 blocks on 32 clusters) takes 128-channel tiles over K slices of 512
+    /// instead (the B slice still fills L0B's 64 KiB): twice the blocks, each reading half of w
+    /// in half as many DMAs. The simulator's CPU plan keeps the fewer, larger blocks. The int32
+    /// sums are exact and every later step is per element, so the tiles never change a bit of
+    /// the result. Sizes are static in the kernel: each tile class compiles once.
+    pub fn for_shape(m: usize, k: usize, n: usize, target: PlanTarget) -> Tiles {
+        let fit = |v: usize, lo: u64, hi: u64| (v as u64).next_power_of_two().clamp(lo, hi);
+        let l = Tiles::LARGEST;
+        let t = Tiles {
+            tm: fit(m, 16, l.tm),
+            tn: fit(n, 32, l.tn),
+            tk: fit(k, 32, l.tk),
+        };
+        let blocks = grid(m, n, t).2;
+        if target == PlanTarget::Device && t.tn == l.tn && blocks < target.concurrent_blocks() {
+            let (tn, tk) = (l.tn / 2, l.tk * 2);
+            return Tiles {
+                tn,
+                tk: fit(k, 32, tk),
+                ..t
+            };
+        }
+        t
+    }
+
+    fn key(self) -> String {
+        format!("{}x{}x{}", self.tm, self.tn, self.tk)
+    }
+}
 
 /// What the kernel does after the Fixpipe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,19 +134,22 @@ impl Epilogue {
     }
 }
 
-/// Output tiles along M and N, and the block count (`tiles_m * tiles_n`).
-pub fn grid(m: usize, n: usize) -> (usize, usize, usize) {
-    let (tm, tn) = (m.div_ceil(TM as usize), n.div_ceil(TN as usize));
+/// Output tiles of `tiles` along M and N, and the block count (`tiles_m * tiles_n`).
+pub fn grid(m: usize, n: usize, tiles: Tiles) -> (usize, usize, usize) {
+    let (tm, tn) = (m.div_ceil(tiles.tm as usize), n.div_ceil(tiles.tn as usize));
     (tm, tn, tm * tn)
 }
 
-/// The launch plan of a call of `shape`, the same on every target (one block per `TM x TN`
-/// output tile): the kernel for its epilogue, the grid and the scalars. [`run_float`],
-/// [`run_int8`] and `tileops emit` ([`crate::kernels::quant_matmul`]) all launch from it.
+/// The launch plan of a call of `shape` on a target (one block per `tm x tn` output tile of
+/// [`Tiles::for_shape`]): the kernel for its epilogue and tiles, the grid and the scalars.
+/// [`run_float`], [`run_int8`] and `tileops emit` ([`crate::kernels::quant_matmul`], the
+/// device plan) all launch from it.
 pub(crate) struct QuantPlan {
-    /// What the kernel does after the Fixpipe (the compile key).
+    /// What the kernel does after the Fixpipe (with the tiles, the compile key).
     pub epi: Epilogue,
-    /// The scalars `m`, `k`, `n`, `m_pad` (`tiles_m * TM`), `n_pad` (`tiles_n * TN`), in the
+    /// The kernel's static tile sizes.
+    pub tiles: Tiles,
+    /// The scalars `m`, `k`, `n`, `m_pad` (`tiles_m * tm`), `n_pad` (`tiles_n * tn`), in the
     /// kernel's parameter order.
     pub scalars: [(&'static str, i64); 5],
     /// Blocks launched (`tiles_m * tiles_n`).
@@ -99,29 +159,30 @@ pub(crate) struct QuantPlan {
 impl QuantPlan {
     /// The kernel cache key.
     pub fn key(&self) -> String {
-        format!("{OP}/{}", self.epi.key())
+        format!("{OP}/{}_{}", self.epi.key(), self.tiles.key())
     }
 
     /// The kernel, as its builder writes it.
     pub fn kernel(&self) -> Kernel {
-        quant_matmul_kernel(self.epi)
+        quant_matmul_kernel(self.epi, self.tiles)
     }
 
-    /// `tiles_m * TM`: the row factors' padded width.
+    /// `tiles_m * tm`: the row factors' padded width.
     fn m_pad(&self) -> usize {
         self.scalars[3].1 as usize
     }
 
-    /// `tiles_n * TN`: the words' and the bias' padded width.
+    /// `tiles_n * tn`: the words' and the bias' padded width.
     fn n_pad(&self) -> usize {
         self.scalars[4].1 as usize
     }
 }
 
-/// The plan of a call of `shape` (a valid shape: `out_dtype` i8 for the int8 variant, which
-/// has no bias).
-pub(crate) fn plan(shape: &QuantMatmulShape) -> QuantPlan {
-    let (tm, tn, blocks) = grid(shape.m, shape.n);
+/// The plan of a call of `shape` on `target` (a valid shape: `out_dtype` i8 for the int8
+/// variant, which has no bias).
+pub(crate) fn plan(shape: &QuantMatmulShape, target: PlanTarget) -> QuantPlan {
+    let tiles = Tiles::for_shape(shape.m, shape.k, shape.n, target);
+    let (tm, tn, blocks) = grid(shape.m, shape.n, tiles);
     let epi = match shape.out_dtype {
         DType::I8 => Epilogue::Int8 { relu: shape.relu },
         out => Epilogue::Float {
@@ -132,23 +193,25 @@ pub(crate) fn plan(shape: &QuantMatmulShape) -> QuantPlan {
     };
     QuantPlan {
         epi,
+        tiles,
         scalars: [
             ("m", shape.m as i64),
             ("k", shape.k as i64),
             ("n", shape.n as i64),
-            ("m_pad", (tm * TM as usize) as i64),
-            ("n_pad", (tn * TN as usize) as i64),
+            ("m_pad", (tm * tiles.tm as usize) as i64),
+            ("n_pad", (tn * tiles.tn as usize) as i64),
         ],
         block_dim: blocks,
     }
 }
 
-/// The kernel for `epi`. Arguments, in order: scalars `m`, `k`, `n`, `m_pad` (`tiles_m * TM`),
-/// `n_pad` (`tiles_n * TN`); tensors `x [m, k]` (i8), `w [n, k]` (i8), `words [1, n_pad]`
+/// The kernel for `epi` with the static tile sizes `tiles`. Arguments, in order: scalars `m`,
+/// `k`, `n`, `m_pad` (`tiles_m * tm`), `n_pad` (`tiles_n * tn`); tensors `x [m, k]` (i8), `w [n, k]` (i8), `words [1, n_pad]`
 /// (u64 Fixpipe words), for [`Epilogue::Float`] `rows [1, m_pad]` (f32 row factors) and, with a
 /// bias, `bias [1, n_pad]` (f32); then `out [m, n]` (output).
-pub fn quant_matmul_kernel(epi: Epilogue) -> Kernel {
-    let mut kb = KernelBuilder::new(format!("quant_matmul_{}", epi.key()));
+pub fn quant_matmul_kernel(epi: Epilogue, tiles: Tiles) -> Kernel {
+    let Tiles { tm, tn, tk } = tiles;
+    let mut kb = KernelBuilder::new(format!("quant_matmul_{}_{}", epi.key(), tiles.key()));
     let m = Expr::Param(kb.scalar("m", DType::I64));
     let k = Expr::Param(kb.scalar("k", DType::I64));
     let n = Expr::Param(kb.scalar("n", DType::I64));
@@ -173,14 +236,14 @@ pub fn quant_matmul_kernel(epi: Epilogue) -> Kernel {
     let zero_pad = |t: TileType| t.dynamic().pad(PadValue::Zero);
     let a_l1 = kb.tile_group(
         "a_l1",
-        zero_pad(TileType::new(MemSpace::Mat, DType::I8, TM, TK, Layout::NZ)),
+        zero_pad(TileType::new(MemSpace::Mat, DType::I8, tm, tk, Layout::NZ)),
         2,
     );
-    // w's rows as NZ [TN, TK] (TFILLPAD on a Mat tile takes NZ only); with the int8 boxes
-    // (16 x 32 for NZ, 32 x 16 for ZN) the same bytes seen as ZN [TK, TN] are B = w^T.
+    // w's rows as NZ [tn, tk] (TFILLPAD on a Mat tile takes NZ only); with the int8 boxes
+    // (16 x 32 for NZ, 32 x 16 for ZN) the same bytes seen as ZN [tk, tn] are B = w^T.
     let w_l1 = kb.tile_group(
         "w_l1",
-        zero_pad(TileType::new(MemSpace::Mat, DType::I8, TN, TK, Layout::NZ)),
+        zero_pad(TileType::new(MemSpace::Mat, DType::I8, tn, tk, Layout::NZ)),
         2,
     );
     let b_l1 = kb.reinterpret(
@@ -188,29 +251,29 @@ pub fn quant_matmul_kernel(epi: Epilogue) -> Kernel {
         w_l1,
         Reinterpret {
             dtype: None,
-            shape: Some((TK, TN)),
+            shape: Some((tk, tn)),
             layout: Some(Layout::ZN),
         },
     );
     let s_l1 = kb.tile(
         "s_l1",
-        TileType::new(MemSpace::Mat, DType::U64, 1, TN, Layout::ND),
+        TileType::new(MemSpace::Mat, DType::U64, 1, tn, Layout::ND),
     );
     let sc = kb.tile(
         "sc",
-        TileType::new(MemSpace::Scaling, DType::U64, 1, TN, Layout::ND),
+        TileType::new(MemSpace::Scaling, DType::U64, 1, tn, Layout::ND),
     );
     let a_l0 = kb.tile(
         "a_l0",
-        TileType::new(MemSpace::Left, DType::I8, TM, TK, Layout::NZ),
+        TileType::new(MemSpace::Left, DType::I8, tm, tk, Layout::NZ),
     );
     let b_l0 = kb.tile(
         "b_l0",
-        TileType::new(MemSpace::Right, DType::I8, TK, TN, Layout::ZN),
+        TileType::new(MemSpace::Right, DType::I8, tk, tn, Layout::ZN),
     );
     let acc = kb.tile(
         "acc",
-        TileType::new(MemSpace::Acc, DType::I32, TM, TN, Layout::NZ).dynamic(),
+        TileType::new(MemSpace::Acc, DType::I32, tm, tn, Layout::NZ).dynamic(),
     );
     let fix_dt = match epi {
         Epilogue::Float { .. } => DType::F16,
@@ -218,22 +281,22 @@ pub fn quant_matmul_kernel(epi: Epilogue) -> Kernel {
     };
     let d_ub = kb.tile(
         "d_ub",
-        TileType::new(MemSpace::Vec, fix_dt, TM, TN, Layout::ND).dynamic(),
+        TileType::new(MemSpace::Vec, fix_dt, tm, tn, Layout::ND).dynamic(),
     );
     let ch = kb.channel("dequant", CoreKind::Cube, 1);
 
     // The tile of this block: bm, bn, valid rows and columns.
     let place = move |b: &mut Body<'_>, m: &Expr, n: &Expr| -> (VarId, VarId, VarId, VarId) {
-        let tiles_n = n.clone().ceil_div(TN as i64);
+        let tiles_n = n.clone().ceil_div(tn as i64);
         let bm = b.let_("bm", Expr::BlockIdx / tiles_n.clone());
         let bn = b.let_("bn", Expr::BlockIdx % tiles_n);
         let mv = b.let_(
             "mv",
-            (m.clone() - Expr::from(bm) * TM as i64).min(TM as i64),
+            (m.clone() - Expr::from(bm) * tm as i64).min(tm as i64),
         );
         let nv = b.let_(
             "nv",
-            (n.clone() - Expr::from(bn) * TN as i64).min(TN as i64),
+            (n.clone() - Expr::from(bn) * tn as i64).min(tn as i64),
         );
         (bm, bn, mv, nv)
     };
@@ -243,25 +306,25 @@ pub fn quant_matmul_kernel(epi: Epilogue) -> Kernel {
         c.set_validshape(acc, mv, nv);
         c.load(
             s_l1,
-            GmView::nd(words, Expr::from(bn) * TN as i64, 1, TN, n_pad.clone()),
+            GmView::nd(words, Expr::from(bn) * tn as i64, 1, tn, n_pad.clone()),
         );
         c.mov(sc, s_l1);
-        let steps = c.let_("steps", kc.clone().ceil_div(TK as i64));
+        let steps = c.let_("steps", kc.clone().ceil_div(tk as i64));
         // One K slice into L1 and L0 buffer `slot`, then its matmul.
         // Flags by hand (the sync pass keeps them and adds only what is missing): event `e`
         // of MTE1 -> MTE2 says L1 buffer e is free again, event 0 of M -> MTE1 that L0 is.
         let k_step = |s: &mut Body<'_>, kk: Expr, slot: u64| {
             let e = slot as u8;
             s.wait_flag(Pipe::Mte1, Pipe::Mte2, e);
-            let kv = s.let_("kv", (kc.clone() - kk.clone() * TK as i64).min(TK as i64));
+            let kv = s.let_("kv", (kc.clone() - kk.clone() * tk as i64).min(tk as i64));
             let (a1, w1, b1) = (a_l1.at(slot), w_l1.at(slot), b_l1.at(slot));
             let (a0, b0): (TileRef, TileRef) = (a_l0.into(), b_l0.into());
             s.set_validshape(a1.clone(), mv, kv);
             s.set_validshape(w1.clone(), nv, kv);
-            let a_off = Expr::from(bm) * (TM as i64) * kc.clone() + kk.clone() * TK as i64;
+            let a_off = Expr::from(bm) * (tm as i64) * kc.clone() + kk.clone() * tk as i64;
             s.load(a1.clone(), GmView::nd(x, a_off, mv, kv, kc.clone()));
             // Rows col0.. of w, columns k0..: B[p, j] = w[col0 + j, k0 + p] once seen as ZN.
-            let w_off = Expr::from(bn) * (TN as i64) * kc.clone() + kk.clone() * TK as i64;
+            let w_off = Expr::from(bn) * (tn as i64) * kc.clone() + kk.clone() * tk as i64;
             s.load(w1.clone(), GmView::nd(w, w_off, nv, kv, kc.clone()));
             s.fillpad(a1.clone());
             s.fillpad(w1.clone());
@@ -315,10 +378,10 @@ pub fn quant_matmul_kernel(epi: Epilogue) -> Kernel {
 
     let f_ub = kb.tile(
         "f_ub",
-        TileType::new(MemSpace::Vec, DType::F32, TM, TN, Layout::ND).dynamic(),
+        TileType::new(MemSpace::Vec, DType::F32, tm, tn, Layout::ND).dynamic(),
     );
     // A 16-bit result reuses the Fixpipe's f16 bytes (dead once decoded into f_ub): the UB holds
-    // d_ub and f_ub (64 + 128 KiB at TM = 128), not a third tile.
+    // d_ub and f_ub (64 + 128 KiB at tm = 128), not a third tile.
     let o_ub = match out_dt {
         DType::F32 | DType::I8 => None,
         d if d == fix_dt => Some(d_ub),
@@ -327,34 +390,34 @@ pub fn quant_matmul_kernel(epi: Epilogue) -> Kernel {
             d_ub,
             Reinterpret {
                 dtype: Some(out_dt),
-                shape: Some((TM, TN)),
+                shape: Some((tm, tn)),
                 layout: None,
             },
         )),
     };
     let r_ub = kb.tile(
         "r_ub",
-        TileType::new(MemSpace::Vec, DType::F32, 1, TM, Layout::ND),
+        TileType::new(MemSpace::Vec, DType::F32, 1, tm, Layout::ND),
     );
     let r_col = kb.reinterpret(
         "r_col",
         r_ub,
         Reinterpret {
             dtype: None,
-            shape: Some((TM, 1)),
+            shape: Some((tm, 1)),
             layout: Some(Layout::DN),
         },
     );
     let bias_ub = kb.tile(
         "bias_ub",
-        TileType::new(MemSpace::Vec, DType::F32, 1, TN, Layout::ND).dynamic(),
+        TileType::new(MemSpace::Vec, DType::F32, 1, tn, Layout::ND).dynamic(),
     );
     kb.vector(|v| {
         let (bm, bn, mv, nv) = place(v, &m, &n);
         v.pop(ch);
         v.if_(Expr::SubBlockIdx.eq_(0), |a| {
             a.set_validshape(d_ub, mv, nv);
-            let o_off = Expr::from(bm) * (TM as i64) * n.clone() + Expr::from(bn) * TN as i64;
+            let o_off = Expr::from(bm) * (tm as i64) * n.clone() + Expr::from(bn) * tn as i64;
             let out_view = GmView::nd(out, o_off, mv, nv, n.clone());
             let Epilogue::Float {
                 bias: has_bias,
@@ -370,7 +433,7 @@ pub fn quant_matmul_kernel(epi: Epilogue) -> Kernel {
             if let Some(rows) = rows {
                 a.load(
                     r_ub,
-                    GmView::nd(rows, Expr::from(bm) * TM as i64, 1, TM, m_pad_expr(&m)),
+                    GmView::nd(rows, Expr::from(bm) * tm as i64, 1, tm, m_pad_expr(&m, tm)),
                 );
                 a.set_validshape(r_col, mv, 1);
                 a.broadcast(BinaryOp::Mul, Axis::Row, f_ub, f_ub, r_col);
@@ -379,7 +442,7 @@ pub fn quant_matmul_kernel(epi: Epilogue) -> Kernel {
                 a.set_validshape(bias_ub, 1, nv);
                 a.load(
                     bias_ub,
-                    GmView::nd(bias, Expr::from(bn) * TN as i64, 1, nv, n_pad_expr(&n)),
+                    GmView::nd(bias, Expr::from(bn) * tn as i64, 1, nv, n_pad_expr(&n, tn)),
                 );
                 a.broadcast(BinaryOp::Add, Axis::Col, f_ub, f_ub, bias_ub);
             }
@@ -411,14 +474,14 @@ fn matmul(t: &mut Body<'_>, (acc, a, b): (TileRef, TileRef, TileRef), accumulate
     }
 }
 
-/// `tiles_m * TM` from `m` (the row-factor tensor's width).
-fn m_pad_expr(m: &Expr) -> Expr {
-    m.clone().ceil_div(TM as i64) * TM as i64
+/// `tiles_m * tm` from `m` (the row-factor tensor's width).
+fn m_pad_expr(m: &Expr, tm: u64) -> Expr {
+    m.clone().ceil_div(tm as i64) * tm as i64
 }
 
-/// `tiles_n * TN` from `n` (the word and bias tensors' width).
-fn n_pad_expr(n: &Expr) -> Expr {
-    n.clone().ceil_div(TN as i64) * TN as i64
+/// `tiles_n * tn` from `n` (the word and bias tensors' width).
+fn n_pad_expr(n: &Expr, tn: u64) -> Expr {
+    n.clone().ceil_div(tn as i64) * tn as i64
 }
 
 /// Fixpipe words for per-channel scales, padded to `n_pad` (padding channels get scale 0).
@@ -445,38 +508,43 @@ fn i8_input<'a>(v: &'a [i8], shape: &[usize]) -> Arg<'a> {
     })
 }
 
-/// Launches the plan of `shape` with its tensor arguments and returns `out`.
-fn launch(
+/// Launches the plan of `shape` with its tensor arguments, the kernel writing `out` (`[M, N]`
+/// of the out dtype, as little-endian bytes) in place.
+fn launch<'a>(
     runner: &mut Runner,
     shape: &QuantMatmulShape,
     plan: &QuantPlan,
-    mut tensors: Vec<Arg<'_>>,
-) -> Result<GmTensor, OpError> {
-    let kernel = compiled(OP, &plan.key(), || plan.kernel())?;
-    let mut args: Vec<Arg<'_>> = plan.scalars.iter().map(|&(_, v)| Arg::Int(v)).collect();
-    args.append(&mut tensors);
-    args.push(Arg::Tensor(GmTensor::zeros(
+    mut tensors: Vec<Arg<'a>>,
+    out: &'a mut [u8],
+) -> Result<(), OpError> {
+    bridge::check_storage(
+        OP,
+        "out",
+        (shape.out_dtype, out.len()),
         shape.out_dtype,
-        &[shape.m, shape.n],
-    )));
-    runner.launch(&kernel, plan.block_dim, &mut args)?;
-    match args.pop() {
-        Some(Arg::Tensor(out)) => Ok(out),
-        _ => Err(OpError::Package {
-            op: OP,
-            why: "the launcher lost the output argument".into(),
-        }),
-    }
+        shape.m * shape.n,
+    )?;
+    let kernel = compiled(OP, &plan.key(), || plan.kernel())?;
+    let mut args: Vec<Arg<'a>> = plan.scalars.iter().map(|&(_, v)| Arg::Int(v)).collect();
+    args.append(&mut tensors);
+    args.push(Arg::InOut(GmInOut {
+        dtype: shape.out_dtype,
+        shape: vec![shape.m, shape.n],
+        data: out,
+    }));
+    runner.launch(&kernel, plan.block_dim, &mut args)
 }
 
-/// Runs the float-output kernel of `call`: `[M, N]` in its out dtype.
+/// Runs the float-output kernel of `call`, writing `[M, N]` of its out dtype into `out` (the
+/// storage its candle tensor then owns: no result copy).
 pub(crate) fn run_float(
     runner: &mut Runner,
     w: &QuantizedWeight,
     call: &QuantCall<'_>,
-) -> Result<GmTensor, OpError> {
+    out: &mut [u8],
+) -> Result<(), OpError> {
     let s = &call.shape;
-    let plan = plan(s);
+    let plan = plan(s, runner.plan_target());
     let (m_pad, n_pad) = (plan.m_pad(), plan.n_pad());
     let mut t = vec![
         i8_input(&call.xq, &[s.m, s.k]),
@@ -487,7 +555,7 @@ pub(crate) fn run_float(
     if let Some(b) = &call.bias {
         t.push(Arg::Tensor(padded_f32(b, n_pad)));
     }
-    launch(runner, s, &plan, t)
+    launch(runner, s, &plan, t, out)
 }
 
 /// Runs the int8-output kernel of `call`: `[M, N]` int8.
@@ -495,13 +563,113 @@ pub(crate) fn run_int8(
     runner: &mut Runner,
     w: &QuantizedWeight,
     call: &QuantCall<'_>,
-) -> Result<GmTensor, OpError> {
+) -> Result<Vec<i8>, OpError> {
     let s = &call.shape;
-    let plan = plan(s);
+    let plan = plan(s, runner.plan_target());
     let t = vec![
         i8_input(&call.xq, &[s.m, s.k]),
         i8_input(w.data(), &[s.n, s.k]),
         Arg::Tensor(word_tensor(&call.words, plan.n_pad(), true)),
     ];
-    launch(runner, s, &plan, t)
+    let mut out = vec![0i8; s.m * s.n];
+    launch(runner, s, &plan, t, bytemuck::cast_slice_mut(&mut out))?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tile_backend::passes::compile;
+
+    fn tiles(tm: u64, tn: u64, tk: u64) -> Tiles {
+        Tiles { tm, tn, tk }
+    }
+
+    /// Each side is the smallest power of two holding the call, between the cube's fractal and
+    /// the largest tiles: decode's few rows take 16-row tiles, the bench's M = 256 the largest.
+    /// On the device, a grid short of the 32 clusters halves the channels and doubles the slice.
+    #[test]
+    fn tiles_follow_the_call() {
+        let (cpu, dev) = (PlanTarget::Cpu, PlanTarget::Device);
+        let cases = [
+            (cpu, (256, 4096, 4096), Tiles::LARGEST),
+            (dev, (256, 4096, 4096), Tiles::LARGEST),
+            (cpu, (1000, 7168, 2048), Tiles::LARGEST),
+            (dev, (1000, 7168, 2048), Tiles::LARGEST),
+            (cpu, (1, 4096, 4096), tiles(16, 256, 256)),
+            (cpu, (16, 4096, 4096), tiles(16, 256, 256)),
+            (cpu, (17, 4096, 4096), tiles(32, 256, 256)),
+            (cpu, (33, 300, 257), tiles(64, 256, 256)),
+            (cpu, (4, 256, 128), tiles(16, 128, 256)),
+            (cpu, (4, 128, 256), tiles(16, 256, 128)),
+            (cpu, (1, 1, 1), tiles(16, 32, 32)),
+            // 16 blocks of 256 channels would leave half the clusters idle: 32 of 128.
+            (dev, (1, 4096, 4096), tiles(16, 128, 512)),
+            (dev, (128, 4096, 4096), tiles(128, 128, 512)),
+            (dev, (33, 300, 257), tiles(64, 128, 512)),
+            (dev, (4, 128, 256), tiles(16, 128, 128)),
+            // Narrower than 256 channels: as on the CPU.
+            (dev, (4, 256, 128), tiles(16, 128, 256)),
+        ];
+        for (target, (m, k, n), want) in cases {
+            assert_eq!(
+                Tiles::for_shape(m, k, n, target),
+                want,
+                "{target:?} {m}x{k}x{n}"
+            );
+        }
+        // The grid and the padded widths follow the tiles.
+        let s = |m, k, n| QuantMatmulShape {
+            out_dtype: DType::F32,
+            m,
+            k,
+            n,
+            bias: false,
+            relu: false,
+        };
+        let p = plan(&s(3, 256, 600), PlanTarget::Cpu);
+        assert_eq!((p.tiles, p.block_dim), (tiles(16, 256, 256), 3));
+        assert_eq!((p.m_pad(), p.n_pad()), (16, 768));
+        let p = plan(&s(3, 256, 600), PlanTarget::Device);
+        assert_eq!((p.tiles, p.block_dim), (tiles(16, 128, 256), 5));
+        assert_eq!((p.m_pad(), p.n_pad()), (16, 640));
+        for t in [PlanTarget::Cpu, PlanTarget::Device] {
+            assert_eq!(plan(&s(256, 4096, 4096), t).block_dim, 32);
+            assert_ne!(plan(&s(1, 64, 64), t).key(), plan(&s(256, 64, 64), t).key());
+        }
+        assert_eq!(plan(&s(1, 4096, 4096), PlanTarget::Device).block_dim, 32);
+    }
+
+    /// The smallest, the largest and the deepest tile classes of every epilogue compile for the
+    /// Ascend 950
+    /// (verified: L0, UB and 32-byte row rules; memory planned; syncs inserted).
+    #[test]
+    fn every_tile_class_compiles() {
+        let epis = [
+            Epilogue::Float {
+                out: DType::F32,
+                bias: true,
+                relu: true,
+            },
+            Epilogue::Float {
+                out: DType::BF16,
+                bias: false,
+                relu: false,
+            },
+            Epilogue::Int8 { relu: false },
+        ];
+        for epi in epis {
+            for t in [
+                tiles(16, 32, 32),
+                tiles(16, 256, 128),
+                tiles(128, 128, 512),
+                Tiles::LARGEST,
+            ] {
+                let k = quant_matmul_kernel(epi, t);
+                if let Err(e) = compile(&k, crate::runtime::arch()) {
+                    panic!("{epi:?} {t:?}: {e}");
+                }
+            }
+        }
+    }
 }

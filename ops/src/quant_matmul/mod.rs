@@ -215,44 +215,32 @@ pub fn quant_matmul(
     let device = x.device();
     match backend {
         Backend::Reference => reference::quant_matmul(w, &call, device),
-        Backend::TileSim | Backend::Ascend950 => {
-            let mut runner = bridge::runner(OP, backend);
-            let out = kernel::run_float(&mut runner, w, &call)?;
-            runner.finish()?;
-            gm_to_tensor(&out, (call.shape.m, call.shape.n), device)
-        }
+        Backend::TileSim | Backend::Ascend950 => match call.shape.out_dtype {
+            DType::F32 => run_into::<f32>(w, &call, backend, device),
+            DType::F16 => run_into::<half::f16>(w, &call, backend, device),
+            DType::BF16 => run_into::<half::bf16>(w, &call, backend, device),
+            other => Err(OpError::Package {
+                op: OP,
+                why: format!("the kernel has no {other} float result"),
+            }),
+        },
     }
 }
 
-/// A kernel's f32/f16/bf16 result as a candle tensor of `shape`.
-fn gm_to_tensor(
-    t: &tile_backend::sim::GmTensor,
-    shape: (usize, usize),
+/// Runs the float kernel of `call` into a zeroed `[M, N]` buffer of `T` (the out dtype) that
+/// then becomes the result tensor's storage, uncopied.
+fn run_into<T: bytemuck::Pod + candle_core::WithDType>(
+    w: &QuantizedWeight,
+    call: &QuantCall<'_>,
+    backend: Backend,
     device: &Device,
 ) -> Result<Tensor, OpError> {
-    Ok(match t.dtype {
-        DType::F32 => Tensor::from_vec(
-            bytemuck::pod_collect_to_vec::<u8, f32>(&t.data),
-            shape,
-            device,
-        )?,
-        DType::F16 => Tensor::from_vec(
-            bytemuck::pod_collect_to_vec::<u8, half::f16>(&t.data),
-            shape,
-            device,
-        )?,
-        DType::BF16 => Tensor::from_vec(
-            bytemuck::pod_collect_to_vec::<u8, half::bf16>(&t.data),
-            shape,
-            device,
-        )?,
-        other => {
-            return Err(OpError::Package {
-                op: OP,
-                why: format!("the kernel returned {other}, not a float result"),
-            })
-        }
-    })
+    let (m, n) = (call.shape.m, call.shape.n);
+    let mut out = vec![T::zeroed(); m * n];
+    let mut runner = bridge::runner(OP, backend);
+    kernel::run_float(&mut runner, w, call, bytemuck::cast_slice_mut(&mut out))?;
+    runner.finish()?;
+    Ok(Tensor::from_vec(out, (m, n), device)?)
 }
 
 /// Int8 activations `[M, K]` with one per-tensor scale (`x ≈ data · scale`): the input and the
@@ -404,7 +392,7 @@ pub fn quant_matmul_int8(
             let mut runner = bridge::runner(OP8, backend);
             let out = kernel::run_int8(&mut runner, w, &call)?;
             runner.finish()?;
-            out.data.iter().map(|&b| b as i8).collect()
+            out
         }
     };
     QuantizedActivations::new(data, x.m(), w.n(), params.out_scale)

@@ -6,6 +6,7 @@ use super::kernel::plan;
 use crate::error::OpError;
 use crate::kernels::Launch;
 use crate::registry::{check_dims, check_dtype};
+use crate::runtime::PlanTarget;
 use tile_backend::ir::DType;
 
 /// The shape of a [`crate::quant_matmul()`] call (`x [m, k]`, int8 weight `[n, k]`; result `[m,
@@ -55,7 +56,7 @@ crate::op_shape! {
 }
 
 /// The launch of [`crate::quant_matmul()`] (or [`crate::quant_matmul_int8`] for an i8 `out`) for
-/// `shape`: one block per 128 x 256 output tile. Errors: a size of 0 or above [`MAX_DIM`], an
+/// `shape`: one block per output tile (at most 128 x 256, `quant_matmul::kernel::Tiles`). Errors: a size of 0 or above [`MAX_DIM`], an
 /// output dtype other than f32/f16/bf16/i8, a bias with the int8 output.
 ///
 /// [`MAX_DIM`]: crate::kernels::MAX_DIM
@@ -85,7 +86,7 @@ pub fn launches(shape: &QuantMatmulShape) -> Result<Vec<Launch>, OpError> {
             })?;
         }
     }
-    let plan = plan(shape);
+    let plan = plan(shape, PlanTarget::Device);
     Ok(vec![Launch {
         kernel: plan.kernel(),
         block_dim: plan.block_dim as u64,

@@ -250,7 +250,20 @@ pub(crate) fn quantize_rows_host(
     x: &Tensor,
 ) -> Result<(Vec<i8>, Vec<f32>), OpError> {
     let (r, k) = crate::bridge::check_data(op, arg, x, "[R, K]", 2).map(|d| (d[0], d[1]))?;
-    let v = x.to_dtype(CDType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+    // A contiguous f32 tensor is read in place; anything else is converted first.
+    let (storage, layout) = x.storage_and_layout();
+    let borrowed = match (&*storage, layout.contiguous_offsets()) {
+        (candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)), Some((a, b))) => v.get(a..b),
+        _ => None,
+    };
+    let owned;
+    let v = match borrowed {
+        Some(v) => v,
+        None => {
+            owned = x.to_dtype(CDType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+            &owned[..]
+        }
+    };
     let mut q = vec![0i8; r * k];
     let mut scale = Vec::with_capacity(r);
     for (row, qrow) in v.chunks(k.max(1)).zip(q.chunks_mut(k.max(1))) {
@@ -259,11 +272,22 @@ pub(crate) fn quantize_rows_host(
         }
         let s = row_scale(row.iter().fold(0f32, |a, e| a.max(e.abs())));
         for (d, e) in qrow.iter_mut().zip(row) {
-            *d = (e / s).round().clamp(-QMAX, QMAX) as i8;
+            *d = round_clamp(e / s);
         }
         scale.push(s);
     }
     Ok((q, scale))
+}
+
+/// `v.round().clamp(-127, 127)` (half away from zero) as i8, for a finite or infinite `v`,
+/// without the `roundf` call (which does not vectorise): clamping first changes nothing, ±127
+/// being integers; the truncation and the fraction `c - trunc(c)` are exact below 2^23.
+#[inline(always)]
+fn round_clamp(v: f32) -> i8 {
+    let c = v.clamp(-QMAX, QMAX);
+    let t = c as i32;
+    let f = c - t as f32;
+    (t + i32::from(f >= 0.5) - i32::from(f <= -0.5)) as i8
 }
 
 /// Symmetric per-row int8 quantisation of a 2-D f32/f16/bf16 tensor, with candle ops: scale =
@@ -341,5 +365,34 @@ mod tests {
         let bad = Tensor::from_vec(vec![1.0f32, f32::NAN], (1, 2), &dev).expect("bad");
         assert!(quantize_rows("t", "x", &bad).is_err());
         assert!(quantize_rows_host("t", "x", &bad).is_err());
+        // A strided (transposed) f32 view is converted, not read in place.
+        let t = x.t().expect("t");
+        assert_eq!(
+            quantize_rows_host("t", "x", &t).expect("host"),
+            quantize_rows("t", "x", &t).expect("candle")
+        );
+    }
+
+    /// The host rounding is `round().clamp(-127, 127)` bit for bit: at and next to every
+    /// half-integer of the range, past the clamp, and at the extremes.
+    #[test]
+    fn host_rounding_is_round_then_clamp() {
+        let mut vals = vec![
+            0.0f32,
+            -0.0,
+            f32::MAX,
+            f32::MIN,
+            1e30,
+            -1e30,
+            0.49999997,
+            -0.49999997,
+        ];
+        for i in -130..=130 {
+            let h = i as f32 + 0.5;
+            vals.extend([h, h.next_up(), h.next_down(), i as f32]);
+        }
+        for v in vals {
+            assert_eq!(round_clamp(v), v.round().clamp(-QMAX, QMAX) as i8, "{v}");
+        }
     }
 }
