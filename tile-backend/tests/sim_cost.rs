@@ -256,3 +256,55 @@ fn an_ops_launches_sum_into_one_report() {
     }
     assert!(cost::CostReport::sum(&[]).is_none());
 }
+
+/// Every AIV of 32 blocks streams `rows` rows of 16 KiB GM -> UB -> GM through four buffers,
+/// so each AIV's loads and stores run at once.
+fn streaming_copy(rows: u64) -> Kernel {
+    const COLS: u64 = 4096;
+    let total = 64 * rows;
+    let mut kb = KernelBuilder::new("stream_copy");
+    let x = kb.input("x", DType::F32, [total, COLS]);
+    let y = kb.output("y", DType::F32, [total, COLS]);
+    let ty = TileType::new(MemSpace::Vec, DType::F32, 1, COLS, Layout::ND);
+    let bufs: Vec<TileId> = (0..4)
+        .map(|j| kb.tile(format!("ub{j}"), ty.clone()))
+        .collect();
+    kb.vector(|v| {
+        let first = (Expr::BlockIdx * 2u64 + Expr::SubBlockIdx) * rows;
+        v.for_range("i", 0u64, rows, 4, |b, i| {
+            for (j, &ub) in bufs.iter().enumerate() {
+                let at = (first.clone() + Expr::Var(i) + j as u64) * COLS;
+                b.load(ub, GmView::nd(x, at.clone(), 1u64, COLS, COLS));
+                b.store(GmView::nd(y, at, 1u64, COLS, COLS), ub);
+            }
+        });
+    });
+    kb.build()
+}
+
+#[test]
+fn a_wave_moves_no_more_than_the_chips_gm_bandwidth() {
+    let rates = Arch::ascend950().rates;
+    let rows = 16;
+    let (_, tls, rep) = traced(&streaming_copy(rows), 32);
+    // Every byte is read once and written once: the roofline is the chip's bandwidth.
+    let moved = 2.0 * (64 * rows * 4096 * 4) as f64;
+    assert_eq!(
+        rep.bytes.gm_read_distinct + rep.bytes.gm_written_distinct,
+        moved
+    );
+    let floor = moved / (rates.chip_gm_bytes_per_s.value / (rates.clock_ghz.value * 1e9));
+    // Each AIV's MTE2 and MTE3 get half the cluster's share each, so the blocks alone would
+    // finish faster than the chip can move their bytes; the wave may not.
+    let slowest = tls.iter().map(|b| b.end).fold(0.0, f64::max);
+    assert!(
+        slowest < floor,
+        "the kernel must be bandwidth-bound: {slowest} vs {floor}"
+    );
+    assert!(
+        (rep.cycles - floor).abs() < 1e-6 * floor,
+        "{} vs {floor}",
+        rep.cycles
+    );
+    assert!(rep.roofline_fraction() <= 1.0 + 1e-9, "{rep}");
+}

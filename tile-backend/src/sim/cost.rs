@@ -124,6 +124,20 @@ impl CostReport {
     }
 }
 
+/// GM bytes one block's DMAs read and write (scalar reads and writes go through the data
+/// cache and are not counted).
+fn gm_dma_bytes(block: &super::trace::BlockTrace<'_>) -> f64 {
+    block
+        .cores
+        .iter()
+        .flat_map(|c| &c.events)
+        .filter(|e| !matches!(e.op, Op::WriteScalar { .. } | Op::ReadScalar { .. }))
+        .flat_map(|e| &e.accesses)
+        .filter(|a| matches!(a.mem, Mem::Gm(_)))
+        .map(|a| (a.end - a.start) as f64)
+        .sum()
+}
+
 fn distinct(mut ranges: Vec<(usize, usize)>) -> f64 {
     ranges.sort_unstable();
     let mut total = 0usize;
@@ -177,10 +191,25 @@ pub fn report_from(
     let r = &arch.rates;
     let clusters = r.clusters.value.max(1.0) as usize;
     let waves = block_dim.div_ceil(clusters).max(1);
-    // Each wave lasts as long as its slowest block; the waves run one after another.
+    // Each wave lasts as long as its slowest block, and at least as long as the chip's GM
+    // bandwidth takes to move every byte its blocks' DMAs read and write (the timeline grants
+    // each pipe its own share of the cluster's bandwidth, so loads and stores running at once
+    // could otherwise add up to more than the chip has); the waves run one after another.
+    let chip_bytes_per_cycle = r.chip_gm_bytes_per_s.value / (r.clock_ghz.value * 1e9);
+    let block_bytes: Vec<f64> = trace.blocks.iter().map(gm_dma_bytes).collect();
     let wave_ends: Vec<(f64, usize)> = tls
         .chunks(clusters)
-        .map(|w| (w.iter().map(|b| b.end).fold(0.0, f64::max), w.len()))
+        .enumerate()
+        .map(|(wi, w)| {
+            let slowest = w.iter().map(|b| b.end).fold(0.0, f64::max);
+            let moved: f64 = block_bytes.iter().skip(wi * clusters).take(w.len()).sum();
+            let floor = if chip_bytes_per_cycle > 0.0 {
+                moved / chip_bytes_per_cycle
+            } else {
+                0.0
+            };
+            (slowest.max(floor), w.len())
+        })
         .collect();
     let cycles: f64 = wave_ends.iter().map(|(end, _)| end).sum();
     // Cluster-cycles the run offers: each wave's duration times the clusters it occupies.
