@@ -7,7 +7,7 @@
 //! - `paged_gather`: the DeepSeek-V3.2 latent cache [82816, 576] bf16, block 128, 512 columns
 //!   kept, 2048 and 65536 random top-k rows (throughput: bytes read + written);
 //! - `machine_limits`: this machine's f32 FMA peak (register-resident FMA chains on every rayon
-//!   thread, AVX2 + FMA when the CPU has them) and memory bandwidth (a 256 MiB copy on every
+//!   thread: AVX-512 and AVX2 + FMA where the CPU has them, each its own function) and memory bandwidth (a 256 MiB copy on every
 //!   rayon thread, beyond the last-level cache), so the ops' figures can be quoted as fractions.
 //!
 //! `cargo bench --bench attention` (a few minutes: 10 samples per function); quote the ratio
@@ -177,18 +177,54 @@ const CHAINS: usize = 16;
 /// FMA steps per chain per call.
 const STEPS: usize = 1 << 16;
 
-/// The FMA kernel this CPU runs best, its name and f32 lanes per FMA. It has no AVX-512 build
-/// yet, so on a CPU with two 512-bit FMA ports the true peak is about twice the AVX2 figure.
-fn fma_kernel() -> (&'static str, usize, fn() -> f32) {
+/// An FMA peak kernel: its name, f32 lanes per FMA and function.
+type FmaKernel = (&'static str, usize, fn() -> f32);
+
+/// The FMA kernels this CPU can run, widest first: each one's name, f32 lanes per FMA and
+/// function. The widest one is the machine's f32 peak; the AVX2 figure is kept beside it since
+/// the AVX2 matmul kernel is what CPUs without AVX-512 run. A kernel the CPU lacks is left out.
+fn fma_kernels() -> Vec<FmaKernel> {
+    let mut kernels: Vec<FmaKernel> = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F (checked above), all fma_avx512 needs.
+            kernels.push(("avx512", 16, || unsafe { fma_avx512() }));
+        } else {
+            println!("machine_limits: no AVX-512F on this CPU, its FMA peak is not measured");
+        }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
         {
             // SAFETY: the CPU has AVX2 and FMA (checked above), all fma_avx2 needs.
-            return ("avx2", 8, || unsafe { fma_avx2() });
+            kernels.push(("avx2", 8, || unsafe { fma_avx2() }));
         }
     }
-    ("scalar", 1, fma_scalar)
+    if kernels.is_empty() {
+        kernels.push(("scalar", 1, fma_scalar));
+    }
+    kernels
+}
+
+/// `CHAINS` chains of `STEPS` 16-lane FMAs in registers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn fma_avx512() -> f32 {
+    use std::arch::x86_64::*;
+    // Opaque inputs: the compiler must not fold the chains at compile time.
+    let (a, b) = (
+        _mm512_set1_ps(black_box(0.999_9)),
+        _mm512_set1_ps(black_box(1e-4)),
+    );
+    let mut acc = [_mm512_set1_ps(black_box(1.0)); CHAINS];
+    for _ in 0..STEPS {
+        for x in acc.iter_mut() {
+            *x = _mm512_fmadd_ps(*x, a, b);
+        }
+    }
+    let s = acc
+        .iter()
+        .fold(_mm512_setzero_ps(), |s, x| _mm512_add_ps(s, *x));
+    _mm512_reduce_add_ps(black_box(s))
 }
 
 /// `CHAINS` chains of `STEPS` 8-lane FMAs in registers.
@@ -230,16 +266,18 @@ fn fma_scalar() -> f32 {
 fn bench_machine(c: &mut Criterion) {
     let threads = rayon::current_num_threads();
     let mut g = configure(c, "machine_limits");
-    let (name, lanes, kernel) = fma_kernel();
-    g.throughput(Throughput::Elements(
-        (threads * CHAINS * STEPS * lanes * 2) as u64,
-    ));
-    g.bench_function(format!("f32_fma_peak_{name}_{threads}_threads"), |bench| {
-        bench.iter(|| {
-            let sums: Vec<f32> = rayon::broadcast(|_| kernel());
-            black_box(sums)
-        })
-    });
+    for (name, lanes, kernel) in fma_kernels() {
+        // Elements are flops: two per lane of each multiply-add.
+        g.throughput(Throughput::Elements(
+            (threads * CHAINS * STEPS * lanes * 2) as u64,
+        ));
+        g.bench_function(format!("f32_fma_peak_{name}_{threads}_threads"), |bench| {
+            bench.iter(|| {
+                let sums: Vec<f32> = rayon::broadcast(|_| kernel());
+                black_box(sums)
+            })
+        });
+    }
     // Each thread copies its own 256 MiB: beyond the last-level cache, so DRAM decides.
     const BYTES: usize = 256 << 20;
     let mut bufs: Vec<(Vec<u8>, Vec<u8>)> = (0..threads)

@@ -749,11 +749,11 @@ pub(crate) fn for_each_span(
     Ok(())
 }
 
-/// Decodes the `[rows, cols]` region at `at` of an f32 tile (any layout) as `cols / 16`
-/// row-major `[rows, 16]` panels one after another (panel `s` holds columns `16 s .. 16 s + 16`),
-/// the form the matmul's strip kernel takes its B operand in, in one pass over the tile's bytes.
-/// False (nothing read) when the tile is not f32, `cols` is not a multiple of 16 or the buffer
-/// is not 4-byte aligned.
+/// Decodes the `[rows, cols]` region at `at` of an f32, bf16 or f16 tile (any layout) to f32 as
+/// `cols / 16` row-major `[rows, 16]` panels one after another (panel `s` holds columns
+/// `16 s .. 16 s + 16`), the form the matmul's strip kernel takes its B operand in, in one pass
+/// over the tile's bytes. False (nothing read) when the tile is of another dtype, `cols` is not
+/// a multiple of 16 or the buffer is not aligned for the element size.
 pub(crate) fn decode_panels_f32(
     buf: &[u8],
     loc: &TileLoc,
@@ -761,12 +761,17 @@ pub(crate) fn decode_panels_f32(
     (rows, cols): (usize, usize),
     out: &mut [f32],
 ) -> Result<bool, String> {
-    if loc.ty.dtype != crate::ir::DType::F32 || cols % 16 != 0 {
+    use crate::ir::DType;
+    let dtype = loc.ty.dtype;
+    if !matches!(dtype, DType::F32 | DType::BF16 | DType::F16) || cols % 16 != 0 {
         return Ok(false);
     }
     check_region(loc, buf.len(), at.0, at.1, rows, cols)?;
     if out.len() < rows * cols {
         return Err(format!("{} f32s for a {rows}x{cols} region", out.len()));
+    }
+    if dtype != DType::F32 {
+        return Ok(decode_panels_half(buf, loc, at, (rows, cols), out));
     }
     let tile_bytes = buf.get(loc.addr..loc.addr + loc.ty.bytes() as usize);
     let Some(Ok(v)) = tile_bytes.map(bytemuck::try_cast_slice::<u8, f32>) else {
@@ -815,6 +820,53 @@ pub(crate) fn decode_panels_f32(
         }
     }
     Ok(true)
+}
+
+/// [`decode_panels_f32`] for a bf16 or f16 tile (checked by the caller, with the region):
+/// each panel row is a 16-element run decoded at once where the 16 columns lie together (an NZ
+/// box row, an ND row), element by element otherwise; each value is the one
+/// [`decode_f32`](super::numeric::decode_f32) gives. False when the buffer is not 2-byte aligned.
+fn decode_panels_half(
+    buf: &[u8],
+    loc: &TileLoc,
+    at: (usize, usize),
+    (rows, cols): (usize, usize),
+    out: &mut [f32],
+) -> bool {
+    let tile_bytes = buf.get(loc.addr..loc.addr + loc.ty.bytes() as usize);
+    let Some(Ok(v)) = tile_bytes.map(bytemuck::try_cast_slice::<u8, u16>) else {
+        return false;
+    };
+    let bf16 = loc.ty.dtype == crate::ir::DType::BF16;
+    let to_f32 = |h: u16| {
+        if bf16 {
+            f32::from_bits((h as u32) << 16)
+        } else {
+            super::numeric::f16_to_f32(h)
+        }
+    };
+    let geo = Geom::new(loc.ty);
+    for (s, panel) in out.chunks_exact_mut(rows * 16).take(cols / 16).enumerate() {
+        let g: [usize; 16] = std::array::from_fn(|j| geo.g(at.1 + s * 16 + j));
+        let one_run = (1..16).all(|j| g[j] == g[j - 1] + 1);
+        for (i, row) in panel.chunks_exact_mut(16).enumerate() {
+            let f = geo.f(at.0 + i);
+            if one_run {
+                let Some(Ok(src)) = v.get(f + g[0]..f + g[0] + 16).map(<&[u16; 16]>::try_from)
+                else {
+                    return false;
+                };
+                for (o, h) in row.iter_mut().zip(src) {
+                    *o = to_f32(*h);
+                }
+            } else {
+                for (o, gj) in row.iter_mut().zip(g) {
+                    *o = to_f32(v[f + gj]);
+                }
+            }
+        }
+    }
+    true
 }
 
 /// Transposes one f32 ZN box (8 rows x 16 columns, column-major: element `(i, j)` at

@@ -958,66 +958,69 @@ fn a_zn_box_becomes_the_same_panel_rows_on_every_path() {
     }
 }
 
-/// `decode_panels_f32` puts element `(r0 + i, c0 + 16 s + j)` at `out[(s * h + i) * 16 + j]`
-/// for every layout and space, at random regions (16-column multiples) and addresses, and
-/// writes nothing past the panels.
+/// `decode_panels_f32` puts element `(r0 + i, c0 + 16 s + j)`, decoded to f32, at
+/// `out[(s * h + i) * 16 + j]` for every layout, space and float dtype it takes (f32, bf16,
+/// f16), at random regions (16-column multiples) and addresses, and writes nothing past the
+/// panels.
 #[test]
 fn panels_match_formula_sweep() {
     let mut rng = Rng::new(0x5eed_0005);
-    for &layout in &LAYOUTS {
-        for &space in &SPACES {
-            for (nr, nc) in [(1, 2), (3, 4), (2, 6)] {
-                let ty = tile(space, DType::F32, layout, nr, nc);
-                let (rows, cols) = (ty.rows as usize, ty.cols as usize);
-                if cols < 16 {
-                    continue;
-                }
-                for trial in 0..24 {
-                    let w = 16 * (1 + rng.below(cols / 16));
-                    let c0 = rng.below(cols - w + 1);
-                    let h = 1 + rng.below(rows);
-                    let r0 = rng.below(rows - h + 1);
-                    // Every third region snapped to whole 8 x 16 boxes (the ZN fast path).
-                    let snap = |v: usize, m: usize| v / m * m;
-                    let (r0, h, c0) = if trial % 3 == 0 {
-                        let h = snap(h, 8).max(8).min(snap(rows, 8));
-                        (snap(rng.below(rows - h + 1), 8), h, snap(c0, 16))
-                    } else {
-                        (r0, h, c0)
-                    };
-                    let addr = 4 * rng.below(8);
-                    // Words, so the bytes are 4-byte aligned as a planned buffer's are.
-                    let words: Vec<u32> = (0..addr / 4 + ty.bytes() as usize / 4 + 4)
-                        .map(|_| rng.next() as u32)
-                        .collect();
-                    let buf: &[u8] = bytemuck::cast_slice(&words);
-                    let loc = loc_at(&ty, addr);
-                    let mut out = vec![f32::from_bits(SENTINEL); h * w + 5];
-                    let what = format!("{} region ({r0}, {c0}) {h}x{w}", describe(&loc));
-                    assert_eq!(
-                        decode_panels_f32(buf, &loc, (r0, c0), (h, w), &mut out),
-                        Ok(true),
-                        "{what}"
-                    );
-                    for s in 0..w / 16 {
-                        for i in 0..h {
-                            for j in 0..16 {
-                                let o = off(&loc, r0 + i, c0 + s * 16 + j);
-                                let want = u32::from_le_bytes([
-                                    buf[o],
-                                    buf[o + 1],
-                                    buf[o + 2],
-                                    buf[o + 3],
-                                ]);
-                                let got = out[(s * h + i) * 16 + j].to_bits();
-                                assert_eq!(got, want, "{what}: panel {s} row {i} column {j}");
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        for &layout in &LAYOUTS {
+            for &space in &SPACES {
+                for (nr, nc) in [(1, 2), (3, 4), (2, 6)] {
+                    let ty = tile(space, dtype, layout, nr, nc);
+                    let (rows, cols) = (ty.rows as usize, ty.cols as usize);
+                    if cols < 16 {
+                        continue;
+                    }
+                    for trial in 0..24 {
+                        let w = 16 * (1 + rng.below(cols / 16));
+                        let c0 = rng.below(cols - w + 1);
+                        let h = 1 + rng.below(rows);
+                        let r0 = rng.below(rows - h + 1);
+                        // Every third region snapped to whole 8 x 16 boxes (the ZN fast path).
+                        let snap = |v: usize, m: usize| v / m * m;
+                        let (r0, h, c0) = if trial % 3 == 0 {
+                            let h = snap(h, 8).max(8).min(snap(rows, 8));
+                            (snap(rng.below(rows - h + 1), 8), h, snap(c0, 16))
+                        } else {
+                            (r0, h, c0)
+                        };
+                        let addr = 4 * rng.below(8);
+                        // Words, so the bytes are 4-byte aligned as a planned buffer's are.
+                        let words: Vec<u32> = (0..addr / 4 + ty.bytes() as usize / 4 + 4)
+                            .map(|_| rng.next() as u32)
+                            .collect();
+                        let buf: &[u8] = bytemuck::cast_slice(&words);
+                        let loc = loc_at(&ty, addr);
+                        let mut out = vec![f32::from_bits(SENTINEL); h * w + 5];
+                        let what = format!("{} region ({r0}, {c0}) {h}x{w}", describe(&loc));
+                        assert_eq!(
+                            decode_panels_f32(buf, &loc, (r0, c0), (h, w), &mut out),
+                            Ok(true),
+                            "{what}"
+                        );
+                        for s in 0..w / 16 {
+                            for i in 0..h {
+                                for j in 0..16 {
+                                    let o = off(&loc, r0 + i, c0 + s * 16 + j);
+                                    let es = dtype.size_bytes() as usize;
+                                    // The bulk decoder's value (NaN payloads kept as is).
+                                    let mut want = [0f32];
+                                    let bytes = &buf[o..o + es];
+                                    crate::sim::numeric::decode_f32(dtype, bytes, &mut want);
+                                    let want = want[0].to_bits();
+                                    let got = out[(s * h + i) * 16 + j].to_bits();
+                                    assert_eq!(got, want, "{what}: panel {s} row {i} column {j}");
+                                }
                             }
                         }
+                        assert!(
+                            out[h * w..].iter().all(|v| v.to_bits() == SENTINEL),
+                            "{what}: wrote past the panels"
+                        );
                     }
-                    assert!(
-                        out[h * w..].iter().all(|v| v.to_bits() == SENTINEL),
-                        "{what}: wrote past the panels"
-                    );
                 }
             }
         }
@@ -1029,10 +1032,11 @@ fn panels_are_declined_or_refused_off_their_form() {
     let words = vec![0u32; 4096];
     let buf: &[u8] = bytemuck::cast_slice(&words);
     let mut out = vec![0f32; 1024];
-    // Not f32, or not whole 16-column strips: declined, nothing read.
-    let half = tile(MemSpace::Mat, DType::BF16, Layout::NZ, 2, 2);
+    // Not a float dtype it takes (f32, bf16, f16), or not whole 16-column strips: declined,
+    // nothing read.
+    let int = tile(MemSpace::Mat, DType::I32, Layout::NZ, 2, 2);
     assert_eq!(
-        decode_panels_f32(buf, &loc_at(&half, 0), (0, 0), (16, 16), &mut out),
+        decode_panels_f32(buf, &loc_at(&int, 0), (0, 0), (16, 16), &mut out),
         Ok(false)
     );
     let f32_nz = tile(MemSpace::Mat, DType::F32, Layout::NZ, 2, 4);

@@ -529,9 +529,10 @@ fn strip_gemm(c: &mut [f32], a: &[f32], b: &[f32], k: usize, accumulate: bool) {
 /// `C (+)= A · B` for `A` row-major `[m, k]` and `B` given as `strips` row-major `[k, 16]`
 /// panels one after another, where strip `s` of `C` (its columns `16 s ..`) is the row-major
 /// `[m, 16]` matrix at `c[s * c_strip ..]`; each element sums over `k` in order. Runs the fused
-/// multiply-add form on x86-64 CPUs with AVX2 and FMA (chosen at run time), the portable form
-/// elsewhere. Between row groups it hints a few lines of `ahead` (rows a later gather will
-/// read), so their memory latency hides behind the arithmetic.
+/// multiply-add form on x86-64 CPUs with AVX-512F (16-lane registers, [`panels_gemm_avx512`]) or
+/// else AVX2 and FMA (chosen at run time, the same bits either way), the portable form elsewhere.
+/// Between row groups it hints a few lines of `ahead` (rows a later gather will read), so their
+/// memory latency hides behind the arithmetic.
 fn panels_gemm(
     c: &mut [f32],
     c_strip: usize,
@@ -541,6 +542,13 @@ fn panels_gemm(
     accumulate: bool,
     ahead: &mut PrefetchQueue<'_>,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512() {
+        // SAFETY: `panels_gemm_avx512` requires only that the CPU supports AVX-512F, AVX2 and
+        // FMA, which was checked just above; its arguments are ordinary slices.
+        unsafe { panels_gemm_avx512(c, c_strip, a, panels, dims, accumulate, ahead) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
         // SAFETY: `panels_gemm_fma` requires only that the CPU supports AVX2 and FMA, which was
@@ -601,6 +609,151 @@ fn int_gemm_body(c: &mut [i32], a: &[i32], b: &[i32], (m, k, n): (usize, usize, 
 #[cfg(target_arch = "x86_64")]
 fn has_avx2_fma() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
+/// Whether this CPU runs the AVX-512 kernels (AVX-512F beside AVX2 and FMA; detected at run
+/// time, cached by std).
+#[cfg(target_arch = "x86_64")]
+fn has_avx512() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f") && has_avx2_fma()
+}
+
+/// Rows of A per group of [`panels_gemm_avx512`].
+const ROWS_512: usize = 8;
+/// Strips (16-column panels) per group of [`panels_gemm_avx512`].
+const STRIPS_512: usize = 2;
+
+/// [`panels_gemm`] in AVX-512 registers: one 16-lane register holds a panel row, so a group
+/// of eight rows of A against two strips keeps its 8 x 32 sums in sixteen registers over the
+/// whole `k` (each step: two panel loads, eight broadcasts, sixteen multiply-adds). Blocks of
+/// A's rows of about 12 KiB stay in the L1 cache while the strips pass, as in
+/// [`panels_gemm_body`]. Every sum is the fused multiply-adds over `k` in order that the AVX2
+/// form makes, so the bits are the same.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn panels_gemm_avx512(
+    c: &mut [f32],
+    c_strip: usize,
+    a: &[f32],
+    panels: &[f32],
+    (m, k, strips): (usize, usize, usize),
+    accumulate: bool,
+    ahead: &mut PrefetchQueue<'_>,
+) {
+    if k == 0 {
+        // No multiply-adds: the sums are the accumulator or zeros, as the portable form gives.
+        return panels_gemm_body::<true>(c, c_strip, a, panels, (m, k, strips), accumulate, ahead);
+    }
+    let block = (12 * 1024 / 4 / k).max(ROWS_512) / ROWS_512 * ROWS_512;
+    for b0 in (0..m).step_by(block) {
+        let b1 = (b0 + block).min(m);
+        let mut s = 0;
+        while s < strips {
+            let s_take = (strips - s).min(STRIPS_512);
+            let b = &panels[s * k * 16..(s + s_take) * k * 16];
+            let mut r0 = b0;
+            while r0 < b1 {
+                let take = match b1 - r0 {
+                    8.. => 8,
+                    4..=7 => 4,
+                    2 | 3 => 2,
+                    _ => 1,
+                };
+                let a_rows = &a[r0 * k..(r0 + take) * k];
+                let first = s * c_strip + r0 * 16;
+                let c_rows = &mut c[first..first + (s_take - 1) * c_strip + take * 16];
+                let args = (c_rows, c_strip, a_rows, b, k, accumulate);
+                // SAFETY: the CPU supports AVX-512F (this function's contract); the kernels check
+                // their slices' lengths themselves.
+                unsafe {
+                    match (take, s_take) {
+                        (8, 2) => rows_times_panels_avx512::<8, 2>(args),
+                        (8, _) => rows_times_panels_avx512::<8, 1>(args),
+                        (4, 2) => rows_times_panels_avx512::<4, 2>(args),
+                        (4, _) => rows_times_panels_avx512::<4, 1>(args),
+                        (2, 2) => rows_times_panels_avx512::<2, 2>(args),
+                        (2, _) => rows_times_panels_avx512::<2, 1>(args),
+                        (_, 2) => rows_times_panels_avx512::<1, 2>(args),
+                        _ => rows_times_panels_avx512::<1, 1>(args),
+                    }
+                }
+                // The same hinting rate per row and strip as the six-row form.
+                ahead.hint_lines((take * s_take * LINES_PER_GROUP).div_ceil(6));
+                r0 += take;
+            }
+            s += s_take;
+        }
+    }
+}
+
+/// `R` rows of A against `S` panels in AVX-512 registers (one per row and strip): `c` holds the
+/// `S` strips' `[R, 16]` rows `c_strip` apart, `a` is `[R, k]`, `b` the `S` panels `[k, 16]`
+/// one after another. Each sum is `fma(a[r][p], b[s][p][j], sum)` for `p` in order from the
+/// accumulator (or zero), as in [`rows_times_panel`]`::<true, R>`.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn rows_times_panels_avx512<const R: usize, const S: usize>(
+    (c, c_strip, a, b, k, accumulate): (&mut [f32], usize, &[f32], &[f32], usize, bool),
+) {
+    use std::arch::x86_64::*;
+    assert!(
+        S >= 1
+            && c.len() >= (S - 1) * c_strip + R * 16
+            && a.len() >= R * k
+            && b.len() >= S * k * 16,
+        "AVX-512 panel kernel: slices too short"
+    );
+    let (cp, ap, bp) = (c.as_mut_ptr(), a.as_ptr(), b.as_ptr());
+    // SAFETY (every block below): the assert above bounds every offset: C's row `r` of strip
+    // `s` is at `s * c_strip + r * 16 .. + 16`, A's element (r, p) at `r * k + p` (p < k),
+    // panel `s`'s row `p` at `(s * k + p) * 16 .. + 16`; unaligned loads and stores need no
+    // alignment.
+    let mut acc = [[_mm512_setzero_ps(); S]; R];
+    if accumulate {
+        for (r, row) in acc.iter_mut().enumerate() {
+            for (s, v) in row.iter_mut().enumerate() {
+                *v = unsafe { _mm512_loadu_ps(cp.add(s * c_strip + r * 16)) };
+            }
+        }
+    }
+    // Each row of A and each panel through its own pointer, so a step's addresses are a
+    // pointer plus `p` (no per-step address arithmetic).
+    let rows: [*const f32; R] = std::array::from_fn(|r| unsafe { ap.add(r * k) });
+    let strips: [*const f32; S] = std::array::from_fn(|s| unsafe { bp.add(s * k * 16) });
+    let mut step = |p: usize| {
+        let bv: [__m512; S] =
+            std::array::from_fn(|s| unsafe { _mm512_loadu_ps(strips[s].add(p * 16)) });
+        for (row, a_row) in acc.iter_mut().zip(&rows) {
+            let x = unsafe { _mm512_set1_ps(*a_row.add(p)) };
+            for (v, bs) in row.iter_mut().zip(&bv) {
+                *v = _mm512_fmadd_ps(x, *bs, *v);
+            }
+        }
+    };
+    let mut p = 0;
+    while p + 4 <= k {
+        step(p);
+        step(p + 1);
+        step(p + 2);
+        step(p + 3);
+        p += 4;
+    }
+    while p < k {
+        step(p);
+        p += 1;
+    }
+    for (r, row) in acc.iter().enumerate() {
+        for (s, v) in row.iter().enumerate() {
+            unsafe { _mm512_storeu_ps(cp.add(s * c_strip + r * 16), *v) };
+        }
+    }
 }
 
 /// [`panels_gemm`] compiled for AVX2 + FMA.
@@ -918,15 +1071,16 @@ mod tests {
                         let pitch = (m + gap) * 16;
                         let dims = (m, k, strips);
                         // Both kernels hint a queue of rows on the way; results must not
-                        // change, and every row group hints its lines.
+                        // change, and every row group hints lines.
                         let [portable, dispatched] =
                             [panels_gemm_body::<false>, panels_gemm].map(|kernel: Kernel| {
                                 let mut c = c0.clone();
                                 let mut ahead = PrefetchQueue::default();
                                 ahead.replace([&hinted[..]]);
                                 kernel(&mut c, pitch, &a, &panels, dims, accumulate, &mut ahead);
-                                let groups = strips * m.div_ceil(6);
-                                assert!(ahead.lines_hinted() >= groups.min(64), "m={m}");
+                                // At least the six-row form's rate: a line per three rows and strips.
+                                let lines = (strips * m).div_ceil(6);
+                                assert!(ahead.lines_hinted() >= lines.min(64), "m={m}");
                                 c
                             });
                         for s in 0..strips {
@@ -1042,6 +1196,85 @@ mod tests {
                 unsafe { six_rows_times_panel_fma(&mut got, &a, &b, k, accumulate) };
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&got), bits(&want), "k={k} accumulate={accumulate}");
+            }
+        }
+    }
+
+    /// Every fused build of [`panels_gemm`] (AVX2 + FMA, AVX-512, and the one chosen at run
+    /// time) gives bit for bit the portable fused sums (`f32::mul_add` over `k` in order, one row
+    /// and one strip at a time), on row counts around each build's groups (8/6/4/2/1 rows), odd
+    /// strip counts, strips a tile apart and depths around the unrolling. A build this CPU lacks
+    /// is skipped with a printed notice.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn every_fused_panels_build_gives_the_portable_fused_bits() {
+        type Kernel = unsafe fn(
+            &mut [f32],
+            usize,
+            &[f32],
+            &[f32],
+            (usize, usize, usize),
+            bool,
+            &mut PrefetchQueue<'_>,
+        );
+        let mut builds: Vec<(&str, Kernel)> = Vec::new();
+        if has_avx2_fma() {
+            builds.push(("avx2+fma", panels_gemm_fma));
+            if has_avx512() {
+                builds.push(("avx512", panels_gemm_avx512));
+            } else {
+                println!(
+                    "AVX-512F not available: the AVX-512 panels kernel is not tested on this CPU"
+                );
+            }
+            builds.push(("dispatched", |c, cs, a, p, d, acc, q| {
+                panels_gemm(c, cs, a, p, d, acc, q)
+            }));
+        } else {
+            println!("AVX2 + FMA not available: no fused panels kernel runs on this CPU");
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for m in [1usize, 2, 3, 5, 6, 7, 8, 9, 13, 16, 17, 49, 128] {
+            for k in [0usize, 1, 3, 4, 5, 64, 67, 200] {
+                for (strips, gap) in [(1, 0), (2, 3), (3, 0), (5, 1)] {
+                    for accumulate in [false, true] {
+                        let a = values(m * k, 11);
+                        let panels = values(strips * k * 16, 12);
+                        let c0 = strips_of(m, strips, gap, 13);
+                        let pitch = (m + gap) * 16;
+                        let mut want = c0.clone();
+                        for s in 0..strips {
+                            let b = &panels[s * k * 16..(s + 1) * k * 16];
+                            for r in 0..m {
+                                let at = s * pitch + r * 16;
+                                let a_row = &a[r * k..(r + 1) * k];
+                                let c_row = &mut want[at..at + 16];
+                                rows_times_panel::<true, 1>(c_row, a_row, b, k, accumulate);
+                            }
+                        }
+                        for (name, kernel) in &builds {
+                            let mut got = c0.clone();
+                            let ahead = &mut PrefetchQueue::default();
+                            // SAFETY: each build was listed only if the CPU has its features.
+                            unsafe {
+                                kernel(
+                                    &mut got,
+                                    pitch,
+                                    &a,
+                                    &panels,
+                                    (m, k, strips),
+                                    accumulate,
+                                    ahead,
+                                )
+                            };
+                            assert_eq!(
+                                bits(&got),
+                                bits(&want),
+                                "{name}: m={m} k={k} strips={strips} gap={gap} acc={accumulate}"
+                            );
+                        }
+                    }
+                }
             }
         }
     }

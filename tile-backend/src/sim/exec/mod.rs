@@ -352,7 +352,8 @@ impl<'k> ExecCtx<'k, '_, '_> {
         self.read_f32_ordered(loc, aiv, at, size, Order::RowMajor, out)
     }
 
-    /// Reads an f32 region as the strip kernel's B panels (see [`tile::decode_panels_f32`]);
+    /// Reads an f32, bf16 or f16 region as the strip kernel's f32 B panels (see
+    /// [`tile::decode_panels_f32`]);
     /// false (nothing read) when the tile is not of that form.
     pub fn read_f32_panels(
         &mut self,
