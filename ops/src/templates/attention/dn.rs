@@ -76,13 +76,22 @@
 //! sync pass (which binds a channel op to the pipe of its neighbouring data op) and the flag
 //! pairs stay the same on both.
 //!
-//! Hand-written intra-core flags: the cube's L0 slots (M <-> MTE1, events 0, 1 for the slice
-//! slots and 2 for `pt_l0`) and Acc slots (FIX -> M, events 0, 1 for `s_acc`, 2, 3 for
-//! `pv_acc`), the vector's mask tile (V <-> MTE2, event 0, a load under a runtime `if`) and
-//! `p_nz` / the stored P tile (MTE3 <-> V, event 0); without them the sync pass's pairs lost a
-//! signal (the hazard check reports it). The sync pass adds the rest (K/V loads against their
-//! moves, the stores); the cube <-> vector handoffs are the channels S (S0 / S1 with two score
-//! buffers), P and PV.
+//! Sync ownership: the sync pass owns the vector's `p_nz` / stored P tile (V <-> MTE3; handed
+//! to it with the 950 estimates unchanged to the cycle: B 1, H 16, S 2048, D 128 causal bf16
+//! 234803 cycles, MLA prefill 83069, f32 S 1024 123242, S 16 4462; every traced test
+//! hazard-free), the K/V loads against their moves and the stores; the cube <-> vector
+//! handoffs are the channels S (S0 / S1 with two score buffers), P and PV. Written by hand,
+//! each beside its reason:
+//! - the cube's L0 slots (M <-> MTE1, events 0, 1 for the slice slots and 2 for `pt_l0`).
+//!   Owned by the pass, the per-cluster row loop loses an MTE1 -> FIX signal (the pass's pair
+//!   set before each row's KV loop is not ordered after the previous row's wait after it: 224
+//!   hazards at the bench shape, 96 for MLA and f32) and the estimates rise (236793, 84320,
+//!   126522 cycles: +0.8%, +1.5%, +2.7%); with `pt_l0`'s flags alone by hand the bench shape
+//!   does not compile (the pass needs 8 more MTE1 -> M event ids than are free);
+//! - the cube's Acc slots (FIX -> M, events 0, 1 for `s_acc`, 2, 3 for `pv_acc`; not
+//!   re-tried on this kernel: on the one before, the pass's pairs reported hazards);
+//! - the vector's mask tile (V <-> MTE2, event 0): a load under a runtime `if`, whose pair the
+//!   pass would hoist out of it.
 
 use super::dn_host::Desc;
 use super::plan::{best_slice, round_up};

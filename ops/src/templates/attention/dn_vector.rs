@@ -14,8 +14,6 @@ use tile_backend::ir::{
 
 /// The event of the mask tile's hand-written V <-> MTE2 flags.
 const MASK_EV: u8 = 0;
-/// The event of `p_nz`'s (or the stored P tile's) hand-written MTE3 <-> V flags.
-const P_EV: u8 = 0;
 
 /// Appends the vector program of the flash kernel `k` to `v`. In the single-vector-core
 /// fallback both AIVs run it, but only AIV0 holds data: AIV1 skips every op that reads what
@@ -23,13 +21,11 @@ const P_EV: u8 = 0;
 /// protocol and the hand-written flags in step (the sync pass binds each channel op to the
 /// pipe of its neighbouring data op, so one program serves both).
 pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
-    // mask_ub and p_nz start free; their flags are written by hand (a load under a runtime
-    // `if`; p_nz is free again once its move to L1 has read it).
+    // mask_ub starts free; its flags are written by hand (a load under a runtime `if`, whose
+    // pair the sync pass would hoist out of it). The pass owns p_nz's and the stored P's.
     v.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
-    v.set_flag(Pipe::Mte3, Pipe::V, P_EV);
     k.for_each_row(v, |v, row| query_tile(v, k, &row));
     v.wait_flag(Pipe::V, Pipe::Mte2, MASK_EV);
-    v.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
 }
 
 /// The query tile of descriptor row `row`.
@@ -226,26 +222,21 @@ fn online_softmax(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
 
 /// P (cast, ND -> NZ) into this AIV's column half of P^T in L1 slot `slot` (channel P).
 fn p_out(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
-    // The hand-written flags stay outside `aiv0`: both AIVs run the same flag sequence.
     match k.p_ub {
         Some(pu) => {
             aiv0(b, k, |b| b.cast(pu, k.s(slot), RoundMode::Rint));
             b.release(k.ch_s(slot));
-            b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
             aiv0(b, k, |b| {
                 b.mov(k.p_nz, pu);
             });
         }
         None => {
-            b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
             aiv0(b, k, |b| {
                 b.mov(k.p_nz, k.s(slot));
             });
             b.release(k.ch_s(slot));
         }
     }
-    b.set_flag(Pipe::V, Pipe::Mte3, P_EV);
-    b.wait_flag(Pipe::V, Pipe::Mte3, P_EV);
     b.acquire(k.ch_p);
     aiv0(b, k, |b| {
         if k.cfg.single {
@@ -255,7 +246,6 @@ fn p_out(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
                 .offset(0, k.cfg.first_query());
         }
     });
-    b.set_flag(Pipe::Mte3, Pipe::V, P_EV);
     b.push(k.ch_p);
 }
 
@@ -315,13 +305,10 @@ fn write_p(
             b.exp(s.clone(), s.clone());
             b.broadcast(BinaryOp::Mul, Axis::Col, s.clone(), s.clone(), st.lc);
         });
-        b.wait_flag(Pipe::Mte3, Pipe::V, P_EV);
         if let Some(pu) = k.p_ub {
             aiv0(b, k, |b| b.cast(pu, s.clone(), RoundMode::Rint));
             b.release(k.ch_s(slot));
         }
-        b.set_flag(Pipe::V, Pipe::Mte3, P_EV);
-        b.wait_flag(Pipe::V, Pipe::Mte3, P_EV);
         b.if_(Expr::Var(mine).gt(0), |t| {
             t.set_validshape(pt.clone(), nv, mine);
             let o_rs = Expr::Param(k.sp.o_rs);
@@ -329,7 +316,6 @@ fn write_p(
             t.store(GmView::nd(k.out, off, nv, mine, o_rs), pt.clone());
             t.set_validshape(pt, tkv, h);
         });
-        b.set_flag(Pipe::Mte3, Pipe::V, P_EV);
         if k.p_ub.is_none() {
             // f32: the stored tile is s_ub itself, free for the next scores once stored.
             b.release(k.ch_s(slot));

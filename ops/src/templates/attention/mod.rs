@@ -70,10 +70,12 @@
 //!   88495 in f32 (+1.0%), so these stay until the pass pairs the two `o_i` buffers as
 //!   tightly. Its V -> MTE3 flags before the stores are the pass's (the same estimates to the
 //!   cycle).
-//! - The flash kernel (`dn*.rs`) keeps by hand its L0 slots, its Acc slots, the mask load
+//! - The flash kernel (`dn*.rs`) leaves its P tile to the pass (estimates unchanged to the
+//!   cycle) and keeps by hand its L0 slots (pass-owned, its per-cluster row loop loses an
+//!   MTE1 -> FIX signal and the estimates rise up to 2.7%), its Acc slots and the mask load
 //!   under a runtime `if` (the pass hoists a pair out of the `if`, and when the branch is not
-//!   taken nothing orders its next set after its wait) and its P tile; `dn.rs`'s module doc
-//!   gives the reasons.
+//!   taken nothing orders its next set after its wait); `dn.rs`'s module doc gives the
+//!   figures.
 //!
 //! # `attn_merge` (vector only)
 //!
