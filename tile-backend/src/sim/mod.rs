@@ -159,7 +159,7 @@ fn run_impl<'k>(
 ) -> Result<(RunSummary, trace::Trace<'k>), SimError> {
     gm::check_args(kernel, args)?;
     tile::check_planned(kernel)?;
-    let locs = interp::op_locations(kernel);
+    let locs = interp::OpLocs::new(kernel);
     let budget = interp::StepBudget::new(limits.max_steps);
     let shared: &[Arg] = args;
     let one = |block: usize| {
