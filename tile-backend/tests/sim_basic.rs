@@ -49,3 +49,30 @@ fn matmul_f16_matches_plain_rust() {
         }
     }
 }
+
+#[test]
+fn a_wait_nobody_releases_is_a_hang_naming_the_flag() {
+    // Both AIVs wait on cross-core flag 3, which the (empty) cube program never sets.
+    let kern = Kernel {
+        name: "lone_wait".into(),
+        target: Target::Ascend950,
+        params: vec![],
+        tiles: vec![],
+        vars: vec![],
+        channels: vec![],
+        cube: vec![],
+        vector: vec![Stmt::Op(Op::WaitCrossFlag {
+            pipe: Pipe::V,
+            id: 3,
+        })],
+    };
+    for block_dim in [1, 3] {
+        match sim::run(&kern, &Arch::ascend950(), &mut [], SimOptions { block_dim }) {
+            Err(sim::SimError::Hang { block: 0, waits }) => assert_eq!(
+                waits,
+                "AIV0 waits for cross-core flag 3; AIV1 waits for cross-core flag 3"
+            ),
+            other => panic!("block_dim {block_dim}: expected a hang of block 0, got {other:?}"),
+        }
+    }
+}

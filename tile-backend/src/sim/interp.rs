@@ -10,16 +10,40 @@ use crate::ir::{CoreKind, Expr, ExprEnv, Kernel, Op, OpLoc, ParamId, Stmt, TileI
 use crate::launch::Arg;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
-/// Op locations keyed by the op's address inside the kernel.
-pub(crate) type OpLocs = foldhash::HashMap<usize, OpLoc>;
+/// Op locations keyed by the op's address inside the kernel, built on first use: only errors
+/// and traced runs need them, so an untraced run that succeeds never pays for the map.
+pub(crate) struct OpLocs<'k> {
+    kernel: &'k Kernel,
+    map: OnceLock<foldhash::HashMap<usize, OpLoc>>,
+}
 
-pub(crate) fn op_locations(kernel: &Kernel) -> OpLocs {
-    kernel
-        .ops()
-        .into_iter()
-        .map(|(loc, op)| (op as *const Op as usize, loc))
-        .collect()
+impl<'k> OpLocs<'k> {
+    pub(crate) fn new(kernel: &'k Kernel) -> Self {
+        OpLocs {
+            kernel,
+            map: OnceLock::new(),
+        }
+    }
+
+    /// Where `op` (an op of this kernel) is; an op not found gets index `usize::MAX`.
+    fn of(&self, op: &Op) -> OpLoc {
+        self.map
+            .get_or_init(|| {
+                self.kernel
+                    .ops()
+                    .into_iter()
+                    .map(|(loc, op)| (op as *const Op as usize, loc))
+                    .collect()
+            })
+            .get(&(op as *const Op as usize))
+            .copied()
+            .unwrap_or(OpLoc {
+                section: CoreKind::Cube,
+                index: usize::MAX,
+            })
+    }
 }
 
 /// A core's scalar state: variables, runtime valid shapes and its data cache.
@@ -92,7 +116,7 @@ enum Frame<'k> {
 
 struct Program<'k> {
     frames: Vec<Frame<'k>>,
-    waiting: Option<String>,
+    waiting: Option<u8>,
 }
 
 /// What a block leaves behind.
@@ -139,7 +163,7 @@ pub(crate) fn run_block<'k>(
     kernel: &'k Kernel,
     arch: &Arch,
     args: &[Arg],
-    locs: &OpLocs,
+    locs: &OpLocs<'_>,
     at: BlockAt,
     budget: &StepBudget,
 ) -> Result<BlockResult<'k>, SimError> {
@@ -209,7 +233,10 @@ pub(crate) fn run_block<'k>(
             let waits: Vec<String> = CoreId::ALL
                 .iter()
                 .zip(&programs)
-                .filter_map(|(id, p)| p.waiting.as_ref().map(|w| format!("{id} waits for {w}")))
+                .filter_map(|(id, p)| {
+                    p.waiting
+                        .map(|w| format!("{id} waits for cross-core flag {w}"))
+                })
                 .collect();
             return Err(SimError::Hang {
                 block,
@@ -245,7 +272,7 @@ pub(crate) fn run_block<'k>(
 fn run_core<'k>(
     cx: &mut ExecCtx<'k, '_, '_>,
     prog: &mut Program<'k>,
-    locs: &OpLocs,
+    locs: &OpLocs<'_>,
     mut events: Option<&mut Vec<Event<'k>>>,
     budget: &StepBudget,
 ) -> Result<(bool, u64), SimError> {
@@ -254,13 +281,7 @@ fn run_core<'k>(
     let fail = |cx: &ExecCtx, op: &Op, why: String| SimError::Op {
         block: cx.core.block,
         core: cx.core.id.to_string(),
-        loc: locs
-            .get(&(op as *const Op as usize))
-            .copied()
-            .unwrap_or(OpLoc {
-                section: CoreKind::Cube,
-                index: usize::MAX,
-            }),
+        loc: locs.of(op),
         op: op.name().to_string(),
         why,
     };
@@ -387,17 +408,11 @@ fn run_core<'k>(
     Ok((progressed, n))
 }
 
-fn event<'k>(cx: &ExecCtx<'k, '_, '_>, op: &'k Op, locs: &OpLocs, rec: OpRecord) -> Event<'k> {
+fn event<'k>(cx: &ExecCtx<'k, '_, '_>, op: &'k Op, locs: &OpLocs<'_>, rec: OpRecord) -> Event<'k> {
     let kernel = cx.kernel;
     let space_of = |r: &crate::ir::TileRef| kernel.try_tile(r.tile).map(|d| d.ty.space);
     Event {
-        loc: locs
-            .get(&(op as *const Op as usize))
-            .copied()
-            .unwrap_or(OpLoc {
-                section: CoreKind::Cube,
-                index: usize::MAX,
-            }),
+        loc: locs.of(op),
         op,
         pipe: cx.arch.pipe_of(op, &space_of).unwrap_or(crate::ir::Pipe::S),
         accesses: coalesce(rec.accesses),

@@ -565,13 +565,14 @@ pub(crate) fn mark_bits(bits: &mut [u64], start: usize, len: usize, defined: boo
 /// Cross-core flags of one cluster: 32 ids on the AIC, 16 per AIV. Each pending signal remembers
 /// who set it (core and event index), so a wait can name the set that released it.
 pub(crate) struct CrossFlags {
-    slots: Vec<VecDeque<(CoreId, usize)>>,
+    slots: [VecDeque<(CoreId, usize)>; 64],
 }
 
 impl Default for CrossFlags {
     fn default() -> Self {
         CrossFlags {
-            slots: vec![VecDeque::new(); 64],
+            // Inline and empty: a block's flags allocate only when a flag is first set.
+            slots: std::array::from_fn(|_| VecDeque::new()),
         }
     }
 }

@@ -22,8 +22,9 @@ use crate::launch::Arg;
 pub(crate) enum Flow {
     /// Done; go to the next statement.
     Continue,
-    /// Waiting (for a cross-core flag); retry later.
-    Blocked(String),
+    /// Waiting for this cross-core flag id; retry later. (Named only if the block hangs, so a
+    /// wait costs no formatting.)
+    Blocked(u8),
 }
 
 /// Everything an op may touch.

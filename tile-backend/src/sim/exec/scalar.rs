@@ -86,7 +86,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<Flow, String
         }
         Op::WaitCrossFlag { id, .. } => match cx.flags.try_wait(cx.core.id, *id)? {
             Some((from, index)) => cx.note_sync(SyncInfo::WaitCross { from, index }),
-            None => return Ok(Flow::Blocked(format!("cross-core flag {id}"))),
+            None => return Ok(Flow::Blocked(*id)),
         },
         Op::ChannelAcquire { .. }
         | Op::ChannelPush { .. }
