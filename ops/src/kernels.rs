@@ -19,7 +19,7 @@
 //! | [`paged_gather`] | `paged_gather_<dtype>_<size>` |
 //! | [`reshape_and_cache`] | `reshape_and_cache_<dtype>_<width>` |
 //! | [`quant_matmul`] | `quant_matmul_<out>_b<bias>_r<relu>` (or `quant_matmul_i8_r<relu>`) |
-//! | [`flash_attention`] | `flash_attn_<dtype>` (DN mode, one block per query tile) |
+//! | [`flash_attention`] | `flash_attn_<dtype>` (DN mode, one row per query tile, at most one block per cluster) |
 //! | [`qk_softmax`] | `qk_softmax_<dtype>` (the flash kernel writing P^T) |
 //!
 //! ```

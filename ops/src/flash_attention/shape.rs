@@ -80,7 +80,7 @@ impl Default for QkSoftmaxShape {
 crate::op_shape! {
     FlashAttentionShape = "flash-attention",
     "dense prefill attention with GQA and a bottom-right causal mask \
-     (tileops_ops::flash_attention): the DN-mode kernel, one block per query tile",
+     (tileops_ops::flash_attention): the DN-mode kernel, one row per query tile, at most one block per cluster",
     |s| launches(s);
     dtype: "q, k, v dtype: f32, f16, bf16",
     batch: "batch B",
@@ -96,7 +96,7 @@ crate::op_shape! {
 crate::op_shape! {
     QkSoftmaxShape = "qk-softmax",
     "softmax(scale q k^T) along the keys (tileops_ops::qk_softmax): the flash kernel's \
-     P-writing variant, one block per query tile",
+     P-writing variant, one row per query tile, at most one block per cluster",
     |s| qk_launches(s);
     dtype: "q, k, P dtype: f32, f16, bf16",
     m: "queries M (sets the query tile and the blocks)",
@@ -105,9 +105,10 @@ crate::op_shape! {
 }
 
 /// The launch of [`crate::flash_attention()`] for `shape` on the Ascend 950: the DN-mode kernel
-/// on one block per query tile that sees a key (fully masked tiles are not launched). Errors: a
-/// size of 0 or above [`MAX_DIM`], head dims above 256, `heads % kv_heads != 0`, a dtype other
-/// than f32/f16/bf16, more than [`MAX_DIM`] elements in a tensor.
+/// with one descriptor row per query tile that sees a key (fully masked tiles are not
+/// launched), run by at most one block per cluster. Errors: a size of 0 or above [`MAX_DIM`],
+/// head dims above 256, `heads % kv_heads != 0`, a dtype other than f32/f16/bf16, more than
+/// [`MAX_DIM`] elements in a tensor.
 pub fn launches(shape: &FlashAttentionShape) -> Result<Vec<Launch>, OpError> {
     const OP: &str = "flash_attention";
     let s = shape;
@@ -150,8 +151,9 @@ pub fn launches(shape: &FlashAttentionShape) -> Result<Vec<Launch>, OpError> {
 }
 
 /// The launch of [`crate::qk_softmax()`] for `shape` on the Ascend 950: the flash kernel's
-/// P-writing variant on one block per query tile. Errors: a size of 0 or above [`MAX_DIM`], a
-/// head dim above 256, a dtype other than f32/f16/bf16, more than [`MAX_DIM`] elements in P.
+/// P-writing variant, one descriptor row per query tile, at most one block per cluster.
+/// Errors: a size of 0 or above [`MAX_DIM`], a head dim above 256, a dtype other than
+/// f32/f16/bf16, more than [`MAX_DIM`] elements in P.
 pub fn qk_launches(shape: &QkSoftmaxShape) -> Result<Vec<Launch>, OpError> {
     const OP: &str = "qk_softmax";
     let s = shape;

@@ -76,7 +76,8 @@ pub(crate) struct FlashLens {
 
 /// The launch plan of one flash call, made by its op's `plan` (`flash_attention::kernel::plan`,
 /// `qk_plan`): the kernel's static shape, the call's (sequence, head) problems, which give the
-/// grid (one block per query tile that sees a key, [`FlashPlan::descriptors`]), and the
+/// grid (one descriptor row per query tile that sees a key, [`FlashPlan::descriptors`], run
+/// by at most one block per cluster), and the
 /// tensors' lengths and row strides. The host ([`run_flash`]) and `tileops emit`
 /// ([`FlashPlan::launch`]) both launch from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
