@@ -13,7 +13,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use tileops::ops::Backend;
 use tileops_models::deepseek::config::Config;
-use tileops_models::engine::{estimate_950, v32_attention_call, Engine, Sampling};
+use tileops_models::engine::{
+    estimate_950, pin_thread_count, v32_attention_call, Engine, Sampling,
+};
 use tileops_models::progress::Progress;
 use tileops_models::tokenizer::Tokenizer;
 use tileops_models::weights::{cache_dir, load_or_generate};
@@ -78,6 +80,8 @@ fn ms(d: std::time::Duration) -> f64 {
 }
 
 fn main() -> Result<()> {
+    // Before any thread starts: candle otherwise re-reads /proc/cpuinfo on every matmul.
+    let threads = pin_thread_count();
     let a = Args::parse();
     let backend = backend(a.backend.as_deref())?;
     if a.batch == 0 {
@@ -127,7 +131,7 @@ fn main() -> Result<()> {
     // Room for the batch twice: the warm-up's scratch sequences are freed before the run.
     let mut engine = Engine::new(&cfg, &weights, backend, 2 * a.batch * blocks_per_seq, BLOCK)?;
     println!(
-        "backend: {}; batch {} prompts of {:?} tokens, {} new tokens each, cache {} blocks of {}",
+        "backend: {}; batch {} prompts of {:?} tokens, {} new tokens each, cache {} blocks of {}; {threads} threads",
         backend.name(),
         a.batch,
         prompts.iter().map(Vec::len).collect::<Vec<_>>(),

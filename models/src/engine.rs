@@ -49,6 +49,29 @@ pub struct Generation {
     pub first_decode_time: Duration,
 }
 
+/// Pins candle's CPU thread count for this process: sets `RAYON_NUM_THREADS` to the number of
+/// physical cores (candle's own default) unless it is already set, and returns the count in
+/// force. Without it candle 0.11 re-derives the count on every CPU matmul by reading and
+/// parsing `/proc/cpuinfo` (about 0.2 ms a call on a loaded 2-core VM: more than a whole
+/// decode-shape matmul), which taxes the Reference backend, made of candle matmuls, far more
+/// than TileSim. The variable also sizes rayon's global pool, which the simulator uses.
+///
+/// Call it first thing in `main`, before any other thread starts (it writes the process
+/// environment).
+pub fn pin_thread_count() -> usize {
+    const VAR: &str = "RAYON_NUM_THREADS";
+    if let Some(n) = std::env::var(VAR)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+    {
+        return n;
+    }
+    let n = num_cpus::get_physical().max(1);
+    std::env::set_var(VAR, n.to_string());
+    n
+}
+
 /// The greedy choice: the largest logit, the lowest id on a tie.
 pub fn argmax(logits: &[f32]) -> u32 {
     let mut best = 0;
