@@ -7,7 +7,10 @@
 //! - `deepseek_decode_steps_16`: decode only, 16 decode steps (64 tokens) after a prefill that
 //!   runs outside the timed part (criterion's `iter_custom` sums the engine's own decode
 //!   timers, so the prefill, the sampling and the freeing of the sequences are not counted).
-//!   Throughput is decode tokens/s.
+//!   Throughput is decode tokens/s;
+//! - `deepseek_decode_sparse_attention_call`: the decode step's `sparse_paged_attention` call of
+//!   layer 0 as the warm-up left it (B = 4, H = 16, Dqk = 192, v_dim = 128, top-k 64), alone
+//!   in a loop: the op's own cost at the demo's shape, outside the model.
 //!
 //! `cargo bench --workspace --bench deepseek_decode` (a minute or two); quote Reference time /
 //! TileSim time.
@@ -19,7 +22,7 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
 use std::time::Duration;
-use tileops::ops::Backend;
+use tileops::ops::{sparse_paged_attention, Backend};
 use tileops_models::deepseek::config::Config;
 use tileops_models::engine::{pin_thread_count, Engine, Sampling};
 use tileops_models::weights::Weights;
@@ -88,6 +91,36 @@ fn bench(c: &mut Criterion) {
                     }
                 }
                 total
+            })
+        });
+    }
+    g.finish();
+
+    // The same call (the Reference engine's; both engines hold the same cache contents) on
+    // each backend.
+    let Some(call) = engines
+        .first()
+        .and_then(|(_, e)| e.model.last_attention.clone())
+    else {
+        return;
+    };
+    let mut g = c.benchmark_group("deepseek_decode_sparse_attention_call");
+    g.sample_size(20).measurement_time(Duration::from_secs(5));
+    for (backend, _) in &engines {
+        let backend = *backend;
+        g.bench_function(backend.name(), |b| {
+            b.iter(|| {
+                black_box(
+                    sparse_paged_attention(
+                        &call.q,
+                        &call.cache,
+                        &call.indices,
+                        &call.table,
+                        &call.params,
+                        Some(backend),
+                    )
+                    .is_ok(),
+                )
             })
         });
     }
