@@ -22,7 +22,7 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
 use std::time::Duration;
-use tileops::ops::{sparse_paged_attention, Backend};
+use tileops::ops::Backend;
 use tileops_models::deepseek::config::Config;
 use tileops_models::engine::{pin_thread_count, Engine, Sampling};
 use tileops_models::weights::Weights;
@@ -109,19 +109,7 @@ fn bench(c: &mut Criterion) {
     for (backend, _) in &engines {
         let backend = *backend;
         g.bench_function(backend.name(), |b| {
-            b.iter(|| {
-                black_box(
-                    sparse_paged_attention(
-                        &call.q,
-                        &call.cache,
-                        &call.indices,
-                        &call.table,
-                        &call.params,
-                        Some(backend),
-                    )
-                    .is_ok(),
-                )
-            })
+            b.iter(|| black_box(call.run(backend).is_ok()))
         });
     }
     g.finish();

@@ -8,7 +8,7 @@ use crate::kv_cache::{PagedKvCache, SeqId};
 use crate::weights::{Rng, Weights};
 use candle_core::{Device, Tensor};
 use std::time::{Duration, Instant};
-use tileops_ops::{profile, sparse_paged_attention, Backend, SparseAttentionParams};
+use tileops_ops::{profile, Backend, SparseAttentionParams};
 
 /// How the next token is chosen.
 #[derive(Debug, Clone)]
@@ -294,17 +294,7 @@ impl Engine {
 /// The simulator's estimated Ascend 950 time (seconds) of one sparse-attention call: the call
 /// re-run on TileSim inside `tileops_ops::profile`, its launches' cost reports summed.
 pub fn estimate_950(call: &AttentionCall) -> Result<f64> {
-    let (r, records) = profile(|| {
-        sparse_paged_attention(
-            &call.q,
-            &call.cache,
-            &call.indices,
-            &call.table,
-            &call.params,
-            Some(Backend::TileSim),
-        )
-        .map_err(ModelError::from)
-    });
+    let (r, records) = profile(|| call.run(Backend::TileSim));
     r?;
     Ok(records
         .iter()

@@ -72,6 +72,20 @@ pub struct AttentionCall {
     pub params: SparseAttentionParams,
 }
 
+impl AttentionCall {
+    /// Runs the call on `backend`: `(out, lse)`.
+    pub fn run(&self, backend: Backend) -> Result<(Tensor, Tensor)> {
+        Ok(sparse_paged_attention(
+            &self.q,
+            &self.cache,
+            &self.indices,
+            &self.table,
+            &self.params,
+            Some(backend),
+        )?)
+    }
+}
+
 /// The model.
 pub struct Model {
     cfg: Config,
