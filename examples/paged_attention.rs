@@ -18,6 +18,7 @@ use candle_core::{DType, Device, Tensor};
 use std::time::{Duration, Instant};
 use tileops::ops::{paged_attention, profile, Backend, PagedAttentionParams};
 use tileops::tile_backend::sim::cost::CostReport;
+use tileops::tile_backend::sim::io::Rng;
 
 const BATCH: usize = 8;
 const HEADS: usize = 32;
@@ -75,29 +76,6 @@ fn settings() -> Result<Settings> {
     Ok(s)
 }
 
-/// A small deterministic PRNG (splitmix64).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `[-1, 1)`.
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = (self.next() % (i as u64 + 1)) as usize;
-            v.swap(i, j);
-        }
-    }
-}
-
 /// The decode step's inputs.
 struct Inputs {
     q: Tensor,
@@ -109,13 +87,15 @@ struct Inputs {
 
 fn inputs(s: &Settings) -> Result<Inputs> {
     let dev = Device::Cpu;
-    let mut rng = Rng(s.seed);
+    let mut rng = Rng::new(s.seed);
     let per_seq = s.context.div_ceil(BLOCK);
     let num_blocks = BATCH * per_seq;
     // Every sequence owns `per_seq` blocks scattered over the cache.
     let mut pool: Vec<i32> = (0..num_blocks as i32).collect();
-    rng.shuffle(&mut pool);
-    let mut data = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.unit()).collect() };
+    for i in (1..pool.len()).rev() {
+        pool.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let mut data = |n: usize| rng.uniform_vec(n, -1.0, 1.0);
     let q = data(BATCH * HEADS * D);
     let cache = num_blocks * BLOCK * KV_HEADS * D;
     let (k, v) = (data(cache), data(cache));
