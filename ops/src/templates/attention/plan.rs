@@ -120,6 +120,16 @@ impl AttnCfg {
         // Chunk: as large as L1 allows (Q + `bufs` K (and V) tiles + P), at most 128 (64 for
         // f32).
         let mut chunk = if es == 2 { 128 } else { 64 };
+        // On the device, a narrow head tile takes longer chunks, up to the score-tile area of
+        // the widest one (`th * chunk * es` <= 128 x 128 x 2 bytes: S, P and their Acc / UB /
+        // L0A tiles stay within the sizes that case uses) and 256 tokens: each gathered tile's
+        // MTE2 -> MTE1 flag waits for the DMA latency of its last row before the next gather
+        // may start on MTE2, so fewer, larger gathers expose that latency less often.
+        if double_buffer {
+            while chunk < 256 && th * (2 * chunk) * es <= 128 * 128 * 2 {
+                chunk *= 2;
+            }
+        }
         let l1 = |c: u64| {
             let kv = if separate_v { 2 } else { 1 } * bufs * c * dp * es;
             th * dp * es + kv + th * c * es

@@ -108,11 +108,11 @@ fn the_simulator_plans_for_a_fixed_grid_and_profiling_for_the_device() {
 #[test]
 fn one_f32_split_on_the_cpu_plan_skips_the_merge_with_the_same_result() {
     // CPU_PLAN_BLOCKS rows of 16 heads (as many rows as the CPU plan's grid, so one split per
-    // row), Dqk 64, v_dim 32, 150 tokens in row 0 (the other rows: none valid) out of 192
-    // cached in blocks of 8.
+    // row), Dqk 64, v_dim 32, 600 tokens in row 0 (the other rows: none valid) out of 648
+    // cached in blocks of 8 (more than one of the device plan's 256-token chunks).
     let batch = crate::runtime::CPU_PLAN_BLOCKS;
-    let (heads, d, v_dim, bs, topk) = (16u64, 64u64, 32u64, 8usize, 150usize);
-    let (tokens, max_blocks) = (192, 24);
+    let (heads, d, v_dim, bs, topk) = (16u64, 64u64, 32u64, 8usize, 600usize);
+    let (tokens, max_blocks) = (648, 81);
     let vals = |n: usize, seed: u32| -> Vec<u8> {
         (0..n)
             .flat_map(|i| {
@@ -228,8 +228,9 @@ fn the_cpu_plan_buffers_tiles_once_and_makes_them_larger() {
     // Separate V (dense GQA) counts both gathered tiles.
     assert_eq!(tiling(DType::F32, 128, 384, true, true).0, 32);
     assert_eq!(tiling(DType::F32, 128, 384, true, false).0, 64);
-    // A small problem: the same chunk, single buffered.
-    assert_eq!(tiling(DType::F32, 8, 64, false, true), (64, 64, 64, 2));
+    // A small problem: the CPU plan keeps the base chunk, single buffered; the device plan's
+    // narrow head tile (32 rows) takes the longest chunk, 256 tokens, with narrower slices.
+    assert_eq!(tiling(DType::F32, 8, 64, false, true), (256, 16, 16, 2));
     assert_eq!(tiling(DType::F32, 8, 64, false, false), (64, 64, 64, 1));
     // P: two L1 buffers on the CPU plan where they fit (f32 DeepSeek: 288 + 144 + 2 x 32
     // KiB), one on the device plan.
@@ -248,4 +249,28 @@ fn the_cpu_plan_buffers_tiles_once_and_makes_them_larger() {
     // f32 with 768 columns: Q 384 + K 96 + P 16 KiB leave no room for a second P.
     assert_eq!(p_bufs(DType::F32, 768, false, false), 1);
     assert_eq!(p_bufs(DType::F32, 512, true, false), 2);
+}
+
+#[test]
+fn the_device_plan_gathers_longer_chunks_for_narrow_head_tiles() {
+    // Dense GQA decode (4 query heads per KV head: a 32-row head tile, D 128, K and V from
+    // their own caches): the device plan's chunk grows until the score tile is as large as
+    // the widest head tile's (128 x 128 bf16) or L1 is full; the CPU plan keeps its chunk.
+    let dense = |dt: DType, double: bool| {
+        let c = AttnCfg::new(AttnSpec {
+            hg: 4,
+            separate_v: true,
+            double_buffer: double,
+            ..latent_spec(dt, 32, 128, 128)
+        });
+        (c.th, c.chunk)
+    };
+    assert_eq!(dense(DType::BF16, true), (32, 256));
+    assert_eq!(dense(DType::BF16, false), (32, 128));
+    // f32: 256 tokens of K and V, double buffered, would take 512 KiB of L1.
+    assert_eq!(dense(DType::F32, true), (32, 128));
+    assert_eq!(dense(DType::F32, false), (32, 64));
+    // The widest head tile (DeepSeek, 128 heads) keeps its chunk.
+    let wide = AttnCfg::new(latent_spec(DType::BF16, 128, 576, 512));
+    assert_eq!(wide.chunk, 128);
 }
