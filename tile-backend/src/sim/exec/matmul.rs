@@ -618,6 +618,33 @@ fn has_avx512() -> bool {
     std::arch::is_x86_feature_detected!("avx512f") && has_avx2_fma()
 }
 
+/// Whether the slices of a register group of `R` rows and `S` strips hold what it reads and
+/// writes: `S` strips of C `[R, 16]` `c_strip` apart, A `[R, k]`, `S` panels `[k, 16]`.
+#[cfg(target_arch = "x86_64")]
+fn group_fits<const R: usize, const S: usize>(
+    (c, c_strip, a, b, k): (usize, usize, usize, usize, usize),
+) -> bool {
+    S >= 1 && c >= (S - 1) * c_strip + R * 16 && a >= R * k && b >= S * k * 16
+}
+
+/// `step(p)` for `p` in `0..k` in order, unrolled by four (the register kernels' depth loop).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn each_depth(k: usize, mut step: impl FnMut(usize)) {
+    let mut p = 0;
+    while p + 4 <= k {
+        step(p);
+        step(p + 1);
+        step(p + 2);
+        step(p + 3);
+        p += 4;
+    }
+    while p < k {
+        step(p);
+        p += 1;
+    }
+}
+
 /// Rows of A per group of [`panels_gemm_avx512`].
 const ROWS_512: usize = 8;
 /// Strips (16-column panels) per group of [`panels_gemm_avx512`].
@@ -704,10 +731,7 @@ unsafe fn rows_times_panels_avx512<const R: usize, const S: usize>(
 ) {
     use std::arch::x86_64::*;
     assert!(
-        S >= 1
-            && c.len() >= (S - 1) * c_strip + R * 16
-            && a.len() >= R * k
-            && b.len() >= S * k * 16,
+        group_fits::<R, S>((c.len(), c_strip, a.len(), b.len(), k)),
         "AVX-512 panel kernel: slices too short"
     );
     let (cp, ap, bp) = (c.as_mut_ptr(), a.as_ptr(), b.as_ptr());
@@ -727,7 +751,7 @@ unsafe fn rows_times_panels_avx512<const R: usize, const S: usize>(
     // pointer plus `p` (no per-step address arithmetic).
     let rows: [*const f32; R] = std::array::from_fn(|r| unsafe { ap.add(r * k) });
     let strips: [*const f32; S] = std::array::from_fn(|s| unsafe { bp.add(s * k * 16) });
-    let mut step = |p: usize| {
+    let step = |p: usize| {
         let bv: [__m512; S] =
             std::array::from_fn(|s| unsafe { _mm512_loadu_ps(strips[s].add(p * 16)) });
         for (row, a_row) in acc.iter_mut().zip(&rows) {
@@ -737,18 +761,7 @@ unsafe fn rows_times_panels_avx512<const R: usize, const S: usize>(
             }
         }
     };
-    let mut p = 0;
-    while p + 4 <= k {
-        step(p);
-        step(p + 1);
-        step(p + 2);
-        step(p + 3);
-        p += 4;
-    }
-    while p < k {
-        step(p);
-        p += 1;
-    }
+    each_depth(k, step);
     for (r, row) in acc.iter().enumerate() {
         for (s, v) in row.iter().enumerate() {
             unsafe { _mm512_storeu_ps(cp.add(s * c_strip + r * 16), *v) };
@@ -868,10 +881,7 @@ unsafe fn rows_times_panels_fma<const R: usize, const S: usize>(
 ) {
     use std::arch::x86_64::*;
     assert!(
-        S >= 1
-            && c.len() >= (S - 1) * c_strip + R * 16
-            && a.len() >= R * k
-            && b.len() >= S * k * 16,
+        group_fits::<R, S>((c.len(), c_strip, a.len(), b.len(), k)),
         "AVX2 panel kernel: slices too short"
     );
     let (cp, ap, bp) = (c.as_mut_ptr(), a.as_ptr(), b.as_ptr());
@@ -890,7 +900,7 @@ unsafe fn rows_times_panels_fma<const R: usize, const S: usize>(
     }
     let rows: [*const f32; R] = std::array::from_fn(|r| unsafe { ap.add(r * k) });
     let strips: [*const f32; S] = std::array::from_fn(|s| unsafe { bp.add(s * k * 16) });
-    let mut step = |p: usize| {
+    let step = |p: usize| {
         let bv: [[__m256; 2]; S] = std::array::from_fn(|s| unsafe {
             let at = strips[s].add(p * 16);
             [_mm256_loadu_ps(at), _mm256_loadu_ps(at.add(8))]
@@ -903,18 +913,7 @@ unsafe fn rows_times_panels_fma<const R: usize, const S: usize>(
             }
         }
     };
-    let mut p = 0;
-    while p + 4 <= k {
-        step(p);
-        step(p + 1);
-        step(p + 2);
-        step(p + 3);
-        p += 4;
-    }
-    while p < k {
-        step(p);
-        p += 1;
-    }
+    each_depth(k, step);
     for (r, row) in acc.iter().enumerate() {
         for (s, v) in row.iter().enumerate() {
             let at = s * c_strip + r * 16;
