@@ -172,16 +172,20 @@ fn bench_gather(c: &mut Criterion) {
     }
 }
 
-/// Independent FMA chains per thread (enough to cover the FMA latency on two ports).
+/// Independent FMA chains per thread in the AVX-512 loop (enough to cover the FMA latency on
+/// two ports; 16 sums and two operands fit its 32 registers).
 const CHAINS: usize = 16;
+/// Independent FMA chains per thread in the AVX2 loop: its 16 registers hold 12 sums and the
+/// two operands (16 chains spilled sums to the stack, which measured about half the peak).
+const CHAINS_AVX2: usize = 12;
 /// FMA steps per chain per call.
 const STEPS: usize = 1 << 16;
 
-/// An FMA peak kernel: its name, f32 lanes per FMA and function.
-type FmaKernel = (&'static str, usize, fn() -> f32);
+/// An FMA peak kernel: its name, f32 lanes per FMA, FMA chains per step and function.
+type FmaKernel = (&'static str, usize, usize, fn() -> f32);
 
-/// The FMA kernels this CPU can run, widest first: each one's name, f32 lanes per FMA and
-/// function. The widest one is the machine's f32 peak; the AVX2 figure is kept beside it since
+/// The FMA kernels this CPU can run, widest first: each one's name, f32 lanes per FMA, chains
+/// and function. The widest one is the machine's f32 peak; the AVX2 figure is kept beside it since
 /// the AVX2 matmul kernel is what CPUs without AVX-512 run. A kernel the CPU lacks is left out.
 fn fma_kernels() -> Vec<FmaKernel> {
     let mut kernels: Vec<FmaKernel> = Vec::new();
@@ -189,18 +193,18 @@ fn fma_kernels() -> Vec<FmaKernel> {
     {
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: the CPU has AVX-512F (checked above), all fma_avx512 needs.
-            kernels.push(("avx512", 16, || unsafe { fma_avx512() }));
+            kernels.push(("avx512", 16, CHAINS, || unsafe { fma_avx512() }));
         } else {
             println!("machine_limits: no AVX-512F on this CPU, its FMA peak is not measured");
         }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
         {
             // SAFETY: the CPU has AVX2 and FMA (checked above), all fma_avx2 needs.
-            kernels.push(("avx2", 8, || unsafe { fma_avx2() }));
+            kernels.push(("avx2", 8, CHAINS_AVX2, || unsafe { fma_avx2() }));
         }
     }
     if kernels.is_empty() {
-        kernels.push(("scalar", 1, fma_scalar));
+        kernels.push(("scalar", 1, CHAINS, fma_scalar));
     }
     kernels
 }
@@ -227,7 +231,7 @@ unsafe fn fma_avx512() -> f32 {
     _mm512_reduce_add_ps(black_box(s))
 }
 
-/// `CHAINS` chains of `STEPS` 8-lane FMAs in registers.
+/// `CHAINS_AVX2` chains of `STEPS` 8-lane FMAs in registers.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn fma_avx2() -> f32 {
@@ -237,7 +241,7 @@ unsafe fn fma_avx2() -> f32 {
         _mm256_set1_ps(black_box(0.999_9)),
         _mm256_set1_ps(black_box(1e-4)),
     );
-    let mut acc = [_mm256_set1_ps(black_box(1.0)); CHAINS];
+    let mut acc = [_mm256_set1_ps(black_box(1.0)); CHAINS_AVX2];
     for _ in 0..STEPS {
         for x in acc.iter_mut() {
             *x = _mm256_fmadd_ps(*x, a, b);
@@ -266,10 +270,10 @@ fn fma_scalar() -> f32 {
 fn bench_machine(c: &mut Criterion) {
     let threads = rayon::current_num_threads();
     let mut g = configure(c, "machine_limits");
-    for (name, lanes, kernel) in fma_kernels() {
+    for (name, lanes, chains, kernel) in fma_kernels() {
         // Elements are flops: two per lane of each multiply-add.
         g.throughput(Throughput::Elements(
-            (threads * CHAINS * STEPS * lanes * 2) as u64,
+            (threads * chains * STEPS * lanes * 2) as u64,
         ));
         g.bench_function(format!("f32_fma_peak_{name}_{threads}_threads"), |bench| {
             bench.iter(|| {

@@ -618,6 +618,33 @@ fn has_avx512() -> bool {
     std::arch::is_x86_feature_detected!("avx512f") && has_avx2_fma()
 }
 
+/// Whether the slices of a register group of `R` rows and `S` strips hold what it reads and
+/// writes: `S` strips of C `[R, 16]` `c_strip` apart, A `[R, k]`, `S` panels `[k, 16]`.
+#[cfg(target_arch = "x86_64")]
+fn group_fits<const R: usize, const S: usize>(
+    (c, c_strip, a, b, k): (usize, usize, usize, usize, usize),
+) -> bool {
+    S >= 1 && c >= (S - 1) * c_strip + R * 16 && a >= R * k && b >= S * k * 16
+}
+
+/// `step(p)` for `p` in `0..k` in order, unrolled by four (the register kernels' depth loop).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn each_depth(k: usize, mut step: impl FnMut(usize)) {
+    let mut p = 0;
+    while p + 4 <= k {
+        step(p);
+        step(p + 1);
+        step(p + 2);
+        step(p + 3);
+        p += 4;
+    }
+    while p < k {
+        step(p);
+        p += 1;
+    }
+}
+
 /// Rows of A per group of [`panels_gemm_avx512`].
 const ROWS_512: usize = 8;
 /// Strips (16-column panels) per group of [`panels_gemm_avx512`].
@@ -704,10 +731,7 @@ unsafe fn rows_times_panels_avx512<const R: usize, const S: usize>(
 ) {
     use std::arch::x86_64::*;
     assert!(
-        S >= 1
-            && c.len() >= (S - 1) * c_strip + R * 16
-            && a.len() >= R * k
-            && b.len() >= S * k * 16,
+        group_fits::<R, S>((c.len(), c_strip, a.len(), b.len(), k)),
         "AVX-512 panel kernel: slices too short"
     );
     let (cp, ap, bp) = (c.as_mut_ptr(), a.as_ptr(), b.as_ptr());
@@ -727,7 +751,7 @@ unsafe fn rows_times_panels_avx512<const R: usize, const S: usize>(
     // pointer plus `p` (no per-step address arithmetic).
     let rows: [*const f32; R] = std::array::from_fn(|r| unsafe { ap.add(r * k) });
     let strips: [*const f32; S] = std::array::from_fn(|s| unsafe { bp.add(s * k * 16) });
-    let mut step = |p: usize| {
+    let step = |p: usize| {
         let bv: [__m512; S] =
             std::array::from_fn(|s| unsafe { _mm512_loadu_ps(strips[s].add(p * 16)) });
         for (row, a_row) in acc.iter_mut().zip(&rows) {
@@ -737,18 +761,7 @@ unsafe fn rows_times_panels_avx512<const R: usize, const S: usize>(
             }
         }
     };
-    let mut p = 0;
-    while p + 4 <= k {
-        step(p);
-        step(p + 1);
-        step(p + 2);
-        step(p + 3);
-        p += 4;
-    }
-    while p < k {
-        step(p);
-        p += 1;
-    }
+    each_depth(k, step);
     for (r, row) in acc.iter().enumerate() {
         for (s, v) in row.iter().enumerate() {
             unsafe { _mm512_storeu_ps(cp.add(s * c_strip + r * 16), *v) };
@@ -756,7 +769,25 @@ unsafe fn rows_times_panels_avx512<const R: usize, const S: usize>(
     }
 }
 
-/// [`panels_gemm`] compiled for AVX2 + FMA.
+/// Strips (16-column panels) a group of [`panels_gemm_fma`] with `rows` rows of A (below six)
+/// spans: 12 sums in registers where the strips allow (two rows x three strips), eight for four
+/// rows or one row (four strips).
+#[cfg(target_arch = "x86_64")]
+const fn strips_fma(rows: usize) -> usize {
+    match rows {
+        4 => 1,
+        2 => 3,
+        _ => 4,
+    }
+}
+
+/// [`panels_gemm`] in AVX2 + FMA registers. Within blocks of A's rows of about 12 KiB (which
+/// stay in the L1 cache while the strips pass, as in [`panels_gemm_body`]), each strip runs
+/// six rows at a time (12 sums in 8-lane registers: two panel loads, six broadcasts and twelve
+/// multiply-adds per step); the block's last rows (a 16-row fractal's four, a 128-row tile's
+/// two) then run against several strips at once, so that they too keep eight or twelve
+/// independent sums instead of waiting on one multiply-add chain. Every sum is the fused
+/// multiply-adds over `k` in order, so the bits are those of the portable fused form.
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
@@ -767,14 +798,134 @@ unsafe fn panels_gemm_fma(
     c_strip: usize,
     a: &[f32],
     panels: &[f32],
-    dims: (usize, usize, usize),
+    (m, k, strips): (usize, usize, usize),
     accumulate: bool,
     ahead: &mut PrefetchQueue<'_>,
 ) {
-    panels_gemm_body::<true>(c, c_strip, a, panels, dims, accumulate, ahead)
+    if k == 0 {
+        // No multiply-adds: the sums are the accumulator or zeros, as the portable form gives.
+        return panels_gemm_body::<true>(c, c_strip, a, panels, (m, k, strips), accumulate, ahead);
+    }
+    let block = (12 * 1024 / 4 / k).max(6) / 6 * 6;
+    for b0 in (0..m).step_by(block) {
+        let b1 = (b0 + block).min(m);
+        let full = b0 + (b1 - b0) / 6 * 6;
+        for s in 0..strips {
+            let b = &panels[s * k * 16..(s + 1) * k * 16];
+            for r0 in (b0..full).step_by(6) {
+                let first = s * c_strip + r0 * 16;
+                let args = (
+                    &mut c[first..first + 96],
+                    c_strip,
+                    &a[r0 * k..(r0 + 6) * k],
+                    b,
+                    k,
+                );
+                // SAFETY: the CPU supports AVX2 and FMA (this function's contract); the kernel
+                // checks its slices' lengths itself.
+                unsafe { rows_times_panels_fma::<6, 1>(args, accumulate) };
+                ahead.hint_lines(LINES_PER_GROUP);
+            }
+        }
+        let mut r0 = full;
+        while r0 < b1 {
+            let take = match b1 - r0 {
+                4 | 5 => 4,
+                2 | 3 => 2,
+                _ => 1,
+            };
+            let mut s = 0;
+            while s < strips {
+                let s_take = (strips - s).min(strips_fma(take));
+                let first = s * c_strip + r0 * 16;
+                let c_rows = &mut c[first..first + (s_take - 1) * c_strip + take * 16];
+                let b = &panels[s * k * 16..(s + s_take) * k * 16];
+                let args = (c_rows, c_strip, &a[r0 * k..(r0 + take) * k], b, k);
+                // SAFETY: as above.
+                unsafe {
+                    match (take, s_take) {
+                        (4, _) => rows_times_panels_fma::<4, 1>(args, accumulate),
+                        (2, 3) => rows_times_panels_fma::<2, 3>(args, accumulate),
+                        (2, 2) => rows_times_panels_fma::<2, 2>(args, accumulate),
+                        (2, _) => rows_times_panels_fma::<2, 1>(args, accumulate),
+                        (_, 4) => rows_times_panels_fma::<1, 4>(args, accumulate),
+                        (_, 3) => rows_times_panels_fma::<1, 3>(args, accumulate),
+                        (_, 2) => rows_times_panels_fma::<1, 2>(args, accumulate),
+                        _ => rows_times_panels_fma::<1, 1>(args, accumulate),
+                    }
+                }
+                // The same hinting rate per row and strip as the six-row groups.
+                ahead.hint_lines((take * s_take * LINES_PER_GROUP).div_ceil(6));
+                s += s_take;
+            }
+            r0 += take;
+        }
+    }
 }
 
-/// Lines of a later gather's rows hinted after each row group of [`panels_gemm_body`]: a
+/// `R` rows of A against `S` panels in AVX2 + FMA registers (two 8-lane sums per row and
+/// strip): `c` holds the `S` strips' `[R, 16]` rows `c_strip` apart, `a` is `[R, k]`, `b` the
+/// `S` panels `[k, 16]` one after another. Each sum is `fma(a[r][p], b[s][p][j], sum)` for `p`
+/// in order from the accumulator (or zero), as in [`rows_times_panel`]`::<true, R>`; the rows
+/// of A and the panels are read through their own pointers and `k` is unrolled by four, so
+/// each step issues its panel loads, `R` broadcasts and `2 R S` multiply-adds with little else.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn rows_times_panels_fma<const R: usize, const S: usize>(
+    (c, c_strip, a, b, k): (&mut [f32], usize, &[f32], &[f32], usize),
+    accumulate: bool,
+) {
+    use std::arch::x86_64::*;
+    assert!(
+        group_fits::<R, S>((c.len(), c_strip, a.len(), b.len(), k)),
+        "AVX2 panel kernel: slices too short"
+    );
+    let (cp, ap, bp) = (c.as_mut_ptr(), a.as_ptr(), b.as_ptr());
+    // SAFETY (every block below): the assert above bounds every offset: C's row `r` of strip
+    // `s` is at `s * c_strip + r * 16 .. + 16`, A's element (r, p) at `r * k + p` (p < k),
+    // panel `s`'s row `p` at `(s * k + p) * 16 .. + 16`; unaligned loads and stores need no
+    // alignment.
+    let mut acc = [[[_mm256_setzero_ps(); 2]; S]; R];
+    if accumulate {
+        for (r, row) in acc.iter_mut().enumerate() {
+            for (s, v) in row.iter_mut().enumerate() {
+                let at = s * c_strip + r * 16;
+                *v = unsafe { [_mm256_loadu_ps(cp.add(at)), _mm256_loadu_ps(cp.add(at + 8))] };
+            }
+        }
+    }
+    let rows: [*const f32; R] = std::array::from_fn(|r| unsafe { ap.add(r * k) });
+    let strips: [*const f32; S] = std::array::from_fn(|s| unsafe { bp.add(s * k * 16) });
+    let step = |p: usize| {
+        let bv: [[__m256; 2]; S] = std::array::from_fn(|s| unsafe {
+            let at = strips[s].add(p * 16);
+            [_mm256_loadu_ps(at), _mm256_loadu_ps(at.add(8))]
+        });
+        for (row, a_row) in acc.iter_mut().zip(&rows) {
+            let x = unsafe { _mm256_broadcast_ss(&*a_row.add(p)) };
+            for (v, bs) in row.iter_mut().zip(&bv) {
+                v[0] = _mm256_fmadd_ps(x, bs[0], v[0]);
+                v[1] = _mm256_fmadd_ps(x, bs[1], v[1]);
+            }
+        }
+    };
+    each_depth(k, step);
+    for (r, row) in acc.iter().enumerate() {
+        for (s, v) in row.iter().enumerate() {
+            let at = s * c_strip + r * 16;
+            unsafe {
+                _mm256_storeu_ps(cp.add(at), v[0]);
+                _mm256_storeu_ps(cp.add(at + 8), v[1]);
+            }
+        }
+    }
+}
+
+/// Lines of a later gather's rows hinted after each six-row group of the panel kernels: a
 /// 64-row f32 chunk of 576 columns is 2304 lines, and one chunk's matmuls run about 1500 row
 /// groups.
 const LINES_PER_GROUP: usize = 2;
@@ -782,9 +933,9 @@ const LINES_PER_GROUP: usize = 2;
 /// The body of [`panels_gemm`]: blocks of rows of A of about 12 KiB (48 rows at k = 64), which
 /// stay in the L1 cache beside a panel while every strip passes; within a block strip by strip,
 /// and within a strip six rows at a time (then 4, 2, 1: a lone row waits on its multiply-add
-/// latency). A group's 6 x 16 sums are held in twelve 8-lane registers over the whole `k`,
-/// enough independent sums to keep the multiply-add units busy (`FUSED`: one rounding per
-/// multiply-add).
+/// latency), each sum over the whole `k` (`FUSED`: one rounding per multiply-add, the reference
+/// the register kernels' bits are tested against; the fused builds run this form only when
+/// `k = 0`).
 #[inline(always)]
 fn panels_gemm_body<const FUSED: bool>(
     c: &mut [f32],
@@ -812,12 +963,6 @@ fn panels_gemm_body<const FUSED: bool>(
                 let first = s * c_strip + r0 * 16;
                 let c_rows = &mut c[first..first + take * 16];
                 match take {
-                    #[cfg(target_arch = "x86_64")]
-                    // SAFETY: `FUSED` is instantiated only from `panels_gemm_fma`, which runs
-                    // on CPUs with AVX2 and FMA (checked by its caller).
-                    6 if FUSED => unsafe {
-                        six_rows_times_panel_fma(c_rows, a_rows, b, k, accumulate)
-                    },
                     6 => rows_times_panel::<FUSED, 6>(c_rows, a_rows, b, k, accumulate),
                     4 => rows_times_panel::<FUSED, 4>(c_rows, a_rows, b, k, accumulate),
                     2 => rows_times_panel::<FUSED, 2>(c_rows, a_rows, b, k, accumulate),
@@ -826,86 +971,6 @@ fn panels_gemm_body<const FUSED: bool>(
                 ahead.hint_lines(LINES_PER_GROUP);
                 r0 += take;
             }
-        }
-    }
-}
-
-/// Six rows of [`panels_gemm_body`] against one panel in AVX2 + FMA registers: the sums of
-/// [`rows_times_panel`]`::<true, 6>` in the same order (bit for bit), with the six rows of A
-/// read through six pointers and `k` unrolled by four, so that each step issues its two panel
-/// loads, six broadcasts and twelve multiply-adds with little else.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn six_rows_times_panel_fma(
-    c: &mut [f32],
-    a: &[f32],
-    b: &[f32],
-    k: usize,
-    accumulate: bool,
-) {
-    use std::arch::x86_64::*;
-    let (Some(c), Some(a), Some(b)) = (c.get_mut(..96), a.get(..6 * k), b.get(..16 * k)) else {
-        return rows_times_panel::<true, 6>(c, a, b, k, accumulate);
-    };
-    let cp = c.as_mut_ptr();
-    // SAFETY (every block below): `c` holds 96 values (6 rows of 16), `a` 6 rows of `k` and
-    // `b` `k` rows of 16 (the slices were cut to exactly that above), so each offset read or
-    // written (`c` below 96, row `r` of `a` below `k`, `b` below `16 k`) is in bounds;
-    // unaligned loads and stores need no alignment.
-    let mut acc = [_mm256_setzero_ps(); 12];
-    if accumulate {
-        for (r, pair) in acc.chunks_exact_mut(2).enumerate() {
-            pair[0] = unsafe { _mm256_loadu_ps(cp.add(r * 16)) };
-            pair[1] = unsafe { _mm256_loadu_ps(cp.add(r * 16 + 8)) };
-        }
-    }
-    let bp = b.as_ptr();
-    let row = |r: usize| a[r * k..].as_ptr();
-    let (a0, a1, a2, a3, a4, a5) = (row(0), row(1), row(2), row(3), row(4), row(5));
-    macro_rules! step {
-        ($p:expr) => {{
-            let p = $p;
-            let (b0, b1) = unsafe {
-                (
-                    _mm256_loadu_ps(bp.add(p * 16)),
-                    _mm256_loadu_ps(bp.add(p * 16 + 8)),
-                )
-            };
-            // Row r's value at depth p times both halves of the panel's row p.
-            macro_rules! row {
-                ($r:expr, $a:expr) => {{
-                    let x = unsafe { _mm256_broadcast_ss(&*$a.add(p)) };
-                    acc[2 * $r] = _mm256_fmadd_ps(x, b0, acc[2 * $r]);
-                    acc[2 * $r + 1] = _mm256_fmadd_ps(x, b1, acc[2 * $r + 1]);
-                }};
-            }
-            row!(0, a0);
-            row!(1, a1);
-            row!(2, a2);
-            row!(3, a3);
-            row!(4, a4);
-            row!(5, a5);
-        }};
-    }
-    let mut p = 0;
-    while p + 4 <= k {
-        step!(p);
-        step!(p + 1);
-        step!(p + 2);
-        step!(p + 3);
-        p += 4;
-    }
-    while p < k {
-        step!(p);
-        p += 1;
-    }
-    for (r, pair) in acc.chunks_exact(2).enumerate() {
-        unsafe {
-            _mm256_storeu_ps(cp.add(r * 16), pair[0]);
-            _mm256_storeu_ps(cp.add(r * 16 + 8), pair[1]);
         }
     }
 }
@@ -1180,24 +1245,53 @@ mod tests {
 
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn the_six_row_register_kernel_gives_the_fused_sums_bit_for_bit() {
+    fn every_avx2_register_kernel_gives_the_fused_sums_bit_for_bit() {
         if !has_avx2_fma() {
+            println!(
+                "AVX2 + FMA not available: the AVX2 register kernels are not tested on this CPU"
+            );
             return;
         }
-        // Depths around the unrolling by four (and none), accumulating or not: the same
-        // multiply-adds in the same order as the generic fused six-row form.
-        for k in [0usize, 1, 3, 4, 5, 8, 63, 64, 67] {
-            for accumulate in [false, true] {
-                let (a, b, c0) = (values(6 * k, 7), values(16 * k, 8), values(96, 9));
-                let mut want = c0.clone();
-                rows_times_panel::<true, 6>(&mut want, &a, &b, k, accumulate);
-                let mut got = c0.clone();
-                // SAFETY: AVX2 and FMA were checked above.
-                unsafe { six_rows_times_panel_fma(&mut got, &a, &b, k, accumulate) };
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&got), bits(&want), "k={k} accumulate={accumulate}");
+        // Each rows x strips form panels_gemm_fma uses, at depths around the unrolling by four
+        // (and none), accumulating or not, strips packed and a tile apart: the same
+        // multiply-adds in the same order as the generic fused form, one strip at a time.
+        fn check<const R: usize, const S: usize>() {
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            for k in [0usize, 1, 3, 4, 5, 8, 63, 64, 67] {
+                for gap in [0usize, 3] {
+                    for accumulate in [false, true] {
+                        let pitch = (R + gap) * 16;
+                        let (a, b) = (values(R * k, 7), values(S * 16 * k, 8));
+                        let c0 = strips_of(R, S, gap, 9);
+                        let mut want = c0.clone();
+                        for s in 0..S {
+                            let c = &mut want[s * pitch..s * pitch + R * 16];
+                            let panel = &b[s * 16 * k..(s + 1) * 16 * k];
+                            rows_times_panel::<true, R>(c, &a, panel, k, accumulate);
+                        }
+                        let mut got = c0.clone();
+                        // SAFETY: AVX2 and FMA were checked above.
+                        unsafe {
+                            rows_times_panels_fma::<R, S>((&mut got, pitch, &a, &b, k), accumulate)
+                        };
+                        assert_eq!(
+                            bits(&got),
+                            bits(&want),
+                            "{R}x{S} k={k} gap={gap} accumulate={accumulate}"
+                        );
+                    }
+                }
             }
         }
+        check::<6, 1>();
+        check::<4, 1>();
+        check::<2, 3>();
+        check::<2, 2>();
+        check::<2, 1>();
+        check::<1, 4>();
+        check::<1, 3>();
+        check::<1, 2>();
+        check::<1, 1>();
     }
 
     /// Every fused build of [`panels_gemm`] (AVX2 + FMA, AVX-512, and the one chosen at run
