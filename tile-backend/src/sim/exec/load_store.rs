@@ -103,6 +103,9 @@ impl View {
 
     /// Elements of the window's tensor.
     fn tensor_len(&self, cx: &ExecCtx<'_, '_, '_>) -> usize {
+        if let Some(d) = cx.write_only(self.param) {
+            return d.len() / (self.dtype.size_bytes().max(1) as usize);
+        }
         cx.args
             .get(self.param.0 as usize)
             .and_then(|a| a.as_gm())

@@ -8,7 +8,7 @@ mod moves;
 mod scalar;
 mod vector;
 
-use super::gm::Overlay;
+use super::gm::{Overlay, WriteOnly};
 use super::interp::CoreRt;
 use super::numeric;
 use super::state::{mark_bits, BlockMem, CoreId, CrossFlags, DeferredMove};
@@ -34,6 +34,8 @@ pub(crate) struct ExecCtx<'k, 'a, 'b> {
     pub args: &'a [Arg<'a>],
     pub mem: &'b mut BlockMem,
     pub gm: &'b mut Overlay,
+    /// The launch's write-only outputs, written in place ([`WriteOnly`]).
+    pub direct: &'a [WriteOnly<'a>],
     pub flags: &'b mut CrossFlags,
     pub core: &'b mut CoreRt<'a>,
     /// What the running op touched, when the run is traced.
@@ -54,7 +56,7 @@ pub(crate) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<Flow, String
     Ok(Flow::Continue)
 }
 
-impl<'k> ExecCtx<'k, '_, '_> {
+impl<'k, 'a> ExecCtx<'k, 'a, '_> {
     /// Resolves a tile reference for this core.
     pub fn tile(&self, r: &TileRef) -> Result<TileLoc<'k>, String> {
         let slot = self.core.eval(&r.slot)?;
@@ -128,9 +130,17 @@ impl<'k> ExecCtx<'k, '_, '_> {
         self.gm.prefetch(self.args, p, off, len);
     }
 
-    /// Writes GM bytes into this block's overlay.
+    /// The write-only output bound to `p`, if it is one.
+    pub fn write_only(&self, p: ParamId) -> Option<&'a WriteOnly<'a>> {
+        self.direct.iter().find(|d| d.param() == p)
+    }
+
+    /// Writes GM bytes into this block's overlay (a write-only output's in place).
     pub fn gm_write(&mut self, p: ParamId, off: usize, bytes: &[u8]) -> Result<(), String> {
-        self.gm.write(self.args, p, off, bytes)?;
+        match self.write_only(p) {
+            Some(d) => d.write(self.core.block, self.gm, off, bytes)?,
+            None => self.gm.write(self.args, p, off, bytes)?,
+        }
         if let Some(r) = &mut self.rec {
             r.touch(Mem::Gm(p.0), off, bytes.len(), true);
         }
@@ -146,8 +156,14 @@ impl<'k> ExecCtx<'k, '_, '_> {
         (rows, row): (usize, usize),
         data: &[u8],
     ) -> Result<(), String> {
-        self.gm
-            .write_rows(self.args, p, (off, pitch), (rows, row), data)?;
+        match self.write_only(p) {
+            Some(d) => Overlay::rows_each((off, pitch), (rows, row), data, |at, bytes| {
+                d.write(self.core.block, self.gm, at, bytes)
+            })?,
+            None => self
+                .gm
+                .write_rows(self.args, p, (off, pitch), (rows, row), data)?,
+        }
         if let Some(r) = &mut self.rec {
             for i in 0..rows {
                 r.touch(Mem::Gm(p.0), off + i * pitch, row, true);
