@@ -420,12 +420,13 @@ impl Overlay {
     }
 
     /// `write(at, bytes)` for each of `rows` rows of `row` bytes of `data`, row `i` at byte
-    /// `off + i * pitch`; rows that follow each other without a gap (`pitch == row`) as one
+    /// `off + i * pitch`, after `check(off, span)` of the whole span; rows that follow each other without a gap (`pitch == row`) as one
     /// write.
     pub fn rows_each(
         (off, pitch): (usize, usize),
         (rows, row): (usize, usize),
         data: &[u8],
+        check: impl FnOnce(usize, usize) -> Result<(), String>,
         mut write: impl FnMut(usize, &[u8]) -> Result<(), String>,
     ) -> Result<(), String> {
         let Some(span) = Self::rows_span((rows, row), pitch, data)? else {
@@ -434,6 +435,7 @@ impl Overlay {
         if off.checked_add(span).is_none() {
             return Err(format!("a GM write of {span} B at byte {off} overflows"));
         }
+        check(off, span)?;
         if pitch == row {
             return write(off, &data[..span]);
         }
@@ -716,6 +718,18 @@ impl<'a> WriteOnly<'a> {
         self.len
     }
 
+    /// Checks that bytes `off .. off + len` are inside the argument (a store checks its whole
+    /// span first, so a store that does not fit writes nothing).
+    pub fn check(&self, off: usize, len: usize) -> Result<(), String> {
+        if off.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(format!(
+                "GM access of {len} B at byte {off} is outside argument {} ({} B)",
+                self.lines.param.0, self.len
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether `block` owns line `l`, taking it if no block does.
     #[inline]
     fn claim(&self, l: usize, me: u32) -> bool {
@@ -765,17 +779,7 @@ impl<'a> WriteOnly<'a> {
         off: usize,
         bytes: &[u8],
     ) -> Result<(), String> {
-        if off
-            .checked_add(bytes.len())
-            .is_none_or(|end| end > self.len)
-        {
-            return Err(format!(
-                "GM access of {} B at byte {off} is outside argument {} ({} B)",
-                bytes.len(),
-                self.lines.param.0,
-                self.len
-            ));
-        }
+        self.check(off, bytes.len())?;
         if bytes.is_empty() {
             return Ok(());
         }

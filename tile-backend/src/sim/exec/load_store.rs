@@ -325,6 +325,13 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
                         loc.ty.dtype, view.dtype
                     ));
                 }
+                // Into a write-only output's row-major window: straight from UB.
+                if let Some(d) = cx.write_only(view.param).filter(|_| !*atomic_add) {
+                    let row_major = !matches!(loc.ty.layout, Layout::ZN | Layout::DN);
+                    if let Some(rows_at) = view.nd_rows(rows, cols)?.filter(|_| row_major) {
+                        return cx.store_in_place(&loc, aiv, d, rows_at, (rows, cols));
+                    }
+                }
                 let mut b = cx.core.pool.bytes_to_overwrite(rows * cols * loc.es());
                 let aiv = cx.own_aiv();
                 cx.read_bytes(&loc, aiv, (0, 0), (rows, cols), &mut b)?;

@@ -157,9 +157,13 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         data: &[u8],
     ) -> Result<(), String> {
         match self.write_only(p) {
-            Some(d) => Overlay::rows_each((off, pitch), (rows, row), data, |at, bytes| {
-                d.write(self.core.block, self.gm, at, bytes)
-            })?,
+            Some(d) => Overlay::rows_each(
+                (off, pitch),
+                (rows, row),
+                data,
+                |at, len| d.check(at, len),
+                |at, bytes| d.write(self.core.block, self.gm, at, bytes),
+            )?,
             None => self
                 .gm
                 .write_rows(self.args, p, (off, pitch), (rows, row), data)?,
@@ -218,6 +222,70 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
             f(&buf[run.buf..run.buf + run.len * es], run)
         })?;
         self.note_region(loc, aiv, at, size, false);
+        Ok(())
+    }
+
+    /// Stores the `rows x cols` region of a Vec tile into the ND window of write-only output
+    /// `d` whose row `r` starts at element `first + r * stride`, straight from UB (no staging
+    /// copy): the same bytes to the same places as reading the region and writing its rows.
+    pub fn store_in_place(
+        &mut self,
+        loc: &TileLoc,
+        aiv: u8,
+        d: &WriteOnly<'_>,
+        (first, stride): (usize, usize),
+        (rows, cols): (usize, usize),
+    ) -> Result<(), String> {
+        let es = loc.es();
+        if rows == 0 || cols == 0 {
+            return Ok(());
+        }
+        // The whole span first: a store that does not fit writes nothing.
+        let span = (rows - 1)
+            .checked_mul(stride)
+            .and_then(|x| x.checked_add(first.checked_add(cols)?))
+            .and_then(|end| Some((first.checked_mul(es)?, (end - first).checked_mul(es)?)))
+            .ok_or_else(|| {
+                format!("a GM store of {rows} rows {stride} elements apart overflows")
+            })?;
+        d.check(span.0, span.1)?;
+        let buf = self.mem.buf(loc.space(), aiv)?;
+        let (block, gm) = (self.core.block, &mut *self.gm);
+        let mut res = Ok(());
+        tile::for_each_run(loc, buf.len(), (0, 0), (rows, cols), |run| {
+            if res.is_err() || run.len == 0 {
+                return;
+            }
+            if run.len > 1 && run.stride != 1 {
+                res = Err("a column-major tile stored in place".to_string());
+                return;
+            }
+            // A run may span several rows of the region: one write per row piece.
+            let (mut e, mut at, mut left) = (run.elem, run.buf, run.len);
+            while left > 0 && res.is_ok() {
+                let (r, c) = (e / cols, e % cols);
+                let n = left.min(cols - c);
+                res = r
+                    .checked_mul(stride)
+                    .and_then(|x| x.checked_add(first + c))
+                    .and_then(|x| x.checked_mul(es))
+                    .ok_or_else(|| format!("GM element index of row {r} overflows"))
+                    .and_then(|off| d.write(block, gm, off, &buf[at..at + n * es]));
+                (e, at, left) = (e + n, at + n * es, left - n);
+            }
+        })?;
+        res?;
+        self.note_region(loc, aiv, (0, 0), (rows, cols), false);
+        if let Some(r) = &mut self.rec {
+            for i in 0..rows {
+                r.touch(
+                    Mem::Gm(d.param().0),
+                    (first + i * stride) * es,
+                    cols * es,
+                    true,
+                );
+            }
+        }
         Ok(())
     }
 
