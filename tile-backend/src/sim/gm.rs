@@ -2,8 +2,9 @@
 //! write overlay.
 
 use super::{numeric, SimError};
-use crate::ir::{DType, Expr, ExprEnv, Kernel, ParamId, ParamKind, VarId};
+use crate::ir::{DType, Expr, ExprEnv, Kernel, Op, ParamId, ParamKind, VarId};
 use crate::launch::{Arg, GmSlice};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 struct ScalarEnv<'a, 'b>(&'a [Arg<'b>]);
 
@@ -385,8 +386,25 @@ impl Overlay {
         (rows, row): (usize, usize),
         data: &[u8],
     ) -> Result<(), String> {
-        if rows == 0 || row == 0 {
+        let Some(span) = Self::rows_span((rows, row), pitch, data)? else {
             return Ok(());
+        };
+        Self::check_writable(args, p, off, span)?;
+        for (i, bytes) in data.chunks_exact(row).take(rows).enumerate() {
+            self.write_checked(p, off + i * pitch, bytes);
+        }
+        Ok(())
+    }
+
+    /// The bytes from the first row's start to the last row's end of `rows` rows of `row`
+    /// bytes `pitch` apart, after checking `data` holds them; `None` for no byte.
+    fn rows_span(
+        (rows, row): (usize, usize),
+        pitch: usize,
+        data: &[u8],
+    ) -> Result<Option<usize>, String> {
+        if rows == 0 || row == 0 {
+            return Ok(None);
         }
         if data.len() < rows * row {
             return Err(format!(
@@ -394,13 +412,35 @@ impl Overlay {
                 data.len()
             ));
         }
-        let span = (rows - 1)
+        (rows - 1)
             .checked_mul(pitch)
             .and_then(|x| x.checked_add(row))
-            .ok_or_else(|| format!("a GM write of {rows} rows {pitch} B apart overflows"))?;
-        Self::check_writable(args, p, off, span)?;
+            .map(Some)
+            .ok_or_else(|| format!("a GM write of {rows} rows {pitch} B apart overflows"))
+    }
+
+    /// `write(at, bytes)` for each of `rows` rows of `row` bytes of `data`, row `i` at byte
+    /// `off + i * pitch`, after `check(off, span)` of the whole span; rows that follow each other without a gap (`pitch == row`) as one
+    /// write.
+    pub fn rows_each(
+        (off, pitch): (usize, usize),
+        (rows, row): (usize, usize),
+        data: &[u8],
+        check: impl FnOnce(usize, usize) -> Result<(), String>,
+        mut write: impl FnMut(usize, &[u8]) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let Some(span) = Self::rows_span((rows, row), pitch, data)? else {
+            return Ok(());
+        };
+        if off.checked_add(span).is_none() {
+            return Err(format!("a GM write of {span} B at byte {off} overflows"));
+        }
+        check(off, span)?;
+        if pitch == row {
+            return write(off, &data[..span]);
+        }
         for (i, bytes) in data.chunks_exact(row).take(rows).enumerate() {
-            self.write_checked(p, off + i * pitch, bytes);
+            write(off + i * pitch, bytes)?;
         }
         Ok(())
     }
@@ -457,12 +497,22 @@ impl Overlay {
         self.spare.clear();
     }
 
-    /// Applies this block's writes, then its atomic adds, to the arguments.
-    pub fn merge_into(self, args: &mut [Arg]) {
+    /// Applies this block's writes, then its atomic adds, to the arguments. `block` is this
+    /// block's index and `direct` the launch's write-only outputs (written in place): a byte a
+    /// later block wrote in place is not overwritten.
+    pub fn merge_into(self, args: &mut [Arg], block: usize, direct: &[Lines]) {
         let mut pages: Vec<_> = self.pages.into_iter().collect();
         pages.sort_by_key(|(k, _)| *k);
-        for ((param, page), pg) in &pages {
+        for ((param, page), pg) in &mut pages {
             let (param, page) = (*param, *page);
+            if let Some(d) = direct.iter().find(|d| d.param.0 == param) {
+                let first = page * PAGE / LINE;
+                for (w, bits) in pg.dirty.iter_mut().enumerate() {
+                    if *bits != 0 {
+                        *bits &= !d.shadowed(first + w, block);
+                    }
+                }
+            }
             let Some(data) = args.get_mut(param as usize).and_then(Arg::writable_bytes) else {
                 continue;
             };
@@ -516,6 +566,264 @@ impl Overlay {
     }
 }
 
+/// How a kernel's ops use a tensor parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Use {
+    /// Not at all.
+    None,
+    /// Only as the window of a plain (not atomic) store.
+    PlainStore,
+    /// Any other way (read, atomic add, scalar access, gather source).
+    Other,
+}
+
+/// How `op` uses tensor parameter `p` (every op that names a GM tensor is listed, so a new one
+/// must say how it uses it).
+fn use_of(op: &Op, p: ParamId) -> Use {
+    let other = |hit: bool| if hit { Use::Other } else { Use::None };
+    match op {
+        Op::Load { src, .. } => other(src.tensor == p),
+        Op::Store {
+            dst, atomic_add, ..
+        } => match (dst.tensor == p, atomic_add) {
+            (false, _) => Use::None,
+            (true, false) => Use::PlainStore,
+            (true, true) => Use::Other,
+        },
+        Op::GatherInL1 {
+            src,
+            indices,
+            block_table,
+            ..
+        } => other(*src == p || indices.tensor == p || block_table.tensor == p),
+        Op::ReadScalar { tensor, .. } | Op::WriteScalar { tensor, .. } => other(*tensor == p),
+        Op::Move { .. }
+        | Op::Matmul { .. }
+        | Op::Unary { .. }
+        | Op::Binary { .. }
+        | Op::BinaryScalar { .. }
+        | Op::Reduce { .. }
+        | Op::Broadcast { .. }
+        | Op::Expand { .. }
+        | Op::Cast { .. }
+        | Op::Fill { .. }
+        | Op::SetValidShape { .. }
+        | Op::FillPad { .. }
+        | Op::ReadTileScalar { .. }
+        | Op::SetFlag { .. }
+        | Op::WaitFlag { .. }
+        | Op::Barrier { .. }
+        | Op::SetCrossFlag { .. }
+        | Op::WaitCrossFlag { .. }
+        | Op::ChannelAcquire { .. }
+        | Op::ChannelPush { .. }
+        | Op::ChannelPop { .. }
+        | Op::ChannelRelease { .. } => Use::None,
+    }
+}
+
+/// The tensor parameters of `kernel` that its ops only write, with plain stores: never read,
+/// never added to atomically, never accessed as a scalar. What a block writes there cannot
+/// change what any block computes, only the result.
+pub(crate) fn write_only_params(kernel: &Kernel) -> Vec<ParamId> {
+    let ops = kernel.ops();
+    (0..kernel.params.len())
+        .map(|i| ParamId(i as u32))
+        .filter(|&p| matches!(kernel.params[p.0 as usize].kind, ParamKind::Tensor { .. }))
+        .filter(|&p| {
+            let uses = ops.iter().map(|(_, op)| use_of(op, p));
+            let mut stored = false;
+            for u in uses {
+                match u {
+                    Use::None => {}
+                    Use::PlainStore => stored = true,
+                    Use::Other => return false,
+                }
+            }
+            stored
+        })
+        .collect()
+}
+
+/// Bytes per ownership line of a [`WriteOnly`] output.
+const LINE: usize = 64;
+
+/// A write-only output (see [`write_only_params`]) that blocks write in place, from their own
+/// threads, instead of through their overlays: a launch's result then needs no merge copy.
+///
+/// Each 64-byte line belongs to the first block that writes it; that block writes it in place
+/// and records which of its bytes it wrote. A block writing a line another block owns writes
+/// those bytes into its overlay, and the merge (in block order) applies them unless the owner
+/// is a later block that wrote the same byte: the result is exactly the overlay-only result,
+/// each byte the last write in block order, whatever the threads' timing.
+pub(crate) struct WriteOnly<'a> {
+    /// Start of the argument's bytes, borrowed mutably for `'a` by the launch.
+    ptr: *mut u8,
+    /// Length of the argument's bytes.
+    len: usize,
+    /// Who owns each line, and what its owner wrote.
+    lines: Lines,
+    _borrow: std::marker::PhantomData<&'a mut [u8]>,
+}
+
+/// The lines of a [`WriteOnly`] output: who owns each, what its owner wrote in place. Kept
+/// after the blocks ran, for the merge of their overlays.
+pub(crate) struct Lines {
+    /// The parameter.
+    param: ParamId,
+    /// Per line: 0 while no block wrote it, else 1 + the block that owns it.
+    owner: Vec<AtomicU32>,
+    /// Per line: the bytes its owner wrote (bit `i`: byte `i`); written by the owner only.
+    written: Vec<AtomicU64>,
+}
+
+// SAFETY: the raw pointer stands for the `&'a mut [u8]` the launch lends (`PhantomData` keeps
+// that borrow alive and exclusive), and the launch swaps that argument out of what blocks see,
+// so the bytes are reached only through this struct while it is shared. Through it, a byte is
+// written only by the block owning its line (ownership is taken with a compare-exchange, so
+// exactly one block owns a line, and a block runs on one thread at a time) and never read until
+// the blocks have joined: no two threads ever access the same byte concurrently.
+unsafe impl Sync for WriteOnly<'_> {}
+// SAFETY: as for `Sync`: moving the struct to another thread moves only the lent borrow.
+unsafe impl Send for WriteOnly<'_> {}
+
+impl<'a> WriteOnly<'a> {
+    /// Lends `data` (the bytes of parameter `param`) to the blocks.
+    pub fn new(param: ParamId, data: &'a mut [u8]) -> Self {
+        let lines = data.len().div_ceil(LINE);
+        WriteOnly {
+            ptr: data.as_mut_ptr(),
+            len: data.len(),
+            lines: Lines {
+                param,
+                owner: (0..lines).map(|_| AtomicU32::new(0)).collect(),
+                written: (0..lines).map(|_| AtomicU64::new(0)).collect(),
+            },
+            _borrow: std::marker::PhantomData,
+        }
+    }
+
+    /// Ends the loan: what the merge needs to know of the lines.
+    pub fn into_lines(self) -> Lines {
+        self.lines
+    }
+
+    /// The parameter.
+    pub fn param(&self) -> ParamId {
+        self.lines.param
+    }
+
+    /// Bytes of the argument.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Checks that bytes `off .. off + len` are inside the argument (a store checks its whole
+    /// span first, so a store that does not fit writes nothing).
+    pub fn check(&self, off: usize, len: usize) -> Result<(), String> {
+        if off.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(format!(
+                "GM access of {len} B at byte {off} is outside argument {} ({} B)",
+                self.lines.param.0, self.len
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether `block` owns line `l`, taking it if no block does.
+    #[inline]
+    fn claim(&self, l: usize, me: u32) -> bool {
+        let o = &self.lines.owner[l];
+        match o.load(Ordering::Relaxed) {
+            0 => match o.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => true,
+                Err(now) => now == me,
+            },
+            now => now == me,
+        }
+    }
+
+    /// Copies `bytes` to byte `off` in place (the caller owns every line they touch).
+    fn put(&self, off: usize, bytes: &[u8]) {
+        debug_assert!(off + bytes.len() <= self.len);
+        // SAFETY: `off + bytes.len() <= self.len` (checked by `write`), so the destination is
+        // inside the lent bytes; the calling block owns every line of it (see the `Sync`
+        // impl), so no other thread touches these bytes; `bytes` is a separate borrow (block
+        // memory or a scratch buffer), so the ranges do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(off), bytes.len());
+        }
+        let (mut at, end) = (off, off + bytes.len());
+        while at < end {
+            let l = at / LINE;
+            let hi = ((l + 1) * LINE).min(end);
+            let (lo_b, hi_b) = (at - l * LINE, hi - l * LINE);
+            let bits = if hi_b - lo_b == LINE {
+                u64::MAX
+            } else {
+                (u64::MAX >> (64 - (hi_b - lo_b))) << lo_b
+            };
+            // Only the owner writes its line's bits (a load and a store, no read-modify-write).
+            let w = &self.lines.written[l];
+            w.store(w.load(Ordering::Relaxed) | bits, Ordering::Relaxed);
+            at = hi;
+        }
+    }
+
+    /// Block `block` writes `bytes` at byte `off`: in place where it owns the lines (or takes
+    /// them now), else into its `overlay`.
+    pub fn write(
+        &self,
+        block: usize,
+        overlay: &mut Overlay,
+        off: usize,
+        bytes: &[u8],
+    ) -> Result<(), String> {
+        self.check(off, bytes.len())?;
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let me = u32::try_from(block).map_or(u32::MAX, |b| b.saturating_add(1));
+        let end = off + bytes.len();
+        // Runs of consecutive lines, in place or not, each moved at once.
+        let mut run = (off, self.claim(off / LINE, me));
+        let mut at = (off / LINE + 1) * LINE;
+        while at < end {
+            let mine = self.claim(at / LINE, me);
+            if mine != run.1 {
+                self.flush(overlay, (run.0, at), run.1, &bytes[run.0 - off..at - off]);
+                run = (at, mine);
+            }
+            at += LINE;
+        }
+        self.flush(overlay, (run.0, end), run.1, &bytes[run.0 - off..]);
+        Ok(())
+    }
+
+    fn flush(&self, overlay: &mut Overlay, (lo, _hi): (usize, usize), mine: bool, bytes: &[u8]) {
+        if mine {
+            self.put(lo, bytes);
+        } else {
+            overlay.write_checked(self.lines.param, lo, bytes);
+        }
+    }
+}
+
+impl Lines {
+    /// The bits of line `l`'s bytes that block `block`'s overlay must not apply at merge: those
+    /// a later block wrote in place.
+    fn shadowed(&self, l: usize, block: usize) -> u64 {
+        let (Some(o), Some(w)) = (self.owner.get(l), self.written.get(l)) else {
+            return 0;
+        };
+        match o.load(Ordering::Relaxed) {
+            0 => 0,
+            o if (o - 1) as usize > block => w.load(Ordering::Relaxed),
+            _ => 0,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -551,7 +859,7 @@ mod tests {
         want[1000..7000].copy_from_slice(&run);
         want[9000..9003].copy_from_slice(&[7, 8, 9]);
         want[16383] = 5;
-        gm.merge_into(&mut args);
+        gm.merge_into(&mut args, 0, &[]);
         assert_eq!(args[0].as_gm().map(|g| g.data), Some(&want[..]));
     }
 
@@ -633,6 +941,90 @@ mod tests {
         gm.read(&args, ParamId(1), 2 * PAGE + 8, &mut b)
             .expect("read");
         assert_eq!(b, [7; 4]);
+    }
+
+    /// Blocks `0..n` writing `writes[b]` (offset, bytes) in place into a write-only output of
+    /// `len` bytes (all 0xff before), in the thread order `order`, then merged in block order.
+    fn write_only_run(len: usize, writes: &[Vec<(usize, Vec<u8>)>], order: &[usize]) -> Vec<u8> {
+        let mut out = vec![0xffu8; len];
+        let mut overlays: Vec<Overlay> = writes.iter().map(|_| Overlay::default()).collect();
+        let lines = {
+            let direct = WriteOnly::new(ParamId(0), &mut out);
+            for &b in order {
+                for (off, bytes) in &writes[b] {
+                    direct
+                        .write(b, &mut overlays[b], *off, bytes)
+                        .expect("in range");
+                }
+            }
+            assert!(direct.write(0, &mut overlays[0], len - 1, &[1, 2]).is_err());
+            direct.into_lines()
+        };
+        let mut args = [Arg::InOut(crate::launch::GmInOut {
+            dtype: DType::U8,
+            shape: vec![len],
+            data: &mut out,
+        })];
+        for (b, gm) in overlays.into_iter().enumerate() {
+            gm.merge_into(&mut args, b, std::slice::from_ref(&lines));
+        }
+        out
+    }
+
+    #[test]
+    fn write_only_outputs_end_as_the_overlay_merge_in_block_order_whatever_the_thread_order() {
+        // Three blocks writing overlapping, unaligned ranges (sharing lines, and bytes).
+        let len = 3 * PAGE;
+        let fill =
+            |b: u8, n: usize| -> Vec<u8> { (0..n).map(|i| b * 50 + (i % 37) as u8).collect() };
+        let writes = vec![
+            vec![(10, fill(0, 300)), (5000, fill(0, 64)), (8000, fill(0, 10))],
+            vec![(200, fill(1, 100)), (4990, fill(1, 40)), (8005, fill(1, 1))],
+            vec![(0, fill(2, 20)), (250, fill(2, 3)), (9000, fill(2, 3000))],
+        ];
+        // What plain overlays merged in block order give: each byte's last write.
+        let mut want = vec![0xffu8; len];
+        for w in &writes {
+            for (off, bytes) in w {
+                want[*off..*off + bytes.len()].copy_from_slice(bytes);
+            }
+        }
+        for order in [[0, 1, 2], [2, 1, 0], [1, 2, 0], [2, 0, 1]] {
+            assert_eq!(
+                write_only_run(len, &writes, &order),
+                want,
+                "order {order:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_kernel_parameter_is_write_only_when_only_plain_stores_name_it() {
+        use crate::dsl::KernelBuilder;
+        use crate::ir::{GmView, Layout, MemSpace, TileType};
+        let build = |atomic: bool, read_back: bool| {
+            let mut kb = KernelBuilder::new("k");
+            let x = kb.input("x", DType::F32, [Expr::from(1), Expr::from(8)]);
+            let y = kb.output("y", DType::F32, [Expr::from(1), Expr::from(8)]);
+            let t = kb.tile(
+                "t",
+                TileType::new(MemSpace::Vec, DType::F32, 1, 8, Layout::ND),
+            );
+            kb.vector(|v| {
+                v.load(t, GmView::nd(x, 0, 1, 8, 8));
+                let s = v.store(GmView::nd(y, 0, 1, 8, 8), t);
+                if atomic {
+                    s.atomic_add();
+                }
+                if read_back {
+                    v.load(t, GmView::nd(y, 0, 1, 8, 8));
+                }
+            });
+            kb.build()
+        };
+        assert_eq!(write_only_params(&build(false, false)), vec![ParamId(1)]);
+        assert!(write_only_params(&build(true, false)).is_empty());
+        assert!(write_only_params(&build(false, true)).is_empty());
     }
 
     #[test]

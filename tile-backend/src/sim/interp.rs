@@ -1,7 +1,7 @@
 //! The per-block interpreter: three resumable core programs, interleaved deterministically.
 
 use super::exec::{self, ExecCtx, Flow};
-use super::gm::{Overlay, PrefetchQueue};
+use super::gm::{Overlay, PrefetchQueue, WriteOnly};
 use super::state::{BlockMem, CoreId, CrossFlags, ScratchPool};
 use super::trace::{Access, BlockTrace, Event, OpRecord, SyncInfo};
 use super::SimError;
@@ -159,10 +159,10 @@ impl StepBudget {
     }
 }
 
-pub(crate) fn run_block<'k>(
+pub(crate) fn run_block<'k, 'a>(
     kernel: &'k Kernel,
     arch: &Arch,
-    args: &[Arg],
+    (args, direct): (&'a [Arg<'a>], &'a [WriteOnly<'a>]),
     locs: &OpLocs<'_>,
     at: BlockAt,
     budget: &StepBudget,
@@ -216,6 +216,7 @@ pub(crate) fn run_block<'k>(
                 args,
                 mem: &mut mem,
                 gm: &mut gm,
+                direct,
                 flags: &mut flags,
                 core,
                 rec: None,

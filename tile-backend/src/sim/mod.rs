@@ -32,7 +32,7 @@ pub mod trace;
 pub use crate::launch::{Arg, GmInOut, GmInput, GmSlice, GmTensor};
 
 use crate::arch::Arch;
-use crate::ir::{Kernel, OpLoc};
+use crate::ir::{Kernel, OpLoc, ParamId};
 use rayon::prelude::*;
 use thiserror::Error;
 
@@ -117,7 +117,9 @@ pub struct RunSummary {
 ///
 /// The kernel should come from [`crate::passes::compile`]: the simulator checks what it touches
 /// (bounds, declared ids, valid shapes) and returns errors rather than panicking, but the
-/// machine's rules are the verifier's job, not re-checked here.
+/// machine's rules are the verifier's job, not re-checked here. On an error, the arguments are
+/// untouched except a write-only output (one the kernel only stores into, written in place:
+/// docs/simulator.md), which may hold part of the blocks' writes.
 pub fn run(
     kernel: &Kernel,
     arch: &Arch,
@@ -161,32 +163,39 @@ fn run_impl<'k>(
     tile::check_planned(kernel)?;
     let locs = interp::OpLocs::new(kernel);
     let budget = interp::StepBudget::new(limits.max_steps);
-    let shared: &[Arg] = args;
-    let one = |block: usize| {
-        let at = interp::BlockAt {
-            block,
-            block_dim: opts.block_dim,
-            traced,
+    // Write-only outputs leave the arguments the blocks see (a placeholder of the same dtype
+    // and shape, with no bytes, takes their place) and are lent to the blocks to write in place.
+    let mut lent: Vec<(usize, Arg)> = Vec::new();
+    for p in gm::write_only_params(kernel) {
+        let i = p.0 as usize;
+        let Some(placeholder) = args.get(i).and_then(Arg::as_gm).map(|t| {
+            Arg::Input(GmInput {
+                dtype: t.dtype,
+                shape: t.shape.to_vec(),
+                data: &[],
+            })
+        }) else {
+            continue;
         };
-        interp::run_block(kernel, arch, shared, &locs, at, &budget)
-    };
-    // Block 0 runs on the caller's thread and is timed: when the other blocks, at its pace,
-    // would take less than [`SERIAL_BELOW`], they run on the caller's thread too, since waking
-    // the pool's sleeping workers (and waiting for them on a busy machine) costs more than they
-    // save. Results are gathered in block order either way, so the outputs do not change.
-    let mut results: Vec<Result<interp::BlockResult<'k>, SimError>> =
-        Vec::with_capacity(opts.block_dim);
-    if opts.block_dim > 0 {
-        let start = std::time::Instant::now();
-        results.push(one(0));
-        let estimate = start
-            .elapsed()
-            .saturating_mul(u32::try_from(opts.block_dim - 1).unwrap_or(u32::MAX));
-        if estimate < SERIAL_BELOW {
-            results.extend((1..opts.block_dim).map(one));
-        } else {
-            results.par_extend((1..opts.block_dim).into_par_iter().map(one));
+        if args[i].is_writable() {
+            lent.push((i, std::mem::replace(&mut args[i], placeholder)));
         }
+    }
+    let direct: Vec<gm::WriteOnly> = lent
+        .iter_mut()
+        .filter_map(|(i, a)| Some(gm::WriteOnly::new(ParamId(*i as u32), a.writable_bytes()?)))
+        .collect();
+    let results = run_blocks(
+        kernel,
+        arch,
+        (args, &direct),
+        (&locs, &budget),
+        opts,
+        traced,
+    );
+    let lines: Vec<gm::Lines> = direct.into_iter().map(gm::WriteOnly::into_lines).collect();
+    for (i, a) in lent {
+        args[i] = a;
     }
     let mut summary = RunSummary {
         blocks: opts.block_dim,
@@ -199,11 +208,48 @@ fn run_impl<'k>(
         blocks.push(r);
     }
     let mut trace = trace::Trace::default();
-    for b in blocks {
-        b.gm.merge_into(args);
+    for (i, b) in blocks.into_iter().enumerate() {
+        b.gm.merge_into(args, i, &lines);
         trace.blocks.extend(b.trace);
     }
     Ok((summary, trace))
+}
+
+/// Runs the blocks of a launch, each seeing `args` and writing the write-only outputs `direct`
+/// in place: block 0 on the caller's thread, timed; when the other blocks, at its pace, would
+/// take less than [`SERIAL_BELOW`], they run on the caller's thread too, since waking the
+/// pool's sleeping workers (and waiting for them on a busy machine) costs more than they save.
+/// Results come in block order either way, so the outputs do not change.
+fn run_blocks<'k, 'a>(
+    kernel: &'k Kernel,
+    arch: &Arch,
+    (args, direct): (&'a [Arg<'a>], &'a [gm::WriteOnly<'a>]),
+    (locs, budget): (&interp::OpLocs<'_>, &interp::StepBudget),
+    opts: SimOptions,
+    traced: bool,
+) -> Vec<Result<interp::BlockResult<'k>, SimError>> {
+    let one = |block: usize| {
+        let at = interp::BlockAt {
+            block,
+            block_dim: opts.block_dim,
+            traced,
+        };
+        interp::run_block(kernel, arch, (args, direct), locs, at, budget)
+    };
+    let mut results = Vec::with_capacity(opts.block_dim);
+    if opts.block_dim > 0 {
+        let start = std::time::Instant::now();
+        results.push(one(0));
+        let estimate = start
+            .elapsed()
+            .saturating_mul(u32::try_from(opts.block_dim - 1).unwrap_or(u32::MAX));
+        if estimate < SERIAL_BELOW {
+            results.extend((1..opts.block_dim).map(one));
+        } else {
+            results.par_extend((1..opts.block_dim).into_par_iter().map(one));
+        }
+    }
+    results
 }
 
 /// Below this estimated time for the blocks after the first, a launch runs them all on the

@@ -103,6 +103,9 @@ impl View {
 
     /// Elements of the window's tensor.
     fn tensor_len(&self, cx: &ExecCtx<'_, '_, '_>) -> usize {
+        if let Some(d) = cx.write_only(self.param) {
+            return d.len() / (self.dtype.size_bytes().max(1) as usize);
+        }
         cx.args
             .get(self.param.0 as usize)
             .and_then(|a| a.as_gm())
@@ -321,6 +324,13 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
                         "store of a {} tile into {} GM data",
                         loc.ty.dtype, view.dtype
                     ));
+                }
+                // Into a write-only output's row-major window: straight from UB.
+                if let Some(d) = cx.write_only(view.param).filter(|_| !*atomic_add) {
+                    let row_major = !matches!(loc.ty.layout, Layout::ZN | Layout::DN);
+                    if let Some(rows_at) = view.nd_rows(rows, cols)?.filter(|_| row_major) {
+                        return cx.store_in_place(&loc, aiv, d, rows_at, (rows, cols));
+                    }
                 }
                 let mut b = cx.core.pool.bytes_to_overwrite(rows * cols * loc.es());
                 let aiv = cx.own_aiv();

@@ -8,7 +8,7 @@ mod moves;
 mod scalar;
 mod vector;
 
-use super::gm::Overlay;
+use super::gm::{Overlay, WriteOnly};
 use super::interp::CoreRt;
 use super::numeric;
 use super::state::{mark_bits, BlockMem, CoreId, CrossFlags, DeferredMove};
@@ -34,6 +34,8 @@ pub(crate) struct ExecCtx<'k, 'a, 'b> {
     pub args: &'a [Arg<'a>],
     pub mem: &'b mut BlockMem,
     pub gm: &'b mut Overlay,
+    /// The launch's write-only outputs, written in place ([`WriteOnly`]).
+    pub direct: &'a [WriteOnly<'a>],
     pub flags: &'b mut CrossFlags,
     pub core: &'b mut CoreRt<'a>,
     /// What the running op touched, when the run is traced.
@@ -54,7 +56,7 @@ pub(crate) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<Flow, String
     Ok(Flow::Continue)
 }
 
-impl<'k> ExecCtx<'k, '_, '_> {
+impl<'k, 'a> ExecCtx<'k, 'a, '_> {
     /// Resolves a tile reference for this core.
     pub fn tile(&self, r: &TileRef) -> Result<TileLoc<'k>, String> {
         let slot = self.core.eval(&r.slot)?;
@@ -128,9 +130,17 @@ impl<'k> ExecCtx<'k, '_, '_> {
         self.gm.prefetch(self.args, p, off, len);
     }
 
-    /// Writes GM bytes into this block's overlay.
+    /// The write-only output bound to `p`, if it is one.
+    pub fn write_only(&self, p: ParamId) -> Option<&'a WriteOnly<'a>> {
+        self.direct.iter().find(|d| d.param() == p)
+    }
+
+    /// Writes GM bytes into this block's overlay (a write-only output's in place).
     pub fn gm_write(&mut self, p: ParamId, off: usize, bytes: &[u8]) -> Result<(), String> {
-        self.gm.write(self.args, p, off, bytes)?;
+        match self.write_only(p) {
+            Some(d) => d.write(self.core.block, self.gm, off, bytes)?,
+            None => self.gm.write(self.args, p, off, bytes)?,
+        }
         if let Some(r) = &mut self.rec {
             r.touch(Mem::Gm(p.0), off, bytes.len(), true);
         }
@@ -146,8 +156,18 @@ impl<'k> ExecCtx<'k, '_, '_> {
         (rows, row): (usize, usize),
         data: &[u8],
     ) -> Result<(), String> {
-        self.gm
-            .write_rows(self.args, p, (off, pitch), (rows, row), data)?;
+        match self.write_only(p) {
+            Some(d) => Overlay::rows_each(
+                (off, pitch),
+                (rows, row),
+                data,
+                |at, len| d.check(at, len),
+                |at, bytes| d.write(self.core.block, self.gm, at, bytes),
+            )?,
+            None => self
+                .gm
+                .write_rows(self.args, p, (off, pitch), (rows, row), data)?,
+        }
         if let Some(r) = &mut self.rec {
             for i in 0..rows {
                 r.touch(Mem::Gm(p.0), off + i * pitch, row, true);
@@ -202,6 +222,70 @@ impl<'k> ExecCtx<'k, '_, '_> {
             f(&buf[run.buf..run.buf + run.len * es], run)
         })?;
         self.note_region(loc, aiv, at, size, false);
+        Ok(())
+    }
+
+    /// Stores the `rows x cols` region of a Vec tile into the ND window of write-only output
+    /// `d` whose row `r` starts at element `first + r * stride`, straight from UB (no staging
+    /// copy): the same bytes to the same places as reading the region and writing its rows.
+    pub fn store_in_place(
+        &mut self,
+        loc: &TileLoc,
+        aiv: u8,
+        d: &WriteOnly<'_>,
+        (first, stride): (usize, usize),
+        (rows, cols): (usize, usize),
+    ) -> Result<(), String> {
+        let es = loc.es();
+        if rows == 0 || cols == 0 {
+            return Ok(());
+        }
+        // The whole span first: a store that does not fit writes nothing.
+        let span = (rows - 1)
+            .checked_mul(stride)
+            .and_then(|x| x.checked_add(first.checked_add(cols)?))
+            .and_then(|end| Some((first.checked_mul(es)?, (end - first).checked_mul(es)?)))
+            .ok_or_else(|| {
+                format!("a GM store of {rows} rows {stride} elements apart overflows")
+            })?;
+        d.check(span.0, span.1)?;
+        let buf = self.mem.buf(loc.space(), aiv)?;
+        let (block, gm) = (self.core.block, &mut *self.gm);
+        let mut res = Ok(());
+        tile::for_each_run(loc, buf.len(), (0, 0), (rows, cols), |run| {
+            if res.is_err() || run.len == 0 {
+                return;
+            }
+            if run.len > 1 && run.stride != 1 {
+                res = Err("a column-major tile stored in place".to_string());
+                return;
+            }
+            // A run may span several rows of the region: one write per row piece.
+            let (mut e, mut at, mut left) = (run.elem, run.buf, run.len);
+            while left > 0 && res.is_ok() {
+                let (r, c) = (e / cols, e % cols);
+                let n = left.min(cols - c);
+                res = r
+                    .checked_mul(stride)
+                    .and_then(|x| x.checked_add(first + c))
+                    .and_then(|x| x.checked_mul(es))
+                    .ok_or_else(|| format!("GM element index of row {r} overflows"))
+                    .and_then(|off| d.write(block, gm, off, &buf[at..at + n * es]));
+                (e, at, left) = (e + n, at + n * es, left - n);
+            }
+        })?;
+        res?;
+        self.note_region(loc, aiv, (0, 0), (rows, cols), false);
+        if let Some(r) = &mut self.rec {
+            for i in 0..rows {
+                r.touch(
+                    Mem::Gm(d.param().0),
+                    (first + i * stride) * es,
+                    cols * es,
+                    true,
+                );
+            }
+        }
         Ok(())
     }
 
