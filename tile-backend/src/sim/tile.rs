@@ -1217,18 +1217,35 @@ pub(crate) fn fill_dense(
         Order::RowMajor,
         |e, lines, stride, _, w| {
             let t0 = loc.addr + e * es;
+            // Lines that follow each other (a whole NZ column strip, whole ND rows) are one.
+            let (lines, w) = if stride == w {
+                (1, lines * w)
+            } else {
+                (lines, w)
+            };
             for i in 0..lines {
                 let t = t0 + i * stride * es;
                 let line = &mut buf[t..t + w * es];
                 match byte {
                     Some(b) => line.fill(b),
-                    None => line
-                        .chunks_exact_mut(es)
-                        .for_each(|d| d.copy_from_slice(one)),
+                    None => fill_pattern(line, one),
                 }
             }
         },
     ))
+}
+
+/// Fills `line` (a whole number of `one`-sized elements) with copies of `one`: the first
+/// element is written, then the filled prefix is copied onto what follows, doubling each time.
+pub(crate) fn fill_pattern(line: &mut [u8], one: &[u8]) {
+    let n = one.len().min(line.len());
+    line[..n].copy_from_slice(&one[..n]);
+    let mut done = n;
+    while done > 0 && done < line.len() {
+        let take = done.min(line.len() - done);
+        line.copy_within(..take, done);
+        done += take;
+    }
 }
 
 /// [`write_dense_bytes`] from a row-major matrix whose rows lie `pitch` elements apart in `src`

@@ -1049,3 +1049,20 @@ fn panels_are_declined_or_refused_off_their_form() {
     assert!(decode_panels_f32(buf, &loc, (16, 0), (32, 16), &mut out).is_err());
     assert!(decode_panels_f32(buf, &loc, (0, 0), (32, 32), &mut out[..100]).is_err());
 }
+
+/// `fill_pattern` writes what copying the value element by element writes, for every element
+/// size and line length up to a few hundred elements.
+#[test]
+fn fill_pattern_matches_element_copies() {
+    for es in [1usize, 2, 4, 8] {
+        let one: Vec<u8> = (0..es as u8)
+            .map(|b| b.wrapping_mul(37).wrapping_add(5))
+            .collect();
+        for n in 0..300 {
+            let mut got = vec![0xAAu8; n * es];
+            fill_pattern(&mut got, &one);
+            let want = one.repeat(n);
+            assert_eq!(got, want, "{n} elements of {es} bytes");
+        }
+    }
+}
