@@ -217,6 +217,11 @@ fn main() -> Result<()> {
     );
 
     let hazards: usize = records.iter().map(|r| r.hazards.len()).sum();
+    for r in &records {
+        for h in r.hazards.iter().take(3) {
+            println!("HAZ {}", h);
+        }
+    }
     println!(
         "simulated Ascend 950PR: {} launch(es), {hazards} hazard(s)",
         records.len()

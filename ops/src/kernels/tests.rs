@@ -255,8 +255,8 @@ fn defaults_are_the_documented_shapes() {
     // 512 rows, 16 per block.
     assert_eq!(planned(&sparse)[1], ("attn_merge_bf16".to_string(), 32));
     let paged = paged_attention(&PagedAttentionShape::default()).expect("valid");
-    // 8 rows x 8 KV heads = 64 work items: one split each.
-    assert_eq!(planned(&paged)[0], ("paged_attn_f16".to_string(), 64));
+    // 8 rows x 8 KV heads = 64 work items: one split each, 2 items per block on 32 clusters.
+    assert_eq!(planned(&paged)[0], ("paged_attn_f16".to_string(), 32));
     assert_eq!(paged[0].scalar("splits"), Some(1));
     let g = paged_gather(&PagedGatherShape::default()).expect("valid");
     assert_eq!(planned(&g), [("paged_gather_bf16_576".to_string(), 32)]);

@@ -61,7 +61,8 @@ crate::op_shape! {
 
 /// The launches of [`crate::paged_attention()`] for `shape`: the split kernel (the sparse
 /// template with one head tile per KV head and a separate V cache) on `batch * kv_heads *
-/// splits` blocks, then the merge kernel. Errors: a size of 0 or above [`MAX_DIM`]
+/// splits` work items (several per block where they exceed one wave of the device), then the
+/// merge kernel. Errors: a size of 0 or above [`MAX_DIM`]
 /// ([`MAX_WIDTH`] for `head_dim`), `heads % kv_heads != 0` or more than 128 query heads per KV
 /// head, a dtype other than f32/f16/bf16, `batch * heads` above [`MAX_DIM`].
 ///

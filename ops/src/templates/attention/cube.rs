@@ -45,110 +45,137 @@ pub(super) fn body(c: &mut Body<'_>, k: &SplitKernel<'_>) {
     } = *k;
     let p = |id: ParamId| Expr::Param(id);
     use Pipe::{Fix, Mte1, Mte2, M as Mm};
-    let (_split, ht, bi, cnt, c0, iters, h0, hv) = k.coords(c);
-    c.set_validshape(q_l1, hv, dqk);
-    c.load(q_l1, GmView::nd(q, (bi * heads + h0) * dqk, hv, dqk, dqk));
-    c.fillpad(q_l1);
-    c.set_flag(Mte2, Mte1, 2);
     // Hand-written (see "Sync ownership" in the module docs): the gathered L1 tiles (MTE1 <->
     // MTE2, one event per buffer; event 2 for Q) and the Acc slots (FIX <-> M, events 0, 1 for
     // `s_acc`, 2, 3 for `pv_acc`). Every buffer starts free: the first wait of each event
-    // pairs with these sets. The L0 slots' flags come from the sync pass.
-    for e in 0..bufs as u8 {
-        c.set_flag(Mte1, Mte2, e);
-    }
-    for e in 0..2u8 {
-        c.set_flag(Fix, Mm, e);
-        c.set_flag(Fix, Mm, 2 + e);
-    }
-    c.wait_flag(Mte2, Mte1, 2);
-    let col0 = Expr::Var(ht) * cfg.head_col_stride;
-    let mut step = |b: &mut Body<'_>, it: Expr, slot: u64| {
-        let ev = slot as u8;
-        // The gathered tile's buffer and its MTE1 -> MTE2 event.
-        let kslot = slot % bufs;
-        let kev = kslot as u8;
-        let t0 = b.let_("t0", (Expr::Var(c0) + it) * chunk);
-        let nv = b.let_("nv", (Expr::Var(cnt) - t0).min(chunk));
-        let gather = |b: &mut Body<'_>, dst: TileId, src: ParamId| {
-            b.set_validshape(dst.at(kslot), nv, dqk);
-            b.gather_in_l1(Gather {
-                dst: dst.at(kslot),
-                src,
-                indices: GmView::nd(idx, bi * p(sp.topk) + t0, 1, nv, p(sp.topk)),
-                block_table: GmView::nd(bt, bi * p(sp.maxb), 1, p(sp.maxb), p(sp.maxb)),
-                block_size: cfg.block_size.into(),
-                size: dqk,
-                col_offset: col0.clone(),
-                is_b_matrix: true,
-                is_trans: true,
-            });
-            if dqk < dp {
-                b.fillpad(dst.at(kslot));
+    // pairs with these sets. The L0 slots' flags come from the sync pass. With several work
+    // items per block, the sets come before the item loop and the drains after it.
+    let buffer_flags = |c: &mut Body<'_>, set: bool| {
+        let flag = |c: &mut Body<'_>, src, dst, e| {
+            if set {
+                c.set_flag(src, dst, e);
             } else {
-                b.if_(Expr::Var(nv).lt(chunk), |t| t.fillpad(dst.at(kslot)));
+                c.wait_flag(src, dst, e);
             }
         };
-        // MTE2: gather this chunk's rows into L1 buffer `kslot`.
-        b.wait_flag(Mte1, Mte2, kev);
-        gather(b, k_l1, kv);
-        if let Some(vs) = vsrc {
-            gather(b, v_l1, vs);
+        for e in 0..bufs as u8 {
+            flag(c, Mte1, Mte2, e);
         }
-        b.set_flag(Mte2, Mte1, ev);
-        b.wait_flag(Mte2, Mte1, ev);
-        // S = Q K^T, K-sliced; L0 slot xs = stage % bufs (its flags from the sync pass).
-        b.set_validshape(kt_l1.at(kslot), dp, chunk);
-        for j in 0..nks {
-            let xs = j % bufs;
-            let (ql, kl) = (q_l0.at(xs), kt_l0.at(xs));
-            b.mov(ql.clone(), q_l1).offset(0, j * ks);
-            b.mov(kl.clone(), kt_l1.at(kslot)).offset(j * ks, 0);
-            if j == 0 {
-                b.wait_flag(Fix, Mm, ev);
-                b.matmul(s_acc.at(slot), ql, kl);
-            } else {
-                b.matmul_acc(s_acc.at(slot), ql, kl);
-            }
-        }
-        b.set_flag(Mm, Fix, ev);
-        b.acquire(ch_s);
-        b.wait_flag(Mm, Fix, ev);
-        b.mov(s_ub, s_acc.at(slot))
-            .mode(AccToVecMode::DualModeSplitM);
-        b.set_flag(Fix, Mm, ev);
-        b.push(ch_s);
-        // O_j = P V_j.
-        b.pop(ch_p);
-        b.mov(p_l0, p_l1.at(slot % pbufs));
-        b.release(ch_p);
-        for j in 0..nns {
-            // V's L0 slot and PV's Acc slot (FIX <-> M events 2 + y).
-            let xs = (nks + j) % bufs;
-            let ys = (nks + j) % 2;
-            let y = ys as u8;
-            let vl = v_l0.at(xs);
-            b.mov(vl.clone(), v_l1.at(kslot)).offset(0, j * ns);
-            if j == nns - 1 {
-                b.set_flag(Mte1, Mte2, kev);
-            }
-            b.wait_flag(Fix, Mm, 2 + y);
-            b.matmul(pv_acc.at(ys), p_l0, vl);
-            b.set_flag(Mm, Fix, 2 + y);
-            b.acquire(ch_pv);
-            b.wait_flag(Mm, Fix, 2 + y);
-            b.mov(pv_ub, pv_acc.at(ys))
-                .mode(AccToVecMode::DualModeSplitM);
-            b.set_flag(Fix, Mm, 2 + y);
-            b.push(ch_pv);
+        for e in 0..2u8 {
+            flag(c, Fix, Mm, e);
+            flag(c, Fix, Mm, 2 + e);
         }
     };
-    ping_pong(c, Expr::Var(iters), &mut step);
-    for e in 0..bufs as u8 {
-        c.wait_flag(Mte1, Mte2, e);
+    let preset = |c: &mut Body<'_>| buffer_flags(c, true);
+    let drain = |c: &mut Body<'_>| buffer_flags(c, false);
+    let one_item = cfg.ipb <= 1;
+    // Several items: the sync pass pre-sets and drains its L0-slot pairs around each item's
+    // chunk loop, and nothing would order the next item's pre-sets (on M, MTE1) after this
+    // item's final waits (on MTE1, FIX): a barrier of all the cube's pipes ends each item.
+    // (Hand-written MTE1 -> M and FIX -> MTE1 pairs would keep MTE2 free of it, but take an
+    // event the pass may need for its own L0 slots: narrow slices need all 8 MTE1 -> M ids.)
+    if !one_item {
+        preset(c);
     }
-    for e in 0..2u8 {
-        c.wait_flag(Fix, Mm, e);
-        c.wait_flag(Fix, Mm, 2 + e);
+    k.for_items(c, &mut |c, item| {
+        let (_split, ht, bi, cnt, c0, iters, h0, hv) = k.coords(c, item);
+        c.set_validshape(q_l1, hv, dqk);
+        c.load(q_l1, GmView::nd(q, (bi * heads + h0) * dqk, hv, dqk, dqk));
+        c.fillpad(q_l1);
+        c.set_flag(Mte2, Mte1, 2);
+        if one_item {
+            preset(c);
+        }
+        c.wait_flag(Mte2, Mte1, 2);
+        let col0 = Expr::Var(ht) * cfg.head_col_stride;
+        let mut step = |b: &mut Body<'_>, it: Expr, slot: u64| {
+            let ev = slot as u8;
+            // The gathered tile's buffer and its MTE1 -> MTE2 event.
+            let kslot = slot % bufs;
+            let kev = kslot as u8;
+            let t0 = b.let_("t0", (Expr::Var(c0) + it) * chunk);
+            let nv = b.let_("nv", (Expr::Var(cnt) - t0).min(chunk));
+            let gather = |b: &mut Body<'_>, dst: TileId, src: ParamId| {
+                b.set_validshape(dst.at(kslot), nv, dqk);
+                b.gather_in_l1(Gather {
+                    dst: dst.at(kslot),
+                    src,
+                    indices: GmView::nd(idx, bi * p(sp.topk) + t0, 1, nv, p(sp.topk)),
+                    block_table: GmView::nd(bt, bi * p(sp.maxb), 1, p(sp.maxb), p(sp.maxb)),
+                    block_size: cfg.block_size.into(),
+                    size: dqk,
+                    col_offset: col0.clone(),
+                    is_b_matrix: true,
+                    is_trans: true,
+                });
+                if dqk < dp {
+                    b.fillpad(dst.at(kslot));
+                } else {
+                    b.if_(Expr::Var(nv).lt(chunk), |t| t.fillpad(dst.at(kslot)));
+                }
+            };
+            // MTE2: gather this chunk's rows into L1 buffer `kslot`.
+            b.wait_flag(Mte1, Mte2, kev);
+            gather(b, k_l1, kv);
+            if let Some(vs) = vsrc {
+                gather(b, v_l1, vs);
+            }
+            b.set_flag(Mte2, Mte1, ev);
+            b.wait_flag(Mte2, Mte1, ev);
+            // S = Q K^T, K-sliced; L0 slot xs = stage % bufs (its flags from the sync pass).
+            b.set_validshape(kt_l1.at(kslot), dp, chunk);
+            for j in 0..nks {
+                let xs = j % bufs;
+                let (ql, kl) = (q_l0.at(xs), kt_l0.at(xs));
+                b.mov(ql.clone(), q_l1).offset(0, j * ks);
+                b.mov(kl.clone(), kt_l1.at(kslot)).offset(j * ks, 0);
+                if j == 0 {
+                    b.wait_flag(Fix, Mm, ev);
+                    b.matmul(s_acc.at(slot), ql, kl);
+                } else {
+                    b.matmul_acc(s_acc.at(slot), ql, kl);
+                }
+            }
+            b.set_flag(Mm, Fix, ev);
+            b.acquire(ch_s);
+            b.wait_flag(Mm, Fix, ev);
+            b.mov(s_ub, s_acc.at(slot))
+                .mode(AccToVecMode::DualModeSplitM);
+            b.set_flag(Fix, Mm, ev);
+            b.push(ch_s);
+            // O_j = P V_j.
+            b.pop(ch_p);
+            b.mov(p_l0, p_l1.at(slot % pbufs));
+            b.release(ch_p);
+            for j in 0..nns {
+                // V's L0 slot and PV's Acc slot (FIX <-> M events 2 + y).
+                let xs = (nks + j) % bufs;
+                let ys = (nks + j) % 2;
+                let y = ys as u8;
+                let vl = v_l0.at(xs);
+                b.mov(vl.clone(), v_l1.at(kslot)).offset(0, j * ns);
+                if j == nns - 1 {
+                    b.set_flag(Mte1, Mte2, kev);
+                }
+                b.wait_flag(Fix, Mm, 2 + y);
+                b.matmul(pv_acc.at(ys), p_l0, vl);
+                b.set_flag(Mm, Fix, 2 + y);
+                b.acquire(ch_pv);
+                b.wait_flag(Mm, Fix, 2 + y);
+                b.mov(pv_ub, pv_acc.at(ys))
+                    .mode(AccToVecMode::DualModeSplitM);
+                b.set_flag(Fix, Mm, 2 + y);
+                b.push(ch_pv);
+            }
+        };
+        ping_pong(c, Expr::Var(iters), &mut step);
+        if one_item {
+            drain(c);
+        } else {
+            c.barrier(Pipe::All);
+        }
+    });
+    if !one_item {
+        drain(c);
     }
 }

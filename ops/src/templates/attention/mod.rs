@@ -4,8 +4,10 @@
 //!
 //! # `attn_split` (one kernel definition, several consumers)
 //!
-//! One block = one (batch row `b`, head tile `ht`, top-k split `sp`); `block = (b * nht + ht) *
-//! splits + sp`. A head tile is `hg` query heads (padded to `th`, a multiple of 32, so each AIV
+//! One work item = one (batch row `b`, head tile `ht`, top-k split `sp`); `item = (b * nht +
+//! ht) * splits + sp`. A block runs one item (`item = block`) or, where the device plan folds
+//! several waves into each block (`AttnCfg::ipb`), items `block * ipb ..` one after another, so
+//! that one item's gathers overlap the previous one's tail. A head tile is `hg` query heads (padded to `th`, a multiple of 32, so each AIV
 //! owns `th / 2` rows); all of them share one gathered K (and V) tile per chunk, so K is read
 //! from GM once per chunk for the whole head tile.
 //!
@@ -422,11 +424,12 @@ pub(super) struct SplitKernel<'a> {
 type Coords = (VarId, VarId, VarId, VarId, VarId, VarId, VarId, VarId);
 
 impl SplitKernel<'_> {
-    /// Block coordinates and the split's chunk range (same expressions on every core).
-    pub(super) fn coords(&self, b: &mut Body<'_>) -> Coords {
+    /// Work item `item`'s coordinates and the split's chunk range (same expressions on every
+    /// core); `item = (b * nht + ht) * splits + split`.
+    pub(super) fn coords(&self, b: &mut Body<'_>, item: Expr) -> Coords {
         let p = |id: ParamId| Expr::Param(id);
-        let split = b.let_("split", Expr::BlockIdx % p(self.sp.splits));
-        let rest = b.let_("rest", Expr::BlockIdx / p(self.sp.splits));
+        let split = b.let_("split", item.clone() % p(self.sp.splits));
+        let rest = b.let_("rest", item / p(self.sp.splits));
         let ht = b.let_("ht", rest % self.cfg.nht);
         let bi = b.let_("b", rest / self.cfg.nht);
         let cnt = b.read_scalar("count", self.counts, bi);
@@ -436,5 +439,23 @@ impl SplitKernel<'_> {
         let h0 = b.let_("h0", ht * self.cfg.hg);
         let hv = b.let_("hv", (Expr::from(self.heads) - h0).min(self.cfg.hg));
         (split, ht, bi, cnt, c0, iters, h0, hv)
+    }
+
+    /// Runs `item_body(b, item)` for each work item of this block: item `BlockIdx` itself when
+    /// the plan gives a block one item, else items `BlockIdx * ipb ..` one after another (see
+    /// [`AttnCfg::ipb`]).
+    pub(super) fn for_items(
+        &self,
+        b: &mut Body<'_>,
+        item_body: &mut dyn FnMut(&mut Body<'_>, Expr),
+    ) {
+        let ipb = self.cfg.ipb.max(1);
+        if ipb == 1 {
+            item_body(b, Expr::BlockIdx);
+        } else {
+            b.for_range("item", 0, ipb, 1, |lb, k| {
+                item_body(lb, Expr::BlockIdx * ipb + Expr::Var(k));
+            });
+        }
     }
 }

@@ -61,6 +61,11 @@ pub(crate) struct AttnCfg {
     /// the L1 -> L0A move of the previous one still pending in the simulator (which would then
     /// have to make it); 1 otherwise (the device plan is unchanged).
     pub pbufs: u64,
+    /// Work items (batch row, head tile, split) per block, one after another: 1 but where the
+    /// device plan would run its items in more than one wave ([`plan`]); then each block loops
+    /// over `ipb` consecutive items, so one item's gathers overlap the previous one's last
+    /// chunk, normalisation and stores instead of waiting for the next wave.
+    pub ipb: u64,
 }
 
 /// What an attention op asks of the split kernel, field by field: [`AttnCfg::new`] chooses
@@ -173,6 +178,7 @@ impl AttnCfg {
             ns,
             bufs,
             pbufs,
+            ipb: 1,
         }
     }
 
@@ -243,6 +249,18 @@ pub(crate) fn split_plan(
     }
 }
 
+/// Work items per block for `items` items on a target running `concurrent` blocks at once:
+/// where the items take more than one wave, the wave count, rounded down to a divisor of
+/// `items` (every block then runs the same number of items, so the kernel needs no bound
+/// check); 1 otherwise.
+pub(crate) fn items_per_block(items: u64, concurrent: u64) -> u64 {
+    let mut ipb = items / concurrent.max(1);
+    while ipb > 1 && !items.is_multiple_of(ipb) {
+        ipb -= 1;
+    }
+    ipb.max(1)
+}
+
 /// The launch plan of one attention call: the kernel shape for its target, the split kernel's
 /// grid and, unless it would hand the split result back unchanged, the merge kernel's. Each op
 /// makes it with its own `plan(shape, target)` (`sparse_attention::kernel::plan`,
@@ -270,13 +288,17 @@ pub(crate) struct AttnPlan {
 /// tokens, with or without a `sink`, on `target` (`cfg` is the kernel shape made for the same
 /// target).
 pub(crate) fn plan(
-    cfg: AttnCfg,
+    mut cfg: AttnCfg,
     batch: usize,
     longest: usize,
     sink: bool,
     target: PlanTarget,
 ) -> AttnPlan {
-    let split = split_plan(&cfg, batch, longest, target.concurrent_blocks());
+    let mut split = split_plan(&cfg, batch, longest, target.concurrent_blocks());
+    if target.pipes_overlap() {
+        cfg.ipb = items_per_block(split.blocks, target.concurrent_blocks() as u64);
+        split.blocks /= cfg.ipb;
+    }
     let rows = batch * cfg.heads as usize;
     let merge = (!merge_is_identity(target, &cfg, split.splits, sink)).then(|| {
         (

@@ -25,6 +25,16 @@ fn latent_spec(dtype: DType, heads: u64, d: u64, v_dim: u64) -> AttnSpec {
     }
 }
 
+/// `n` f32 values in [-0.5, 0.5) from `seed`, as little-endian bytes.
+fn vals(n: usize, seed: u32) -> Vec<u8> {
+    (0..n)
+        .flat_map(|i| {
+            let x = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 9;
+            (x as f32 / (1u32 << 23) as f32 - 0.5).to_le_bytes()
+        })
+        .collect()
+}
+
 #[test]
 fn a_recycled_result_becomes_the_next_workspace_zeroed() {
     std::thread::spawn(|| {
@@ -113,14 +123,6 @@ fn one_f32_split_on_the_cpu_plan_skips_the_merge_with_the_same_result() {
     let batch = crate::runtime::CPU_PLAN_BLOCKS;
     let (heads, d, v_dim, bs, topk) = (16u64, 64u64, 32u64, 8usize, 600usize);
     let (tokens, max_blocks) = (648, 81);
-    let vals = |n: usize, seed: u32| -> Vec<u8> {
-        (0..n)
-            .flat_map(|i| {
-                let x = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 9;
-                (x as f32 / (1u32 << 23) as f32 - 0.5).to_le_bytes()
-            })
-            .collect()
-    };
     let q = vals(batch * heads as usize * d as usize, 1);
     let kv = vals(tokens * d as usize, 2);
     let table: Vec<i64> = (0..batch * max_blocks)
@@ -273,4 +275,95 @@ fn the_device_plan_gathers_longer_chunks_for_narrow_head_tiles() {
     // The widest head tile (DeepSeek, 128 heads) keeps its chunk.
     let wide = AttnCfg::new(latent_spec(DType::BF16, 128, 576, 512));
     assert_eq!(wide.chunk, 128);
+}
+
+#[test]
+fn items_per_block_folds_the_waves_into_each_block() {
+    use super::plan::items_per_block;
+    // One wave or less: one item per block.
+    assert_eq!(items_per_block(32, 32), 1);
+    assert_eq!(items_per_block(48, 32), 1);
+    assert_eq!(items_per_block(7, 32), 1);
+    // Whole waves: one item per wave in each block.
+    assert_eq!(items_per_block(64, 32), 2);
+    assert_eq!(items_per_block(128, 32), 4);
+    // Rounded down to a divisor of the items, so every block runs as many.
+    assert_eq!(items_per_block(100, 32), 2);
+    assert_eq!(items_per_block(99, 32), 3);
+    assert_eq!(items_per_block(97, 32), 1);
+    assert_eq!(items_per_block(10, 0), 10);
+}
+
+#[test]
+fn the_device_plan_runs_two_items_per_block_without_hazards_and_same_results() {
+    // 64 rows of one 4-head tile (dense GQA form: K and V from their own caches), so 64 work
+    // items: twice the device's 32 clusters. The device plan folds them into 32 blocks of 2
+    // items; the rows count 0 to 600 valid tokens (0 to 3 of its 256-token chunks, so both
+    // halves of the ping-pong end an item), and the traced run must be hazard-free and agree
+    // with the CPU plan (one item per block).
+    let batch = 64usize;
+    let (heads, d, bs, topk) = (4u64, 32u64, 8usize, 600usize);
+    let (tokens, max_blocks) = (600usize, 75usize);
+    let q = vals(batch * heads as usize * d as usize, 1);
+    let k = vals(tokens * d as usize, 2);
+    let v = vals(tokens * d as usize, 3);
+    let table: Vec<i64> = (0..batch * max_blocks)
+        .map(|i| ((i % max_blocks) * 7 % max_blocks) as i64)
+        .collect();
+    let indices: Vec<i64> = (0..batch * topk).map(|i| (i % topk) as i64).collect();
+    let counts: Vec<i64> = (0..batch).map(|r| ((r * 97) % (topk + 1)) as i64).collect();
+    let run = |target: PlanTarget| {
+        let cfg = AttnCfg::new(AttnSpec {
+            name: "paged_attn",
+            hg: heads,
+            separate_v: true,
+            block_size: bs as u64,
+            double_buffer: target == PlanTarget::Device,
+            head_col_stride: d,
+            ..latent_spec(DType::F32, heads, d, d)
+        });
+        let mut runner = Runner::sim("test").plan_for(target);
+        let plan = plan(cfg, batch, topk, false, runner.plan_target());
+        let shape = (plan.cfg.ipb, plan.split.splits, plan.split.blocks);
+        let input = |data| GmInput {
+            dtype: DType::F32,
+            shape: vec![tokens, d as usize],
+            data,
+        };
+        let inp = AttnInputs {
+            q: GmInput {
+                dtype: DType::F32,
+                shape: vec![batch * heads as usize, d as usize],
+                data: &q,
+            },
+            kv: input(&k),
+            v: Some(input(&v)),
+            indices: indices.clone(),
+            topk,
+            counts: counts.clone(),
+            block_table: &table,
+            max_blocks,
+            scale: 0.125,
+            sink: None,
+        };
+        let ((out, _lse), records) =
+            profile(|| run_attention(&mut runner, "test", &plan, inp).expect("runs"));
+        for r in &records {
+            assert!(r.hazards.is_empty(), "{:?}: {:#?}", target, r.hazards);
+        }
+        let f32s: Vec<f32> = out
+            .data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        (f32s, shape)
+    };
+    let (out_dev, dev) = run(PlanTarget::Device);
+    assert_eq!(dev, (2, 1, 32), "2 items per block, 1 split, 32 blocks");
+    let (out_cpu, cpu) = run(PlanTarget::Cpu);
+    assert_eq!(cpu.0, 1, "the CPU plan keeps one item per block");
+    assert_eq!(out_cpu.len(), out_dev.len());
+    for (i, (a, b)) in out_cpu.iter().zip(&out_dev).enumerate() {
+        assert!((a - b).abs() <= 1e-5, "out {i}: {a} vs {b}");
+    }
 }
