@@ -19,9 +19,10 @@
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
-use std::time::{Duration, Instant};
 use tileops::ops::{flash_attention, profile, runtime::arch, Backend, FlashAttentionParams};
-use tileops::tile_backend::sim::cost::CostReport;
+
+mod common;
+use common::{max_abs_diff, parse_dtype, print_launches, timed_pair};
 
 /// Command-line settings.
 struct Settings {
@@ -66,14 +67,7 @@ fn settings() -> Result<Settings> {
             "--dv" => s.dv = num(&v)?,
             "--runs" => s.runs = num(&v)?.max(1),
             "--causal" => s.causal = v.parse().with_context(|| format!("--causal {v}"))?,
-            "--dtype" => {
-                s.dtype = match v.as_str() {
-                    "f32" => DType::F32,
-                    "f16" => DType::F16,
-                    "bf16" => DType::BF16,
-                    other => bail!("unknown dtype `{other}`: choose f32, f16 or bf16"),
-                }
-            }
+            "--dtype" => s.dtype = parse_dtype(&v)?,
             other => bail!("unknown argument `{other}`"),
         }
     }
@@ -94,11 +88,6 @@ fn tensor(
         .map(|_| (rng.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
         .collect();
     Ok(Tensor::from_vec(v, shape, &Device::Cpu)?.to_dtype(dt)?)
-}
-
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> Result<f32> {
-    let d = (a.to_dtype(DType::F32)? - b.to_dtype(DType::F32)?)?.abs()?;
-    Ok(d.flatten_all()?.max(0)?.to_scalar::<f32>()?)
 }
 
 /// Score entries the mask leaves for one head (query i sees keys j <= i + Skv - Sq).
@@ -126,21 +115,8 @@ fn main() -> Result<()> {
     let p = FlashAttentionParams::new(1.0 / (d as f32).sqrt(), s.causal);
     let run = |bk| flash_attention(&q, &k, &v, &p, Some(bk));
 
-    // Warm-up (compiles and caches the kernel), then alternating timed runs.
-    let mut reference = run(Backend::Reference).context("Reference")?;
-    let mut sim = run(Backend::TileSim).context("TileSim")?;
-    let (mut rt, mut st): (Vec<Duration>, Vec<Duration>) = (vec![], vec![]);
-    for _ in 0..s.runs {
-        let t = Instant::now();
-        reference = run(Backend::Reference).context("Reference")?;
-        rt.push(t.elapsed());
-        let t = Instant::now();
-        sim = run(Backend::TileSim).context("TileSim")?;
-        st.push(t.elapsed());
-    }
-    rt.sort();
-    st.sort();
-    let (rt, st) = (rt[rt.len() / 2], st[st.len() / 2]);
+    let timed = timed_pair(s.runs, |bk| Ok(run(bk)?))?;
+    let (reference, sim) = (&timed.reference, &timed.sim);
     println!();
     println!("accuracy (TileSim vs Reference)");
     println!(
@@ -152,31 +128,13 @@ fn main() -> Result<()> {
         max_abs_diff(&sim.1, &reference.1)?
     );
     println!();
-    println!(
-        "CPU wall time (median of {} alternating runs after a warm-up)",
-        s.runs
-    );
-    println!("  Reference  {rt:>10.2?}");
-    println!(
-        "  TileSim    {st:>10.2?}   (Reference / TileSim = {:.2})",
-        rt.as_secs_f64() / st.as_secs_f64().max(1e-12)
-    );
+    timed.print();
 
     let (profiled, records) = profile(|| run(Backend::TileSim));
     profiled.context("profiled TileSim run")?;
-    let hazards: usize = records.iter().map(|r| r.hazards.len()).sum();
-    let costs: Vec<CostReport> = records.iter().filter_map(|r| r.cost.clone()).collect();
     println!();
-    println!(
-        "simulated Ascend 950: {} launch(es) ({}), {hazards} hazard(s)",
-        records.len(),
-        records
-            .iter()
-            .map(|r| format!("{} x{}", r.kernel, r.block_dim))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let Some(c) = CostReport::sum(&costs) else {
+    let (total, _) = print_launches(&records);
+    let Some(c) = total else {
         println!("  no cost report (no simulated launch)");
         return Ok(());
     };

@@ -15,10 +15,11 @@
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
-use std::time::{Duration, Instant};
 use tileops::ops::{paged_attention, profile, Backend, PagedAttentionParams};
-use tileops::tile_backend::sim::cost::CostReport;
 use tileops::tile_backend::sim::io::Rng;
+
+mod common;
+use common::{parse_dtype, print_cost, print_launches, timed_pair};
 
 const BATCH: usize = 8;
 const HEADS: usize = 32;
@@ -32,15 +33,6 @@ struct Settings {
     runs: usize,
     context: usize,
     seed: u64,
-}
-
-fn parse_dtype(s: &str) -> Result<DType> {
-    Ok(match s.to_ascii_lowercase().as_str() {
-        "f32" => DType::F32,
-        "f16" => DType::F16,
-        "bf16" => DType::BF16,
-        other => bail!("unknown dtype `{other}`: choose f32, f16 or bf16"),
-    })
 }
 
 fn settings() -> Result<Settings> {
@@ -124,28 +116,6 @@ fn step(x: &Inputs, backend: Backend) -> Result<Tensor> {
     )?)
 }
 
-/// The last result and the median time of each backend: one warm-up each, then `runs` rounds
-/// timing the Reference and TileSim back to back.
-fn timed_pair(x: &Inputs, runs: usize) -> Result<((Tensor, Duration), (Tensor, Duration))> {
-    let mut reference = step(x, Backend::Reference).context("Reference backend")?;
-    let mut sim = step(x, Backend::TileSim).context("TileSim backend")?;
-    let (mut ref_times, mut sim_times) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
-    for _ in 0..runs {
-        let t = Instant::now();
-        reference = step(x, Backend::Reference).context("Reference backend")?;
-        ref_times.push(t.elapsed());
-        let t = Instant::now();
-        sim = step(x, Backend::TileSim).context("TileSim backend")?;
-        sim_times.push(t.elapsed());
-    }
-    ref_times.sort();
-    sim_times.sort();
-    Ok((
-        (reference, ref_times[ref_times.len() / 2]),
-        (sim, sim_times[sim_times.len() / 2]),
-    ))
-}
-
 /// The documented tolerance of `out` (docs/ops.md): `(atol, rtol)` per dtype.
 fn tolerance(dtype: DType) -> (f32, f32) {
     match dtype {
@@ -153,19 +123,6 @@ fn tolerance(dtype: DType) -> (f32, f32) {
         DType::F16 => (1e-3, 1.0 / 512.0),
         _ => (1e-3, 1.0 / 128.0),
     }
-}
-
-fn print_cost(label: &str, c: &CostReport) {
-    println!(
-        "  {label}: {:.2} us on {} blocks ({} wave(s)), roofline {:.2} us ({}-bound), {:.1}% of roofline",
-        c.seconds * 1e6,
-        c.block_dim,
-        c.waves,
-        c.roofline_seconds * 1e6,
-        c.bound,
-        c.roofline_fraction() * 100.0
-    );
-    println!("    pipe utilisation: {}", c.busy_summary());
 }
 
 fn main() -> Result<()> {
@@ -176,17 +133,19 @@ fn main() -> Result<()> {
         s.context, s.dtype
     );
     let x = inputs(&s)?;
-    let ((ref_out, ref_time), (sim_out, sim_time)) = timed_pair(&x, s.runs)?;
+    let timed = timed_pair(s.runs, |backend| step(&x, backend))?;
     let (profiled, records) = profile(|| step(&x, Backend::TileSim));
     profiled.context("profiled TileSim run")?;
 
     // |sim - ref| <= atol + rtol * |ref| element-wise.
     let (atol, rtol) = tolerance(s.dtype);
-    let r = ref_out
+    let r = timed
+        .reference
         .to_dtype(DType::F32)?
         .flatten_all()?
         .to_vec1::<f32>()?;
-    let t = sim_out
+    let t = timed
+        .sim
         .to_dtype(DType::F32)?
         .flatten_all()?
         .to_vec1::<f32>()?;
@@ -207,32 +166,15 @@ fn main() -> Result<()> {
             format!("{failed} element(s) outside")
         }
     );
-    println!(
-        "CPU wall time (median of {} alternating runs after a warm-up): Reference {:.2?}, \
-         TileSim {:.2?}; Reference / TileSim = {:.2}",
-        s.runs,
-        ref_time,
-        sim_time,
-        ref_time.as_secs_f64() / sim_time.as_secs_f64().max(1e-12)
-    );
+    timed.print();
 
-    let hazards: usize = records.iter().map(|r| r.hazards.len()).sum();
-    for r in &records {
-        for h in r.hazards.iter().take(3) {
-            println!("HAZ {}", h);
-        }
-    }
-    println!(
-        "simulated Ascend 950PR: {} launch(es), {hazards} hazard(s)",
-        records.len()
-    );
+    let (total, hazards) = print_launches(&records);
     for r in &records {
         if let Some(c) = &r.cost {
             print_cost(&format!("{} x{}", r.kernel, r.block_dim), c);
         }
     }
-    let costs: Vec<CostReport> = records.iter().filter_map(|r| r.cost.clone()).collect();
-    match CostReport::sum(&costs) {
+    match total {
         Some(c) => {
             print_cost("total", &c);
             println!();

@@ -16,9 +16,11 @@
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tileops::ops::{profile, sparse_paged_attention, Backend, SparseAttentionParams};
-use tileops::tile_backend::sim::cost::CostReport;
+
+mod common;
+use common::{max_abs_diff, parse_dtype, print_launches, timed_pair};
 
 const BATCH: usize = 4;
 const HEADS: usize = 128;
@@ -34,15 +36,6 @@ struct Settings {
     runs: usize,
     seq_len: usize,
     seed: u64,
-}
-
-fn parse_dtype(s: &str) -> Result<DType> {
-    Ok(match s.to_ascii_lowercase().as_str() {
-        "f32" => DType::F32,
-        "f16" => DType::F16,
-        "bf16" => DType::BF16,
-        other => bail!("unknown dtype `{other}`: choose f32, f16 or bf16"),
-    })
 }
 
 fn settings() -> Result<Settings> {
@@ -161,38 +154,6 @@ fn step(x: &Inputs, backend: Backend) -> Result<(Tensor, Tensor)> {
     )?)
 }
 
-/// The last result and the median time of each backend: one warm-up each, then `runs` rounds
-/// that time the Reference and TileSim back to back, so both see the same machine load (the
-/// machines this runs on are shared).
-#[allow(clippy::type_complexity)]
-fn timed_pair(
-    x: &Inputs,
-    runs: usize,
-) -> Result<(((Tensor, Tensor), Duration), ((Tensor, Tensor), Duration))> {
-    let mut reference = step(x, Backend::Reference).context("Reference backend")?;
-    let mut sim = step(x, Backend::TileSim).context("TileSim backend")?;
-    let (mut ref_times, mut sim_times) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
-    for _ in 0..runs {
-        let t = Instant::now();
-        reference = step(x, Backend::Reference).context("Reference backend")?;
-        ref_times.push(t.elapsed());
-        let t = Instant::now();
-        sim = step(x, Backend::TileSim).context("TileSim backend")?;
-        sim_times.push(t.elapsed());
-    }
-    ref_times.sort();
-    sim_times.sort();
-    Ok((
-        (reference, ref_times[ref_times.len() / 2]),
-        (sim, sim_times[sim_times.len() / 2]),
-    ))
-}
-
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> Result<f32> {
-    let d = (a.to_dtype(DType::F32)? - b.to_dtype(DType::F32)?)?.abs()?;
-    Ok(d.flatten_all()?.max(0)?.to_scalar::<f32>()?)
-}
-
 fn main() -> Result<()> {
     let s = settings()?;
     println!(
@@ -212,7 +173,8 @@ fn main() -> Result<()> {
         t.elapsed()
     );
 
-    let (((ref_out, ref_lse), ref_time), ((sim_out, sim_lse), sim_time)) = timed_pair(&x, s.runs)?;
+    let timed = timed_pair(s.runs, |backend| step(&x, backend))?;
+    let ((ref_out, ref_lse), (sim_out, sim_lse)) = (&timed.reference, &timed.sim);
     let (profiled, records) = profile(|| step(&x, Backend::TileSim));
     profiled.context("profiled TileSim run")?;
 
@@ -220,7 +182,7 @@ fn main() -> Result<()> {
     println!("accuracy (TileSim vs Reference)");
     println!(
         "  out  max |diff| {:.3e}   (max |out| {:.3e})",
-        max_abs_diff(&sim_out, &ref_out)?,
+        max_abs_diff(sim_out, ref_out)?,
         ref_out
             .to_dtype(DType::F32)?
             .abs()?
@@ -228,37 +190,14 @@ fn main() -> Result<()> {
             .max(0)?
             .to_scalar::<f32>()?
     );
-    println!(
-        "  lse  max |diff| {:.3e}",
-        max_abs_diff(&sim_lse, &ref_lse)?
-    );
+    println!("  lse  max |diff| {:.3e}", max_abs_diff(sim_lse, ref_lse)?);
 
     println!();
-    println!(
-        "CPU wall time (median of {} alternating runs after a warm-up)",
-        s.runs
-    );
-    println!("  Reference  {:>10.2?}", ref_time);
-    println!(
-        "  TileSim    {:>10.2?}   ({:.2}x the reference)",
-        sim_time,
-        sim_time.as_secs_f64() / ref_time.as_secs_f64().max(1e-12)
-    );
+    timed.print();
 
     println!();
-    let hazards: usize = records.iter().map(|r| r.hazards.len()).sum();
-    let costs: Vec<CostReport> = records.iter().filter_map(|r| r.cost.clone()).collect();
-    println!(
-        "simulated Ascend 950: {} launch(es) ({}), {} hazard(s)",
-        records.len(),
-        records
-            .iter()
-            .map(|r| format!("{} x{}", r.kernel, r.block_dim))
-            .collect::<Vec<_>>()
-            .join(", "),
-        hazards
-    );
-    match CostReport::sum(&costs) {
+    let (total, _) = print_launches(&records);
+    match total {
         Some(c) => {
             println!(
                 "  estimated device time {:.2} us, roofline {:.2} us ({}-bound), {:.1}% of roofline",

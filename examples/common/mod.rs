@@ -1,0 +1,122 @@
+//! What the side-by-side examples (`sparse_attention`, `paged_attention`, `flash_attention`)
+//! share: the dtype flag, the alternating Reference / TileSim timing, the accuracy figure and
+//! the report of the simulated launches.
+//!
+//! Each example includes this module with `mod common;` and uses part of it.
+#![allow(dead_code)]
+
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Tensor};
+use std::time::{Duration, Instant};
+use tileops::ops::{Backend, LaunchRecord};
+use tileops::tile_backend::sim::cost::CostReport;
+
+/// `f32`, `f16` or `bf16` (any case).
+pub fn parse_dtype(s: &str) -> Result<DType> {
+    Ok(match s.to_ascii_lowercase().as_str() {
+        "f32" => DType::F32,
+        "f16" => DType::F16,
+        "bf16" => DType::BF16,
+        other => bail!("unknown dtype `{other}`: choose f32, f16 or bf16"),
+    })
+}
+
+/// The last result and the median wall time of each backend.
+pub struct Timed<T> {
+    /// The Reference's last result.
+    pub reference: T,
+    /// The Reference's median time.
+    pub ref_time: Duration,
+    /// TileSim's last result.
+    pub sim: T,
+    /// TileSim's median time.
+    pub sim_time: Duration,
+    /// Timed rounds.
+    pub runs: usize,
+}
+
+/// One warm-up run per backend (it compiles and caches the kernels), then `runs` rounds that
+/// time the Reference and TileSim back to back, so both see the same machine load (the machines
+/// this runs on are shared).
+pub fn timed_pair<T>(runs: usize, mut step: impl FnMut(Backend) -> Result<T>) -> Result<Timed<T>> {
+    let mut reference = step(Backend::Reference).context("Reference backend")?;
+    let mut sim = step(Backend::TileSim).context("TileSim backend")?;
+    let (mut ref_times, mut sim_times) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    for _ in 0..runs {
+        let t = Instant::now();
+        reference = step(Backend::Reference).context("Reference backend")?;
+        ref_times.push(t.elapsed());
+        let t = Instant::now();
+        sim = step(Backend::TileSim).context("TileSim backend")?;
+        sim_times.push(t.elapsed());
+    }
+    Ok(Timed {
+        reference,
+        ref_time: median(ref_times),
+        sim,
+        sim_time: median(sim_times),
+        runs,
+    })
+}
+
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times.get(times.len() / 2).copied().unwrap_or_default()
+}
+
+impl<T> Timed<T> {
+    /// Prints both medians and the ratio Reference / TileSim (> 1: TileSim is faster).
+    pub fn print(&self) {
+        println!(
+            "CPU wall time (median of {} alternating runs after a warm-up)",
+            self.runs
+        );
+        println!("  Reference  {:>10.2?}", self.ref_time);
+        println!(
+            "  TileSim    {:>10.2?}   (Reference / TileSim = {:.2})",
+            self.sim_time,
+            self.ref_time.as_secs_f64() / self.sim_time.as_secs_f64().max(1e-12)
+        );
+    }
+}
+
+/// The largest element-wise `|a - b|`, in f32.
+pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> Result<f32> {
+    let d = (a.to_dtype(DType::F32)? - b.to_dtype(DType::F32)?)?.abs()?;
+    Ok(d.flatten_all()?.max(0)?.to_scalar::<f32>()?)
+}
+
+/// Prints the simulated launches (kernel x blocks) and the first hazards of each; returns the
+/// summed cost report of the launches (`None` when nothing was simulated) and the hazard count.
+pub fn print_launches(records: &[LaunchRecord]) -> (Option<CostReport>, usize) {
+    let hazards: usize = records.iter().map(|r| r.hazards.len()).sum();
+    println!(
+        "simulated Ascend 950: {} launch(es) ({}), {hazards} hazard(s)",
+        records.len(),
+        records
+            .iter()
+            .map(|r| format!("{} x{}", r.kernel, r.block_dim))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for h in records.iter().flat_map(|r| r.hazards.iter().take(3)) {
+        println!("  hazard: {h}");
+    }
+    let costs: Vec<CostReport> = records.iter().filter_map(|r| r.cost.clone()).collect();
+    (CostReport::sum(&costs), hazards)
+}
+
+/// One line of a cost report: device time, blocks and waves, roofline and its fraction, then
+/// the pipes' utilisation.
+pub fn print_cost(label: &str, c: &CostReport) {
+    println!(
+        "  {label}: {:.2} us on {} blocks ({} wave(s)), roofline {:.2} us ({}-bound), {:.1}% of roofline",
+        c.seconds * 1e6,
+        c.block_dim,
+        c.waves,
+        c.roofline_seconds * 1e6,
+        c.bound,
+        c.roofline_fraction() * 100.0
+    );
+    println!("    pipe utilisation: {}", c.busy_summary());
+}
