@@ -177,7 +177,7 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
     let dt = cfg.dtype;
     let (th, chunk, ks, ns) = (cfg.th, cfg.chunk, cfg.ks, cfg.ns);
     let (dp, vp, dqk, v_dim) = (cfg.dp(), cfg.vp(), cfg.dqk, cfg.v_dim);
-    let r = th / 2;
+    let r = cfg.r();
     let nks = dp / ks;
     let nns = vp / ns;
     let heads = cfg.heads;
@@ -185,7 +185,9 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
     let bufs = cfg.bufs.clamp(1, 2);
     let pbufs = cfg.pbufs.clamp(1, 2);
 
-    let mut kb = KernelBuilder::new(format!("{}_{dt}", cfg.name));
+    // The single-vector-core head tile is its own kernel, named apart in listings and profiles.
+    let single = if cfg.single { "_single" } else { "" };
+    let mut kb = KernelBuilder::new(format!("{}{single}_{dt}", cfg.name));
     let sp = SplitParams {
         batch: kb.scalar("batch", DType::I32),
         topk: kb.scalar("topk", DType::I32),
