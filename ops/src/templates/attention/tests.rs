@@ -347,11 +347,7 @@ fn the_device_plan_runs_two_items_per_block_without_hazards_and_same_results() {
             scale: 0.125,
             sink: None,
         };
-        let ((out, _lse), records) =
-            profile(|| run_attention(&mut runner, "test", &plan, inp).expect("runs"));
-        for r in &records {
-            assert!(r.hazards.is_empty(), "{:?}: {:#?}", target, r.hazards);
-        }
+        let (out, _lse) = run_traced(&mut runner, &plan, inp);
         let f32s: Vec<f32> = out
             .data
             .chunks_exact(4)
@@ -415,6 +411,16 @@ fn the_cpu_plan_hands_small_head_tiles_whole_to_one_vector_core() {
     assert!(attn_split(&single).name.contains("_single"));
 }
 
+/// Runs `plan` traced and checks that every launch is hazard-free; returns `(out, lse)`.
+fn run_traced(runner: &mut Runner, plan: &AttnPlan, inp: AttnInputs<'_>) -> (GmTensor, GmTensor) {
+    let (res, records) = profile(|| run_attention(runner, "test", plan, inp).expect("runs"));
+    assert!(!records.is_empty(), "no launch was traced");
+    for r in &records {
+        assert!(r.hazards.is_empty(), "{}: {:#?}", r.kernel, r.hazards);
+    }
+    res
+}
+
 /// `vals` as `dtype` bytes (f32 as is, f16/bf16 rounded to nearest).
 fn in_dtype(dtype: DType, f32_bytes: &[u8]) -> Vec<u8> {
     let xs = f32_bytes
@@ -472,12 +478,7 @@ fn the_single_vector_core_head_tile_gives_the_split_tiles_bits_without_hazards()
                     scale: 0.125,
                     sink: None,
                 };
-                let ((out, lse), records) =
-                    profile(|| run_attention(&mut runner, "test", &plan, inp).expect("runs"));
-                assert!(!records.is_empty());
-                for r in &records {
-                    assert!(r.hazards.is_empty(), "{}: {:#?}", r.kernel, r.hazards);
-                }
+                let (out, lse) = run_traced(&mut runner, &plan, inp);
                 (out.data, lse.data)
             };
             let single = AttnCfg::new(AttnSpec {
