@@ -388,6 +388,32 @@ fn sparse_deepseek_shape_cpu_plan() {
     });
 }
 
+#[test]
+fn sparse_cpu_plan_single_vector_core_head_tiles() {
+    // The CPU plan hands head tiles of at most 64 rows whole to AIV0 (padded to 16 rows, not
+    // 32): 1, 8, 16 (the decode demo's 16 heads, Dqk 192, v_dim 128), 17 and 32 heads, both
+    // data dtypes, tail chunks (65 and 100 tokens), invalid slots, an empty row, a sink.
+    // Traced: no hazard allowed.
+    for dtype in [DType::F32, DType::BF16] {
+        for (h, dqk, v_dim, topk) in [
+            (1, 64, 48, 65),
+            (8, 64, 32, 100),
+            (16, 192, 128, 64),
+            (17, 80, 40, 100),
+            (32, 64, 64, 65),
+        ] {
+            run_sparse(&SparseCase {
+                invalid: 1,
+                empty_row: h == 16,
+                sink: h == 17,
+                plan: Some(PlanTarget::Cpu),
+                seed: h as u64,
+                ..SparseCase::new(3, h, dqk, v_dim, topk, 16, dtype)
+            });
+        }
+    }
+}
+
 struct DenseCase {
     b: usize,
     hkv: usize,

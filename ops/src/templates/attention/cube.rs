@@ -3,7 +3,7 @@
 
 use super::{ping_pong, SplitKernel};
 use tile_backend::dsl::{Body, Gather};
-use tile_backend::ir::{AccToVecMode, Expr, GmView, ParamId, Pipe, TileId};
+use tile_backend::ir::{Expr, GmView, ParamId, Pipe, TileId};
 
 /// Appends the cube program of the split kernel `k` to `c`.
 pub(super) fn body(c: &mut Body<'_>, k: &SplitKernel<'_>) {
@@ -139,8 +139,7 @@ pub(super) fn body(c: &mut Body<'_>, k: &SplitKernel<'_>) {
             b.set_flag(Mm, Fix, ev);
             b.acquire(ch_s);
             b.wait_flag(Mm, Fix, ev);
-            b.mov(s_ub, s_acc.at(slot))
-                .mode(AccToVecMode::DualModeSplitM);
+            b.mov(s_ub, s_acc.at(slot)).mode(cfg.acc_mode());
             b.set_flag(Fix, Mm, ev);
             b.push(ch_s);
             // O_j = P V_j.
@@ -162,8 +161,7 @@ pub(super) fn body(c: &mut Body<'_>, k: &SplitKernel<'_>) {
                 b.set_flag(Mm, Fix, 2 + y);
                 b.acquire(ch_pv);
                 b.wait_flag(Mm, Fix, 2 + y);
-                b.mov(pv_ub, pv_acc.at(ys))
-                    .mode(AccToVecMode::DualModeSplitM);
+                b.mov(pv_ub, pv_acc.at(ys)).mode(cfg.acc_mode());
                 b.set_flag(Fix, Mm, 2 + y);
                 b.push(ch_pv);
             }

@@ -7,9 +7,14 @@
 //! One work item = one (batch row `b`, head tile `ht`, top-k split `sp`); `item = (b * nht +
 //! ht) * splits + sp`. A block runs one item (`item = block`) or, where the device plan folds
 //! several waves into each block (`AttnCfg::ipb`), items `block * ipb ..` one after another, so
-//! that one item's gathers overlap the previous one's tail. A head tile is `hg` query heads (padded to `th`, a multiple of 32, so each AIV
-//! owns `th / 2` rows); all of them share one gathered K (and V) tile per chunk, so K is read
-//! from GM once per chunk for the whole head tile.
+//! that one item's gathers overlap the previous one's tail. A head tile is `hg` query heads
+//! (padded to `th`, a multiple of 32, so each AIV owns `r = th / 2` rows); all of them share
+//! one gathered K (and V) tile per chunk, so K is read from GM once per chunk for the whole
+//! head tile. The CPU plan's single-vector-core head tile (`AttnCfg::single`, head tiles of at
+//! most 64 rows, kernel `<name>_single_<dtype>`) pads to 16 rows instead and moves the scores
+//! and P V whole to AIV0 (`SingleModeVec0`, `r = th`, P into L1 without an offset); AIV1 skips
+//! every data op and keeps only the channel ops, so the sync pass pairs the same flags on
+//! both AIVs.
 //!
 //! ```text
 //! cube   MTE2  Q [hv, Dqk] -> q_l1 Mat NZ [th, dp] (zero padded)
@@ -20,12 +25,13 @@
 //!              (V likewise into v_l1[s] when the kernel has a separate V cache); zero pad
 //!        per K slice j: MTE1 q_l1[:, j ks..] -> q_l0[j%bufs] Left; k_l1[s] seen as ZN [dp, chunk]
 //!              (= K^T, same bytes) rows j ks.. -> kt_l0[j%bufs] Right; M s_acc[s] (+)= q · kt
-//!        FIX   s_acc[s] -> s_ub (DualModeSplitM: AIV i gets heads i*th/2 ..)      -> channel S
+//!        FIX   s_acc[s] -> s_ub (DualModeSplitM: AIV i gets heads i*r ..; single: all to AIV0)
+//!                                                                                 -> channel S
 //!        MTE1  (channel P) p_l1[c % pbufs] [th, chunk] -> p_l0 Left (pbufs = 2 in the CPU
 //!              plan where L1 has room, else 1)
 //!        per V slice j: MTE1 V[:, j ns..] (NZ -> ZN) -> v_l0[..%bufs] Right; M pv_acc[..%2] = P · V
 //!              FIX pv_acc -> pv_ub (SplitM)                                     -> channel PV
-//! vector (each AIV: r = th/2 heads, f32): s *= scale; tail chunk: columns >= nv := -inf;
+//! vector (each AIV: r heads, f32): s *= scale; tail chunk: columns >= nv := -inf;
 //!        m_new = max(m, rowmax s); alpha = exp(m - m_new); s = exp(s - m_new);
 //!        l = l alpha + rowsum s; P = cast(s) ND -> NZ -> p_l1[c % pbufs] rows sub*r..
 //!        (channel P);
@@ -177,7 +183,7 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
     let dt = cfg.dtype;
     let (th, chunk, ks, ns) = (cfg.th, cfg.chunk, cfg.ks, cfg.ns);
     let (dp, vp, dqk, v_dim) = (cfg.dp(), cfg.vp(), cfg.dqk, cfg.v_dim);
-    let r = th / 2;
+    let r = cfg.r();
     let nks = dp / ks;
     let nns = vp / ns;
     let heads = cfg.heads;
@@ -185,7 +191,9 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
     let bufs = cfg.bufs.clamp(1, 2);
     let pbufs = cfg.pbufs.clamp(1, 2);
 
-    let mut kb = KernelBuilder::new(format!("{}_{dt}", cfg.name));
+    // The single-vector-core head tile is its own kernel, named apart in listings and profiles.
+    let single = if cfg.single { "_single" } else { "" };
+    let mut kb = KernelBuilder::new(format!("{}{single}_{dt}", cfg.name));
     let sp = SplitParams {
         batch: kb.scalar("batch", DType::I32),
         topk: kb.scalar("topk", DType::I32),

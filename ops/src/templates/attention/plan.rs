@@ -6,12 +6,15 @@ use crate::error::OpError;
 use crate::kernels::Launch;
 use crate::registry::MAX_DIM;
 use crate::runtime::PlanTarget;
-use tile_backend::ir::DType;
+use tile_backend::ir::{AccToVecMode, DType};
 
 /// The running max a head starts with (finite, so empty splits stay NaN-free).
 pub(crate) const M_INIT: f64 = -1e30;
 /// Largest number of top-k splits the merge kernel takes (rows of its lse tile).
 pub(crate) const MAX_SPLITS: u64 = 32;
+/// Largest head tile the CPU plan hands whole to AIV0 ([`AttnCfg::single`]): 64 rows, as many
+/// as one AIV holds in the widest split head tile (128 heads), so its UB tiles are no larger.
+pub(crate) const SINGLE_MAX_ROWS: u64 = 64;
 
 /// `v` rounded up to a multiple of `m`.
 pub(crate) fn round_up(v: u64, m: u64) -> u64 {
@@ -43,8 +46,17 @@ pub(crate) struct AttnCfg {
     pub separate_v: bool,
     /// Tokens per cache block.
     pub block_size: u64,
-    /// Padded head-tile rows (multiple of 32).
+    /// Padded head-tile rows: a multiple of 32 (each AIV owns `th / 2` rows, whole 16-row
+    /// fractals), or of 16 with [`AttnCfg::single`].
     pub th: u64,
+    /// The single-vector-core head tile of the CPU plan (head tiles of at most
+    /// [`SINGLE_MAX_ROWS`] rows): `th` is `hg` rounded up to 16, not 32, the scores and P V move
+    /// whole to AIV0 (`SingleModeVec0`) and P goes into L1 without an offset; AIV1 keeps only
+    /// the channel protocol. A target that runs a block's instructions one after another then
+    /// computes no padding rows beyond the cube's 16-row fractal (16 heads: half the matmul rows
+    /// and none of a second AIV's vector work) and issues each vector op once, not twice. The
+    /// device plan keeps both AIVs busy (`DualModeSplitM`).
+    pub single: bool,
     /// Top-k tokens per chunk (rows of a gathered tile).
     pub chunk: u64,
     /// K slice width of Q K^T (`bufs` Q slices fit L0A beside P).
@@ -118,7 +130,12 @@ impl AttnCfg {
         } = spec;
         let es = dtype.size_bytes();
         let hg = hg.clamp(1, 128);
-        let th = round_up(hg, 32);
+        let single = !double_buffer && round_up(hg, 16) <= SINGLE_MAX_ROWS;
+        let th = if single {
+            round_up(hg, 16)
+        } else {
+            round_up(hg, 32)
+        };
         let dp = round_up(dqk, 16);
         let vp = round_up(v_dim, 16);
         let bufs = if double_buffer { 2 } else { 1 };
@@ -173,6 +190,7 @@ impl AttnCfg {
             separate_v,
             block_size,
             th,
+            single,
             chunk,
             ks,
             ns,
@@ -195,6 +213,25 @@ impl AttnCfg {
     /// V columns padded to a multiple of 16.
     pub fn vp(&self) -> u64 {
         round_up(self.v_dim, 16)
+    }
+
+    /// Head rows per AIV that holds any: `th / 2`, or `th` with [`AttnCfg::single`].
+    pub fn r(&self) -> u64 {
+        if self.single {
+            self.th
+        } else {
+            self.th / 2
+        }
+    }
+
+    /// How the Fixpipe hands the scores and P V to the vector cores: whole to AIV0 with
+    /// [`AttnCfg::single`], else split by rows.
+    pub fn acc_mode(&self) -> AccToVecMode {
+        if self.single {
+            AccToVecMode::SingleModeVec0
+        } else {
+            AccToVecMode::DualModeSplitM
+        }
     }
 }
 

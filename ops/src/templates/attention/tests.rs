@@ -257,7 +257,8 @@ fn the_cpu_plan_buffers_tiles_once_and_makes_them_larger() {
 fn the_device_plan_gathers_longer_chunks_for_narrow_head_tiles() {
     // Dense GQA decode (4 query heads per KV head: a 32-row head tile, D 128, K and V from
     // their own caches): the device plan's chunk grows until the score tile is as large as
-    // the widest head tile's (128 x 128 bf16) or L1 is full; the CPU plan keeps its chunk.
+    // the widest head tile's (128 x 128 bf16) or L1 is full; the CPU plan keeps its chunk (and
+    // pads its head tile to 16 rows only: `AttnCfg::single`).
     let dense = |dt: DType, double: bool| {
         let c = AttnCfg::new(AttnSpec {
             hg: 4,
@@ -268,10 +269,10 @@ fn the_device_plan_gathers_longer_chunks_for_narrow_head_tiles() {
         (c.th, c.chunk)
     };
     assert_eq!(dense(DType::BF16, true), (32, 256));
-    assert_eq!(dense(DType::BF16, false), (32, 128));
+    assert_eq!(dense(DType::BF16, false), (16, 128));
     // f32: 256 tokens of K and V, double buffered, would take 512 KiB of L1.
     assert_eq!(dense(DType::F32, true), (32, 128));
-    assert_eq!(dense(DType::F32, false), (32, 64));
+    assert_eq!(dense(DType::F32, false), (16, 64));
     // The widest head tile (DeepSeek, 128 heads) keeps its chunk.
     let wide = AttnCfg::new(latent_spec(DType::BF16, 128, 576, 512));
     assert_eq!(wide.chunk, 128);
@@ -346,11 +347,7 @@ fn the_device_plan_runs_two_items_per_block_without_hazards_and_same_results() {
             scale: 0.125,
             sink: None,
         };
-        let ((out, _lse), records) =
-            profile(|| run_attention(&mut runner, "test", &plan, inp).expect("runs"));
-        for r in &records {
-            assert!(r.hazards.is_empty(), "{:?}: {:#?}", target, r.hazards);
-        }
+        let (out, _lse) = run_traced(&mut runner, &plan, inp);
         let f32s: Vec<f32> = out
             .data
             .chunks_exact(4)
@@ -365,5 +362,141 @@ fn the_device_plan_runs_two_items_per_block_without_hazards_and_same_results() {
     assert_eq!(out_cpu.len(), out_dev.len());
     for (i, (a, b)) in out_cpu.iter().zip(&out_dev).enumerate() {
         assert!((a - b).abs() <= 1e-5, "out {i}: {a} vs {b}");
+    }
+}
+
+#[test]
+fn the_cpu_plan_hands_small_head_tiles_whole_to_one_vector_core() {
+    let tile = |hg: u64, double: bool| {
+        let c = AttnCfg::new(AttnSpec {
+            hg,
+            double_buffer: double,
+            ..latent_spec(DType::BF16, 128, 192, 128)
+        });
+        (c.th, c.single, c.r(), c.acc_mode())
+    };
+    use tile_backend::ir::AccToVecMode::{DualModeSplitM, SingleModeVec0};
+    // The CPU plan pads to the cube's 16-row fractal, up to SINGLE_MAX_ROWS rows on AIV0 ...
+    for (hg, th) in [
+        (1, 16),
+        (8, 16),
+        (16, 16),
+        (17, 32),
+        (32, 32),
+        (33, 48),
+        (64, 64),
+    ] {
+        assert_eq!(tile(hg, false), (th, true, th, SingleModeVec0), "hg {hg}");
+    }
+    // ... and splits wider head tiles between both AIVs, as the device plan always does.
+    for (hg, th) in [(65, 96), (128, 128)] {
+        assert_eq!(
+            tile(hg, false),
+            (th, false, th / 2, DualModeSplitM),
+            "hg {hg}"
+        );
+    }
+    for (hg, th) in [(1, 32), (16, 32), (17, 32), (33, 64), (64, 64), (128, 128)] {
+        assert_eq!(
+            tile(hg, true),
+            (th, false, th / 2, DualModeSplitM),
+            "hg {hg}"
+        );
+    }
+    // The single tile is its own kernel.
+    let single = AttnCfg::new(AttnSpec {
+        double_buffer: false,
+        ..latent_spec(DType::F32, 16, 64, 32)
+    });
+    assert!(attn_split(&single).name.contains("_single"));
+}
+
+/// Runs `plan` traced and checks that every launch is hazard-free; returns `(out, lse)`.
+fn run_traced(runner: &mut Runner, plan: &AttnPlan, inp: AttnInputs<'_>) -> (GmTensor, GmTensor) {
+    let (res, records) = profile(|| run_attention(runner, "test", plan, inp).expect("runs"));
+    assert!(!records.is_empty(), "no launch was traced");
+    for r in &records {
+        assert!(r.hazards.is_empty(), "{}: {:#?}", r.kernel, r.hazards);
+    }
+    res
+}
+
+/// `vals` as `dtype` bytes (f32 as is, f16/bf16 rounded to nearest).
+fn in_dtype(dtype: DType, f32_bytes: &[u8]) -> Vec<u8> {
+    let xs = f32_bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+    match dtype {
+        DType::BF16 => xs
+            .flat_map(|x| half::bf16::from_f32(x).to_le_bytes())
+            .collect(),
+        DType::F16 => xs
+            .flat_map(|x| half::f16::from_f32(x).to_le_bytes())
+            .collect(),
+        _ => f32_bytes.to_vec(),
+    }
+}
+
+#[test]
+fn the_single_vector_core_head_tile_gives_the_split_tiles_bits_without_hazards() {
+    // Sparse form (V = the first v_dim columns of K), 3 rows counting 100, 37 and 0 valid
+    // tokens: two f32 chunks of 64 (the second a tail), one bf16 chunk of 128 (a tail), an
+    // empty row. Each head tile runs on the CPU plan once handed whole to AIV0 and once split
+    // between both AIVs (the 32-row-padded tile the plan used before); the traced runs must be
+    // hazard-free and give the same bytes.
+    let (batch, d, v_dim, bs, topk) = (3usize, 64u64, 48u64, 8usize, 100usize);
+    let (tokens, max_blocks) = (104usize, 13usize);
+    let table: Vec<i64> = (0..batch * max_blocks)
+        .map(|i| ((i % max_blocks) * 5 % max_blocks) as i64)
+        .collect();
+    let indices: Vec<i64> = (0..batch * topk).map(|i| (i * 7 % tokens) as i64).collect();
+    let counts = vec![100i64, 37, 0];
+    for dtype in [DType::F32, DType::BF16] {
+        for (heads, hg) in [(1u64, 1u64), (8, 8), (16, 16), (17, 17), (32, 32), (32, 12)] {
+            let q = in_dtype(dtype, &vals(batch * heads as usize * d as usize, 1));
+            let kv = in_dtype(dtype, &vals(tokens * d as usize, 2));
+            let run = |cfg: AttnCfg| {
+                let mut runner = Runner::sim("test").plan_for(PlanTarget::Cpu);
+                let plan = plan(cfg, batch, topk, false, runner.plan_target());
+                let inp = AttnInputs {
+                    q: GmInput {
+                        dtype,
+                        shape: vec![batch * heads as usize, d as usize],
+                        data: &q,
+                    },
+                    kv: GmInput {
+                        dtype,
+                        shape: vec![tokens, d as usize],
+                        data: &kv,
+                    },
+                    v: None,
+                    indices: indices.clone(),
+                    topk,
+                    counts: counts.clone(),
+                    block_table: &table,
+                    max_blocks,
+                    scale: 0.125,
+                    sink: None,
+                };
+                let (out, lse) = run_traced(&mut runner, &plan, inp);
+                (out.data, lse.data)
+            };
+            let single = AttnCfg::new(AttnSpec {
+                hg,
+                block_size: bs as u64,
+                double_buffer: false,
+                ..latent_spec(dtype, heads, d, v_dim)
+            });
+            assert!(single.single);
+            let split = AttnCfg {
+                single: false,
+                th: plan::round_up(single.hg, 32),
+                ..single.clone()
+            };
+            let what = format!("{dtype} heads {heads} hg {hg}");
+            let (out, lse) = run(single);
+            assert!(out.iter().any(|&b| b != 0), "{what}: out is not all zero");
+            assert_eq!((out, lse), run(split), "{what}");
+        }
     }
 }

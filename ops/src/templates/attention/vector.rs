@@ -129,82 +129,100 @@ pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
         ch_pv,
         ..
     } = *k;
+    let single = k.cfg.single;
     k.for_items(v, &mut |v, item| {
         let p = |id: ParamId| Expr::Param(id);
         let (split, _ht, bi, cnt, c0, iters, h0, hv) = k.coords(v, item);
-        v.set_validshape(s_ub, r, chunk);
-        for t in rows.all() {
-            v.set_validshape(t, 1, r);
-        }
-        v.set_validshape(pv_ub, r, ns);
-        v.fill(rows.m, M_INIT);
-        v.fill(rows.l, 0.0);
-        v.fill(rows.low, 0.0);
-        for j in 0..nns {
-            v.set_validshape(o_t.at(j), r, ns);
-            v.fill(o_t.at(j), 0.0);
-        }
+        aiv0(v, single, |v| {
+            v.set_validshape(s_ub, r, chunk);
+            for t in rows.all() {
+                v.set_validshape(t, 1, r);
+            }
+            v.set_validshape(pv_ub, r, ns);
+            v.fill(rows.m, M_INIT);
+            v.fill(rows.l, 0.0);
+            v.fill(rows.low, 0.0);
+            for j in 0..nns {
+                v.set_validshape(o_t.at(j), r, ns);
+                v.fill(o_t.at(j), 0.0);
+            }
+        });
         v.for_range("c", 0, iters, 1, |b, it| {
             let t0 = (Expr::Var(c0) + it) * chunk;
             let nv = b.let_("nv", (Expr::Var(cnt) - t0).min(chunk));
             b.pop(ch_s);
-            b.muls(s_ub, s_ub, sp.scale);
-            b.reduce(ReduceOp::Min, Axis::Row, rows.low_chunk, s_ub);
-            b.if_(Expr::Var(nv).lt(chunk), |t| {
-                t.set_validshape(s_ub, r, nv);
-                t.fillpad(s_ub);
-                t.set_validshape(s_ub, r, chunk);
+            // m_chunk = max(m, rowmax s) is the new running max; P is made from it first, and
+            // the statistics that only O and l need (alpha, m, l, low) follow the P handoff,
+            // off the path the cube waits on.
+            aiv0(b, single, |b| {
+                b.muls(s_ub, s_ub, sp.scale);
+                b.reduce(ReduceOp::Min, Axis::Row, rows.low_chunk, s_ub);
+                b.if_(Expr::Var(nv).lt(chunk), |t| {
+                    t.set_validshape(s_ub, r, nv);
+                    t.fillpad(s_ub);
+                    t.set_validshape(s_ub, r, chunk);
+                });
+                b.row_max(mc, s_ub);
+                b.max(rows.mc, rows.mc, rows.m);
+                b.broadcast(BinaryOp::Sub, Axis::Row, s_ub, s_ub, mc);
+                b.exp(s_ub, s_ub);
+                b.row_sum(lc, s_ub);
             });
-            // m_chunk = max(m, rowmax s) is the new running max; P is made from it first, and the
-            // statistics that only O and l need (alpha, m, l, low) follow the P handoff, off the
-            // path the cube waits on.
-            b.row_max(mc, s_ub);
-            b.max(rows.mc, rows.mc, rows.m);
-            b.broadcast(BinaryOp::Sub, Axis::Row, s_ub, s_ub, mc);
-            b.exp(s_ub, s_ub);
-            b.row_sum(lc, s_ub);
             match p_ub {
                 Some(pu) => {
-                    b.cast(pu, s_ub, RoundMode::Rint);
+                    aiv0(b, single, |b| b.cast(pu, s_ub, RoundMode::Rint));
                     b.release(ch_s);
-                    b.mov(p_nz, pu);
+                    aiv0(b, single, |b| {
+                        b.mov(p_nz, pu);
+                    });
                 }
                 None => {
-                    b.mov(p_nz, s_ub);
+                    aiv0(b, single, |b| {
+                        b.mov(p_nz, s_ub);
+                    });
                     b.release(ch_s);
                 }
             }
             b.acquire(ch_p);
-            b.mov(p_l1.at(it % pbufs), p_nz)
-                .offset(Expr::SubBlockIdx * r, 0);
+            aiv0(b, single, |b| {
+                b.mov(p_l1.at(it % pbufs), p_nz)
+                    .offset(Expr::SubBlockIdx * r, 0);
+            });
             b.push(ch_p);
-            b.binary(BinaryOp::Sub, rows.alpha, rows.m, rows.mc);
-            b.exp(rows.alpha, rows.alpha);
-            b.max(rows.m, rows.m, rows.mc);
-            b.mul(rows.l, rows.l, rows.alpha);
-            b.add(rows.l, rows.l, rows.lc);
-            b.binary(BinaryOp::Min, rows.low, rows.low, rows.low_chunk_row);
+            aiv0(b, single, |b| {
+                b.binary(BinaryOp::Sub, rows.alpha, rows.m, rows.mc);
+                b.exp(rows.alpha, rows.alpha);
+                b.max(rows.m, rows.m, rows.mc);
+                b.mul(rows.l, rows.l, rows.alpha);
+                b.add(rows.l, rows.l, rows.lc);
+                b.binary(BinaryOp::Min, rows.low, rows.low, rows.low_chunk_row);
+            });
             for j in 0..nns {
-                b.broadcast(BinaryOp::Mul, Axis::Row, o_t.at(j), o_t.at(j), alpha);
+                aiv0(b, single, |b| {
+                    b.broadcast(BinaryOp::Mul, Axis::Row, o_t.at(j), o_t.at(j), alpha);
+                });
                 b.pop(ch_pv);
-                b.add(o_t.at(j), o_t.at(j), pv_ub);
+                aiv0(b, single, |b| b.add(o_t.at(j), o_t.at(j), pv_ub));
                 b.release(ch_pv);
             }
         });
         // Normalise and write this split's partial result: l = max(l, 1) + 0 * (low + l).
-        v.add(rows.low, rows.low, rows.l);
-        v.muls(rows.low, rows.low, 0.0);
-        v.binary_scalar(BinaryOp::Max, rows.l, rows.l, 1.0);
-        v.add(rows.l, rows.l, rows.low);
-        for j in 0..nns {
-            v.broadcast(BinaryOp::Div, Axis::Row, o_t.at(j), o_t.at(j), l);
-            if k.cfg.separate_v {
-                v.muls(pv_ub, o_t.at(j), 0.0);
-                v.add(o_t.at(j), o_t.at(j), pv_ub);
+        aiv0(v, single, |v| {
+            v.add(rows.low, rows.low, rows.l);
+            v.muls(rows.low, rows.low, 0.0);
+            v.binary_scalar(BinaryOp::Max, rows.l, rows.l, 1.0);
+            v.add(rows.l, rows.l, rows.low);
+            for j in 0..nns {
+                v.broadcast(BinaryOp::Div, Axis::Row, o_t.at(j), o_t.at(j), l);
+                if k.cfg.separate_v {
+                    v.muls(pv_ub, o_t.at(j), 0.0);
+                    v.add(o_t.at(j), o_t.at(j), pv_ub);
+                }
             }
-        }
-        v.unary(UnaryOp::Ln, rows.lse, rows.l);
-        v.add(rows.lse, rows.lse, rows.m);
+            v.unary(UnaryOp::Ln, rows.lse, rows.l);
+            v.add(rows.lse, rows.lse, rows.m);
+        });
+        // AIV1 of the single-vector-core head tile owns no row (hv <= th = r): `mine` is 0.
         let mine = v.let_(
             "mine",
             (Expr::Var(hv) - Expr::SubBlockIdx * r).min(r as i64).max(0),
@@ -224,4 +242,18 @@ pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
             t.store(GmView::dn(lse_ws, g, mine, 1, 1), lse_t);
         });
     });
+}
+
+/// Runs `f` on the AIVs that hold data: both, or AIV0 alone with [`AttnCfg::single`]
+/// (`SingleModeVec0` writes only AIV0's UB, so AIV1's copies of the handed-over tiles are never
+/// written). AIV1 still runs every channel op, so the sync pass, which binds a channel op to
+/// the pipe of its neighbouring data op, pairs the same flags on both AIVs.
+///
+/// [`AttnCfg::single`]: super::AttnCfg::single
+fn aiv0(b: &mut Body<'_>, single: bool, f: impl FnOnce(&mut Body<'_>)) {
+    if single {
+        b.if_(Expr::SubBlockIdx.eq_(0), f);
+    } else {
+        f(b);
+    }
 }
