@@ -501,6 +501,30 @@ fn word_tensor(scales: &[f32], n_pad: usize, signed: bool) -> GmTensor {
     GmTensor::from_i64(DType::U64, &[1, n_pad], &v)
 }
 
+/// The bytes of [`word_tensor`] for unsigned (dequantisation) words: what a weight keeps
+/// ([`QuantizedWeight::dequant`]), padded to `n_pad` channels once for every call.
+pub(crate) fn word_bytes(scales: &[f32], n_pad: usize) -> Vec<u8> {
+    word_tensor(scales, n_pad, false).data
+}
+
+/// The first `n_pad` of a weight's kept Fixpipe words as the `words [1, n_pad]` input (a
+/// prefix: they are padded to a multiple of every channel tile).
+fn kept_words(w: &QuantizedWeight, n_pad: usize) -> Result<Arg<'_>, OpError> {
+    let data = w
+        .dequant()
+        .word_bytes
+        .get(..n_pad * 8)
+        .ok_or_else(|| OpError::Package {
+            op: OP,
+            why: format!("the weight keeps fewer than the plan's {n_pad} Fixpipe words"),
+        })?;
+    Ok(Arg::Input(GmInput {
+        dtype: DType::U64,
+        shape: vec![1, n_pad],
+        data,
+    }))
+}
+
 /// f32 values padded with zeros to `len`, as a `[1, len]` tensor.
 fn padded_f32(v: &[f32], len: usize) -> GmTensor {
     let mut p = v.to_vec();
@@ -558,7 +582,7 @@ pub(crate) fn run_float(
     let mut t = vec![
         i8_input(&call.xq, &[s.m, s.k]),
         i8_input(w.data(), &[s.n, s.k]),
-        Arg::Tensor(word_tensor(&call.words, n_pad, false)),
+        kept_words(w, n_pad)?,
         Arg::Tensor(padded_f32(&call.row_factor, m_pad)),
     ];
     if let Some(b) = &call.bias {
