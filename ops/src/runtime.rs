@@ -52,17 +52,46 @@ pub fn compiled(
     if let Some(k) = cache().lock().ok().and_then(|c| c.get(key).cloned()) {
         return Ok(k);
     }
-    let kernel = build();
-    let done = compile(&kernel, arch()).map_err(|source| OpError::Compile {
-        op,
-        kernel: kernel.name.clone(),
-        source,
-    })?;
-    let done = Arc::new(done);
+    let done = Arc::new(compile_kernel(op, build)?);
     if let Ok(mut c) = cache().lock() {
         c.insert(key.to_string(), done.clone());
     }
     Ok(done)
+}
+
+/// [`compiled`] for a key given as anything that writes its text (a plan implementing
+/// `Display`, `format_args!`): the text is written into a buffer this thread reuses, so a cache
+/// hit (every call of a decode step) allocates no key string.
+pub fn compiled_keyed(
+    op: &'static str,
+    key: impl std::fmt::Display,
+    build: impl FnOnce() -> Kernel,
+) -> Result<Arc<Kernel>, OpError> {
+    thread_local! {
+        static KEY: RefCell<String> = const { RefCell::new(String::new()) };
+    }
+    use std::fmt::Write;
+    // Taken out of the thread's slot while in use (a `build` that compiled another kernel
+    // would find the slot empty, not borrowed) and put back after.
+    let mut text = KEY.with(|k| std::mem::take(&mut *k.borrow_mut()));
+    text.clear();
+    let r = match write!(text, "{key}") {
+        Ok(()) => compiled(op, &text, build),
+        // A key whose Display failed is not a whole key: compile without the cache.
+        Err(_) => compile_kernel(op, build).map(Arc::new),
+    };
+    KEY.with(|k| *k.borrow_mut() = text);
+    r
+}
+
+/// Builds and compiles a kernel (no cache).
+fn compile_kernel(op: &'static str, build: impl FnOnce() -> Kernel) -> Result<Kernel, OpError> {
+    let kernel = build();
+    compile(&kernel, arch()).map_err(|source| OpError::Compile {
+        op,
+        kernel: kernel.name.clone(),
+        source,
+    })
 }
 
 /// What one launch did.
@@ -332,5 +361,36 @@ impl Runner {
                     .to_string(),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tile_backend::dsl::KernelBuilder;
+
+    fn empty_kernel(name: &str) -> Kernel {
+        KernelBuilder::new(name.to_string()).build()
+    }
+
+    /// A key is its text, whatever type writes it: the same text finds the kernel compiled
+    /// before (no build), another text builds its own.
+    #[test]
+    fn a_key_is_its_text_whatever_writes_it() {
+        let first = compiled_keyed("t", format_args!("runtime-test/{}/{}", "a", 1), || {
+            empty_kernel("k1")
+        })
+        .expect("compiles");
+        let again = compiled("t", "runtime-test/a/1", || -> Kernel {
+            panic!("a cached key must not build again")
+        })
+        .expect("cached");
+        assert!(Arc::ptr_eq(&first, &again));
+        let other = compiled_keyed("t", format_args!("runtime-test/{}/{}", "a", 2), || {
+            empty_kernel("k2")
+        })
+        .expect("compiles");
+        assert!(!Arc::ptr_eq(&first, &other));
+        assert_eq!(other.name, "k2");
     }
 }

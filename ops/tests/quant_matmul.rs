@@ -129,6 +129,35 @@ fn check_exact(
     }
 }
 
+/// Each weight keeps its own dequantisation words (computed on its first call): two weights of
+/// one shape and different scales, called in turn, on the CPU plan and on the device plan
+/// (different padded word counts), a clone too, each give exactly their own model values.
+#[test]
+fn each_weight_keeps_its_own_words_across_calls_and_plans() {
+    let mut rng = Rng::new(77);
+    let (m, k, n) = (3, 64, 300);
+    let x = random(&mut rng, m, k, 2.0);
+    let wf = random(&mut rng, n, k, 0.5);
+    let w1 = quantize_per_channel(&wf).expect("w1");
+    let w2 = quantize_per_channel(&(wf * 64.0).expect("scaled")).expect("w2");
+    assert_ne!(w1.scale(), w2.scale());
+    let p = QuantMatmulParams::default();
+    let check = |w: &QuantizedWeight, profiled: bool| {
+        let run = || quant_matmul(&x, w, &p, Some(Backend::TileSim));
+        let got = if profiled { profile(run).0 } else { run() };
+        let got = as_f32(&got.expect("runs"));
+        let want = model(&x, w, None, false).0;
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&want), "profiled {profiled}");
+    };
+    for profiled in [false, true, false] {
+        check(&w1, profiled);
+        check(&w2, profiled);
+    }
+    check(&w2.clone(), false);
+    check(&w1, true);
+}
+
 fn exact_on_shapes(backend: Backend) {
     // M in {1, 7, 16, 33, 256}, K and N tails of the 128 x 256 x 256 tiles (300 x 257), one and
     // several K slices (K = 1100 also crosses the Reference's 1024 slice).

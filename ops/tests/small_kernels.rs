@@ -454,6 +454,44 @@ fn cache_write_spans_blocks_decode_and_prefill() {
 }
 
 #[test]
+fn cache_write_on_the_cpu_plan_runs_few_rows_as_one_block() {
+    // The simulator's plan gives a block at least 64 rows: a decode step's 4 rows are one
+    // block, 1000 rows fill the CPU blocks; the device's gives every AIV a row. Scattered
+    // slots far apart, the window lent to the kernel spans most of the cache: every byte
+    // outside the written rows must keep its value on every plan.
+    let mut rng = Rng::new(81);
+    let cache = random_tensor(&mut rng, DType::F32, &[64, 16, 24]);
+    for (n, cpu_blocks, device_blocks) in [(4, 1, 2), (65, 2, 32), (1000, CPU_PLAN_BLOCKS, 32)] {
+        let rows = random_tensor(&mut rng, DType::F32, &[n, 24]);
+        // Distinct slots, the first and the last of them 1023 and 3.
+        let mut w: Vec<i64> = slot_mapping(&mut rng, 64 * 16, n + 2, false)
+            .into_iter()
+            .filter(|s| ![3, 1023].contains(s))
+            .take(n - 2)
+            .collect();
+        w.insert(0, 1023);
+        w.push(3);
+        let call = cache_call(&cache, &rows, &w).expect("a valid call");
+        for (target, blocks) in [
+            (PlanTarget::Cpu, cpu_blocks),
+            (PlanTarget::Device, device_blocks),
+        ] {
+            let mut got = cache.clone();
+            let mut runner = Runner::sim("reshape_and_cache").plan_for(target);
+            let (r, records) =
+                profile(|| kv::run(&mut runner, &call, got.as_inout(), rows.as_input()));
+            r.expect("the cache write runs");
+            assert!(
+                got.data == cache_expected(&cache, &rows, &w),
+                "{target:?}, {n} rows: cache contents differ"
+            );
+            assert_clean(&records, 1);
+            assert_eq!(records[0].block_dim, blocks, "{target:?}, {n} rows");
+        }
+    }
+}
+
+#[test]
 fn cache_write_of_only_padding_touches_nothing() {
     let mut rng = Rng::new(70);
     let cache = random_tensor(&mut rng, DType::F16, &[2, 4, 16]);

@@ -31,14 +31,17 @@
 //! layer borrows candle's storage), and passes it as [`Arg::InOut`] viewed as `[slots, row]`
 //! (only the shape changes, no byte moves); the rows are borrowed too ([`Arg::Input`]). The
 //! simulator reads both in place and merges the kernel's writes straight into the cache, so a
-//! call costs O(N rows), not O(cache size). For the Ascend 950 the launch only writes the
-//! package and the cache is left as it was.
+//! call costs O(N rows), not O(cache size). A simulated launch is lent only the window of
+//! slots the call writes (`Window`: lowest to highest valid slot, the slot mapping made
+//! relative to it), so the simulator's bookkeeping of the written argument follows that span,
+//! not the cache's megabytes. For the Ascend 950 the launch only writes the package (over the
+//! whole cache) and the cache is left as it was.
 
 use super::CacheCall;
 use crate::bridge::{self, gm_i32};
 use crate::error::OpError;
 use crate::kernels::ReshapeAndCacheShape;
-use crate::runtime::{compiled, PlanTarget, Runner};
+use crate::runtime::{compiled_keyed, PlanTarget, Runner};
 use crate::templates::row_copy::{block_dim_for, emit_row_copy, RowPlan, RowTiles};
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::{DType, Expr, Kernel};
@@ -79,8 +82,9 @@ pub(crate) fn cache_kernel(dtype: DType, row: u64) -> Kernel {
 }
 
 /// The launch plan of a cache write of `shape` on a target: the kernel for its dtype and row
-/// width (the same on every target: the row copy has no tiling to choose), on as many blocks as
-/// give every AIV a row, at most the blocks the target runs at once. [`run`] and `tileops emit`
+/// width (the same on every target: the row copy has no tiling to choose), on the blocks
+/// [`block_dim_for`] gives (the device: every AIV a row; the simulator: at least 64 rows a
+/// block), at most the blocks the target runs at once. [`run`] and `tileops emit`
 /// ([`crate::kernels::reshape_and_cache`], with [`PlanTarget::Device`]) both launch from it.
 pub(crate) struct CachePlan {
     /// Row dtype.
@@ -92,14 +96,21 @@ pub(crate) struct CachePlan {
 }
 
 impl CachePlan {
-    /// The kernel cache key.
-    pub fn key(&self) -> String {
-        format!("{OP}/{}/{}", self.dtype, self.width)
+    /// The kernel cache key (written out by [`compiled_keyed`] into a reused buffer).
+    pub fn key(&self) -> impl std::fmt::Display + '_ {
+        self
     }
 
     /// The kernel, as its builder writes it.
     pub fn kernel(&self) -> Kernel {
         cache_kernel(self.dtype, self.width)
+    }
+}
+
+impl std::fmt::Display for CachePlan {
+    /// The kernel cache key: what the kernel depends on (dtype and row width).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{OP}/{}/{}", self.dtype, self.width)
     }
 }
 
@@ -136,16 +147,32 @@ pub fn run(
         slots * row,
     )?;
     bridge::check_storage(OP, "rows", (rows.dtype, rows.data.len()), s.dtype, n * row)?;
-    if n == 0 || call.slot_mapping.iter().all(|&s| s < 0) {
+    let Some(window) = Window::of(&call.slot_mapping) else {
         return Ok(());
-    }
+    };
     let plan = plan(s, runner.plan_target());
-    let kernel = compiled(OP, &plan.key(), || plan.kernel())?;
-    // The kernel sees rows as [N, row] and the cache as [slots, row]: new shapes over the same
-    // borrowed bytes.
+    let kernel = compiled_keyed(OP, plan.key(), || plan.kernel())?;
+    // The simulator is lent only the slots the call writes (see `Window`); the package keeps
+    // the whole cache.
+    let window = if runner.executes() {
+        window
+    } else {
+        Window::whole(slots)
+    };
+    let es = s.dtype.size_bytes() as usize;
+    let bytes = window.first * row * es..(window.first + window.slots) * row * es;
+    let cache_bytes = cache.data.get_mut(bytes).ok_or_else(|| {
+        OpError::invalid(
+            OP,
+            "cache",
+            "the slots written lie outside the cache's bytes",
+        )
+    })?;
+    // The kernel sees rows as [N, row] and the cache window as [slots, row]: new shapes over
+    // the same borrowed bytes.
     let named = vec![
         ("n", Arg::Int(n as i64)),
-        ("slots", Arg::Int(slots as i64)),
+        ("slots", Arg::Int(window.slots as i64)),
         (
             "rows",
             Arg::Input(GmInput {
@@ -155,16 +182,88 @@ pub fn run(
         ),
         (
             "slot_mapping",
-            Arg::Tensor(gm_i32(&[1, n], &call.slot_mapping)),
+            Arg::Tensor(gm_i32(&[1, n], &window.relative(&call.slot_mapping))),
         ),
         (
             "cache",
             Arg::InOut(GmInOut {
-                shape: vec![slots, row],
-                ..cache
+                dtype: cache.dtype,
+                shape: vec![window.slots, row],
+                data: cache_bytes,
             }),
         ),
     ];
     runner.launch_named(&kernel, plan.block_dim, named)?;
     Ok(())
+}
+
+/// The slots `first .. first + slots` of the cache that a simulated call lends the kernel: from
+/// the lowest to the highest valid slot of the slot mapping, whose values are then relative to
+/// `first`. The kernel runs unchanged on a cache argument that starts at `first` (a launcher
+/// passing an offset pointer), and the simulator's per-launch work on a written argument (its
+/// ownership lines for in-place writes) is then in the span written, not in the cache's size:
+/// a decode step writes a few rows into a cache of megabytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Window {
+    /// First slot lent.
+    first: usize,
+    /// Slots lent.
+    slots: usize,
+}
+
+impl Window {
+    /// The span of `slot_mapping`'s valid slots (none when every row is skipped).
+    fn of(slot_mapping: &[i64]) -> Option<Window> {
+        let valid = slot_mapping
+            .iter()
+            .filter(|&&s| s >= 0)
+            .map(|&s| s as usize);
+        let (lo, hi) = valid.fold(None, |span: Option<(usize, usize)>, s| match span {
+            None => Some((s, s)),
+            Some((lo, hi)) => Some((lo.min(s), hi.max(s))),
+        })?;
+        Some(Window {
+            first: lo,
+            slots: hi - lo + 1,
+        })
+    }
+
+    /// The whole cache of `slots` slots.
+    fn whole(slots: usize) -> Window {
+        Window { first: 0, slots }
+    }
+
+    /// `slot_mapping` relative to the window (-1 stays -1).
+    fn relative(&self, slot_mapping: &[i64]) -> Vec<i64> {
+        let first = self.first as i64;
+        slot_mapping
+            .iter()
+            .map(|&s| if s >= 0 { s - first } else { s })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Window;
+
+    /// The window spans the lowest to the highest valid slot, whatever their order, and the
+    /// slots become relative to its first; skipped rows stay skipped.
+    #[test]
+    fn the_window_spans_the_valid_slots() {
+        assert_eq!(Window::of(&[-1, -1]), None);
+        assert_eq!(Window::of(&[]), None);
+        let w = Window::of(&[700, -1, 517, 1023]).expect("valid slots");
+        assert_eq!(
+            w,
+            Window {
+                first: 517,
+                slots: 507
+            }
+        );
+        assert_eq!(w.relative(&[700, -1, 517, 1023]), vec![183, -1, 0, 506]);
+        let w = Window::of(&[5]).expect("one slot");
+        assert_eq!((w.first, w.slots), (5, 1));
+        assert_eq!(Window::whole(64).relative(&[3, -1]), vec![3, -1]);
+    }
 }

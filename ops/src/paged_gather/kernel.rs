@@ -36,7 +36,7 @@ use super::GatherCall;
 use crate::bridge::{self, gm_i32};
 use crate::error::OpError;
 use crate::kernels::PagedGatherShape;
-use crate::runtime::{compiled, PlanTarget, Runner};
+use crate::runtime::{compiled_keyed, PlanTarget, Runner};
 use crate::templates::row_copy::{
     batch_rows, block_dim_for, emit_row_copy, emit_row_gather, GatherKeys, RowPlan, RowTiles, Table,
 };
@@ -90,8 +90,9 @@ pub(crate) fn gather_kernel(dtype: DType, size: u64) -> Kernel {
 }
 
 /// The launch plan of a gather of `shape` on a target: the kernel for its dtype and width (the
-/// same on every target: the row copy has no tiling to choose), on as many blocks as give every
-/// AIV a row, at most the blocks the target runs at once. [`run`] and `tileops emit`
+/// same on every target: the row copy has no tiling to choose), on the blocks
+/// [`block_dim_for`] gives (the device: every AIV a row; the simulator: at least 64 rows a
+/// block), at most the blocks the target runs at once. [`run`] and `tileops emit`
 /// ([`crate::kernels::paged_gather`], with [`PlanTarget::Device`]) both launch from it.
 pub(crate) struct GatherPlan {
     /// Row dtype.
@@ -103,14 +104,21 @@ pub(crate) struct GatherPlan {
 }
 
 impl GatherPlan {
-    /// The kernel cache key.
-    pub fn key(&self) -> String {
-        format!("{OP}/{}/{}", self.dtype, self.size)
+    /// The kernel cache key (written out by [`compiled_keyed`] into a reused buffer).
+    pub fn key(&self) -> impl std::fmt::Display + '_ {
+        self
     }
 
     /// The kernel, as its builder writes it.
     pub fn kernel(&self) -> Kernel {
         gather_kernel(self.dtype, self.size)
+    }
+}
+
+impl std::fmt::Display for GatherPlan {
+    /// The kernel cache key: what the kernel depends on (dtype and row size).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{OP}/{}/{}", self.dtype, self.size)
     }
 }
 
@@ -152,7 +160,7 @@ pub fn run_into(
     bridge::check_storage(OP, "src", (src.dtype, src.data.len()), s.dtype, t * c)?;
     bridge::check_storage(OP, "out", (s.dtype, out.len()), s.dtype, n * s.size)?;
     let plan = plan(s, runner.plan_target());
-    let kernel = compiled(OP, &plan.key(), || plan.kernel())?;
+    let kernel = compiled_keyed(OP, plan.key(), || plan.kernel())?;
     let nb = call.block_table.len();
     let named = vec![
         ("n", Arg::Int(n as i64)),

@@ -33,7 +33,7 @@ use super::{QuantCall, QuantizedWeight};
 use crate::bridge;
 use crate::error::OpError;
 use crate::kernels::QuantMatmulShape;
-use crate::runtime::{compiled, PlanTarget, Runner};
+use crate::runtime::{compiled_keyed, PlanTarget, Runner};
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
     AccToVecMode, Axis, BinaryOp, CoreKind, DType, Expr, GmView, Kernel, Layout, MemSpace,
@@ -100,9 +100,12 @@ impl Tiles {
         }
         t
     }
+}
 
-    fn key(self) -> String {
-        format!("{}x{}x{}", self.tm, self.tn, self.tk)
+impl std::fmt::Display for Tiles {
+    /// `{tm}x{tn}x{tk}`, part of the kernel's name and cache key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}x{}", self.tm, self.tn, self.tk)
     }
 }
 
@@ -125,11 +128,14 @@ pub enum Epilogue {
     },
 }
 
-impl Epilogue {
-    fn key(self) -> String {
-        match self {
-            Epilogue::Float { out, bias, relu } => format!("{out}_b{}_r{}", bias as u8, relu as u8),
-            Epilogue::Int8 { relu } => format!("i8_r{}", relu as u8),
+impl std::fmt::Display for Epilogue {
+    /// The epilogue's part of the kernel's name and cache key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Epilogue::Float { out, bias, relu } => {
+                write!(f, "{out}_b{}_r{}", bias as u8, relu as u8)
+            }
+            Epilogue::Int8 { relu } => write!(f, "i8_r{}", relu as u8),
         }
     }
 }
@@ -157,9 +163,9 @@ pub(crate) struct QuantPlan {
 }
 
 impl QuantPlan {
-    /// The kernel cache key.
-    pub fn key(&self) -> String {
-        format!("{OP}/{}_{}", self.epi.key(), self.tiles.key())
+    /// The kernel cache key (written out by [`compiled_keyed`] into a reused buffer).
+    pub fn key(&self) -> impl std::fmt::Display + '_ {
+        self
     }
 
     /// The kernel, as its builder writes it.
@@ -175,6 +181,13 @@ impl QuantPlan {
     /// `tiles_n * tn`: the words' and the bias' padded width.
     fn n_pad(&self) -> usize {
         self.scalars[4].1 as usize
+    }
+}
+
+impl std::fmt::Display for QuantPlan {
+    /// The kernel cache key: what the kernel depends on (epilogue and tiles).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{OP}/{}_{}", self.epi, self.tiles)
     }
 }
 
@@ -211,7 +224,7 @@ pub(crate) fn plan(shape: &QuantMatmulShape, target: PlanTarget) -> QuantPlan {
 /// bias, `bias [1, n_pad]` (f32); then `out [m, n]` (output).
 pub fn quant_matmul_kernel(epi: Epilogue, tiles: Tiles) -> Kernel {
     let Tiles { tm, tn, tk } = tiles;
-    let mut kb = KernelBuilder::new(format!("quant_matmul_{}_{}", epi.key(), tiles.key()));
+    let mut kb = KernelBuilder::new(format!("quant_matmul_{epi}_{tiles}"));
     let m = Expr::Param(kb.scalar("m", DType::I64));
     let k = Expr::Param(kb.scalar("k", DType::I64));
     let n = Expr::Param(kb.scalar("n", DType::I64));
@@ -488,6 +501,30 @@ fn word_tensor(scales: &[f32], n_pad: usize, signed: bool) -> GmTensor {
     GmTensor::from_i64(DType::U64, &[1, n_pad], &v)
 }
 
+/// The bytes of [`word_tensor`] for unsigned (dequantisation) words: what a weight keeps
+/// ([`QuantizedWeight::dequant`]), padded to `n_pad` channels once for every call.
+pub(crate) fn word_bytes(scales: &[f32], n_pad: usize) -> Vec<u8> {
+    word_tensor(scales, n_pad, false).data
+}
+
+/// The first `n_pad` of a weight's kept Fixpipe words as the `words [1, n_pad]` input (a
+/// prefix: they are padded to a multiple of every channel tile).
+fn kept_words(w: &QuantizedWeight, n_pad: usize) -> Result<Arg<'_>, OpError> {
+    let data = w
+        .dequant()
+        .word_bytes
+        .get(..n_pad * 8)
+        .ok_or_else(|| OpError::Package {
+            op: OP,
+            why: format!("the weight keeps fewer than the plan's {n_pad} Fixpipe words"),
+        })?;
+    Ok(Arg::Input(GmInput {
+        dtype: DType::U64,
+        shape: vec![1, n_pad],
+        data,
+    }))
+}
+
 /// f32 values padded with zeros to `len`, as a `[1, len]` tensor.
 fn padded_f32(v: &[f32], len: usize) -> GmTensor {
     let mut p = v.to_vec();
@@ -520,7 +557,7 @@ fn launch<'a>(
         shape.out_dtype,
         shape.m * shape.n,
     )?;
-    let kernel = compiled(OP, &plan.key(), || plan.kernel())?;
+    let kernel = compiled_keyed(OP, plan.key(), || plan.kernel())?;
     let mut args: Vec<Arg<'a>> = plan.scalars.iter().map(|&(_, v)| Arg::Int(v)).collect();
     args.append(&mut tensors);
     args.push(Arg::InOut(GmInOut {
@@ -545,7 +582,7 @@ pub(crate) fn run_float(
     let mut t = vec![
         i8_input(&call.xq, &[s.m, s.k]),
         i8_input(w.data(), &[s.n, s.k]),
-        Arg::Tensor(word_tensor(&call.words, n_pad, false)),
+        kept_words(w, n_pad)?,
         Arg::Tensor(padded_f32(&call.row_factor, m_pad)),
     ];
     if let Some(b) = &call.bias {
@@ -631,7 +668,10 @@ mod tests {
         assert_eq!((p.m_pad(), p.n_pad()), (16, 640));
         for t in [PlanTarget::Cpu, PlanTarget::Device] {
             assert_eq!(plan(&s(256, 4096, 4096), t).block_dim, 32);
-            assert_ne!(plan(&s(1, 64, 64), t).key(), plan(&s(256, 64, 64), t).key());
+            assert_ne!(
+                plan(&s(1, 64, 64), t).key().to_string(),
+                plan(&s(256, 64, 64), t).key().to_string()
+            );
         }
         assert_eq!(plan(&s(1, 4096, 4096), PlanTarget::Device).block_dim, 32);
     }

@@ -61,6 +61,18 @@ pub(crate) struct Dequant {
     pub pow2: f32,
 }
 
+/// A weight's float dequantisation, computed on its first call and kept in the weight (which
+/// never changes after it is made): the [`Dequant`] and its words as the kernel's u64 Fixpipe
+/// words, zero words padding them to a multiple of 256 channels (the largest channel tile, so
+/// every plan's padded width `n_pad` is a prefix).
+#[derive(Debug, Clone)]
+pub(crate) struct WeightDequant {
+    /// The dequantisation.
+    pub dequant: Dequant,
+    /// The Fixpipe words (`u64` little-endian), padded.
+    pub word_bytes: Vec<u8>,
+}
+
 impl Dequant {
     /// `e` from the bound `|acc| <= 127 · 127 · K` and the largest weight scale.
     pub(crate) fn new(w: &QuantizedWeight) -> Dequant {
@@ -86,23 +98,23 @@ pub(crate) struct QuantCall<'a> {
     /// The int8 activations `[M, K]`: quantised by the op, or borrowed from the caller's.
     pub xq: Cow<'a, [i8]>,
     /// The Fixpipe's per-channel scale words (`N`): the dequantisation words `s_w[n] · 2^-e`
-    /// of a float result, the requantisation words of an int8 one.
-    pub words: Vec<f32>,
+    /// of a float result (borrowed from the weight), the requantisation words of an int8 one.
+    pub words: Cow<'a, [f32]>,
     /// Float result: `s_x[m] · 2^e`, the vector side's row factor (`M`); int8: empty.
     pub row_factor: Vec<f32>,
     /// Float result: the bias `[N]` in f32, if any.
     pub bias: Option<Vec<f32>>,
 }
 
-impl QuantCall<'static> {
+impl<'a> QuantCall<'a> {
     /// Checks a call of [`quant_matmul`] and quantises x per token (with candle ops for the
     /// Reference, on the host in one pass for the kernel backends: the same bits).
     pub(crate) fn validate(
         x: &Tensor,
-        w: &QuantizedWeight,
+        w: &'a QuantizedWeight,
         params: &QuantMatmulParams,
         backend: Backend,
-    ) -> Result<QuantCall<'static>, OpError> {
+    ) -> Result<QuantCall<'a>, OpError> {
         let dims = bridge::check_data(OP, "x", x, "[M, K]", 2)?;
         let (m, k) = (dims[0], dims[1]);
         if k != w.k() {
@@ -137,7 +149,7 @@ impl QuantCall<'static> {
             Backend::Reference => weight::quantize_rows(OP, "x", x)?,
             Backend::TileSim | Backend::Ascend950 => weight::quantize_rows_host(OP, "x", x)?,
         };
-        let dequant = Dequant::new(w);
+        let dequant = &w.dequant().dequant;
         let row_factor = sx.iter().map(|s| s * dequant.pow2).collect();
         Ok(QuantCall {
             shape: QuantMatmulShape {
@@ -149,7 +161,7 @@ impl QuantCall<'static> {
                 relu: params.relu,
             },
             xq: Cow::Owned(xq),
-            words: dequant.words,
+            words: Cow::Borrowed(&dequant.words),
             row_factor,
             bias,
         })
@@ -187,7 +199,7 @@ impl<'a> QuantCall<'a> {
                 relu: params.relu,
             },
             xq: Cow::Borrowed(x.data()),
-            words: requant_words(x, w, params.out_scale)?,
+            words: Cow::Owned(requant_words(x, w, params.out_scale)?),
             row_factor: Vec::new(),
             bias: None,
         })

@@ -4,6 +4,7 @@
 //! it is stored with the real `I8` dtype (tensor `name`, `[N, K]`) beside its scales (tensor
 //! `{name}_scale`, F32 `[N]`), so a checkpoint written elsewhere in that form loads too.
 
+use super::{Dequant, WeightDequant};
 use crate::error::OpError;
 use candle_core::{DType as CDType, Device, Tensor};
 use safetensors::tensor::TensorView;
@@ -36,6 +37,8 @@ pub struct QuantizedWeight {
     k: usize,
     /// The Reference backend's f32 copy of the data, built on first use (see `reference.rs`).
     pub(crate) reference: OnceLock<Tensor>,
+    /// The float dequantisation and its Fixpipe words, built on first use.
+    dequant: OnceLock<WeightDequant>,
 }
 
 impl QuantizedWeight {
@@ -91,6 +94,20 @@ impl QuantizedWeight {
             n,
             k,
             reference: OnceLock::new(),
+            dequant: OnceLock::new(),
+        })
+    }
+
+    /// The float dequantisation of this weight and its Fixpipe words (computed on first use:
+    /// the weight never changes after it is made).
+    pub(crate) fn dequant(&self) -> &WeightDequant {
+        self.dequant.get_or_init(|| {
+            let dequant = Dequant::new(self);
+            let word_bytes = super::kernel::word_bytes(&dequant.words, self.n.div_ceil(256) * 256);
+            WeightDequant {
+                dequant,
+                word_bytes,
+            }
         })
     }
 
@@ -267,16 +284,26 @@ pub(crate) fn quantize_rows_host(
     let mut q = vec![0i8; r * k];
     let mut scale = Vec::with_capacity(r);
     for (row, qrow) in v.chunks(k.max(1)).zip(q.chunks_mut(k.max(1))) {
-        if !row.iter().all(|e| e.is_finite()) {
-            return Err(not_finite(op, arg));
-        }
-        let s = row_scale(row.iter().fold(0f32, |a, e| a.max(e.abs())));
+        let s = row_scale(finite_amax(row).ok_or_else(|| not_finite(op, arg))?);
         for (d, e) in qrow.iter_mut().zip(row) {
             *d = round_clamp(e / s);
         }
         scale.push(s);
     }
     Ok((q, scale))
+}
+
+/// `max |e|` over `row` (0 when empty), or `None` when an element is a NaN or an infinity. In
+/// one pass over the bits with sign cleared: for non-negative floats their order is the
+/// integers' order, and every non-finite value is at least the bits of +inf; an integer max has
+/// no NaN case and no order to keep, so it vectorises (a float `max` fold runs one element per
+/// latency of `maxss`).
+fn finite_amax(row: &[f32]) -> Option<f32> {
+    const INF: u32 = 0x7f80_0000;
+    let m = row
+        .iter()
+        .fold(0u32, |m, e| m.max(e.to_bits() & 0x7fff_ffff));
+    (m < INF).then(|| f32::from_bits(m))
 }
 
 /// `v.round().clamp(-127, 127)` (half away from zero) as i8, for a finite or infinite `v`,
@@ -371,6 +398,31 @@ mod tests {
             quantize_rows_host("t", "x", &t).expect("host"),
             quantize_rows("t", "x", &t).expect("candle")
         );
+    }
+
+    /// The bit-wise magnitude max is the float fold `max(|e|)` on finite rows (signs, -0.0,
+    /// subnormals, the largest finite value) and refuses every NaN and infinity.
+    #[test]
+    fn the_bitwise_amax_is_the_float_max_and_refuses_non_finite_values() {
+        let rows: [&[f32]; 5] = [
+            &[],
+            &[-0.0, 0.0],
+            &[1e-45, -3e-42, 2.5e-40],
+            &[-7.5, 3.0, 7.25, -0.0],
+            &[f32::MAX, f32::MIN, 1.0],
+        ];
+        for r in rows {
+            let want = r.iter().fold(0f32, |a, e| a.max(e.abs()));
+            assert_eq!(
+                finite_amax(r).map(f32::to_bits),
+                Some(want.to_bits()),
+                "{r:?}"
+            );
+        }
+        let nan = f32::from_bits(0xffc0_0001);
+        for bad in [f32::NAN, -f32::NAN, nan, f32::INFINITY, f32::NEG_INFINITY] {
+            assert_eq!(finite_amax(&[1.0, bad, 2.0]), None, "{bad}");
+        }
     }
 
     /// The host rounding is `round().clamp(-127, 127)` bit for bit: at and next to every

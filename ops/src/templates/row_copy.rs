@@ -195,14 +195,26 @@ fn event(j: u32) -> u8 {
     u8::try_from(j).unwrap_or(u8::MAX)
 }
 
-/// Blocks to launch for `units` row copies on `target`: as many as give every AIV a row, at
-/// most the blocks the target runs at once (the device's clusters: one wave, every AIV busy;
-/// the simulator's [`crate::runtime::CPU_PLAN_BLOCKS`]: each simulated block has a fixed cost,
-/// its memory and its GM overlay, that more rows per block amortise). A copy's result does not
-/// depend on how its rows are split.
+/// Blocks to launch for `units` row copies on `target`, at most the blocks the target runs at
+/// once. The device takes as many as give every AIV a row (its clusters: one wave, every AIV
+/// busy). The simulator's plan gives each block at least [`CPU_BLOCK_ROWS`] rows, up to
+/// [`crate::runtime::CPU_PLAN_BLOCKS`] blocks: each simulated block has a fixed cost (its
+/// memory, its GM overlay, both AIVs' set-up) that only more rows amortise, and a few rows
+/// copy faster in one block than spread thin. A copy's result does not depend on how its rows
+/// are split.
 pub(crate) fn block_dim_for(units: usize, target: PlanTarget) -> usize {
-    units.div_ceil(2).clamp(1, target.concurrent_blocks())
+    let per_block = match target {
+        PlanTarget::Device => 2,
+        PlanTarget::Cpu => CPU_BLOCK_ROWS,
+    };
+    units
+        .div_ceil(per_block)
+        .clamp(1, target.concurrent_blocks())
 }
+
+/// The fewest rows the simulator's plan gives a block (see [`block_dim_for`]): a decode step's
+/// few new rows run as one block.
+pub(crate) const CPU_BLOCK_ROWS: usize = 64;
 
 /// UB buffers (batches of rows) the batched gather keeps in flight per AIV: one fills (MTE2)
 /// while the other drains (MTE3).
