@@ -76,3 +76,50 @@ fn a_wait_nobody_releases_is_a_hang_naming_the_flag() {
         }
     }
 }
+
+#[test]
+fn a_kernel_relaunched_with_other_scalars_resolves_its_tiles_afresh() {
+    // Two rotating UB buffers with a runtime valid width `n` (per-launch tile placement and
+    // per-core valid shapes): row i of x goes through buffer i to row i of y, n columns of it.
+    let mut kb = tile_backend::dsl::KernelBuilder::new("relaunch");
+    let n = Expr::Param(kb.scalar("n", DType::I64));
+    let x = kb.input("x", DType::F32, [Expr::from(2), Expr::from(64)]);
+    let y = kb.output("y", DType::F32, [Expr::from(2), Expr::from(64)]);
+    let ty = TileType::new(MemSpace::Vec, DType::F32, 1, 64, Layout::ND).dynamic();
+    let t = kb.tile_group("t", ty, 2);
+    kb.vector(|v| {
+        v.if_(Expr::SubBlockIdx.eq_(0), |b| {
+            b.for_range("i", 0, 2, 1, |lb, i| {
+                let i = Expr::from(i);
+                lb.set_validshape(t.at(i.clone()), 1, n.clone());
+                let off = i.clone() * 64;
+                lb.load(
+                    t.at(i.clone()),
+                    GmView::nd(x, off.clone(), 1, n.clone(), 64),
+                );
+                lb.store(GmView::nd(y, off, 1, n.clone(), 64), t.at(i));
+            });
+        });
+    });
+    let kern = plan(kb.build());
+    let xv: Vec<f32> = (0..128).map(|v| v as f32).collect();
+    for width in [64usize, 16, 40] {
+        let mut args = vec![
+            Arg::Int(width as i64),
+            Arg::Tensor(GmTensor::from_f32(DType::F32, &[2, 64], &xv)),
+            Arg::Tensor(GmTensor::zeros(DType::F32, &[2, 64])),
+        ];
+        sim::run(
+            &kern,
+            &Arch::ascend950(),
+            &mut args,
+            SimOptions { block_dim: 1 },
+        )
+        .expect("runs");
+        let out = args[2].tensor().expect("a tensor").to_f32();
+        let want: Vec<f32> = (0..128)
+            .map(|e| if e % 64 < width { e as f32 } else { 0.0 })
+            .collect();
+        assert_eq!(out, want, "width {width}");
+    }
+}

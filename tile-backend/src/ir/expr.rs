@@ -215,7 +215,7 @@ impl Expr {
     }
 
     /// Evaluates the expression.
-    pub fn eval(&self, env: &dyn ExprEnv) -> Result<i64, EvalError> {
+    pub fn eval<E: ExprEnv + ?Sized>(&self, env: &E) -> Result<i64, EvalError> {
         let unknown = || EvalError::Unknown(self.to_string());
         match self {
             Expr::Const(v) => Ok(*v),
@@ -256,6 +256,7 @@ impl Expr {
     }
 }
 
+#[inline]
 fn apply(op: BinOp, x: i64, y: i64, text: &dyn Fn() -> String) -> Result<i64, EvalError> {
     let ovf = || EvalError::Overflow(text());
     Ok(match op {

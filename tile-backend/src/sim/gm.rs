@@ -645,15 +645,23 @@ pub(crate) fn write_only_params(kernel: &Kernel) -> Vec<ParamId> {
         .collect()
 }
 
-/// Bytes per ownership line of a [`WriteOnly`] output.
+/// Bytes per line of a [`WriteOnly`] output (the unit its written-byte masks cover).
 const LINE: usize = 64;
+
+/// Lines per ownership unit of a [`WriteOnly`] output: a block takes a whole unit (1 KiB) with
+/// one compare-exchange, instead of one per 64-byte line (a 2 MiB gather result took 32K of
+/// them per launch).
+const UNIT_LINES: usize = 16;
+
+/// Bytes per ownership unit of a [`WriteOnly`] output.
+const UNIT: usize = LINE * UNIT_LINES;
 
 /// A write-only output (see [`write_only_params`]) that blocks write in place, from their own
 /// threads, instead of through their overlays: a launch's result then needs no merge copy.
 ///
-/// Each 64-byte line belongs to the first block that writes it; that block writes it in place
-/// and records which of its bytes it wrote. A block writing a line another block owns writes
-/// those bytes into its overlay, and the merge (in block order) applies them unless the owner
+/// Each 1 KiB unit (16 lines of 64 bytes) belongs to the first block that writes it; that block
+/// writes it in place and records, line by line, which of its bytes it wrote. A block writing a
+/// unit another block owns writes those bytes into its overlay, and the merge (in block order) applies them unless the owner
 /// is a later block that wrote the same byte: the result is exactly the overlay-only result,
 /// each byte the last write in block order, whatever the threads' timing.
 pub(crate) struct WriteOnly<'a> {
@@ -661,17 +669,17 @@ pub(crate) struct WriteOnly<'a> {
     ptr: *mut u8,
     /// Length of the argument's bytes.
     len: usize,
-    /// Who owns each line, and what its owner wrote.
+    /// Who owns each unit, and what its owner wrote.
     lines: Lines,
     _borrow: std::marker::PhantomData<&'a mut [u8]>,
 }
 
-/// The lines of a [`WriteOnly`] output: who owns each, what its owner wrote in place. Kept
-/// after the blocks ran, for the merge of their overlays.
+/// The lines of a [`WriteOnly`] output: who owns each (by unit of [`UNIT_LINES`] lines), what
+/// its owner wrote in place. Kept after the blocks ran, for the merge of their overlays.
 pub(crate) struct Lines {
     /// The parameter.
     param: ParamId,
-    /// Per line: 0 while no block wrote it, else 1 + the block that owns it.
+    /// Per unit: 0 while no block wrote it, else 1 + the block that owns it.
     owner: Vec<AtomicU32>,
     /// Per line: the bytes its owner wrote (bit `i`: byte `i`); written by the owner only.
     written: Vec<AtomicU64>,
@@ -680,8 +688,8 @@ pub(crate) struct Lines {
 // SAFETY: the raw pointer stands for the `&'a mut [u8]` the launch lends (`PhantomData` keeps
 // that borrow alive and exclusive), and the launch swaps that argument out of what blocks see,
 // so the bytes are reached only through this struct while it is shared. Through it, a byte is
-// written only by the block owning its line (ownership is taken with a compare-exchange, so
-// exactly one block owns a line, and a block runs on one thread at a time) and never read until
+// written only by the block owning its unit (ownership is taken with a compare-exchange, so
+// exactly one block owns a unit, and a block runs on one thread at a time) and never read until
 // the blocks have joined: no two threads ever access the same byte concurrently.
 unsafe impl Sync for WriteOnly<'_> {}
 // SAFETY: as for `Sync`: moving the struct to another thread moves only the lent borrow.
@@ -696,7 +704,9 @@ impl<'a> WriteOnly<'a> {
             len: data.len(),
             lines: Lines {
                 param,
-                owner: (0..lines).map(|_| AtomicU32::new(0)).collect(),
+                owner: (0..data.len().div_ceil(UNIT))
+                    .map(|_| AtomicU32::new(0))
+                    .collect(),
                 written: (0..lines).map(|_| AtomicU64::new(0)).collect(),
             },
             _borrow: std::marker::PhantomData,
@@ -730,10 +740,10 @@ impl<'a> WriteOnly<'a> {
         Ok(())
     }
 
-    /// Whether `block` owns line `l`, taking it if no block does.
+    /// Whether `block` owns unit `u`, taking it if no block does.
     #[inline]
-    fn claim(&self, l: usize, me: u32) -> bool {
-        let o = &self.lines.owner[l];
+    fn claim(&self, u: usize, me: u32) -> bool {
+        let o = &self.lines.owner[u];
         match o.load(Ordering::Relaxed) {
             0 => match o.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => true,
@@ -743,11 +753,11 @@ impl<'a> WriteOnly<'a> {
         }
     }
 
-    /// Copies `bytes` to byte `off` in place (the caller owns every line they touch).
+    /// Copies `bytes` to byte `off` in place (the caller owns every unit they touch).
     fn put(&self, off: usize, bytes: &[u8]) {
         debug_assert!(off + bytes.len() <= self.len);
         // SAFETY: `off + bytes.len() <= self.len` (checked by `write`), so the destination is
-        // inside the lent bytes; the calling block owns every line of it (see the `Sync`
+        // inside the lent bytes; the calling block owns every unit of it (see the `Sync`
         // impl), so no other thread touches these bytes; `bytes` is a separate borrow (block
         // memory or a scratch buffer), so the ranges do not overlap.
         unsafe {
@@ -770,7 +780,7 @@ impl<'a> WriteOnly<'a> {
         }
     }
 
-    /// Block `block` writes `bytes` at byte `off`: in place where it owns the lines (or takes
+    /// Block `block` writes `bytes` at byte `off`: in place where it owns the units (or takes
     /// them now), else into its `overlay`.
     pub fn write(
         &self,
@@ -785,16 +795,16 @@ impl<'a> WriteOnly<'a> {
         }
         let me = u32::try_from(block).map_or(u32::MAX, |b| b.saturating_add(1));
         let end = off + bytes.len();
-        // Runs of consecutive lines, in place or not, each moved at once.
-        let mut run = (off, self.claim(off / LINE, me));
-        let mut at = (off / LINE + 1) * LINE;
+        // Runs of consecutive units, in place or not, each moved at once.
+        let mut run = (off, self.claim(off / UNIT, me));
+        let mut at = (off / UNIT + 1) * UNIT;
         while at < end {
-            let mine = self.claim(at / LINE, me);
+            let mine = self.claim(at / UNIT, me);
             if mine != run.1 {
                 self.flush(overlay, (run.0, at), run.1, &bytes[run.0 - off..at - off]);
                 run = (at, mine);
             }
-            at += LINE;
+            at += UNIT;
         }
         self.flush(overlay, (run.0, end), run.1, &bytes[run.0 - off..]);
         Ok(())
@@ -813,7 +823,7 @@ impl Lines {
     /// The bits of line `l`'s bytes that block `block`'s overlay must not apply at merge: those
     /// a later block wrote in place.
     fn shadowed(&self, l: usize, block: usize) -> u64 {
-        let (Some(o), Some(w)) = (self.owner.get(l), self.written.get(l)) else {
+        let (Some(o), Some(w)) = (self.owner.get(l / UNIT_LINES), self.written.get(l)) else {
             return 0;
         };
         match o.load(Ordering::Relaxed) {
@@ -979,8 +989,19 @@ mod tests {
             |b: u8, n: usize| -> Vec<u8> { (0..n).map(|i| b * 50 + (i % 37) as u8).collect() };
         let writes = vec![
             vec![(10, fill(0, 300)), (5000, fill(0, 64)), (8000, fill(0, 10))],
-            vec![(200, fill(1, 100)), (4990, fill(1, 40)), (8005, fill(1, 1))],
-            vec![(0, fill(2, 20)), (250, fill(2, 3)), (9000, fill(2, 3000))],
+            vec![
+                (200, fill(1, 100)),
+                (4990, fill(1, 40)),
+                (8005, fill(1, 1)),
+                // Across a unit boundary, into a unit block 2 takes from the other side.
+                (UNIT - 30, fill(1, 60)),
+            ],
+            vec![
+                (0, fill(2, 20)),
+                (250, fill(2, 3)),
+                (9000, fill(2, 3000)),
+                (UNIT + 10, fill(2, 40)),
+            ],
         ];
         // What plain overlays merged in block order give: each byte's last write.
         let mut want = vec![0xffu8; len];

@@ -3,10 +3,11 @@
 use super::exec::{self, ExecCtx, Flow};
 use super::gm::{Overlay, PrefetchQueue, WriteOnly};
 use super::state::{BlockMem, CoreId, CrossFlags, ScratchPool};
+use super::tile::Placed;
 use super::trace::{Access, BlockTrace, Event, OpRecord, SyncInfo};
 use super::SimError;
 use crate::arch::Arch;
-use crate::ir::{CoreKind, Expr, ExprEnv, Kernel, Op, OpLoc, ParamId, Stmt, TileId, VarId};
+use crate::ir::{CoreKind, Expr, ExprEnv, Kernel, Op, OpLoc, ParamId, Stmt, VarId};
 use crate::launch::Arg;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,7 +51,8 @@ impl<'k> OpLocs<'k> {
 pub(crate) struct CoreRt<'a> {
     pub id: CoreId,
     pub vars: Vec<Option<i64>>,
-    pub valid: foldhash::HashMap<TileId, (u64, u64)>,
+    /// Runtime valid shapes set on this core, indexed by tile id.
+    pub valid: Vec<Option<(u64, u64)>>,
     /// Scalar writes held per 64-byte line until kernel end: (param, line) -> bytes.
     pub dcache: BTreeMap<(u32, usize), [u8; 64]>,
     pub args: &'a [Arg<'a>],
@@ -163,7 +165,7 @@ pub(crate) fn run_block<'k, 'a>(
     kernel: &'k Kernel,
     arch: &Arch,
     (args, direct): (&'a [Arg<'a>], &'a [WriteOnly<'a>]),
-    locs: &OpLocs<'_>,
+    (locs, placed): (&OpLocs<'_>, &[Option<Placed<'k>>]),
     at: BlockAt,
     budget: &StepBudget,
 ) -> Result<BlockResult<'k>, SimError> {
@@ -184,7 +186,7 @@ pub(crate) fn run_block<'k, 'a>(
         .map(|&id| CoreRt {
             id,
             vars: vec![None; kernel.vars.len()],
-            valid: foldhash::HashMap::default(),
+            valid: vec![None; kernel.tiles.len()],
             dcache: BTreeMap::new(),
             args,
             block,
@@ -217,6 +219,7 @@ pub(crate) fn run_block<'k, 'a>(
                 mem: &mut mem,
                 gm: &mut gm,
                 direct,
+                placed,
                 flags: &mut flags,
                 core,
                 rec: None,

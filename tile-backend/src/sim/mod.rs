@@ -33,7 +33,6 @@ pub use crate::launch::{Arg, GmInOut, GmInput, GmSlice, GmTensor};
 
 use crate::arch::Arch;
 use crate::ir::{Kernel, OpLoc, ParamId};
-use rayon::prelude::*;
 use thiserror::Error;
 
 /// Why a simulation failed.
@@ -162,6 +161,7 @@ fn run_impl<'k>(
     gm::check_args(kernel, args)?;
     tile::check_planned(kernel)?;
     let locs = interp::OpLocs::new(kernel);
+    let placed = tile::place_all(kernel, arch);
     let budget = interp::StepBudget::new(limits.max_steps);
     // Write-only outputs leave the arguments the blocks see (a placeholder of the same dtype
     // and shape, with no bytes, takes their place) and are lent to the blocks to write in place.
@@ -189,7 +189,7 @@ fn run_impl<'k>(
         kernel,
         arch,
         (args, &direct),
-        (&locs, &budget),
+        (&locs, &budget, &placed),
         opts,
         traced,
     );
@@ -218,13 +218,18 @@ fn run_impl<'k>(
 /// Runs the blocks of a launch, each seeing `args` and writing the write-only outputs `direct`
 /// in place: block 0 on the caller's thread, timed; when the other blocks, at its pace, would
 /// take less than [`SERIAL_BELOW`], they run on the caller's thread too, since waking the
-/// pool's sleeping workers (and waiting for them on a busy machine) costs more than they save.
-/// Results come in block order either way, so the outputs do not change.
+/// pool's sleeping workers (and waiting for them on a busy machine) costs more than they save;
+/// otherwise the caller shares them with the pool ([`run_shared`]). Results come in block order
+/// either way, so the outputs do not change.
 fn run_blocks<'k, 'a>(
     kernel: &'k Kernel,
     arch: &Arch,
     (args, direct): (&'a [Arg<'a>], &'a [gm::WriteOnly<'a>]),
-    (locs, budget): (&interp::OpLocs<'_>, &interp::StepBudget),
+    (locs, budget, placed): (
+        &interp::OpLocs<'_>,
+        &interp::StepBudget,
+        &[Option<tile::Placed<'k>>],
+    ),
     opts: SimOptions,
     traced: bool,
 ) -> Vec<Result<interp::BlockResult<'k>, SimError>> {
@@ -234,7 +239,7 @@ fn run_blocks<'k, 'a>(
             block_dim: opts.block_dim,
             traced,
         };
-        interp::run_block(kernel, arch, (args, direct), locs, at, budget)
+        interp::run_block(kernel, arch, (args, direct), (locs, placed), at, budget)
     };
     let mut results = Vec::with_capacity(opts.block_dim);
     if opts.block_dim > 0 {
@@ -246,15 +251,79 @@ fn run_blocks<'k, 'a>(
         if estimate < SERIAL_BELOW {
             results.extend((1..opts.block_dim).map(one));
         } else {
-            results.par_extend((1..opts.block_dim).into_par_iter().map(one));
+            results.extend(run_shared(opts.block_dim, &one));
         }
     }
     results
 }
 
+/// Runs blocks `1..block_dim` with `one`, the caller taking part: the caller and up to one
+/// pool task per other pool thread take the next block from a shared counter until none is
+/// left. A pool worker that a busy host does not schedule then costs no more than the block it
+/// runs, where handing all the blocks to the pool had the caller wait for its slowest worker.
+/// Results in block order.
+fn run_shared<R: Send>(block_dim: usize, one: &(dyn Fn(usize) -> R + Sync)) -> Vec<R> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let rest = block_dim.saturating_sub(1);
+    let next = AtomicUsize::new(1);
+    let slots: Vec<Mutex<Option<R>>> = (0..rest).map(|_| Mutex::new(None)).collect();
+    let work = || loop {
+        let b = next.fetch_add(1, Ordering::Relaxed);
+        let Some(slot) = b.checked_sub(1).and_then(|i| slots.get(i)) else {
+            break;
+        };
+        let r = one(b);
+        if let Ok(mut s) = slot.lock() {
+            *s = Some(r);
+        }
+    };
+    let helpers = rayon::current_num_threads()
+        .saturating_sub(1)
+        .min(rest.saturating_sub(1));
+    rayon::in_place_scope(|s| {
+        for _ in 0..helpers {
+            s.spawn(|_| work());
+        }
+        work();
+    });
+    // Every block was taken and run before the scope ended; a slot left empty (a poisoned
+    // lock) is run again here, on the caller.
+    slots
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| match s.into_inner() {
+            Ok(Some(r)) => r,
+            _ => one(i + 1),
+        })
+        .collect()
+}
+
 /// Below this estimated time for the blocks after the first, a launch runs them all on the
 /// caller's thread. In the DeepSeek decode demo (2 shared cores) every decode launch (sparse
-/// attention on 4 blocks, ~0.1 ms a block; reshape_and_cache on 2) falls below it, and running
-/// them serially took the TileSim run from ~15,000 context switches to ~4,000 with no op slower;
-/// prefill's flash attention (32 blocks, ~0.3 ms a block) still fans out.
-const SERIAL_BELOW: std::time::Duration = std::time::Duration::from_millis(2);
+/// attention on 4 blocks, ~0.1 ms a block, an estimate of ~0.3 ms; reshape_and_cache on 2)
+/// falls below it, and running them serially took the TileSim run from ~15,000 context
+/// switches to ~4,000 with no op slower; prefill's flash attention (32 blocks, ~0.3 ms a block)
+/// still fans out, and so does a 2048-row paged_gather (8 blocks of ~0.2 ms, an estimate of
+/// ~1.5 ms, which ran serially under the former 2 ms).
+const SERIAL_BELOW: std::time::Duration = std::time::Duration::from_millis(1);
+
+#[cfg(test)]
+mod tests {
+    use super::run_shared;
+
+    #[test]
+    fn shared_blocks_each_run_once_and_come_back_in_block_order() {
+        for block_dim in [0, 1, 2, 3, 8, 33] {
+            let runs = std::sync::atomic::AtomicUsize::new(0);
+            let one = |b: usize| {
+                runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                b * 10
+            };
+            let got = run_shared(block_dim, &one);
+            let want: Vec<usize> = (1..block_dim.max(1)).map(|b| b * 10).collect();
+            assert_eq!(got, want, "block_dim {block_dim}");
+            assert_eq!(runs.into_inner(), want.len(), "block_dim {block_dim}");
+        }
+    }
+}

@@ -75,10 +75,61 @@ pub(crate) fn resolve<'k>(
     slot: i64,
     runtime_valid: &dyn Fn(TileId) -> Option<(u64, u64)>,
 ) -> Result<TileLoc<'k>, String> {
+    Ok(place(kernel, arch, r.tile)?.at(slot, || runtime_valid(r.tile)))
+}
+
+/// What resolving a reference to a tile takes from the kernel, worked out once per launch
+/// ([`place_all`]): the tile's declaration and its buffers' placement. [`Placed::at`] then
+/// picks the buffer and the valid shape of one access.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Placed<'k> {
+    decl: &'k crate::ir::TileDecl,
+    /// Address of buffer 0 (the root allocation's).
+    base: u64,
+    /// The root allocation's buffers (at least 1).
+    buffers: i64,
+    /// Bytes from one buffer to the next.
+    stride: u64,
+}
+
+impl<'k> Placed<'k> {
+    /// The access of buffer `slot` (modulo the buffers), its valid shape taken from the
+    /// declaration or, for a dynamic dimension, from `runtime_valid`.
+    #[inline]
+    pub fn at(&self, slot: i64, runtime_valid: impl FnOnce() -> Option<(u64, u64)>) -> TileLoc<'k> {
+        let slot = slot.rem_euclid(self.buffers) as u64;
+        let addr = self.base + slot * self.stride;
+        let ty = &self.decl.ty;
+        let valid = match (ty.valid_rows, ty.valid_cols) {
+            (ValidDim::Static(r), ValidDim::Static(c)) => Some((r, c)),
+            (vr, vc) => {
+                let rt = runtime_valid();
+                let pick = |d: ValidDim, i: usize| match d {
+                    ValidDim::Static(v) => Some(v),
+                    ValidDim::Dynamic => rt.map(|x| if i == 0 { x.0 } else { x.1 }),
+                };
+                match (pick(vr, 0), pick(vc, 1)) {
+                    (Some(r), Some(c)) => Some((r, c)),
+                    _ => None,
+                }
+            }
+        };
+        TileLoc {
+            ty,
+            addr: addr as usize,
+            valid: valid.map(|(r, c)| (r as usize, c as usize)),
+            name: &self.decl.name,
+        }
+    }
+}
+
+/// Where tile `id`'s buffers are; an error names what is missing (an undeclared tile or alias
+/// target, a tile with no address).
+pub(crate) fn place<'k>(kernel: &'k Kernel, arch: &Arch, id: TileId) -> Result<Placed<'k>, String> {
     let decl = kernel
-        .try_tile(r.tile)
-        .ok_or_else(|| format!("tile id {} is not declared", r.tile.0))?;
-    let root_id = kernel.root_tile(r.tile);
+        .try_tile(id)
+        .ok_or_else(|| format!("tile id {} is not declared", id.0))?;
+    let root_id = kernel.root_tile(id);
     let root = kernel.try_tile(root_id).ok_or_else(|| {
         format!(
             "tile `{}` aliases undeclared tile id {}",
@@ -88,30 +139,20 @@ pub(crate) fn resolve<'k>(
     let base = root
         .addr
         .ok_or_else(|| format!("tile `{}` has no address", root.name))?;
-    let n = root.buffers.max(1) as i64;
-    let slot = slot.rem_euclid(n) as u64;
-    let addr = base + slot * arch.buffer_stride(&root.ty);
-    let ty = &decl.ty;
-    let valid = match (ty.valid_rows, ty.valid_cols) {
-        (ValidDim::Static(r), ValidDim::Static(c)) => Some((r, c)),
-        (vr, vc) => {
-            let rt = runtime_valid(r.tile);
-            let pick = |d: ValidDim, i: usize| match d {
-                ValidDim::Static(v) => Some(v),
-                ValidDim::Dynamic => rt.map(|x| if i == 0 { x.0 } else { x.1 }),
-            };
-            match (pick(vr, 0), pick(vc, 1)) {
-                (Some(r), Some(c)) => Some((r, c)),
-                _ => None,
-            }
-        }
-    };
-    Ok(TileLoc {
-        ty,
-        addr: addr as usize,
-        valid: valid.map(|(r, c)| (r as usize, c as usize)),
-        name: &decl.name,
+    Ok(Placed {
+        decl,
+        base,
+        buffers: root.buffers.max(1) as i64,
+        stride: arch.buffer_stride(&root.ty),
     })
+}
+
+/// [`place`] of every declared tile, indexed by tile id (`None` where it fails: resolving
+/// such a tile goes through [`resolve`], which reports why).
+pub(crate) fn place_all<'k>(kernel: &'k Kernel, arch: &Arch) -> Vec<Option<Placed<'k>>> {
+    (0..kernel.tiles.len())
+        .map(|i| place(kernel, arch, TileId(i as u32)).ok())
+        .collect()
 }
 
 /// A tile's layout as two additive parts: element `(r, c)` is stored at `f(r) + g(c)` (every
@@ -1272,6 +1313,40 @@ pub(crate) fn write_pitched_bytes(
             src.len()
         ));
     }
+    // One row (a gather's row load): strip by strip below, in the same GM order, without
+    // clearing the strip list's 2 KiB first.
+    if rows > 1 {
+        if let Some(done) = write_pitched_rows(buf, loc, at, (rows, cols), src, pitch) {
+            return Ok(done);
+        }
+    }
+    Ok(for_each_strip(
+        &Geom::new(loc.ty),
+        at,
+        (rows, cols),
+        Order::RowMajor,
+        |e, lines, stride, c, w| {
+            let (w, t0) = (w * es, loc.addr + e * es);
+            for i in 0..lines {
+                let (t, s) = (t0 + i * stride * es, (i * pitch + c) * es);
+                copy_fixed::<32, _>(&mut buf[t..t + w], &src[s..s + w]);
+            }
+        },
+    ))
+}
+
+/// [`write_pitched_bytes`] of several rows, row by row across the strips (the checks done):
+/// `Some(maps)` when done or the layout does not map, `None` when the region has more strips
+/// than the list holds (the caller copies strip by strip then).
+fn write_pitched_rows(
+    buf: &mut [u8],
+    loc: &TileLoc,
+    at: (usize, usize),
+    (rows, cols): (usize, usize),
+    src: &[u8],
+    pitch: usize,
+) -> Option<bool> {
+    let es = loc.es();
     // The strips (an NZ tile's box columns), then the copy row by row across them, so GM is
     // read front to back, one row after another (a strip at a time would stride down GM once
     // per 32-byte box column).
@@ -1293,7 +1368,7 @@ pub(crate) fn write_pitched_bytes(
         },
     );
     if !maps {
-        return Ok(false);
+        return Some(false);
     }
     if fits {
         let strips = &strips[..n];
@@ -1311,21 +1386,9 @@ pub(crate) fn write_pitched_bytes(
                 copy_fixed::<32, _>(&mut buf[t..t + w], &row[c..c + w]);
             }
         }
-        return Ok(true);
+        return Some(true);
     }
-    Ok(for_each_strip(
-        &Geom::new(loc.ty),
-        at,
-        (rows, cols),
-        Order::RowMajor,
-        |e, lines, stride, c, w| {
-            let (w, t0) = (w * es, loc.addr + e * es);
-            for i in 0..lines {
-                let (t, s) = (t0 + i * stride * es, (i * pitch + c) * es);
-                copy_fixed::<32, _>(&mut buf[t..t + w], &src[s..s + w]);
-            }
-        },
-    ))
+    None
 }
 
 /// Encodes a dense f32 matrix of `order` into the region of a tile (rounding to its dtype) when

@@ -36,6 +36,8 @@ pub(crate) struct ExecCtx<'k, 'a, 'b> {
     pub gm: &'b mut Overlay,
     /// The launch's write-only outputs, written in place ([`WriteOnly`]).
     pub direct: &'a [WriteOnly<'a>],
+    /// Every tile's placement, indexed by tile id ([`tile::place_all`]).
+    pub placed: &'b [Option<tile::Placed<'k>>],
     pub flags: &'b mut CrossFlags,
     pub core: &'b mut CoreRt<'a>,
     /// What the running op touched, when the run is traced.
@@ -61,9 +63,11 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
     pub fn tile(&self, r: &TileRef) -> Result<TileLoc<'k>, String> {
         let slot = self.core.eval(&r.slot)?;
         let valid = &self.core.valid;
-        tile::resolve(self.kernel, self.arch, r, slot, &|id| {
-            valid.get(&id).copied()
-        })
+        let runtime_valid = |id: crate::ir::TileId| valid.get(id.0 as usize).copied().flatten();
+        match self.placed.get(r.tile.0 as usize) {
+            Some(Some(p)) => Ok(p.at(slot, || runtime_valid(r.tile))),
+            _ => tile::resolve(self.kernel, self.arch, r, slot, &runtime_valid),
+        }
     }
 
     /// The AIV whose UB this core's Vec tiles live in.

@@ -311,7 +311,9 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
                     decl.name, decl.ty.rows, decl.ty.cols
                 ));
             }
-            cx.core.valid.insert(tile.tile, (r as u64, c as u64));
+            if let Some(v) = cx.core.valid.get_mut(tile.tile.0 as usize) {
+                *v = Some((r as u64, c as u64));
+            }
             Ok(())
         }
         Op::FillPad { tile } => {
