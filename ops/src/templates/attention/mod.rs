@@ -64,6 +64,11 @@
 //!   estimate rises 7% (76454 cycles against 71351; bf16 unchanged). With the pass owning the
 //!   Acc slots too, the f32 device plan at the DeepSeek shape (B = 4, top-k 1024) loses an
 //!   M -> FIX signal in the traced test `sparse_deepseek_shape_b1`.
+//! - With several work items per block (the device plan), `cube.rs` also writes the chain
+//!   that ends each item (MTE1 -> FIX, then FIX -> M event 4 and FIX -> MTE1 event 7): it
+//!   orders the pass's next pre-sets of its L0-slot pairs after this item's final waits, which
+//!   a barrier of the cube's pipes did before, and leaves MTE2 free to load the next item.
+//!   With two Q buffers (`AttnCfg::qbufs`) each has its own Q-loaded event (2, 3).
 //! - `attn_merge` (`merge.rs`) still writes the flags of its `o_i` buffers by hand: V -> MTE2
 //!   / MTE2 -> V per group of up to 4 part buffers (ping-pong over the groups of splits, one
 //!   event id per group, pre-set before the loads and drained after the loop), and one MTE2 ->
@@ -217,10 +222,11 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
     use MemSpace::{Acc, Left, Mat, Right, Vec as Ub};
     let ty = TileType::new;
     // Cube tiles.
-    let q_l1 = kb.tile(
-        "q_l1",
-        ty(Mat, dt, th, dp, NZ).dynamic().pad(PadValue::Zero),
-    );
+    let q_ty = ty(Mat, dt, th, dp, NZ).dynamic().pad(PadValue::Zero);
+    let q_l1 = match cfg.qbufs {
+        1 => kb.tile("q_l1", q_ty),
+        n => kb.tile_group("q_l1", q_ty, n as u32),
+    };
     let kv_ty = ty(Mat, dt, chunk, dp, NZ).dynamic().pad(PadValue::Zero);
     let k_l1 = kb.tile_group("k_l1", kv_ty.clone(), bufs as u32);
     let kt_l1 = kb.reinterpret(
