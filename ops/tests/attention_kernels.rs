@@ -339,6 +339,22 @@ fn sparse_several_chunks_per_split() {
 }
 
 #[test]
+fn sparse_merge_loads_its_parts_in_groups() {
+    // One row of one head tile: on the device every 256-token chunk is its own split, and the
+    // merge loads up to 4 parts under one flag. 6 splits end on a partial group; 9 splits make
+    // an odd number of groups (the second buffer of the last pair unused), the last of one part.
+    for (topk, dtype, seed) in [
+        (5 * 256 + 3, DType::F32, 11),
+        (8 * 256 + 1, DType::BF16, 12),
+    ] {
+        run_sparse(&SparseCase {
+            seed,
+            ..SparseCase::new(1, 4, 64, 64, topk, 16, dtype)
+        });
+    }
+}
+
+#[test]
 fn sparse_many_heads() {
     run_sparse(&SparseCase::new(1, 128, 64, 64, 100, 16, DType::BF16));
     run_sparse(&SparseCase {

@@ -46,8 +46,8 @@ pub(super) fn body(c: &mut Body<'_>, k: &SplitKernel<'_>) {
     let p = |id: ParamId| Expr::Param(id);
     use Pipe::{Fix, Mte1, Mte2, M as Mm};
     // Hand-written (see "Sync ownership" in the module docs): the gathered L1 tiles (MTE1 <->
-    // MTE2, one event per buffer; event 2 for Q) and the Acc slots (FIX <-> M, events 0, 1 for
-    // `s_acc`, 2, 3 for `pv_acc`). Every buffer starts free: the first wait of each event
+    // MTE2, one event per buffer; events 2, 3 for Q) and the Acc slots (FIX <-> M, events 0,
+    // 1 for `s_acc`, 2, 3 for `pv_acc`). Every buffer starts free: the first wait of each event
     // pairs with these sets. The L0 slots' flags come from the sync pass. With several work
     // items per block, the sets come before the item loop and the drains after it.
     let buffer_flags = |c: &mut Body<'_>, set: bool| {
@@ -70,23 +70,49 @@ pub(super) fn body(c: &mut Body<'_>, k: &SplitKernel<'_>) {
     let drain = |c: &mut Body<'_>| buffer_flags(c, false);
     let one_item = cfg.ipb <= 1;
     // Several items: the sync pass pre-sets and drains its L0-slot pairs around each item's
-    // chunk loop, and nothing would order the next item's pre-sets (on M, MTE1) after this
-    // item's final waits (on MTE1, FIX): a barrier of all the cube's pipes ends each item.
-    // (Hand-written MTE1 -> M and FIX -> MTE1 pairs would keep MTE2 free of it, but take an
-    // event the pass may need for its own L0 slots: narrow slices need all 8 MTE1 -> M ids.)
+    // chunk loop, and something must order the next item's pre-sets (on M, MTE1) after this
+    // item's final waits (on MTE1, FIX). A hand-written chain does, leaving MTE2 free to start
+    // the next item's loads: MTE1 -> FIX (event `ITEM_EV`) after MTE1's final waits, then,
+    // after FIX's, FIX -> M (event 4, beside the Acc slots' 0..3) and FIX -> MTE1 (`ITEM_EV`),
+    // which M and MTE1 wait for before the next item. (No MTE1 -> M pair: narrow slices need
+    // all 8 of those ids for the pass's L0 slots.) Each item's two waits pair with the sets
+    // before the loop or at the end of the previous item; the last sets are drained after it.
+    const ITEM_EV: u8 = 7;
+    let item_sets = |c: &mut Body<'_>| {
+        c.set_flag(Fix, Mm, 4);
+        c.set_flag(Fix, Mte1, ITEM_EV);
+    };
+    let item_waits = |c: &mut Body<'_>| {
+        c.wait_flag(Fix, Mm, 4);
+        c.wait_flag(Fix, Mte1, ITEM_EV);
+    };
     if !one_item {
         preset(c);
+        item_sets(c);
     }
-    k.for_items(c, &mut |c, item| {
+    // Q's L1 buffer `qs`: with two (`AttnCfg::qbufs`), the item loop is unrolled by two
+    // and each half has its own, so the next item's Q load need not wait for this item's last
+    // Q K^T moves.
+    let item_body = |c: &mut Body<'_>, item: Expr, qs: u64| {
+        let q_l1 = q_l1.at(qs);
+        if !one_item {
+            item_waits(c);
+        }
         let (_split, ht, bi, cnt, c0, iters, h0, hv) = k.coords(c, item);
-        c.set_validshape(q_l1, hv, dqk);
-        c.load(q_l1, GmView::nd(q, (bi * heads + h0) * dqk, hv, dqk, dqk));
-        c.fillpad(q_l1);
-        c.set_flag(Mte2, Mte1, 2);
+        c.set_validshape(q_l1.clone(), hv, dqk);
+        c.load(
+            q_l1.clone(),
+            GmView::nd(q, (bi * heads + h0) * dqk, hv, dqk, dqk),
+        );
+        c.fillpad(q_l1.clone());
+        // Q loaded: event 2 (3 for the second Q buffer, so that the next item's Q load, which
+        // waits only for its own buffer, cannot set this one's flag again before MTE1 waits).
+        let qev = 2 + qs as u8;
+        c.set_flag(Mte2, Mte1, qev);
         if one_item {
             preset(c);
         }
-        c.wait_flag(Mte2, Mte1, 2);
+        c.wait_flag(Mte2, Mte1, qev);
         let col0 = Expr::Var(ht) * cfg.head_col_stride;
         let mut step = |b: &mut Body<'_>, it: Expr, slot: u64| {
             let ev = slot as u8;
@@ -127,7 +153,7 @@ pub(super) fn body(c: &mut Body<'_>, k: &SplitKernel<'_>) {
             for j in 0..nks {
                 let xs = j % bufs;
                 let (ql, kl) = (q_l0.at(xs), kt_l0.at(xs));
-                b.mov(ql.clone(), q_l1).offset(0, j * ks);
+                b.mov(ql.clone(), q_l1.clone()).offset(0, j * ks);
                 b.mov(kl.clone(), kt_l1.at(kslot)).offset(j * ks, 0);
                 if j == 0 {
                     b.wait_flag(Fix, Mm, ev);
@@ -170,10 +196,20 @@ pub(super) fn body(c: &mut Body<'_>, k: &SplitKernel<'_>) {
         if one_item {
             drain(c);
         } else {
-            c.barrier(Pipe::All);
+            c.set_flag(Mte1, Fix, ITEM_EV);
+            c.wait_flag(Mte1, Fix, ITEM_EV);
+            item_sets(c);
         }
-    });
+    };
+    if cfg.qbufs > 1 {
+        ping_pong(c, cfg.ipb.into(), &mut |c, kk, qs| {
+            item_body(c, Expr::BlockIdx * cfg.ipb + kk, qs)
+        });
+    } else {
+        k.for_items(c, &mut |c, item| item_body(c, item, 0));
+    }
     if !one_item {
+        item_waits(c);
         drain(c);
     }
 }

@@ -30,6 +30,20 @@ impl MergeCfg {
     }
 }
 
+/// Parts of `o_ws` the merge kernel loads under one flag (`MAX_PARTS_PER_LOAD` where UB has
+/// room for two groups of `[MERGE_ROWS, vp]` f32 buffers beside the accumulator and the cast
+/// output, fewer for wide rows).
+fn parts_per_load(vp: u64) -> u64 {
+    let tile = MERGE_ROWS * vp * 4;
+    (MERGE_UB_BUDGET.saturating_sub(2 * tile) / (2 * tile)).clamp(1, MAX_PARTS_PER_LOAD)
+}
+
+/// Largest number of parts loaded under one flag.
+const MAX_PARTS_PER_LOAD: u64 = 4;
+/// UB bytes the merge kernel's part buffers, accumulator and cast output may take (of the
+/// 240 KiB the planner hands out, leaving room for the lse and weight tiles).
+const MERGE_UB_BUDGET: u64 = 200 * 1024;
+
 /// Blocks to launch for `rows` global rows.
 pub(crate) fn merge_blocks(rows: usize) -> usize {
     rows.div_ceil(2 * MERGE_ROWS as usize).max(1)
@@ -103,7 +117,12 @@ pub(crate) fn attn_merge(cfg: &MergeCfg) -> Kernel {
         (sk, t, column(&mut kb, "t_col", t))
     });
     let acc = kb.tile("acc", ty(Ub, DType::F32, hm, vp, ND).dynamic());
-    let oi = kb.tile_group("o_i", ty(Ub, DType::F32, hm, vp, ND).dynamic(), 2);
+    let group = parts_per_load(vp);
+    let oi = kb.tile_group(
+        "o_i",
+        ty(Ub, DType::F32, hm, vp, ND).dynamic(),
+        2 * group as u32,
+    );
     let out_t = (dt != DType::F32).then(|| kb.tile("out_t", ty(Ub, dt, hm, vp, ND).dynamic()));
 
     kb.vector(|v| {
@@ -125,41 +144,61 @@ pub(crate) fn attn_merge(cfg: &MergeCfg) -> Kernel {
             b.set_validshape(lp, ps.clone(), rv);
             b.set_validshape(w, ps.clone(), rv);
             b.set_validshape(acc, rv, v_dim);
+            // Both part buffers start free (set first, so the first parts' loads follow the
+            // lse parts' on MTE2 without waiting for the weights).
+            b.set_flag(Pipe::V, Pipe::Mte2, 2);
+            b.set_flag(Pipe::V, Pipe::Mte2, 3);
+            // Both loads under one MTE2 -> V flag (each flag set on MTE2 waits for the DMAs
+            // before it to land, so it exposes their latency once).
             b.load(lp, GmView::nd(lse_ws, g0, ps.clone(), rv, pr.clone()));
             b.load(fixt, GmView::nd(fix, g0, 1, rv, hm));
+            b.set_flag(Pipe::Mte2, Pipe::V, 0);
+            b.wait_flag(Pipe::Mte2, Pipe::V, 0);
             // Down each row's column of parts: M, w_i = exp(lse_i - M), s = sum w_i.
             b.col_max(mx, lp);
             b.broadcast(BinaryOp::Sub, Axis::Col, w, lp, mx);
             b.exp(w, w);
             b.col_sum(s, w);
             b.fill(acc, 0.0);
-            // Two o_i buffers, loop unrolled by two: the load of part i + 1 overlaps the
-            // vector work on part i.
-            let mut part = |lb: &mut Body<'_>, i: Expr, slot: u64| {
+            // The parts in groups of `group`, each group loaded under one flag; two groups of
+            // buffers, loop unrolled by two: the loads of group k + 1 overlap the vector work
+            // on group k.
+            let groups = ps.clone().ceil_div(group as i64);
+            let mut parts = |lb: &mut Body<'_>, k: Expr, slot: u64| {
                 let ev = 2 + slot as u8;
-                lb.set_validshape(oi.at(slot), rv, v_dim);
+                let part = |j: u64| k.clone() * group + j;
+                let buf = |j: u64| oi.at(slot * group + j);
+                // Part `part(j)` exists for j = 0 (k < groups), else when below `splits`.
+                let in_range = |lb: &mut Body<'_>, j: u64, f: &mut dyn FnMut(&mut Body<'_>)| {
+                    if j == 0 {
+                        f(lb);
+                    } else {
+                        lb.if_(part(j).lt(ps.clone()), |t| f(t));
+                    }
+                };
                 lb.wait_flag(Pipe::V, Pipe::Mte2, ev);
-                lb.load(
-                    oi.at(slot),
-                    GmView::nd(
-                        o_ws,
-                        (i.clone() * pr.clone() + g0) * v_dim,
-                        rv,
-                        v_dim,
-                        v_dim,
-                    ),
-                );
+                for j in 0..group {
+                    in_range(lb, j, &mut |t| {
+                        t.set_validshape(buf(j), rv, v_dim);
+                        t.load(
+                            buf(j),
+                            GmView::nd(o_ws, (part(j) * pr.clone() + g0) * v_dim, rv, v_dim, v_dim),
+                        );
+                    });
+                }
                 lb.set_flag(Pipe::Mte2, Pipe::V, ev);
-                // Part i's weights (row i of `weights`), seen as a column by `w_i_col`.
-                lb.mov(wr, w).offset(i, 0);
                 lb.wait_flag(Pipe::Mte2, Pipe::V, ev);
-                lb.broadcast(BinaryOp::Mul, Axis::Row, oi.at(slot), oi.at(slot), wc);
-                lb.add(acc, acc, oi.at(slot));
+                for j in 0..group {
+                    in_range(lb, j, &mut |t| {
+                        // Part i's weights (row i of `weights`), seen as a column by `w_i_col`.
+                        t.mov(wr, w).offset(part(j), 0);
+                        t.broadcast(BinaryOp::Mul, Axis::Row, buf(j), buf(j), wc);
+                        t.add(acc, acc, buf(j));
+                    });
+                }
                 lb.set_flag(Pipe::V, Pipe::Mte2, ev);
             };
-            b.set_flag(Pipe::V, Pipe::Mte2, 2);
-            b.set_flag(Pipe::V, Pipe::Mte2, 3);
-            ping_pong(b, ps.clone(), &mut part);
+            ping_pong(b, groups, &mut parts);
             b.wait_flag(Pipe::V, Pipe::Mte2, 2);
             b.wait_flag(Pipe::V, Pipe::Mte2, 3);
             b.broadcast(BinaryOp::Div, Axis::Row, acc, acc, s_col);

@@ -70,9 +70,17 @@
 //!   estimate rises 7% (76454 cycles against 71351; bf16 unchanged). With the pass owning the
 //!   Acc slots too, the f32 device plan at the DeepSeek shape (B = 4, top-k 1024) loses an
 //!   M -> FIX signal in the traced test `sparse_deepseek_shape_b1`.
+//! - With several work items per block (the device plan), `cube.rs` also writes the chain
+//!   that ends each item (MTE1 -> FIX, then FIX -> M event 4 and FIX -> MTE1 event 7): it
+//!   orders the pass's next pre-sets of its L0-slot pairs after this item's final waits, which
+//!   a barrier of the cube's pipes did before, and leaves MTE2 free to load the next item.
+//!   With two Q buffers (`AttnCfg::qbufs`) each has its own Q-loaded event (2, 3).
 //! - `attn_merge` (`merge.rs`) still writes the flags of its `o_i` buffers by hand: V -> MTE2
-//!   / MTE2 -> V per buffer (ping-pong over the splits, one event id per buffer, pre-set before
-//!   the loop and drained after it). The pass's own pairs there are hazard-free but overlap
+//!   / MTE2 -> V per group of up to 4 part buffers (ping-pong over the groups of splits, one
+//!   event id per group, pre-set before the loads and drained after the loop), and one MTE2 ->
+//!   V pair for its lse and fix loads: a flag set on MTE2 waits for the DMAs before it to land,
+//!   so each one exposes the DMA latency once, and grouping the loads exposes it once per
+//!   group (DeepSeek decode step, bf16: 53447 -> 51421 cycles). The pass's own pairs there are hazard-free but overlap
 //!   less: re-measured at the DeepSeek decode step (`examples/sparse_attention`), the whole
 //!   step's 950 estimate rises from 53447 to 54356 cycles in bf16 (+1.7%) and from 87586 to
 //!   88495 in f32 (+1.0%), so these stay until the pass pairs the two `o_i` buffers as
@@ -97,7 +105,8 @@
 //! ```text
 //! vector (each AIV: hm rows g0..): MTE2 lse_ws -> lse_parts ND [splits, hm] (part i of row g in
 //!        column g); M = colmax, w = exp(lse_parts - M) (column broadcast), s = colsum w,
-//!        all ND [1, hm]; per part i (o_i double buffered): MTE2 o_ws[i] -> o_i ND [hm, vp];
+//!        all ND [1, hm]; per group of up to 4 parts (two groups of buffers): MTE2 o_ws[i] ->
+//!        o_i ND [hm, vp] for each part i of the group under one flag; then per part,
 //!        w_i = row i of w, seen as DN [hm, 1]; acc += o_i * w_i (row broadcast).
 //!        acc /= s (as DN [hm, 1]); lse = M + ln s; sink; lse = lse + fix; MTE3 out, lse.
 //! ```
@@ -221,10 +230,11 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
     use MemSpace::{Acc, Left, Mat, Right, Vec as Ub};
     let ty = TileType::new;
     // Cube tiles.
-    let q_l1 = kb.tile(
-        "q_l1",
-        ty(Mat, dt, th, dp, NZ).dynamic().pad(PadValue::Zero),
-    );
+    let q_ty = ty(Mat, dt, th, dp, NZ).dynamic().pad(PadValue::Zero);
+    let q_l1 = match cfg.qbufs {
+        1 => kb.tile("q_l1", q_ty),
+        n => kb.tile_group("q_l1", q_ty, n as u32),
+    };
     let kv_ty = ty(Mat, dt, chunk, dp, NZ).dynamic().pad(PadValue::Zero);
     let k_l1 = kb.tile_group("k_l1", kv_ty.clone(), bufs as u32);
     let kt_l1 = kb.reinterpret(

@@ -5,7 +5,7 @@ use super::merge::{attn_merge, merge_blocks, MergeCfg};
 use crate::error::OpError;
 use crate::kernels::Launch;
 use crate::registry::MAX_DIM;
-use crate::runtime::PlanTarget;
+use crate::runtime::{compiled, PlanTarget};
 use tile_backend::ir::{AccToVecMode, DType};
 
 /// The running max a head starts with (finite, so empty splits stay NaN-free).
@@ -78,6 +78,11 @@ pub(crate) struct AttnCfg {
     /// over `ipb` consecutive items, so one item's gathers overlap the previous one's last
     /// chunk, normalisation and stores instead of waiting for the next wave.
     pub ipb: u64,
+    /// Buffers of Q in L1: 1, or 2 where the device plan runs several items per block, L1 has
+    /// room and the kernel still compiles (see [`plan`]): the cube then unrolls its item loop
+    /// by two, each half with its own Q, so the next item's Q load need not wait for the
+    /// previous item's last Q K^T moves.
+    pub qbufs: u64,
 }
 
 /// What an attention op asks of the split kernel, field by field: [`AttnCfg::new`] chooses
@@ -197,12 +202,23 @@ impl AttnCfg {
             bufs,
             pbufs,
             ipb: 1,
+            qbufs: 1,
         }
     }
 
     /// The cache key (every static parameter the kernel reads).
     pub fn key(&self) -> String {
         format!("{self:?}")
+    }
+
+    /// Whether Q may take two L1 buffers ([`AttnCfg::qbufs`]): a device block running several
+    /// work items, with room in L1 for a second Q beside the gathered tiles and P.
+    fn q_double_fits(&self) -> bool {
+        let es = self.dtype.size_bytes();
+        let q = self.th * self.dp() * es;
+        let kv = if self.separate_v { 2 } else { 1 } * self.bufs * self.chunk * self.dp() * es;
+        let p = self.pbufs * self.th * self.chunk * es;
+        self.ipb > 1 && self.bufs > 1 && 2 * q + kv + p <= 500 * 1024
     }
 
     /// Q/K columns padded to a multiple of 16.
@@ -335,6 +351,18 @@ pub(crate) fn plan(
     if target.pipes_overlap() {
         cfg.ipb = items_per_block(split.blocks, target.concurrent_blocks() as u64);
         split.blocks /= cfg.ipb;
+        // Two Q buffers where they fit, unless the sync pass then runs out of event ids (the
+        // unrolled item loop doubles its L0-slot pairs: e.g. D 64 bf16 needs 9 MTE1 -> M ids
+        // where there are 8); the compiled kernel is cached for the launch.
+        if cfg.q_double_fits() {
+            let two = AttnCfg {
+                qbufs: 2,
+                ..cfg.clone()
+            };
+            if compiled(cfg.name, &two.key(), || attn_split(&two)).is_ok() {
+                cfg = two;
+            }
+        }
     }
     let rows = batch * cfg.heads as usize;
     let merge = (!merge_is_identity(target, &cfg, split.splits, sink)).then(|| {

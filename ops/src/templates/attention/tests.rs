@@ -301,9 +301,28 @@ fn the_device_plan_runs_two_items_per_block_without_hazards_and_same_results() {
     // items: twice the device's 32 clusters. The device plan folds them into 32 blocks of 2
     // items; the rows count 0 to 600 valid tokens (0 to 3 of its 256-token chunks, so both
     // halves of the ping-pong end an item), and the traced run must be hazard-free and agree
-    // with the CPU plan (one item per block).
-    let batch = 64usize;
-    let (heads, d, bs, topk) = (4u64, 32u64, 8usize, 600usize);
+    // with the CPU plan (one item per block). At D 32 the sync pass has no event ids for two
+    // Q buffers, so Q has one.
+    device_items_agree_with_the_cpu_plan(64, 32, (2, 1, 32), 1);
+}
+
+#[test]
+fn three_items_per_block_with_two_q_buffers_run_without_hazards_and_same_results() {
+    // 96 rows at D 128: 3 items per block, Q double-buffered, so the cube's item loop unrolled
+    // by two ends on its odd half.
+    device_items_agree_with_the_cpu_plan(96, 128, (3, 1, 32), 2);
+}
+
+/// Runs `batch` rows of one 4-head tile at head size `d` (f32) on the device plan (traced,
+/// expecting `(ipb, splits, blocks)` and `qbufs`) and on the CPU plan, and checks that the
+/// device run is hazard-free and both agree.
+fn device_items_agree_with_the_cpu_plan(
+    batch: usize,
+    d: u64,
+    expect: (u64, usize, u64),
+    qbufs: u64,
+) {
+    let (heads, bs, topk) = (4u64, 8usize, 600usize);
     let (tokens, max_blocks) = (600usize, 75usize);
     let q = vals(batch * heads as usize * d as usize, 1);
     let k = vals(tokens * d as usize, 2);
@@ -325,7 +344,12 @@ fn the_device_plan_runs_two_items_per_block_without_hazards_and_same_results() {
         });
         let mut runner = Runner::sim("test").plan_for(target);
         let plan = plan(cfg, batch, topk, false, runner.plan_target());
-        let shape = (plan.cfg.ipb, plan.split.splits, plan.split.blocks);
+        let shape = (
+            plan.cfg.ipb,
+            plan.split.splits,
+            plan.split.blocks,
+            plan.cfg.qbufs,
+        );
         let input = |data| GmInput {
             dtype: DType::F32,
             shape: vec![tokens, d as usize],
@@ -356,7 +380,11 @@ fn the_device_plan_runs_two_items_per_block_without_hazards_and_same_results() {
         (f32s, shape)
     };
     let (out_dev, dev) = run(PlanTarget::Device);
-    assert_eq!(dev, (2, 1, 32), "2 items per block, 1 split, 32 blocks");
+    assert_eq!(
+        dev,
+        (expect.0, expect.1, expect.2, qbufs),
+        "items per block, splits, blocks, Q buffers"
+    );
     let (out_cpu, cpu) = run(PlanTarget::Cpu);
     assert_eq!(cpu.0, 1, "the CPU plan keeps one item per block");
     assert_eq!(out_cpu.len(), out_dev.len());
@@ -499,4 +527,45 @@ fn the_single_vector_core_head_tile_gives_the_split_tiles_bits_without_hazards()
             assert_eq!((out, lse), run(split), "{what}");
         }
     }
+}
+
+#[test]
+fn the_device_plan_double_buffers_q_where_the_kernel_compiles() {
+    // Dense GQA shapes (4 heads per KV head, 8 KV heads) of 8 or 12 rows of 2048 tokens: 2 or
+    // 3 items per device block. Q is double-buffered where L1 has room and the sync pass
+    // finds its event ids for the unrolled item loop; where it does not (D 64 in 16-bit data)
+    // the plan keeps one buffer. Every chosen kernel compiles.
+    let arch = tile_backend::arch::Arch::ascend950();
+    let mut chosen = Vec::new();
+    for dtype in [DType::F32, DType::BF16] {
+        for d in [32u64, 64, 128, 256] {
+            for batch in [8usize, 12] {
+                let cfg = AttnCfg::new(AttnSpec {
+                    name: "paged_attn",
+                    hg: 4,
+                    separate_v: true,
+                    block_size: 16,
+                    head_col_stride: d,
+                    kv_cols: 8 * d,
+                    ..latent_spec(dtype, 32, d, d)
+                });
+                let p = plan(cfg, batch, 2048, false, PlanTarget::Device);
+                assert!(p.cfg.ipb > 1, "{dtype} D {d}: several items per block");
+                let kernel = attn_split(&p.cfg);
+                if let Err(e) = tile_backend::passes::compile(&kernel, &arch) {
+                    panic!("{dtype} D {d} qbufs {}: {e}", p.cfg.qbufs);
+                }
+                chosen.push((dtype, d, batch, p.cfg.qbufs));
+            }
+        }
+    }
+    assert!(chosen.contains(&(DType::BF16, 128, 8, 2)), "{chosen:?}");
+    assert!(chosen.contains(&(DType::F32, 128, 12, 2)), "{chosen:?}");
+    assert!(chosen.contains(&(DType::BF16, 64, 8, 1)), "{chosen:?}");
+    // The CPU plan keeps one Q buffer.
+    let cfg = AttnCfg::new(AttnSpec {
+        double_buffer: false,
+        ..latent_spec(DType::BF16, 32, 128, 128)
+    });
+    assert_eq!(plan(cfg, 8, 2048, false, PlanTarget::Cpu).cfg.qbufs, 1);
 }
