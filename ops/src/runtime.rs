@@ -84,6 +84,16 @@ pub fn compiled_keyed(
     r
 }
 
+/// A kernel cache key written as a prefix and then the `Debug` text of a static shape (every
+/// field the kernel reads), for [`compiled_keyed`]: nothing is allocated to look a kernel up.
+pub(crate) struct DebugKey<'a, T: std::fmt::Debug>(pub &'static str, pub &'a T);
+
+impl<T: std::fmt::Debug> std::fmt::Display for DebugKey<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{:?}", self.0, self.1)
+    }
+}
+
 /// Builds and compiles a kernel (no cache).
 fn compile_kernel(op: &'static str, build: impl FnOnce() -> Kernel) -> Result<Kernel, OpError> {
     let kernel = build();
@@ -392,5 +402,20 @@ mod tests {
         .expect("compiles");
         assert!(!Arc::ptr_eq(&first, &other));
         assert_eq!(other.name, "k2");
+    }
+
+    /// A `DebugKey` is its prefix then the shape's `Debug` text, and finds the kernel cached
+    /// under that text.
+    #[test]
+    fn a_debug_key_is_the_prefix_and_the_debug_text() {
+        let shape = (7u64, "x");
+        let key = DebugKey("runtime-test/debug ", &shape);
+        assert_eq!(key.to_string(), format!("runtime-test/debug {shape:?}"));
+        let first = compiled_keyed("t", key, || empty_kernel("d1")).expect("compiles");
+        let again = compiled("t", r#"runtime-test/debug (7, "x")"#, || {
+            panic!("a cached key must not build again")
+        })
+        .expect("cached");
+        assert!(Arc::ptr_eq(&first, &again));
     }
 }

@@ -95,6 +95,7 @@
 
 use super::dn_host::Desc;
 use super::plan::{best_slice, round_up};
+use crate::runtime::DebugKey;
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
     AccToVecMode, ChannelId, CoreKind, DType, Expr, Kernel, Layout, MemSpace, PadValue, ParamId,
@@ -229,8 +230,8 @@ impl FlashCfg {
     }
 
     /// The cache key (every static parameter the kernel reads).
-    pub fn key(&self) -> String {
-        format!("{self:?}")
+    pub fn key(&self) -> impl std::fmt::Display + '_ {
+        DebugKey("", self)
     }
 
     /// q/k columns padded to 16.

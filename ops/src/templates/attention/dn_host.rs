@@ -5,7 +5,7 @@
 use super::dn::{flash_dn, FlashCfg};
 use crate::error::OpError;
 use crate::kernels::Launch;
-use crate::runtime::{compiled, Runner};
+use crate::runtime::{compiled_keyed, Runner};
 use tile_backend::ir::DType;
 use tile_backend::launch::{Arg, GmInput, GmTensor};
 
@@ -215,7 +215,7 @@ pub(crate) fn run_flash(
         &vec![f32::INFINITY; plan.lens.lse],
     );
     if blocks > 0 {
-        let kernel = compiled(op, &cfg.key(), || flash_dn(cfg))?;
+        let kernel = compiled_keyed(op, cfg.key(), || flash_dn(cfg))?;
         let h = cfg.h() as usize;
         let mut named: Vec<(&str, Arg<'_>)> = plan
             .ints(blocks)

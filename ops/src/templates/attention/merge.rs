@@ -3,6 +3,7 @@
 
 use super::plan::{round_up, MAX_SPLITS};
 use super::{ping_pong, store_in_dtype};
+use crate::runtime::DebugKey;
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
     Axis, BinaryOp, DType, Expr, GmView, Kernel, Layout, MemSpace, PadValue, Pipe, TileId,
@@ -25,8 +26,8 @@ pub(crate) struct MergeCfg {
 
 impl MergeCfg {
     /// The cache key.
-    pub fn key(&self) -> String {
-        format!("merge {self:?}")
+    pub fn key(&self) -> impl std::fmt::Display + '_ {
+        DebugKey("merge ", self)
     }
 }
 

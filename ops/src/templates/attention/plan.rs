@@ -5,7 +5,7 @@ use super::merge::{attn_merge, merge_blocks, MergeCfg};
 use crate::error::OpError;
 use crate::kernels::Launch;
 use crate::registry::MAX_DIM;
-use crate::runtime::{compiled, PlanTarget};
+use crate::runtime::{compiled_keyed, DebugKey, PlanTarget};
 use tile_backend::ir::{AccToVecMode, DType};
 
 /// The running max a head starts with (finite, so empty splits stay NaN-free).
@@ -207,8 +207,8 @@ impl AttnCfg {
     }
 
     /// The cache key (every static parameter the kernel reads).
-    pub fn key(&self) -> String {
-        format!("{self:?}")
+    pub fn key(&self) -> impl std::fmt::Display + '_ {
+        DebugKey("", self)
     }
 
     /// Whether Q may take two L1 buffers ([`AttnCfg::qbufs`]): a device block running several
@@ -359,7 +359,7 @@ pub(crate) fn plan(
                 qbufs: 2,
                 ..cfg.clone()
             };
-            if compiled(cfg.name, &two.key(), || attn_split(&two)).is_ok() {
+            if compiled_keyed(cfg.name, two.key(), || attn_split(&two)).is_ok() {
                 cfg = two;
             }
         }
