@@ -337,6 +337,11 @@ pub(crate) struct AttnPlan {
     pub merge: Option<(MergeCfg, usize)>,
 }
 
+/// Keys of the two-Q-buffer kernels the compiler refused (the device plan then keeps one
+/// buffer): each is tried once per process.
+pub(crate) static ONE_Q_ONLY: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
 /// The plan of an attention call of `batch` rows whose fullest row counts `longest` valid
 /// tokens, with or without a `sink`, on `target` (`cfg` is the kernel shape made for the same
 /// target).
@@ -353,14 +358,24 @@ pub(crate) fn plan(
         split.blocks /= cfg.ipb;
         // Two Q buffers where they fit, unless the sync pass then runs out of event ids (the
         // unrolled item loop doubles its L0-slot pairs: e.g. D 64 bf16 needs 9 MTE1 -> M ids
-        // where there are 8); the compiled kernel is cached for the launch.
+        // where there are 8); the compiled kernel is cached for the launch, a refusal in
+        // `ONE_Q_ONLY` so that the shape is not compiled again on every call.
         if cfg.q_double_fits() {
             let two = AttnCfg {
                 qbufs: 2,
                 ..cfg.clone()
             };
-            if compiled_keyed(cfg.name, two.key(), || attn_split(&two)).is_ok() {
-                cfg = two;
+            let refused = || {
+                ONE_Q_ONLY
+                    .lock()
+                    .is_ok_and(|set| set.contains(&two.key().to_string()))
+            };
+            if !refused() {
+                if compiled_keyed(cfg.name, two.key(), || attn_split(&two)).is_ok() {
+                    cfg = two;
+                } else if let Ok(mut set) = ONE_Q_ONLY.lock() {
+                    set.insert(two.key().to_string());
+                }
             }
         }
     }

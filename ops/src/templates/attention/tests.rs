@@ -562,6 +562,19 @@ fn the_device_plan_double_buffers_q_where_the_kernel_compiles() {
     assert!(chosen.contains(&(DType::BF16, 128, 8, 2)), "{chosen:?}");
     assert!(chosen.contains(&(DType::F32, 128, 12, 2)), "{chosen:?}");
     assert!(chosen.contains(&(DType::BF16, 64, 8, 1)), "{chosen:?}");
+    // The refusal is remembered, so the next plan of that shape does not compile it again.
+    let refused = plan::ONE_Q_ONLY.lock().expect("not poisoned");
+    assert!(
+        refused
+            .iter()
+            .any(|k| k.contains("BF16") && k.contains("qbufs: 2")),
+        "{refused:?}"
+    );
+    assert!(
+        refused.iter().all(|k| k.contains("qbufs: 2")),
+        "{refused:?}"
+    );
+    drop(refused);
     // The CPU plan keeps one Q buffer.
     let cfg = AttnCfg::new(AttnSpec {
         double_buffer: false,
