@@ -19,7 +19,7 @@ use tileops::ops::{paged_attention, profile, Backend, PagedAttentionParams};
 use tileops::tile_backend::sim::io::Rng;
 
 mod common;
-use common::{parse_dtype, print_cost, print_launches, timed_pair};
+use common::{parse_flags, print_cost, print_launches, timed_pair, Flags};
 
 const BATCH: usize = 8;
 const HEADS: usize = 32;
@@ -36,36 +36,21 @@ struct Settings {
 }
 
 fn settings() -> Result<Settings> {
-    let mut s = Settings {
+    let defaults = Flags {
         dtype: DType::BF16,
         runs: 3,
-        context: 2048,
         seed: 0x5eed,
     };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut value = |name: &str| args.next().with_context(|| format!("{name} needs a value"));
-        match a.as_str() {
-            "--dtype" => s.dtype = parse_dtype(&value("--dtype")?)?,
-            "--runs" => s.runs = value("--runs")?.parse().context("--runs")?,
-            "--context" => s.context = value("--context")?.parse().context("--context")?,
-            "--seed" => s.seed = value("--seed")?.parse().context("--seed")?,
-            "-h" | "--help" => {
-                println!(
-                    "usage: paged_attention [--dtype f32|f16|bf16] [--runs N] [--context T] [--seed S]"
-                );
-                std::process::exit(0);
-            }
-            other => bail!("unknown argument `{other}` (try --help)"),
-        }
-    }
-    if s.runs == 0 {
-        bail!("--runs must be at least 1");
-    }
-    if s.context == 0 || s.context > 1 << 20 {
+    let (f, context) = parse_flags("paged_attention", defaults, ("--context", 2048))?;
+    if context == 0 || context > 1 << 20 {
         bail!("--context must be in 1..=1048576");
     }
-    Ok(s)
+    Ok(Settings {
+        dtype: f.dtype,
+        runs: f.runs,
+        context,
+        seed: f.seed,
+    })
 }
 
 /// The decode step's inputs.

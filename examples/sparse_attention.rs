@@ -20,7 +20,7 @@ use std::time::Instant;
 use tileops::ops::{profile, sparse_paged_attention, Backend, SparseAttentionParams};
 
 mod common;
-use common::{max_abs_diff, parse_dtype, print_launches, timed_pair};
+use common::{max_abs_diff, parse_dtype, parse_flags, print_launches, timed_pair, Flags};
 
 const BATCH: usize = 4;
 const HEADS: usize = 128;
@@ -39,39 +39,24 @@ struct Settings {
 }
 
 fn settings() -> Result<Settings> {
-    let mut s = Settings {
+    let defaults = Flags {
         dtype: match std::env::var("TILEOPS_DTYPE") {
             Ok(v) => parse_dtype(&v).context("TILEOPS_DTYPE")?,
             Err(_) => DType::BF16,
         },
         runs: 3,
-        seq_len: 8192,
         seed: 0x5eed,
     };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut value = |name: &str| args.next().with_context(|| format!("{name} needs a value"));
-        match a.as_str() {
-            "--dtype" => s.dtype = parse_dtype(&value("--dtype")?)?,
-            "--runs" => s.runs = value("--runs")?.parse().context("--runs")?,
-            "--seq-len" => s.seq_len = value("--seq-len")?.parse().context("--seq-len")?,
-            "--seed" => s.seed = value("--seed")?.parse().context("--seed")?,
-            "-h" | "--help" => {
-                println!(
-                    "usage: sparse_attention [--dtype f32|f16|bf16] [--runs N] [--seq-len T] [--seed S]"
-                );
-                std::process::exit(0);
-            }
-            other => bail!("unknown argument `{other}` (try --help)"),
-        }
-    }
-    if s.runs == 0 {
-        bail!("--runs must be at least 1");
-    }
-    if s.seq_len < TOPK {
+    let (f, seq_len) = parse_flags("sparse_attention", defaults, ("--seq-len", 8192))?;
+    if seq_len < TOPK {
         bail!("--seq-len must be at least the top-k width {TOPK}");
     }
-    Ok(s)
+    Ok(Settings {
+        dtype: f.dtype,
+        runs: f.runs,
+        seq_len,
+        seed: f.seed,
+    })
 }
 
 /// A small deterministic PRNG (splitmix64).

@@ -21,6 +21,46 @@ pub fn parse_dtype(s: &str) -> Result<DType> {
     })
 }
 
+/// The flags every attention decode example takes, besides its own size flag.
+pub struct Flags {
+    /// `--dtype`.
+    pub dtype: DType,
+    /// `--runs`: timed rounds (at least 1).
+    pub runs: usize,
+    /// `--seed` of the inputs' PRNG.
+    pub seed: u64,
+}
+
+/// Parses the command line of example `name`: `--dtype`, `--runs`, `--seed`, `-h`/`--help`
+/// and the example's own size flag `size` (a count); returns the flags and the size, starting
+/// from `flags` and `size_default`.
+pub fn parse_flags(
+    name: &str,
+    mut flags: Flags,
+    (size, size_default): (&str, usize),
+) -> Result<(Flags, usize)> {
+    let mut n = size_default;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = |name: &str| args.next().with_context(|| format!("{name} needs a value"));
+        match a.as_str() {
+            "--dtype" => flags.dtype = parse_dtype(&value("--dtype")?)?,
+            "--runs" => flags.runs = value("--runs")?.parse().context("--runs")?,
+            "--seed" => flags.seed = value("--seed")?.parse().context("--seed")?,
+            "-h" | "--help" => {
+                println!("usage: {name} [--dtype f32|f16|bf16] [--runs N] [{size} T] [--seed S]");
+                std::process::exit(0);
+            }
+            a if a == size => n = value(size)?.parse().with_context(|| size.to_string())?,
+            other => bail!("unknown argument `{other}` (try --help)"),
+        }
+    }
+    if flags.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    Ok((flags, n))
+}
+
 /// The last result and the median wall time of each backend.
 pub struct Timed<T> {
     /// The Reference's last result.
