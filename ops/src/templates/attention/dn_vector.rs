@@ -5,8 +5,8 @@
 
 use super::dn::FlashKernel;
 use super::dn_host::Desc;
-use super::ping_pong;
 use super::plan::M_INIT;
+use super::{aiv0, ping_pong};
 use tile_backend::dsl::Body;
 use tile_backend::ir::{
     Axis, BinaryOp, Expr, GmView, Pipe, ReduceOp, RoundMode, TileRef, UnaryOp, VarId,
@@ -112,7 +112,9 @@ fn query_tile(v: &mut Body<'_>, k: &FlashKernel<'_>, row: &Expr) {
     }
     // The last tile's maxima are in m_tile when its slot is 0 (online_softmax): into m.
     let last_even = ((Expr::Var(iters) - 1) % 2).eq_(0);
-    v.if_(last_even, |b| aiv0(b, k, |b| b.muls(st.m, st.mc, 1.0)));
+    v.if_(last_even, |b| {
+        aiv0(b, k.cfg.single, |b| b.muls(st.m, st.mc, 1.0))
+    });
     // Normalise; lse = m + ln l (a query with no key: l = 0 -> 1, o = 0, lse ~ M_INIT), with
     // l = max(l, 1) + 0 * (low + l): NaN when a score the query saw was not finite, whatever
     // max does with NaN (docs/ops.md, "Non-finite data").
@@ -154,21 +156,23 @@ fn softmax_tile(
     let st = k.stats;
     let s = k.s(slot);
     b.pop(k.ch_s(slot));
-    aiv0(b, k, |b| b.muls(s.clone(), s.clone(), k.sp.scale));
+    aiv0(b, k.cfg.single, |b| {
+        b.muls(s.clone(), s.clone(), k.sp.scale)
+    });
     let delta = b.let_("delta", Expr::Var(diag) - j0);
 
     // The lowest score each query sees (non-finite policy): off the diagonal, every row of the
     // tile before the tail is masked (the tail's rows hold q . 0: 0, or NaN when q is not
     // finite, and such a query sees a key of the tile).
     b.if_(Expr::Var(delta).ge(tkv as i64 - 1), |t| {
-        aiv0(t, k, |t| {
+        aiv0(t, k.cfg.single, |t| {
             t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, s.clone())
         })
     });
     // Keys past kv_end: -inf.
     b.if_(Expr::Var(nv).lt(tkv), |t| {
         t.set_validshape(s.clone(), nv, h);
-        aiv0(t, k, |t| t.fillpad(s.clone()));
+        aiv0(t, k.cfg.single, |t| t.fillpad(s.clone()));
         t.set_validshape(s.clone(), tkv, h);
     });
     // A tile crossing the causal diagonal, with one load of the keep band (+inf where a query
@@ -184,7 +188,7 @@ fn softmax_tile(
         t.load(k.mask_ub, GmView::nd(k.mask, at, tkv, h, h));
         t.set_flag(Pipe::Mte2, Pipe::V, MASK_EV);
         t.wait_flag(Pipe::Mte2, Pipe::V, MASK_EV);
-        aiv0(t, k, |t| {
+        aiv0(t, k.cfg.single, |t| {
             t.binary(BinaryOp::Min, s.clone(), s.clone(), k.mask_ub);
             t.unary(UnaryOp::Neg, k.mask_ub, k.mask_ub);
             t.max(k.mask_ub, k.mask_ub, s.clone());
@@ -192,7 +196,7 @@ fn softmax_tile(
         });
         t.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
     });
-    aiv0(b, k, |b| online_softmax(b, k, slot));
+    aiv0(b, k.cfg.single, |b| online_softmax(b, k, slot));
 }
 
 /// `low = min(low, low_tile)`, then the online softmax down the columns of `s_ub` (one per
@@ -224,21 +228,21 @@ fn online_softmax(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
 fn p_out(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
     match k.p_ub {
         Some(pu) => {
-            aiv0(b, k, |b| b.cast(pu, k.s(slot), RoundMode::Rint));
+            aiv0(b, k.cfg.single, |b| b.cast(pu, k.s(slot), RoundMode::Rint));
             b.release(k.ch_s(slot));
-            aiv0(b, k, |b| {
+            aiv0(b, k.cfg.single, |b| {
                 b.mov(k.p_nz, pu);
             });
         }
         None => {
-            aiv0(b, k, |b| {
+            aiv0(b, k.cfg.single, |b| {
                 b.mov(k.p_nz, k.s(slot));
             });
             b.release(k.ch_s(slot));
         }
     }
     b.acquire(k.ch_p);
-    aiv0(b, k, |b| {
+    aiv0(b, k.cfg.single, |b| {
         if k.cfg.single {
             b.mov(k.p_l1.at(slot), k.p_nz);
         } else {
@@ -257,7 +261,7 @@ fn o_update(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64, last: bool) {
     let nns = k.cfg.vp() / k.cfg.ns;
     for j in 0..nns {
         let o = k.o_t.at(j);
-        aiv0(b, k, |b| {
+        aiv0(b, k.cfg.single, |b| {
             b.broadcast(
                 BinaryOp::Mul,
                 Axis::Row,
@@ -267,7 +271,7 @@ fn o_update(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64, last: bool) {
             )
         });
         b.pop(k.ch_pv);
-        aiv0(b, k, |b| {
+        aiv0(b, k.cfg.single, |b| {
             b.add(o.clone(), o.clone(), k.pv_ub);
             if last {
                 b.muls(k.pv_ub, o.clone(), 0.0);
@@ -299,14 +303,14 @@ fn write_p(
         let j0 = b.let_("j0", it * tkv);
         let nv = b.let_("nv", (kv_end.clone() - j0).min(tkv as i64));
         b.pop(k.ch_s(slot));
-        aiv0(b, k, |b| {
+        aiv0(b, k.cfg.single, |b| {
             b.muls(s.clone(), s.clone(), k.sp.scale);
             b.broadcast(BinaryOp::Sub, Axis::Col, s.clone(), s.clone(), st.m);
             b.exp(s.clone(), s.clone());
             b.broadcast(BinaryOp::Mul, Axis::Col, s.clone(), s.clone(), st.lc);
         });
         if let Some(pu) = k.p_ub {
-            aiv0(b, k, |b| b.cast(pu, s.clone(), RoundMode::Rint));
+            aiv0(b, k.cfg.single, |b| b.cast(pu, s.clone(), RoundMode::Rint));
             b.release(k.ch_s(slot));
         }
         b.if_(Expr::Var(mine).gt(0), |t| {
@@ -346,15 +350,5 @@ fn store_o(t: &mut Body<'_>, k: &FlashKernel<'_>, o_off: Expr, mine: VarId) {
                 t.store(dst, o);
             }
         }
-    }
-}
-
-/// Runs `f` on the AIVs that hold data: both, or AIV0 alone in the single-vector-core fallback
-/// (SingleModeVec0 writes only AIV0's UB; AIV1's copy of a handed-over tile is never written).
-fn aiv0(b: &mut Body<'_>, k: &FlashKernel<'_>, f: impl FnOnce(&mut Body<'_>)) {
-    if k.cfg.single {
-        b.if_(Expr::SubBlockIdx.eq_(0), f);
-    } else {
-        f(b);
     }
 }

@@ -147,6 +147,19 @@ pub(crate) struct SplitParams {
     pub scale: ParamId,
 }
 
+/// Runs `f` on the AIVs that hold data: both, or AIV0 alone in a single-vector-core kernel
+/// ([`AttnCfg::single`], [`FlashCfg::single`]: `SingleModeVec0` writes only AIV0's UB, so
+/// AIV1's copies of the handed-over tiles are never written). AIV1 still runs every channel
+/// op, so the sync pass, which binds a channel op to the pipe of its neighbouring data op,
+/// pairs the same flags on both AIVs.
+pub(super) fn aiv0(b: &mut Body<'_>, single: bool, f: impl FnOnce(&mut Body<'_>)) {
+    if single {
+        b.if_(Expr::SubBlockIdx.eq_(0), f);
+    } else {
+        f(b);
+    }
+}
+
 /// Emits a ping-pong loop over `iters` iterations unrolled by two: `body(b, it, slot)` with the
 /// constant slot 0 for even iterations and 1 for odd ones.
 pub(super) fn ping_pong(

@@ -2,7 +2,7 @@
 //! each chunk's scores, P back to the cube (channel P), O accumulated from P V (channel PV),
 //! and the split's normalised partial result.
 
-use super::{SplitKernel, M_INIT};
+use super::{aiv0, SplitKernel, M_INIT};
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
     Axis, BinaryOp, DType, Expr, GmView, Layout, MemSpace, ParamId, ReduceOp, RoundMode, TileId,
@@ -242,18 +242,4 @@ pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
             t.store(GmView::dn(lse_ws, g, mine, 1, 1), lse_t);
         });
     });
-}
-
-/// Runs `f` on the AIVs that hold data: both, or AIV0 alone with [`AttnCfg::single`]
-/// (`SingleModeVec0` writes only AIV0's UB, so AIV1's copies of the handed-over tiles are never
-/// written). AIV1 still runs every channel op, so the sync pass, which binds a channel op to
-/// the pipe of its neighbouring data op, pairs the same flags on both AIVs.
-///
-/// [`AttnCfg::single`]: super::AttnCfg::single
-fn aiv0(b: &mut Body<'_>, single: bool, f: impl FnOnce(&mut Body<'_>)) {
-    if single {
-        b.if_(Expr::SubBlockIdx.eq_(0), f);
-    } else {
-        f(b);
-    }
 }
