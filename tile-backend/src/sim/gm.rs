@@ -681,9 +681,19 @@ pub(crate) struct Lines {
     param: ParamId,
     /// Per unit: 0 while no block wrote it, else 1 + the block that owns it.
     owner: Vec<AtomicU32>,
-    /// Per line: the bytes its owner wrote (bit `i`: byte `i`); written by the owner only.
+    /// Per line: the bytes its owner wrote (bit `i`: byte `i`); written by the owner only, and
+    /// meaningful only for a line of an owned unit (the owner clears the unit's lines when it
+    /// takes it, so the vector is reused between launches without being cleared).
     written: Vec<AtomicU64>,
 }
+
+/// The `owner` and `written` vectors of finished launches ([`Lines::recycle`]), for the next
+/// ones: a 2 MiB result's 32K line masks were allocated and zeroed on every launch.
+static SPARE_LINES: std::sync::Mutex<Vec<(Vec<AtomicU32>, Vec<AtomicU64>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Most vector pairs kept in [`SPARE_LINES`].
+const SPARE_LINES_MAX: usize = 4;
 
 // SAFETY: the raw pointer stands for the `&'a mut [u8]` the launch lends (`PhantomData` keeps
 // that borrow alive and exclusive), and the launch swaps that argument out of what blocks see,
@@ -698,16 +708,31 @@ unsafe impl Send for WriteOnly<'_> {}
 impl<'a> WriteOnly<'a> {
     /// Lends `data` (the bytes of parameter `param`) to the blocks.
     pub fn new(param: ParamId, data: &'a mut [u8]) -> Self {
-        let lines = data.len().div_ceil(LINE);
+        let spare = SPARE_LINES.lock().ok().and_then(|mut s| s.pop());
+        Self::with_vectors(param, data, spare.unwrap_or_default())
+    }
+
+    /// [`Self::new`] reusing `owner` and `written` vectors of an earlier launch (whatever they
+    /// hold).
+    fn with_vectors(
+        param: ParamId,
+        data: &'a mut [u8],
+        (mut owner, mut written): (Vec<AtomicU32>, Vec<AtomicU64>),
+    ) -> Self {
+        let (units, lines) = (data.len().div_ceil(UNIT), data.len().div_ceil(LINE));
+        // Every unit starts unowned; the line masks are cleared by a unit's owner when it takes
+        // the unit ([`Self::claim`]), so stale masks are never read.
+        owner.clear();
+        owner.resize_with(units, || AtomicU32::new(0));
+        written.truncate(lines);
+        written.resize_with(lines, || AtomicU64::new(0));
         WriteOnly {
             ptr: data.as_mut_ptr(),
             len: data.len(),
             lines: Lines {
                 param,
-                owner: (0..data.len().div_ceil(UNIT))
-                    .map(|_| AtomicU32::new(0))
-                    .collect(),
-                written: (0..lines).map(|_| AtomicU64::new(0)).collect(),
+                owner,
+                written,
             },
             _borrow: std::marker::PhantomData,
         }
@@ -746,7 +771,17 @@ impl<'a> WriteOnly<'a> {
         let o = &self.lines.owner[u];
         match o.load(Ordering::Relaxed) {
             0 => match o.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => true,
+                Ok(_) => {
+                    // The new owner clears its unit's line masks (left from an earlier launch)
+                    // before its first write; only it writes them, and they are read after the
+                    // blocks have joined.
+                    let l0 = u * UNIT_LINES;
+                    let l1 = (l0 + UNIT_LINES).min(self.lines.written.len());
+                    for w in self.lines.written.get(l0..l1).unwrap_or(&[]) {
+                        w.store(0, Ordering::Relaxed);
+                    }
+                    true
+                }
                 Err(now) => now == me,
             },
             now => now == me,
@@ -820,6 +855,15 @@ impl<'a> WriteOnly<'a> {
 }
 
 impl Lines {
+    /// Keeps this output's vectors for the next launch's [`WriteOnly::new`] (after the merge).
+    pub fn recycle(self) {
+        if let Ok(mut s) = SPARE_LINES.lock() {
+            if s.len() < SPARE_LINES_MAX {
+                s.push((self.owner, self.written));
+            }
+        }
+    }
+
     /// The bits of line `l`'s bytes that block `block`'s overlay must not apply at merge: those
     /// a later block wrote in place.
     fn shadowed(&self, l: usize, block: usize) -> u64 {
@@ -837,7 +881,7 @@ impl Lines {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::launch::GmTensor;
+    use crate::launch::{GmInOut, GmTensor};
 
     #[test]
     fn dirty_bits_are_set_for_exactly_the_written_bytes() {
@@ -852,6 +896,48 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Line masks left by an earlier launch (here all set) do not shadow an earlier block's
+    /// writes: the unit's owner clears them when it takes the unit.
+    #[test]
+    fn reused_line_masks_are_cleared_by_the_unit_owner() {
+        let n = 3 * UNIT + 100;
+        let mut data = vec![0xaau8; n];
+        let mut args = [Arg::InOut(GmInOut {
+            dtype: DType::U8,
+            shape: vec![n],
+            data: &mut [],
+        })];
+        let stale = (
+            (0..8).map(|_| AtomicU32::new(7)).collect(),
+            (0..n.div_ceil(LINE) + 5)
+                .map(|_| AtomicU64::new(u64::MAX))
+                .collect(),
+        );
+        let lines = {
+            let d = WriteOnly::with_vectors(ParamId(0), &mut data, stale);
+            let (mut o0, mut o1) = (Overlay::default(), Overlay::default());
+            // Block 1 takes unit 1 with one byte; block 0 then writes all of unit 1 (through
+            // its overlay) and all of unit 0 (in place).
+            d.write(1, &mut o1, UNIT + 5, &[1]).expect("in range");
+            d.write(0, &mut o0, 0, &vec![2u8; 2 * UNIT])
+                .expect("in range");
+            let lines = d.into_lines();
+            args[0] = Arg::InOut(GmInOut {
+                dtype: DType::U8,
+                shape: vec![n],
+                data: &mut data,
+            });
+            o0.merge_into(&mut args, 0, std::slice::from_ref(&lines));
+            o1.merge_into(&mut args, 1, std::slice::from_ref(&lines));
+            lines
+        };
+        let mut want = vec![0xaau8; n];
+        want[..2 * UNIT].fill(2);
+        want[UNIT + 5] = 1;
+        assert_eq!(data, want);
+        lines.recycle();
     }
 
     #[test]

@@ -212,6 +212,7 @@ fn run_impl<'k>(
         b.gm.merge_into(args, i, &lines);
         trace.blocks.extend(b.trace);
     }
+    lines.into_iter().for_each(gm::Lines::recycle);
     Ok((summary, trace))
 }
 
