@@ -42,7 +42,7 @@ use crate::templates::row_copy::{
 };
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::{DType, Expr, Kernel};
-use tile_backend::launch::{Arg, GmInOut, GmInput, GmTensor};
+use tile_backend::launch::{Arg, GmInOut, GmInput, GmOutput, GmTensor};
 
 pub use crate::templates::row_copy::{KEY_CHUNK, TABLE_CAP};
 
@@ -156,9 +156,49 @@ pub fn run_into(
     out: &mut [u8],
 ) -> Result<(), OpError> {
     let s = &call.shape;
+    let out = GmInOut {
+        dtype: s.dtype,
+        shape: vec![s.n, s.size],
+        data: out,
+    };
+    run_with(runner, call, src, Arg::InOut(out))
+}
+
+/// [`run_into`] writing the result into `out`, `n * size` elements of src's dtype as bytes the
+/// caller has not initialised (the spare capacity of the vector the result tensor will own):
+/// the kernel only stores into its output, so nothing zero-fills it first. On `Ok` every byte
+/// of `out` is initialised (the gather writes them all).
+///
+/// # Errors
+/// As [`run_into`]; after an error `out` may be partly uninitialised.
+pub fn run_uninit(
+    runner: &mut Runner,
+    call: &GatherCall,
+    src: GmInput<'_>,
+    out: &mut [std::mem::MaybeUninit<u8>],
+) -> Result<(), OpError> {
+    let s = &call.shape;
+    let out = GmOutput {
+        dtype: s.dtype,
+        shape: vec![s.n, s.size],
+        data: out,
+    };
+    run_with(runner, call, src, Arg::Output(out))
+}
+
+/// Launches the gather of `call` over `src` into the output argument `out` (an
+/// [`Arg::InOut`] or an [`Arg::Output`] of `[n, size]`).
+fn run_with(
+    runner: &mut Runner,
+    call: &GatherCall,
+    src: GmInput<'_>,
+    out: Arg<'_>,
+) -> Result<(), OpError> {
+    let s = &call.shape;
     let (n, t, c) = (s.n, call.tokens, call.cols);
     bridge::check_storage(OP, "src", (src.dtype, src.data.len()), s.dtype, t * c)?;
-    bridge::check_storage(OP, "out", (s.dtype, out.len()), s.dtype, n * s.size)?;
+    let out_bytes = out.gm_shape().map_or(0, |(_, _, b)| b);
+    bridge::check_storage(OP, "out", (s.dtype, out_bytes), s.dtype, n * s.size)?;
     let plan = plan(s, runner.plan_target());
     let kernel = compiled_keyed(OP, plan.key(), || plan.kernel())?;
     let nb = call.block_table.len();
@@ -180,14 +220,7 @@ pub fn run_into(
             "block_table",
             Arg::Tensor(gm_i32(&[1, nb], &call.block_table)),
         ),
-        (
-            "out",
-            Arg::InOut(GmInOut {
-                dtype: s.dtype,
-                shape: vec![n, s.size],
-                data: out,
-            }),
-        ),
+        ("out", out),
     ];
     runner.launch_named(&kernel, plan.block_dim, named)?;
     Ok(())

@@ -202,14 +202,33 @@ impl GatherOp {
     }
 }
 
-/// `n * size` zeroed elements of `T` (src's element type) with the gather written into them.
+/// The `n * size` elements of `T` (src's element type) the gather writes, in a vector it
+/// writes straight into: its spare capacity is lent uninitialised ([`kernel::run_uninit`]), so
+/// the 2 MiB result of a 2048-row gather is not zero-filled first.
 fn gather_into<T: bytemuck::Pod>(
     runner: &mut crate::runtime::Runner,
     call: &GatherCall,
     src: tile_backend::launch::GmInput<'_>,
 ) -> Result<Vec<T>, OpError> {
-    let mut out: Vec<T> = bytemuck::zeroed_vec(call.shape.n * call.shape.size);
-    kernel::run_into(runner, call, src, bytemuck::cast_slice_mut(&mut out))?;
+    let n = call.shape.n * call.shape.size;
+    let mut out: Vec<T> = Vec::with_capacity(n);
+    let spare = out.spare_capacity_mut();
+    let bytes = std::mem::size_of_val(spare).min(n * std::mem::size_of::<T>());
+    // SAFETY: the spare capacity holds at least `n` elements of `T` (`with_capacity`), so
+    // `bytes` (at most `n * size_of::<T>()`) bytes from its start are in bounds; viewing
+    // `MaybeUninit<T>` storage as `MaybeUninit<u8>` asserts nothing about its contents, and
+    // `MaybeUninit<u8>` needs no alignment.
+    let raw = unsafe {
+        std::slice::from_raw_parts_mut(
+            spare.as_mut_ptr().cast::<std::mem::MaybeUninit<u8>>(),
+            bytes,
+        )
+    };
+    kernel::run_uninit(runner, call, src, raw)?;
+    // SAFETY: `run_uninit` returned `Ok`, so the launch initialised all `bytes` bytes (the
+    // contract of `tile_backend::launch::GmOutput`), and it checked they are exactly
+    // `n * size_of::<T>()`; `T` is `Pod`, so any initialised bytes are a valid `T`.
+    unsafe { out.set_len(n) };
     Ok(out)
 }
 

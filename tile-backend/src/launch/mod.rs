@@ -124,6 +124,67 @@ pub struct GmInOut<'a> {
     pub data: &'a mut [u8],
 }
 
+/// A result tensor whose bytes the caller has not initialised (the spare capacity of the
+/// vector a result tensor will own): the kernel writes it in place, so the result is neither
+/// zero-filled first nor copied after. It may bind only a parameter the kernel writes with plain
+/// stores and never reads (a write-only output: docs/simulator.md); a launch that returns `Ok`
+/// leaves every byte initialised, those the kernel did not write as zero (exactly what a
+/// zero-filled [`GmInOut`] would hold), and turns the argument into that [`Arg::InOut`]. After
+/// an `Err`, the bytes may be partly uninitialised.
+pub struct GmOutput<'a> {
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions.
+    pub shape: Vec<usize>,
+    /// `product(shape) * size_of(dtype)` bytes, not yet initialised.
+    pub data: &'a mut [std::mem::MaybeUninit<u8>],
+}
+
+impl<'a> GmOutput<'a> {
+    /// Zero-fills every byte and makes this the [`GmInOut`] it then is.
+    pub fn zeroed(self) -> GmInOut<'a> {
+        self.data.fill(std::mem::MaybeUninit::new(0));
+        // SAFETY: every byte was just initialised.
+        unsafe { self.assume_init() }
+    }
+
+    /// This output as the [`GmInOut`] it becomes once every byte is initialised.
+    ///
+    /// # Safety
+    /// Every byte of `data` must be initialised.
+    pub(crate) unsafe fn assume_init(self) -> GmInOut<'a> {
+        let len = self.data.len();
+        let ptr = self.data.as_mut_ptr().cast::<u8>();
+        GmInOut {
+            dtype: self.dtype,
+            shape: self.shape,
+            // SAFETY: `MaybeUninit<u8>` has the layout of `u8`, the caller guarantees every
+            // byte is initialised, and the unique borrow moves from `self.data` to the result.
+            data: unsafe { std::slice::from_raw_parts_mut(ptr, len) },
+        }
+    }
+}
+
+impl std::fmt::Debug for GmOutput<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GmOutput")
+            .field("dtype", &self.dtype)
+            .field("shape", &self.shape)
+            .field("bytes", &self.data.len())
+            .finish()
+    }
+}
+
+impl PartialEq for GmOutput<'_> {
+    /// Same dtype and shape over the same bytes (their values are not read).
+    fn eq(&self, other: &Self) -> bool {
+        self.dtype == other.dtype
+            && self.shape == other.shape
+            && std::ptr::eq(self.data.as_ptr(), other.data.as_ptr())
+            && self.data.len() == other.data.len()
+    }
+}
+
 /// Dtype, shape and bytes of a tensor argument, owned ([`Arg::Tensor`]) or borrowed
 /// ([`Arg::Input`], [`Arg::InOut`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -160,6 +221,8 @@ pub enum Arg<'a> {
     /// A GM tensor borrowed mutably from the caller, read and written in place (input or
     /// output; not copied). Same semantics as [`Arg::Tensor`].
     InOut(GmInOut<'a>),
+    /// A write-only result the caller has not initialised, written in place ([`GmOutput`]).
+    Output(GmOutput<'a>),
     /// An integer scalar.
     Int(i64),
     /// A float scalar.
@@ -197,8 +260,17 @@ impl<'a> Arg<'a> {
         }
     }
 
+    /// Dtype, shape and byte length of any tensor argument, an uninitialised
+    /// [`Arg::Output`] included (whose bytes [`Arg::as_gm`] cannot lend).
+    pub fn gm_shape(&self) -> Option<(DType, &[usize], usize)> {
+        match self {
+            Arg::Output(t) => Some((t.dtype, &t.shape, t.data.len())),
+            other => other.as_gm().map(|t| (t.dtype, t.shape, t.data.len())),
+        }
+    }
+
     /// The bytes of a tensor argument the kernel may write (owned or [`Arg::InOut`]); `None`
-    /// for a borrowed input or a scalar.
+    /// for a borrowed input, an uninitialised [`Arg::Output`] or a scalar.
     pub(crate) fn writable_bytes(&mut self) -> Option<&mut [u8]> {
         match self {
             Arg::Tensor(t) => Some(&mut t.data),
@@ -208,18 +280,18 @@ impl<'a> Arg<'a> {
     }
 
     /// True for a tensor argument the kernel may write: owned ([`Arg::Tensor`]) or borrowed
-    /// mutably ([`Arg::InOut`]).
+    /// mutably ([`Arg::InOut`], [`Arg::Output`]).
     pub fn is_writable(&self) -> bool {
-        matches!(self, Arg::Tensor(_) | Arg::InOut(_))
+        matches!(self, Arg::Tensor(_) | Arg::InOut(_) | Arg::Output(_))
     }
 
-    /// A copy of this argument, or `None` for an [`Arg::InOut`] (a unique borrow cannot be
-    /// shared). Borrowed inputs stay borrowed.
+    /// A copy of this argument, or `None` for an [`Arg::InOut`] or [`Arg::Output`] (a unique
+    /// borrow cannot be shared). Borrowed inputs stay borrowed.
     pub fn try_clone(&self) -> Option<Arg<'a>> {
         match self {
             Arg::Tensor(t) => Some(Arg::Tensor(t.clone())),
             Arg::Input(t) => Some(Arg::Input(t.clone())),
-            Arg::InOut(_) => None,
+            Arg::InOut(_) | Arg::Output(_) => None,
             Arg::Int(v) => Some(Arg::Int(*v)),
             Arg::Float(v) => Some(Arg::Float(*v)),
         }

@@ -46,7 +46,8 @@ pub enum LaunchError {
 }
 
 /// Launches a compiled kernel (the output of [`crate::passes::compile`]) on `block_dim` blocks
-/// with `args` in its parameter order (see [`super::bind`]), on `target`.
+/// with `args` in its parameter order (see [`super::bind`]), on `target`. On `Ok`, every
+/// uninitialised output ([`Arg::Output`]) is initialised and has become an [`Arg::InOut`].
 pub fn run(
     kernel: &Kernel,
     arch: &Arch,
@@ -70,8 +71,17 @@ pub fn run(
         }
         LaunchTarget::Package(dir) => {
             let package = emit(kernel, arch, &LaunchSpec::new(block_dim as u64))?;
+            let files = package.write_to(dir)?;
+            // Nothing ran: an uninitialised output ends zero-filled, as a launch leaves it.
+            for a in args.iter_mut() {
+                if matches!(a, Arg::Output(_)) {
+                    if let Arg::Output(o) = std::mem::replace(a, Arg::Int(0)) {
+                        *a = Arg::InOut(o.zeroed());
+                    }
+                }
+            }
             Ok(Launched {
-                files: package.write_to(dir)?,
+                files,
                 ..Launched::default()
             })
         }

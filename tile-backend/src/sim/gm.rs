@@ -58,26 +58,23 @@ pub(crate) fn check_args(kernel: &Kernel, args: &[Arg]) -> Result<(), SimError> 
                     "is an output: pass an owned tensor (Arg::Tensor) or a mutable borrow (Arg::InOut), not a borrowed input".into(),
                 ));
             }
-            _ => a.as_gm(),
+            _ => a.gm_shape(),
         };
         match (&p.kind, tensor) {
-            (ParamKind::Tensor { dtype, shape, .. }, Some(t)) => {
-                if t.dtype != *dtype {
-                    return Err(bad(format!("expected {dtype}, got {}", t.dtype)));
+            (ParamKind::Tensor { dtype, shape, .. }, Some((t_dtype, t_shape, bytes))) => {
+                if t_dtype != *dtype {
+                    return Err(bad(format!("expected {dtype}, got {t_dtype}")));
                 }
                 let want: Option<Vec<i64>> = shape.iter().map(|e| eval_shape(e, args)).collect();
                 let want = want
                     .ok_or_else(|| bad("its shape depends on a missing integer scalar".into()))?;
-                let got: Vec<i64> = t.shape.iter().map(|d| *d as i64).collect();
+                let got: Vec<i64> = t_shape.iter().map(|d| *d as i64).collect();
                 if want != got {
                     return Err(bad(format!("expected shape {want:?}, got {got:?}")));
                 }
-                if t.data.len() != t.len() * dtype.size_bytes() as usize {
-                    return Err(bad(format!(
-                        "holds {} bytes, its shape needs {}",
-                        t.data.len(),
-                        t.len() * dtype.size_bytes() as usize
-                    )));
+                let need = t_shape.iter().product::<usize>() * dtype.size_bytes() as usize;
+                if bytes != need {
+                    return Err(bad(format!("holds {bytes} bytes, its shape needs {need}")));
                 }
             }
             (ParamKind::Scalar { dtype }, _) if !dtype.is_float() && matches!(a, Arg::Int(_)) => {}
@@ -671,6 +668,8 @@ pub(crate) struct WriteOnly<'a> {
     len: usize,
     /// Who owns each unit, and what its owner wrote.
     lines: Lines,
+    /// The bytes were not initialised when lent ([`Self::new_uninit`]).
+    uninit: bool,
     _borrow: std::marker::PhantomData<&'a mut [u8]>,
 }
 
@@ -681,9 +680,19 @@ pub(crate) struct Lines {
     param: ParamId,
     /// Per unit: 0 while no block wrote it, else 1 + the block that owns it.
     owner: Vec<AtomicU32>,
-    /// Per line: the bytes its owner wrote (bit `i`: byte `i`); written by the owner only.
+    /// Per line: the bytes its owner wrote (bit `i`: byte `i`); written by the owner only, and
+    /// meaningful only for a line of an owned unit (the owner clears the unit's lines when it
+    /// takes it, so the vector is reused between launches without being cleared).
     written: Vec<AtomicU64>,
 }
+
+/// The `owner` and `written` vectors of finished launches ([`Lines::recycle`]), for the next
+/// ones: a 2 MiB result's 32K line masks were allocated and zeroed on every launch.
+static SPARE_LINES: std::sync::Mutex<Vec<(Vec<AtomicU32>, Vec<AtomicU64>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Most vector pairs kept in [`SPARE_LINES`].
+const SPARE_LINES_MAX: usize = 4;
 
 // SAFETY: the raw pointer stands for the `&'a mut [u8]` the launch lends (`PhantomData` keeps
 // that borrow alive and exclusive), and the launch swaps that argument out of what blocks see,
@@ -698,23 +707,108 @@ unsafe impl Send for WriteOnly<'_> {}
 impl<'a> WriteOnly<'a> {
     /// Lends `data` (the bytes of parameter `param`) to the blocks.
     pub fn new(param: ParamId, data: &'a mut [u8]) -> Self {
-        let lines = data.len().div_ceil(LINE);
+        let spare = SPARE_LINES.lock().ok().and_then(|mut s| s.pop());
+        Self::with_vectors(
+            param,
+            (data.as_mut_ptr(), data.len()),
+            spare.unwrap_or_default(),
+        )
+    }
+
+    /// Lends `data`, bytes not initialised yet (an [`crate::launch::GmOutput`]), to the blocks:
+    /// they only ever write it (never read it), and [`Self::zero_unwritten`] initialises the
+    /// rest after they ran.
+    pub fn new_uninit(param: ParamId, data: &'a mut [std::mem::MaybeUninit<u8>]) -> Self {
+        let spare = SPARE_LINES.lock().ok().and_then(|mut s| s.pop());
+        // `MaybeUninit<u8>` has the layout of `u8`; through the pointer the blocks only write
+        // bytes (`put`), never read them.
+        let at = (data.as_mut_ptr().cast::<u8>(), data.len());
         WriteOnly {
-            ptr: data.as_mut_ptr(),
-            len: data.len(),
+            uninit: true,
+            ..Self::with_vectors(param, at, spare.unwrap_or_default())
+        }
+    }
+
+    /// Zero-fills every byte no block wrote in place (after the blocks ran): whole units no
+    /// block took, and the bytes of taken units their owner did not write. With the blocks'
+    /// in-place writes, every byte of the argument is then initialised; the overlays' writes
+    /// are merged on top afterwards, as for an initialised output.
+    fn zero_unwritten(&mut self) {
+        let zero = |at: usize, n: usize| {
+            debug_assert!(at + n <= self.len);
+            // SAFETY: `at + n <= self.len`, inside the lent bytes; the blocks have joined (this
+            // takes `&mut self`), so nothing else accesses them.
+            unsafe { std::ptr::write_bytes(self.ptr.add(at), 0, n) };
+        };
+        let Lines { owner, written, .. } = &mut self.lines;
+        for (u, o) in owner.iter_mut().enumerate() {
+            let (lo, hi) = (u * UNIT, ((u + 1) * UNIT).min(self.len));
+            if *o.get_mut() == 0 {
+                zero(lo, hi - lo);
+                continue;
+            }
+            let words = written
+                .get_mut(lo / LINE..hi.div_ceil(LINE))
+                .unwrap_or_default();
+            // A whole unit written (the usual case) in one pass of plain loads.
+            if hi - lo == UNIT
+                && words.iter_mut().fold(u64::MAX, |a, w| a & *w.get_mut()) == u64::MAX
+            {
+                continue;
+            }
+            for (k, w) in words.iter_mut().enumerate() {
+                let (bits, l) = (*w.get_mut(), lo / LINE + k);
+                let (l0, l1) = (l * LINE, ((l + 1) * LINE).min(self.len));
+                if bits == u64::MAX || l0 >= l1 {
+                    continue;
+                }
+                if bits == 0 {
+                    zero(l0, l1 - l0);
+                    continue;
+                }
+                for i in 0..l1 - l0 {
+                    if bits >> i & 1 == 0 {
+                        zero(l0 + i, 1);
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`Self::new`] of the `len` bytes at `ptr` (borrowed mutably for `'a` by the caller),
+    /// reusing `owner` and `written` vectors of an earlier launch (whatever they hold).
+    fn with_vectors(
+        param: ParamId,
+        (ptr, len): (*mut u8, usize),
+        (mut owner, mut written): (Vec<AtomicU32>, Vec<AtomicU64>),
+    ) -> Self {
+        let (units, lines) = (len.div_ceil(UNIT), len.div_ceil(LINE));
+        // Every unit starts unowned; the line masks are cleared by a unit's owner when it takes
+        // the unit ([`Self::claim`]), so stale masks are never read.
+        owner.clear();
+        owner.resize_with(units, || AtomicU32::new(0));
+        written.truncate(lines);
+        written.resize_with(lines, || AtomicU64::new(0));
+        WriteOnly {
+            ptr,
+            len,
+            uninit: false,
             lines: Lines {
                 param,
-                owner: (0..data.len().div_ceil(UNIT))
-                    .map(|_| AtomicU32::new(0))
-                    .collect(),
-                written: (0..lines).map(|_| AtomicU64::new(0)).collect(),
+                owner,
+                written,
             },
             _borrow: std::marker::PhantomData,
         }
     }
 
-    /// Ends the loan: what the merge needs to know of the lines.
-    pub fn into_lines(self) -> Lines {
+    /// Ends the loan (after the blocks ran): what the merge needs to know of the lines. An
+    /// uninitialised output ([`Self::new_uninit`]) has its unwritten bytes zero-filled first, so
+    /// every byte of it is initialised from here on.
+    pub fn into_lines(mut self) -> Lines {
+        if self.uninit {
+            self.zero_unwritten();
+        }
         self.lines
     }
 
@@ -746,7 +840,17 @@ impl<'a> WriteOnly<'a> {
         let o = &self.lines.owner[u];
         match o.load(Ordering::Relaxed) {
             0 => match o.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => true,
+                Ok(_) => {
+                    // The new owner clears its unit's line masks (left from an earlier launch)
+                    // before its first write; only it writes them, and they are read after the
+                    // blocks have joined.
+                    let l0 = u * UNIT_LINES;
+                    let l1 = (l0 + UNIT_LINES).min(self.lines.written.len());
+                    for w in self.lines.written.get(l0..l1).unwrap_or(&[]) {
+                        w.store(0, Ordering::Relaxed);
+                    }
+                    true
+                }
                 Err(now) => now == me,
             },
             now => now == me,
@@ -820,6 +924,15 @@ impl<'a> WriteOnly<'a> {
 }
 
 impl Lines {
+    /// Keeps this output's vectors for the next launch's [`WriteOnly::new`] (after the merge).
+    pub fn recycle(self) {
+        if let Ok(mut s) = SPARE_LINES.lock() {
+            if s.len() < SPARE_LINES_MAX {
+                s.push((self.owner, self.written));
+            }
+        }
+    }
+
     /// The bits of line `l`'s bytes that block `block`'s overlay must not apply at merge: those
     /// a later block wrote in place.
     fn shadowed(&self, l: usize, block: usize) -> u64 {
@@ -837,7 +950,7 @@ impl Lines {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::launch::GmTensor;
+    use crate::launch::{GmInOut, GmTensor};
 
     #[test]
     fn dirty_bits_are_set_for_exactly_the_written_bytes() {
@@ -852,6 +965,48 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Line masks left by an earlier launch (here all set) do not shadow an earlier block's
+    /// writes: the unit's owner clears them when it takes the unit.
+    #[test]
+    fn reused_line_masks_are_cleared_by_the_unit_owner() {
+        let n = 3 * UNIT + 100;
+        let mut data = vec![0xaau8; n];
+        let mut args = [Arg::InOut(GmInOut {
+            dtype: DType::U8,
+            shape: vec![n],
+            data: &mut [],
+        })];
+        let stale = (
+            (0..8).map(|_| AtomicU32::new(7)).collect(),
+            (0..n.div_ceil(LINE) + 5)
+                .map(|_| AtomicU64::new(u64::MAX))
+                .collect(),
+        );
+        let lines = {
+            let d = WriteOnly::with_vectors(ParamId(0), (data.as_mut_ptr(), n), stale);
+            let (mut o0, mut o1) = (Overlay::default(), Overlay::default());
+            // Block 1 takes unit 1 with one byte; block 0 then writes all of unit 1 (through
+            // its overlay) and all of unit 0 (in place).
+            d.write(1, &mut o1, UNIT + 5, &[1]).expect("in range");
+            d.write(0, &mut o0, 0, &vec![2u8; 2 * UNIT])
+                .expect("in range");
+            let lines = d.into_lines();
+            args[0] = Arg::InOut(GmInOut {
+                dtype: DType::U8,
+                shape: vec![n],
+                data: &mut data,
+            });
+            o0.merge_into(&mut args, 0, std::slice::from_ref(&lines));
+            o1.merge_into(&mut args, 1, std::slice::from_ref(&lines));
+            lines
+        };
+        let mut want = vec![0xaau8; n];
+        want[..2 * UNIT].fill(2);
+        want[UNIT + 5] = 1;
+        assert_eq!(data, want);
+        lines.recycle();
     }
 
     #[test]
@@ -960,25 +1115,58 @@ mod tests {
         let mut overlays: Vec<Overlay> = writes.iter().map(|_| Overlay::default()).collect();
         let lines = {
             let direct = WriteOnly::new(ParamId(0), &mut out);
-            for &b in order {
-                for (off, bytes) in &writes[b] {
-                    direct
-                        .write(b, &mut overlays[b], *off, bytes)
-                        .expect("in range");
-                }
-            }
-            assert!(direct.write(0, &mut overlays[0], len - 1, &[1, 2]).is_err());
+            write_blocks(&direct, &mut overlays, writes, order);
             direct.into_lines()
         };
+        merge_all(&mut out, overlays, &lines);
+        out
+    }
+
+    /// [`write_only_run`] into bytes lent uninitialised ([`WriteOnly::new_uninit`]; here they
+    /// hold 0x5a, as stale memory would).
+    fn uninit_run(len: usize, writes: &[Vec<(usize, Vec<u8>)>], order: &[usize]) -> Vec<u8> {
+        let mut raw = vec![std::mem::MaybeUninit::new(0x5au8); len];
+        let mut overlays: Vec<Overlay> = writes.iter().map(|_| Overlay::default()).collect();
+        let lines = {
+            let direct = WriteOnly::new_uninit(ParamId(0), &mut raw);
+            write_blocks(&direct, &mut overlays, writes, order);
+            direct.into_lines()
+        };
+        // SAFETY: every byte was initialised here (`MaybeUninit::new`); what is checked is
+        // that `into_lines` zero-filled those no block wrote in place.
+        let mut out: Vec<u8> = raw.iter().map(|b| unsafe { b.assume_init() }).collect();
+        merge_all(&mut out, overlays, &lines);
+        out
+    }
+
+    /// Block `b` writes `writes[b]` through `direct`, blocks taken in `order`.
+    fn write_blocks(
+        direct: &WriteOnly<'_>,
+        overlays: &mut [Overlay],
+        writes: &[Vec<(usize, Vec<u8>)>],
+        order: &[usize],
+    ) {
+        let len = direct.len();
+        for &b in order {
+            for (off, bytes) in &writes[b] {
+                direct
+                    .write(b, &mut overlays[b], *off, bytes)
+                    .expect("in range");
+            }
+        }
+        assert!(direct.write(0, &mut overlays[0], len - 1, &[1, 2]).is_err());
+    }
+
+    /// Merges `overlays` into `out` in block order.
+    fn merge_all(out: &mut [u8], overlays: Vec<Overlay>, lines: &Lines) {
         let mut args = [Arg::InOut(crate::launch::GmInOut {
             dtype: DType::U8,
-            shape: vec![len],
-            data: &mut out,
+            shape: vec![out.len()],
+            data: out,
         })];
         for (b, gm) in overlays.into_iter().enumerate() {
-            gm.merge_into(&mut args, b, std::slice::from_ref(&lines));
+            gm.merge_into(&mut args, b, std::slice::from_ref(lines));
         }
-        out
     }
 
     #[test]
@@ -1010,13 +1198,35 @@ mod tests {
                 want[*off..*off + bytes.len()].copy_from_slice(bytes);
             }
         }
+        // Lent uninitialised, the bytes no block writes end zero (as in a zero-filled output).
+        let mut want_uninit = vec![0u8; len];
+        for w in &writes {
+            for (off, bytes) in w {
+                want_uninit[*off..*off + bytes.len()].copy_from_slice(bytes);
+            }
+        }
         for order in [[0, 1, 2], [2, 1, 0], [1, 2, 0], [2, 0, 1]] {
             assert_eq!(
                 write_only_run(len, &writes, &order),
                 want,
                 "order {order:?}"
             );
+            assert_eq!(
+                uninit_run(len, &writes, &order),
+                want_uninit,
+                "uninitialised, order {order:?}"
+            );
         }
+        // A length that ends inside a line, a unit taken whole, and units no block takes.
+        let whole = vec![
+            vec![(UNIT, fill(0, UNIT))],
+            vec![(3 * UNIT + 7, fill(1, 9))],
+        ];
+        let len = 5 * UNIT + 21;
+        let mut want = vec![0u8; len];
+        want[UNIT..2 * UNIT].copy_from_slice(&whole[0][0].1);
+        want[3 * UNIT + 7..3 * UNIT + 16].copy_from_slice(&whole[1][0].1);
+        assert_eq!(uninit_run(len, &whole, &[1, 0]), want);
     }
 
     #[test]

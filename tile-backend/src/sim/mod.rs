@@ -165,25 +165,39 @@ fn run_impl<'k>(
     let budget = interp::StepBudget::new(limits.max_steps);
     // Write-only outputs leave the arguments the blocks see (a placeholder of the same dtype
     // and shape, with no bytes, takes their place) and are lent to the blocks to write in place.
+    let write_only = gm::write_only_params(kernel);
+    check_outputs(kernel, args, &write_only)?;
     let mut lent: Vec<(usize, Arg)> = Vec::new();
-    for p in gm::write_only_params(kernel) {
+    for p in write_only {
         let i = p.0 as usize;
-        let Some(placeholder) = args.get(i).and_then(Arg::as_gm).map(|t| {
-            Arg::Input(GmInput {
-                dtype: t.dtype,
-                shape: t.shape.to_vec(),
-                data: &[],
+        let Some(placeholder) = args
+            .get(i)
+            .and_then(Arg::gm_shape)
+            .map(|(dtype, shape, _)| {
+                Arg::Input(GmInput {
+                    dtype,
+                    shape: shape.to_vec(),
+                    data: &[],
+                })
             })
-        }) else {
+        else {
             continue;
         };
         if args[i].is_writable() {
             lent.push((i, std::mem::replace(&mut args[i], placeholder)));
         }
     }
+    // Every lent `Arg::Output` becomes a `WriteOnly` (that arm cannot be skipped), which
+    // initialises all its bytes when it ends (`into_lines`).
     let direct: Vec<gm::WriteOnly> = lent
         .iter_mut()
-        .filter_map(|(i, a)| Some(gm::WriteOnly::new(ParamId(*i as u32), a.writable_bytes()?)))
+        .filter_map(|(i, a)| {
+            let p = ParamId(*i as u32);
+            Some(match a {
+                Arg::Output(o) => gm::WriteOnly::new_uninit(p, &mut *o.data),
+                a => gm::WriteOnly::new(p, a.writable_bytes()?),
+            })
+        })
         .collect();
     let results = run_blocks(
         kernel,
@@ -195,7 +209,12 @@ fn run_impl<'k>(
     );
     let lines: Vec<gm::Lines> = direct.into_iter().map(gm::WriteOnly::into_lines).collect();
     for (i, a) in lent {
-        args[i] = a;
+        args[i] = match a {
+            // SAFETY: its `WriteOnly` initialised every byte the blocks did not write in place
+            // (`into_lines` above), and the blocks' in-place writes initialised the rest.
+            Arg::Output(o) => Arg::InOut(unsafe { o.assume_init() }),
+            a => a,
+        };
     }
     let mut summary = RunSummary {
         blocks: opts.block_dim,
@@ -212,7 +231,29 @@ fn run_impl<'k>(
         b.gm.merge_into(args, i, &lines);
         trace.blocks.extend(b.trace);
     }
+    lines.into_iter().for_each(gm::Lines::recycle);
     Ok((summary, trace))
+}
+
+/// Checks that every uninitialised output ([`Arg::Output`]) binds a write-only parameter (see
+/// [`gm::write_only_params`]: one the kernel only stores into), since its bytes may not be read.
+fn check_outputs(kernel: &Kernel, args: &[Arg], write_only: &[ParamId]) -> Result<(), SimError> {
+    for (i, a) in args.iter().enumerate() {
+        if matches!(a, Arg::Output(_)) && !write_only.contains(&ParamId(i as u32)) {
+            let name = kernel
+                .params
+                .get(i)
+                .map_or_else(|| format!("#{i}"), |p| p.name.clone());
+            return Err(SimError::BadArg {
+                name,
+                why: "an uninitialised output (Arg::Output) must bind a parameter the kernel only \
+                      writes with plain stores; this kernel reads it, adds to it or writes \
+                      scalars into it: pass a zero-filled Arg::InOut instead"
+                    .into(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Runs the blocks of a launch, each seeing `args` and writing the write-only outputs `direct`
@@ -311,6 +352,98 @@ const SERIAL_BELOW: std::time::Duration = std::time::Duration::from_millis(1);
 #[cfg(test)]
 mod tests {
     use super::run_shared;
+    use super::*;
+    use crate::dsl::KernelBuilder;
+    use crate::ir::{DType, Expr, GmView, Layout, MemSpace, TileType};
+    use crate::launch::{GmInOut, GmOutput};
+    use std::mem::MaybeUninit;
+
+    /// Copies `x [1, 8]` into columns 8..16 of row `block_idx` of `y [rows, 24]` (the rest of
+    /// `y` is never written), reading `y` back first when `read_y`.
+    fn partial_copy(read_y: bool) -> Kernel {
+        let mut kb = KernelBuilder::new("partial");
+        let rows = Expr::Param(kb.scalar("rows", DType::I64));
+        let x = kb.input("x", DType::F32, [Expr::from(1), Expr::from(8)]);
+        let y = kb.output("y", DType::F32, [rows, Expr::from(24)]);
+        let t = kb.tile(
+            "t",
+            TileType::new(MemSpace::Vec, DType::F32, 1, 8, Layout::ND),
+        );
+        kb.vector(|v| {
+            let at = Expr::BlockIdx * 24 + 8;
+            if read_y {
+                v.load(t, GmView::nd(y, at.clone(), 1, 8, 8));
+            }
+            v.load(t, GmView::nd(x, 0, 1, 8, 8));
+            v.store(GmView::nd(y, at, 1, 8, 8), t);
+        });
+        let arch = Arch::ascend950();
+        crate::passes::compile(&kb.build(), &arch).expect("compiles")
+    }
+
+    /// An uninitialised output (its bytes stale, here 0x5a) ends exactly as a zero-filled one:
+    /// the bytes the kernel writes, zero elsewhere; it comes back an `InOut`.
+    #[test]
+    fn an_uninitialised_output_ends_as_a_zero_filled_one() {
+        let arch = Arch::ascend950();
+        let k = partial_copy(false);
+        let x: Vec<f32> = (0..8).map(|i| i as f32 + 0.5).collect();
+        let x = GmTensor::from_f32(DType::F32, &[1, 8], &x);
+        for rows in [1usize, 3, 50] {
+            let opts = SimOptions { block_dim: rows };
+            let mut zeroed = vec![0u8; rows * 24 * 4];
+            let mut args = vec![
+                Arg::Int(rows as i64),
+                Arg::Input(x.as_input()),
+                Arg::InOut(GmInOut {
+                    dtype: DType::F32,
+                    shape: vec![rows, 24],
+                    data: &mut zeroed,
+                }),
+            ];
+            run(&k, &arch, &mut args, opts).expect("runs");
+            drop(args);
+            let mut raw = vec![MaybeUninit::new(0x5au8); rows * 24 * 4];
+            let mut args = vec![
+                Arg::Int(rows as i64),
+                Arg::Input(x.as_input()),
+                Arg::Output(GmOutput {
+                    dtype: DType::F32,
+                    shape: vec![rows, 24],
+                    data: &mut raw,
+                }),
+            ];
+            run(&k, &arch, &mut args, opts).expect("runs");
+            let Arg::InOut(out) = &args[2] else {
+                panic!("the output comes back an InOut: {:?}", args[2]);
+            };
+            assert_eq!(out.data, &zeroed[..], "rows {rows}");
+            assert!(zeroed.iter().any(|&b| b != 0) && zeroed[..32].iter().all(|&b| b == 0));
+        }
+    }
+
+    /// An uninitialised output may not bind a parameter the kernel reads.
+    #[test]
+    fn an_uninitialised_output_that_the_kernel_reads_is_refused() {
+        let arch = Arch::ascend950();
+        let k = partial_copy(true);
+        let x = GmTensor::zeros(DType::F32, &[1, 8]);
+        let mut raw = vec![MaybeUninit::new(0u8); 24 * 4];
+        let mut args = vec![
+            Arg::Int(1),
+            Arg::Input(x.as_input()),
+            Arg::Output(GmOutput {
+                dtype: DType::F32,
+                shape: vec![1, 24],
+                data: &mut raw,
+            }),
+        ];
+        let err = run(&k, &arch, &mut args, SimOptions { block_dim: 1 }).unwrap_err();
+        assert!(
+            matches!(&err, SimError::BadArg { name, .. } if name == "y"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn shared_blocks_each_run_once_and_come_back_in_block_order() {
