@@ -887,6 +887,30 @@ fn decode_panels_half(
         }
     };
     let geo = Geom::new(loc.ty);
+    // Whole bf16 ZN boxes (16 x 16, column-major: K^T seen in a gathered NZ K tile): each box
+    // is 256 contiguous values, widened and transposed into 16 rows of its panel at once.
+    let whole_zn_boxes = bf16
+        && geo.layout == Layout::ZN
+        && (geo.ir, geo.ic) == (16, 16)
+        && at.0.is_multiple_of(16)
+        && rows % 16 == 0
+        && at.1.is_multiple_of(16);
+    if whole_zn_boxes {
+        for (s, panel) in out.chunks_exact_mut(rows * 16).take(cols / 16).enumerate() {
+            let g = geo.g(at.1 + s * 16);
+            for (b, block) in panel.chunks_exact_mut(256).enumerate() {
+                let start = geo.f(at.0 + b * 16) + g;
+                let (Some(Ok(bx)), Ok(block)) = (
+                    v.get(start..start + 256).map(<&[u16; 256]>::try_from),
+                    <&mut [f32; 256]>::try_from(block),
+                ) else {
+                    return false;
+                };
+                super::numeric::bf16_zn_box_to_panel_rows(bx, block);
+            }
+        }
+        return true;
+    }
     for (s, panel) in out.chunks_exact_mut(rows * 16).take(cols / 16).enumerate() {
         let g: [usize; 16] = std::array::from_fn(|j| geo.g(at.1 + s * 16 + j));
         let one_run = (1..16).all(|j| g[j] == g[j - 1] + 1);

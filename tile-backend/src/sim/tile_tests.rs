@@ -979,11 +979,13 @@ fn panels_match_formula_sweep() {
                         let c0 = rng.below(cols - w + 1);
                         let h = 1 + rng.below(rows);
                         let r0 = rng.below(rows - h + 1);
-                        // Every third region snapped to whole 8 x 16 boxes (the ZN fast path).
+                        // Every third region snapped to whole 8 x 16 boxes (the ZN fast path;
+                        // 16 x 16 for bf16 and f16).
                         let snap = |v: usize, m: usize| v / m * m;
-                        let (r0, h, c0) = if trial % 3 == 0 {
-                            let h = snap(h, 8).max(8).min(snap(rows, 8));
-                            (snap(rng.below(rows - h + 1), 8), h, snap(c0, 16))
+                        let br = if dtype == DType::F32 { 8 } else { 16 };
+                        let (r0, h, c0) = if trial % 3 == 0 && rows >= br {
+                            let h = snap(h, br).max(br).min(snap(rows, br));
+                            (snap(rng.below(rows - h + 1), br), h, snap(c0, 16))
                         } else {
                             (r0, h, c0)
                         };
