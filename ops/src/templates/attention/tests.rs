@@ -611,7 +611,10 @@ fn a_direct_split_gives_the_merged_bits_without_hazards() {
         });
         let mut runner = Runner::sim("test").plan_for(PlanTarget::Device);
         let direct = plan(cfg, batch, topk, false, runner.plan_target());
-        assert!(direct.cfg.direct && direct.merge.is_none(), "{dtype}: direct");
+        assert!(
+            direct.cfg.direct && direct.merge.is_none(),
+            "{dtype}: direct"
+        );
         assert_eq!(direct.launches().len(), 1, "{dtype}: no merge launch");
         let mut merged = direct.clone();
         merged.cfg.direct = false;
