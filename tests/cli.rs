@@ -674,7 +674,19 @@ fn emit_sparse_paged_attention_passes_the_syntax_check() {
 
 #[test]
 fn emit_paged_attention_passes_the_syntax_check() {
+    // B 8 x Hkv 8 work items fill the device without a top-k split: the split kernel writes
+    // the result, no merge.
     let (files, _) = emit_and_syntax_check("paged-attention", &[]);
+    assert_eq!(
+        files,
+        names(&[
+            "paged_attn_f16.cpp",
+            "paged_attn_f16.json",
+            "paged_attn_f16_launcher.cpp",
+        ])
+    );
+    // One row: 8 work items split 4 ways, then the merge.
+    let (files, _) = emit_and_syntax_check("paged-attention", &["--batch", "1"]);
     assert_eq!(
         files,
         names(&[

@@ -15,7 +15,7 @@
 //! | op | launches |
 //! | --- | --- |
 //! | [`sparse_paged_attention`] | `sparse_attn_<dtype>` (split), `attn_merge_<dtype>` (merge) |
-//! | [`paged_attention`] | `paged_attn_<dtype>` (split), `attn_merge_<dtype>` (merge) |
+//! | [`paged_attention`] | `paged_attn_<dtype>` (split), `attn_merge_<dtype>` (merge; none with one split) |
 //! | [`paged_gather`] | `paged_gather_<dtype>_<size>` |
 //! | [`reshape_and_cache`] | `reshape_and_cache_<dtype>_<width>` |
 //! | [`quant_matmul`] | `quant_matmul_<out>_b<bias>_r<relu>` (or `quant_matmul_i8_r<relu>`) |

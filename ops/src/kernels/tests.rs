@@ -258,6 +258,11 @@ fn defaults_are_the_documented_shapes() {
     // 8 rows x 8 KV heads = 64 work items: one split each, 2 items per block on 32 clusters.
     assert_eq!(planned(&paged)[0], ("paged_attn_f16".to_string(), 32));
     assert_eq!(paged[0].scalar("splits"), Some(1));
+    assert_eq!(
+        paged.len(),
+        1,
+        "one split: the split kernel writes the result, no merge"
+    );
     let g = paged_gather(&PagedGatherShape::default()).expect("valid");
     assert_eq!(planned(&g), [("paged_gather_bf16_576".to_string(), 32)]);
     let c = reshape_and_cache(&ReshapeAndCacheShape::default()).expect("valid");

@@ -48,7 +48,7 @@ impl Default for PagedAttentionShape {
 crate::op_shape! {
     PagedAttentionShape = "paged-attention",
     "vLLM-style dense decode with GQA (tileops_ops::paged_attention): split kernel, then the \
-     merge",
+     merge (none with one split: the split kernel writes the result)",
     |s| launches(s);
     dtype: "q and cache dtype: f32, f16, bf16",
     batch: "batch rows B (sets the blocks and the splits)",
@@ -62,7 +62,7 @@ crate::op_shape! {
 /// The launches of [`crate::paged_attention()`] for `shape`: the split kernel (the sparse
 /// template with one head tile per KV head and a separate V cache) on `batch * kv_heads *
 /// splits` work items (several per block where they exceed one wave of the device), then the
-/// merge kernel. Errors: a size of 0 or above [`MAX_DIM`]
+/// merge kernel unless there is one split (the split kernel then writes the result). Errors: a size of 0 or above [`MAX_DIM`]
 /// ([`MAX_WIDTH`] for `head_dim`), `heads % kv_heads != 0` or more than 128 query heads per KV
 /// head, a dtype other than f32/f16/bf16, `batch * heads` above [`MAX_DIM`].
 ///

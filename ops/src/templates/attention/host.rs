@@ -65,6 +65,8 @@ pub(crate) fn run_attention(
     let kernel = compiled_keyed(op, cfg.key(), || attn_split(cfg))?;
     let as_i32 = |shape: &[usize], v: &[i64]| GmTensor::from_i64(DType::I32, shape, v);
     let ws = splits * rows;
+    // A direct kernel's o is the result, in the data dtype (see `AttnCfg::direct`).
+    let o_dt = if cfg.direct { cfg.dtype } else { DType::F32 };
     let mut named = vec![
         ("batch", Arg::Int(batch as i64)),
         ("topk", Arg::Int(inp.topk as i64)),
@@ -87,9 +89,9 @@ pub(crate) fn run_attention(
         (
             "o_ws",
             Arg::Tensor(GmTensor {
-                dtype: DType::F32,
+                dtype: o_dt,
                 shape: vec![ws, v_dim],
-                data: workspace::zeroed(ws * v_dim * 4),
+                data: workspace::zeroed(ws * v_dim * o_dt.size_bytes() as usize),
             }),
         ),
         ("lse_ws", Arg::Tensor(GmTensor::zeros(DType::F32, &[ws]))),

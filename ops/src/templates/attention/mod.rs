@@ -99,8 +99,10 @@
 //! M), s = sum w_i, lse = M + ln s, out = sum_i (w_i / s) o_i; sink: out *= 1 / (1 + exp(sink -
 //! lse)); lse = lse + fix where the host's `fix` row is +inf for a row with no valid index
 //! (its out is already 0) and 0 otherwise (an add, not a max, so a NaN lse stays NaN); out
-//! cast to the data dtype. With one split, f32 data and no sink that is the identity but for
-//! the +inf, so a CPU-plan run does not launch it (`merge_is_identity`).
+//! cast to the data dtype. With one split and no sink that is the identity but for the +inf
+//! and the cast, so the plan has the split kernel write the result in the data dtype itself
+//! (`AttnCfg::direct`) and does not launch the merge: on the CPU always, on the device for a
+//! dense call, where every row has a token (`merge_is_identity`).
 //!
 //! ```text
 //! vector (each AIV: hm rows g0..): MTE2 lse_ws -> lse_parts ND [splits, hm] (part i of row g in
@@ -199,8 +201,8 @@ pub(super) fn store_in_dtype(
 /// `topk`, `maxb`, `tokens`, `splits`, `cps` (chunks per split) (i32) and `scale` (f32); then
 /// `q [batch*heads, dqk]`, `kv [tokens, kv_cols]`, (`v [tokens, kv_cols]`), `indices [batch,
 /// topk]` i32 (valid ones compacted to the front), `block_table [batch, maxb]` i32, `counts
-/// [batch]` i32 (valid indices per row), outputs `o_ws [splits*batch*heads, v_dim]` f32 and
-/// `lse_ws [splits*batch*heads]` f32. Launch `batch * nht * splits` blocks.
+/// [batch]` i32 (valid indices per row), outputs `o_ws [splits*batch*heads, v_dim]` f32 (the
+/// data dtype with [`AttnCfg::direct`]) and `lse_ws [splits*batch*heads]` f32. Launch `batch * nht * splits` blocks.
 pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
     let dt = cfg.dtype;
     let (th, chunk, ks, ns) = (cfg.th, cfg.chunk, cfg.ks, cfg.ns);
@@ -236,7 +238,9 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
     let bt = kb.input("block_table", DType::I32, [p(sp.batch), p(sp.maxb)]);
     let counts = kb.input("counts", DType::I32, [p(sp.batch)]);
     let ws_rows = p(sp.splits) * rows_all.clone();
-    let o_ws = kb.output("o_ws", DType::F32, [ws_rows.clone(), v_dim.into()]);
+    // With `direct` the one split's result is the call's: `o_ws` in the data dtype.
+    let o_dt = if cfg.direct { dt } else { DType::F32 };
+    let o_ws = kb.output("o_ws", o_dt, [ws_rows.clone(), v_dim.into()]);
     let lse_ws = kb.output("lse_ws", DType::F32, [ws_rows]);
 
     use Layout::{DN, ND, NZ, ZN};
@@ -292,6 +296,9 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
     let o_t = kb.tile_group("o", ty(Ub, DType::F32, r, ns, ND).dynamic(), nns as u32);
     // Dynamic like `o_t`: the CPU model of PTO-ISA types TADD with one tile type for all operands.
     let pv_ub = kb.tile("pv_ub", ty(Ub, DType::F32, r, ns, ND).dynamic());
+    // One cast tile per V slice (none reused, so no store waits for a cast of the next slice).
+    let o_cast = (cfg.direct && !f32_data)
+        .then(|| kb.tile_group("o_cast", ty(Ub, dt, r, ns, ND).dynamic(), nns as u32));
 
     let ch_s = kb.channel("s", CoreKind::Cube, 1);
     let ch_p = kb.channel("p", CoreKind::Vector, 1);
@@ -342,6 +349,7 @@ pub(crate) fn attn_split(cfg: &AttnCfg) -> Kernel {
         o_t,
         pv_ub,
         p_ub,
+        o_cast,
         ch_s,
         ch_p,
         ch_pv,
@@ -443,6 +451,9 @@ pub(super) struct SplitKernel<'a> {
     pub pv_ub: TileId,
     /// Tile `p_ub` (P cast to the data dtype), unless the data is f32.
     pub p_ub: Option<TileId>,
+    /// Tile group `o_cast` (the result cast to the data dtype, one per V slice) of a
+    /// [`AttnCfg::direct`] kernel whose data is not f32.
+    pub o_cast: Option<TileId>,
     /// Channel `s`.
     pub ch_s: ChannelId,
     /// Channel `p`.

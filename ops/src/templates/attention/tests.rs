@@ -184,7 +184,7 @@ fn one_f32_split_on_the_cpu_plan_skips_the_merge_with_the_same_result() {
     assert_eq!(splits_cpu, 1);
     assert_eq!(launches_cpu, 1, "one f32 split without a sink: no merge");
     assert!(splits_dev > 1);
-    assert_eq!(launches_dev, 2, "the device plan always merges");
+    assert_eq!(launches_dev, 2, "several splits merge");
     let h = heads as usize;
     assert_eq!(lse_cpu.len(), batch * h);
     for (g, (a, b)) in lse_cpu.iter().zip(&lse_dev).enumerate() {
@@ -581,4 +581,75 @@ fn the_device_plan_double_buffers_q_where_the_kernel_compiles() {
         ..latent_spec(DType::BF16, 32, 128, 128)
     });
     assert_eq!(plan(cfg, 8, 2048, false, PlanTarget::Cpu).cfg.qbufs, 1);
+}
+
+#[test]
+fn a_direct_split_gives_the_merged_bits_without_hazards() {
+    // Dense GQA form (K and V from their own caches), 64 rows of one 4-head tile: one split
+    // per item on the device plan, which then writes the result in the data dtype itself
+    // (`AttnCfg::direct`) instead of launching the merge. Its bytes must be the merge's, in
+    // bf16 (the kernel's cast) and f32, and both traced runs hazard-free.
+    for dtype in [DType::BF16, DType::F32] {
+        let (batch, d, heads, bs, topk) = (64usize, 64u64, 4u64, 8usize, 600usize);
+        let (tokens, max_blocks) = (600usize, 75usize);
+        let q = in_dtype(dtype, &vals(batch * heads as usize * d as usize, 1));
+        let k = in_dtype(dtype, &vals(tokens * d as usize, 2));
+        let v = in_dtype(dtype, &vals(tokens * d as usize, 3));
+        let table: Vec<i64> = (0..batch * max_blocks)
+            .map(|i| ((i % max_blocks) * 7 % max_blocks) as i64)
+            .collect();
+        let indices: Vec<i64> = (0..batch * topk).map(|i| (i % topk) as i64).collect();
+        let counts: Vec<i64> = (0..batch).map(|r| 1 + ((r * 97) % topk) as i64).collect();
+        let cfg = AttnCfg::new(AttnSpec {
+            name: "paged_attn",
+            hg: heads,
+            separate_v: true,
+            block_size: bs as u64,
+            double_buffer: true,
+            head_col_stride: d,
+            ..latent_spec(dtype, heads, d, d)
+        });
+        let mut runner = Runner::sim("test").plan_for(PlanTarget::Device);
+        let direct = plan(cfg, batch, topk, false, runner.plan_target());
+        assert!(
+            direct.cfg.direct && direct.merge.is_none(),
+            "{dtype}: direct"
+        );
+        assert_eq!(direct.launches().len(), 1, "{dtype}: no merge launch");
+        let mut merged = direct.clone();
+        merged.cfg.direct = false;
+        merged.merge = Some((
+            merge::MergeCfg {
+                dtype,
+                v_dim: d,
+                sink: false,
+            },
+            merge::merge_blocks(direct.rows),
+        ));
+        let input = |data, rows| GmInput {
+            dtype,
+            shape: vec![rows, d as usize],
+            data,
+        };
+        let mut run = |p: &AttnPlan| {
+            let inp = AttnInputs {
+                q: input(&q, batch * heads as usize),
+                kv: input(&k, tokens),
+                v: Some(input(&v, tokens)),
+                indices: indices.clone(),
+                topk,
+                counts: counts.clone(),
+                block_table: &table,
+                max_blocks,
+                scale: 0.125,
+                sink: None,
+            };
+            run_traced(&mut runner, p, inp)
+        };
+        let (out_d, lse_d) = run(&direct);
+        let (out_m, lse_m) = run(&merged);
+        assert_eq!(out_d.dtype, dtype);
+        assert!(out_d.data == out_m.data, "{dtype}: out bits differ");
+        assert!(lse_d.data == lse_m.data, "{dtype}: lse bits differ");
+    }
 }

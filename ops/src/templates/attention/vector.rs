@@ -215,12 +215,28 @@ pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
             for j in 0..nns {
                 v.broadcast(BinaryOp::Div, Axis::Row, o_t.at(j), o_t.at(j), l);
                 if k.cfg.separate_v {
+                    // o - o * 0: o, or NaN where o is not finite; and +0 for a -0, as the
+                    // merge's `0 + o * 1` would give (so a direct result needs no `o + 0`).
                     v.muls(pv_ub, o_t.at(j), 0.0);
-                    v.add(o_t.at(j), o_t.at(j), pv_ub);
+                    v.binary(BinaryOp::Sub, o_t.at(j), o_t.at(j), pv_ub);
                 }
             }
             v.unary(UnaryOp::Ln, rows.lse, rows.l);
             v.add(rows.lse, rows.lse, rows.m);
+            // The direct result in the data dtype (`AttnCfg::direct`): o + 0 first unless done
+            // above, as the merge's `acc = 0 + o * 1` (a -0 becomes +0), so the bits are the
+            // merge's. Cast here, outside the `if` of the stores, like the writes of `o_t` (a V
+            // write inside that `if` leaves AIV1, which holds no row of a narrow head tile,
+            // with a lost MTE3 -> V signal).
+            if let Some(oc) = k.o_cast {
+                for j in 0..nns {
+                    if !k.cfg.separate_v {
+                        v.binary_scalar(BinaryOp::Add, o_t.at(j), o_t.at(j), 0.0);
+                    }
+                    v.set_validshape(oc.at(j), r, ns);
+                    v.cast(oc.at(j), o_t.at(j), RoundMode::Rint);
+                }
+            }
         });
         // AIV1 of the single-vector-core head tile owns no row (hv <= th = r): `mine` is 0.
         let mine = v.let_(
@@ -233,10 +249,16 @@ pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
             for j in 0..nns {
                 let cols = (v_dim - j * ns).min(ns);
                 t.set_validshape(o_t.at(j), mine, cols);
-                t.store(
-                    GmView::nd(o_ws, g * v_dim + j * ns, mine, cols, v_dim),
-                    o_t.at(j),
-                );
+                let dst = GmView::nd(o_ws, g * v_dim + j * ns, mine, cols, v_dim);
+                match k.o_cast {
+                    Some(oc) => {
+                        t.set_validshape(oc.at(j), mine, cols);
+                        t.store(dst, oc.at(j));
+                    }
+                    None => {
+                        t.store(dst, o_t.at(j));
+                    }
+                }
             }
             t.set_validshape(lse_t, mine, 1);
             t.store(GmView::dn(lse_ws, g, mine, 1, 1), lse_t);
