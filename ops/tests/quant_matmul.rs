@@ -298,9 +298,40 @@ fn ascend950_writes_the_package_and_reports_no_device() {
     });
 }
 
+/// A weight of stacked channels gives, bit for bit, the columns of the calls on its parts when
+/// they share K and the Fixpipe's power of two (a gate and an up projection of one SwiGLU); a
+/// part whose scales need another power of two, or another K, is refused.
+fn concatenated_channels_give_the_parts_columns(backend: Backend) {
+    let mut rng = Rng::new(31);
+    let (m, k) = (3, 256);
+    let x = random(&mut rng, m, k, 1.5);
+    let a = quantize_per_channel(&random(&mut rng, 128, k, 0.1)).expect("a");
+    let b = quantize_per_channel(&random(&mut rng, 96, k, 0.1)).expect("b");
+    let w = QuantizedWeight::concat_channels(&[&a, &b]).expect("same power of two");
+    assert_eq!((w.n(), w.k()), (224, k));
+    let p = QuantMatmulParams::default();
+    let run = |w: &QuantizedWeight| {
+        let t = quant_matmul(&x, w, &p, Some(backend)).expect("runs");
+        t.to_vec2::<f32>().expect("f32")
+    };
+    let (ya, yb, y) = (run(&a), run(&b), run(&w));
+    for r in 0..m {
+        let parts: Vec<u32> = ya[r].iter().chain(&yb[r]).map(|v| v.to_bits()).collect();
+        let whole: Vec<u32> = y[r].iter().map(|v| v.to_bits()).collect();
+        assert_eq!(whole, parts, "row {r}");
+    }
+    // 64 times the scales: a power of two 2^6 higher.
+    let big = quantize_per_channel(&random(&mut rng, 32, k, 6.4)).expect("big");
+    assert!(QuantizedWeight::concat_channels(&[&a, &big]).is_none());
+    let short = quantize_per_channel(&random(&mut rng, 32, 128, 0.1)).expect("short");
+    assert!(QuantizedWeight::concat_channels(&[&a, &short]).is_none());
+    assert!(QuantizedWeight::concat_channels(&[]).is_none());
+}
+
 for_each_backend!(
     simulated:
     zero_rows,
+    concatenated_channels_give_the_parts_columns,
     error_bounds,
     int8_variant,
     int8_ties_and_saturation

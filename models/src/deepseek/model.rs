@@ -241,11 +241,12 @@ impl Model {
             t.time("reshape_and_cache", || {
                 reshape_and_cache(&rows, &l.latent, &slots, Some(backend)).map_err(ModelError::from)
             })?;
-            // The indexer's keys go into their cache either way: later steps rank them.
-            t.time("indexer (candle)", || -> Result<()> {
-                let k = l.indexer.keys(&h, &cos, &sin)?;
-                reshape_and_cache(&k, &l.index_keys, &slots, Some(backend))?;
-                Ok(())
+            // The indexer's keys go into their cache either way: later steps rank them. Their
+            // write is the op's (on TileSim a kernel launch), timed with the latent rows'.
+            let k = t.time("indexer (candle)", || l.indexer.keys(&h, &cos, &sin))?;
+            t.time("reshape_and_cache", || {
+                reshape_and_cache(&k, &l.index_keys, &slots, Some(backend))
+                    .map_err(ModelError::from)
             })?;
             let a = match &dense {
                 // Every token keeps all of its causal context: dense causal attention over

@@ -39,13 +39,30 @@ struct Expert {
     w1: QuantizedWeight,
     w2: QuantizedWeight,
     w3: QuantizedWeight,
+    /// `w1` and `w3` stacked (`[2 inter, dim]`): one call for both, the same bits
+    /// ([`QuantizedWeight::concat_channels`]); `None` when their scales forbid it.
+    w13: Option<QuantizedWeight>,
 }
 
 impl Expert {
+    fn new(w1: QuantizedWeight, w2: QuantizedWeight, w3: QuantizedWeight) -> Expert {
+        let w13 = QuantizedWeight::concat_channels(&[&w1, &w3]);
+        Expert { w1, w2, w3, w13 }
+    }
+
     fn forward(&self, x: &Tensor, backend: Backend) -> Result<Tensor> {
         let p = QuantMatmulParams::default();
-        let a = quant_matmul(x, &self.w1, &p, Some(backend))?;
-        let b = quant_matmul(x, &self.w3, &p, Some(backend))?;
+        let (a, b) = match &self.w13 {
+            Some(w13) => {
+                let ab = quant_matmul(x, w13, &p, Some(backend))?;
+                let inter = self.w1.n();
+                (ab.narrow(1, 0, inter)?, ab.narrow(1, inter, self.w3.n())?)
+            }
+            None => (
+                quant_matmul(x, &self.w1, &p, Some(backend))?,
+                quant_matmul(x, &self.w3, &p, Some(backend))?,
+            ),
+        };
         Ok(quant_matmul(
             &(silu(&a)? * b)?,
             &self.w2,
@@ -75,11 +92,7 @@ impl Moe {
         let mut experts = Vec::with_capacity(cfg.n_routed_experts);
         for e in 0..cfg.n_routed_experts {
             let g = |n: &str| w.get_quant(&format!("{p}.experts.{e}.{n}.weight"));
-            experts.push(Expert {
-                w1: g("w1")?,
-                w2: g("w2")?,
-                w3: g("w3")?,
-            });
+            experts.push(Expert::new(g("w1")?, g("w2")?, g("w3")?));
         }
         Ok(Moe {
             gate: w.get(&format!("{p}.gate.weight"))?,
@@ -151,12 +164,69 @@ impl Moe {
             let m = rows[ex].len();
             let idx = Tensor::from_slice(&rows[ex], m, &Device::Cpu)?;
             let xs = x.index_select(&idx, 0)?;
-            let out = timers.time("quant_matmul (3 per expert)", || {
+            let out = timers.time("quant_matmul (2-3 per expert)", || {
                 self.experts[ex].forward(&xs, backend)
             })?;
             let w = Tensor::from_slice(&weights[ex], (m, 1), &Device::Cpu)?;
             y = y.index_add(&idx, &out.broadcast_mul(&w)?, 0)?;
         }
         Ok(y)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tileops_ops::quantize_per_channel;
+
+    fn weight(n: usize, k: usize, seed: u32, amp: f32) -> QuantizedWeight {
+        let v: Vec<f32> = (0..(n * k) as u32)
+            .map(|i| {
+                let h = (i ^ seed).wrapping_mul(2_654_435_761) >> 8;
+                (h as f32 / (1u32 << 24) as f32 - 0.5) * amp
+            })
+            .collect();
+        let t = Tensor::from_vec(v, (n, k), &Device::Cpu).expect("w");
+        quantize_per_channel(&t).expect("quantise")
+    }
+
+    /// An expert whose gate and up projections run as one stacked call gives the bits of the
+    /// two calls, on both backends; weights whose scales need another Fixpipe power of two
+    /// keep two calls.
+    #[test]
+    fn the_stacked_gate_and_up_call_gives_the_two_calls_bits() {
+        let (dim, inter) = (256, 128);
+        let e = Expert::new(
+            weight(inter, dim, 1, 0.2),
+            weight(dim, inter, 2, 0.2),
+            weight(inter, dim, 3, 0.2),
+        );
+        assert!(e.w13.is_some());
+        let apart = Expert {
+            w13: None,
+            ..e.clone()
+        };
+        let v: Vec<f32> = (0..3 * dim)
+            .map(|i| ((i * 7919) % 113) as f32 / 50.0 - 1.1)
+            .collect();
+        let x = Tensor::from_vec(v, (3, dim), &Device::Cpu).expect("x");
+        for backend in [Backend::Reference, Backend::TileSim] {
+            let bits = |e: &Expert| -> Vec<u32> {
+                let y = e.forward(&x, backend).expect("forward");
+                let y = y
+                    .flatten_all()
+                    .expect("flat")
+                    .to_vec1::<f32>()
+                    .expect("f32");
+                y.into_iter().map(f32::to_bits).collect()
+            };
+            assert_eq!(bits(&e), bits(&apart), "{backend:?}");
+        }
+        let far = Expert::new(
+            weight(inter, dim, 1, 0.2),
+            weight(dim, inter, 2, 0.2),
+            weight(inter, dim, 3, 25.0),
+        );
+        assert!(far.w13.is_none());
     }
 }

@@ -111,6 +111,29 @@ impl QuantizedWeight {
         })
     }
 
+    /// The channels of `parts` stacked into one `[N_0 + N_1 + .., K]` weight, when a
+    /// [`quant_matmul`](crate::quant_matmul) on it gives, bit for bit, the columns of the calls
+    /// on each part: the parts share K and the Fixpipe's power of two (module docs of
+    /// `quant_matmul`: it follows K and the largest scale), so every channel keeps its scale
+    /// word. `None` otherwise (or for no parts). One call then replaces several on the same x
+    /// (a SwiGLU's gate and up projections).
+    pub fn concat_channels(parts: &[&QuantizedWeight]) -> Option<QuantizedWeight> {
+        let first = parts.first()?;
+        let pow2 = first.dequant().dequant.pow2;
+        if parts
+            .iter()
+            .any(|p| p.k != first.k || p.dequant().dequant.pow2 != pow2)
+        {
+            return None;
+        }
+        let n = parts.iter().map(|p| p.n).sum();
+        let data = parts.iter().flat_map(|p| p.data.iter().copied()).collect();
+        let scale = parts.iter().flat_map(|p| p.scale.iter().copied()).collect();
+        let w = QuantizedWeight::new(data, scale, n, first.k).ok()?;
+        // The largest scale is one of the parts', so the power of two is theirs.
+        (w.dequant().dequant.pow2 == pow2).then_some(w)
+    }
+
     /// Output channels `N`.
     pub fn n(&self) -> usize {
         self.n

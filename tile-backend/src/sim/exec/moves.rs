@@ -109,6 +109,19 @@ pub(super) fn fixpipe(
         cx.core.pool.put_bytes(raw);
         return Ok(out);
     }
+    if src == DType::I32 && matches!(dst, DType::F16 | DType::BF16 | DType::F32) {
+        if let Some(cols_words) = column_words(&words, cols) {
+            // A dequantising move (int32 Acc to a float): each column's scale and offset
+            // decoded once, the values scaled in one pass and encoded in one call, with
+            // `convert`'s arithmetic and bits.
+            let mut vals = cx.core.pool.f32s_to_overwrite(rows * cols);
+            dequantise_i32(&raw, &cols_words, relu, dst == DType::F16, &mut vals);
+            numeric::encode_f32(dst, &vals, &mut out);
+            cx.core.pool.put_f32s(vals);
+            cx.core.pool.put_bytes(raw);
+            return Ok(out);
+        }
+    }
     let ses = src.size_bytes() as usize;
     for r in 0..rows {
         for c in 0..cols {
@@ -137,6 +150,42 @@ pub(super) fn fixpipe(
     }
     cx.core.pool.put_bytes(raw);
     Ok(out)
+}
+
+/// Each of `cols` columns' `(scale, offset)` as [`convert`] applies them, or `None` without
+/// words (or fewer words than columns: the per-element path handles that).
+fn column_words(words: &Words, cols: usize) -> Option<Vec<(f32, f32)>> {
+    match words {
+        Words::None => None,
+        Words::Tensor(w) => Some(vec![(w.scale(), w.offset() as f32); cols]),
+        Words::Channel(ws) if ws.len() >= cols => Some(
+            ws[..cols]
+                .iter()
+                .map(|w| (w.scale_19bit(), w.offset() as f32))
+                .collect(),
+        ),
+        Words::Channel(_) => None,
+    }
+}
+
+/// Row-major int32 accumulators `raw` (little-endian) to `f32(acc) · scale + offset` per
+/// column (ReLU first; clamped to the f16 range when `f16`), what [`convert`] computes before
+/// encoding a float: `vals` gets the values, `raw.len() / 4` of them.
+fn dequantise_i32(raw: &[u8], cols: &[(f32, f32)], relu: bool, f16: bool, vals: &mut [f32]) {
+    let n = cols.len();
+    if n == 0 {
+        return;
+    }
+    for (row_in, row_out) in raw.chunks_exact(4 * n).zip(vals.chunks_exact_mut(n)) {
+        for ((b, o), &(s, off)) in row_in.chunks_exact(4).zip(row_out.iter_mut()).zip(cols) {
+            let mut x = i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32;
+            if relu {
+                x = x.max(0.0);
+            }
+            let y = x * s + off;
+            *o = if f16 { y.clamp(-65504.0, 65504.0) } else { y };
+        }
+    }
 }
 
 /// What the Fixpipe produced for a tile: f32 values still to be encoded (no quantisation from an
@@ -396,5 +445,70 @@ fn acc_to_vec_move(
             fixpipe_into(cx, (s, (0, 0)), (d, 0, (0, 0)), (vm, half), relu, scale)?;
             fixpipe_into(cx, (s, (0, half)), (d, 1, (0, 0)), (vm, half), relu, scale)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The one-pass dequantising move gives the per-element `convert`'s bytes: int32 values
+    /// across the range (f32 rounding above 2^24), per-channel words with offsets and the
+    /// signed bit, one per-tensor word, with and without ReLU, to f16 (past its range too),
+    /// bf16 and f32.
+    #[test]
+    fn the_one_pass_dequantisation_gives_the_per_element_bytes() {
+        let (rows, cols) = (5, 37);
+        let mut h = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            h ^= h << 13;
+            h ^= h >> 7;
+            h ^= h << 17;
+            h
+        };
+        let acc: Vec<i32> = (0..rows * cols)
+            .map(|i| match i % 7 {
+                0 => i32::MAX - (next() % 1000) as i32,
+                1 => i32::MIN + (next() % 1000) as i32,
+                _ => (next() % 400_000) as i32 - 200_000,
+            })
+            .collect();
+        let raw: Vec<u8> = acc.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let channel: Vec<QuantWord> = (0..cols)
+            .map(|c| {
+                let scale = f32::from_bits(0x3000_0000 + (next() as u32 & 0x0fff_ffff));
+                let offset = (next() & 0x1ff) << 37;
+                QuantWord(QuantWord::new(scale, c % 3 == 0).0 | offset)
+            })
+            .collect();
+        let tensor = QuantWord(QuantWord::new(0.37, false).0 | (0x1f3 << 37));
+        for words in [Words::Channel(channel), Words::Tensor(tensor)] {
+            for relu in [false, true] {
+                for dst in [DType::F16, DType::BF16, DType::F32] {
+                    let es = dst.size_bytes() as usize;
+                    let mut want = vec![0u8; rows * cols * es];
+                    for (i, b) in raw.chunks_exact(4).enumerate() {
+                        let mut x = numeric::decode_one(DType::I32, b);
+                        if relu {
+                            x = x.max(0.0);
+                        }
+                        let word = match &words {
+                            Words::None => None,
+                            Words::Tensor(w) => Some((w.scale(), *w)),
+                            Words::Channel(ws) => ws.get(i % cols).map(|w| (w.scale_19bit(), *w)),
+                        };
+                        convert(x, word, dst, &mut want[i * es..(i + 1) * es]);
+                    }
+                    let cw = column_words(&words, cols).expect("words");
+                    let mut vals = vec![0f32; rows * cols];
+                    dequantise_i32(&raw, &cw, relu, dst == DType::F16, &mut vals);
+                    let mut got = vec![0u8; rows * cols * es];
+                    numeric::encode_f32(dst, &vals, &mut got);
+                    assert_eq!(got, want, "{dst} relu {relu}");
+                }
+            }
+        }
+        assert!(column_words(&Words::None, 3).is_none());
+        assert!(column_words(&Words::Channel(vec![QuantWord(0); 2]), 3).is_none());
     }
 }
