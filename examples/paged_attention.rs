@@ -154,11 +154,6 @@ fn main() -> Result<()> {
     timed.print();
 
     let (total, hazards) = print_launches(&records);
-    for r in &records {
-        if let Some(c) = &r.cost {
-            print_cost(&format!("{} x{}", r.kernel, r.block_dim), c);
-        }
-    }
     match total {
         Some(c) => {
             print_cost("total", &c);

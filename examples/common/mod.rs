@@ -126,8 +126,9 @@ pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> Result<f32> {
     Ok(d.flatten_all()?.max(0)?.to_scalar::<f32>()?)
 }
 
-/// Prints the simulated launches (kernel x blocks) and the first hazards of each; returns the
-/// summed cost report of the launches (`None` when nothing was simulated) and the hazard count.
+/// Prints the simulated launches (kernel x blocks), the first hazards of each and each launch's
+/// cost line; returns the summed cost report of the launches (`None` when nothing was
+/// simulated) and the hazard count.
 pub fn print_launches(records: &[LaunchRecord]) -> (Option<CostReport>, usize) {
     let hazards: usize = records.iter().map(|r| r.hazards.len()).sum();
     println!(
@@ -141,6 +142,11 @@ pub fn print_launches(records: &[LaunchRecord]) -> (Option<CostReport>, usize) {
     );
     for h in records.iter().flat_map(|r| r.hazards.iter().take(3)) {
         println!("  hazard: {h}");
+    }
+    for r in records {
+        if let Some(c) = &r.cost {
+            print_cost(&format!("{} x{}", r.kernel, r.block_dim), c);
+        }
     }
     let costs: Vec<CostReport> = records.iter().filter_map(|r| r.cost.clone()).collect();
     (CostReport::sum(&costs), hazards)
