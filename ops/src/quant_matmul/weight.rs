@@ -112,7 +112,7 @@ impl QuantizedWeight {
     }
 
     /// The channels of `parts` stacked into one `[N_0 + N_1 + .., K]` weight, when a
-    /// [`quant_matmul`](crate::quant_matmul) on it gives, bit for bit, the columns of the calls
+    /// [`quant_matmul`](crate::quant_matmul()) on it gives, bit for bit, the columns of the calls
     /// on each part: the parts share K and the Fixpipe's power of two (module docs of
     /// `quant_matmul`: it follows K and the largest scale), so every channel keeps its scale
     /// word. `None` otherwise (or for no parts). One call then replaces several on the same x
