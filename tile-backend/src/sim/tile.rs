@@ -1415,6 +1415,66 @@ fn write_pitched_rows(
     None
 }
 
+/// Box columns (strips) at most that [`write_row_slices`] takes.
+pub(crate) const ROW_SLICE_STRIPS: usize = 128;
+
+/// [`write_dense_bytes`] of rows that lie anywhere (a gather's rows, borrowed from GM where they
+/// are): row `i` of the `[rows.len(), cols]` region at `at` is `rows[i][..cols * es]`, copied
+/// row by row across the tile's strips, with a hint of the row `AHEAD` rows on (scattered rows
+/// defeat the hardware prefetcher). False (nothing written) when the layout does not map onto
+/// row-major strip by strip or the region spans more than [`ROW_SLICE_STRIPS`] strips; `Err`
+/// when a row is too short. Marks nothing.
+pub(crate) fn write_row_slices(
+    buf: &mut [u8],
+    loc: &TileLoc,
+    at: (usize, usize),
+    cols: usize,
+    rows: &[&[u8]],
+) -> Result<bool, String> {
+    let es = loc.es();
+    check_region(loc, buf.len(), at.0, at.1, rows.len(), cols)?;
+    if let Some((i, r)) = rows.iter().enumerate().find(|(_, r)| r.len() < cols * es) {
+        return Err(format!(
+            "row {i} has {} B for {cols} elements of {es} bytes",
+            r.len()
+        ));
+    }
+    if rows.is_empty() || cols == 0 {
+        return Ok(matches!(loc.ty.layout, Layout::ND | Layout::NZ));
+    }
+    let mut strips = [(0usize, 0usize, 0usize, 0usize); ROW_SLICE_STRIPS];
+    let mut n = 0;
+    let mut fits = true;
+    let maps = for_each_strip(
+        &Geom::new(loc.ty),
+        at,
+        (rows.len(), cols),
+        Order::RowMajor,
+        |e, _lines, stride, c, w| match strips.get_mut(n) {
+            Some(s) => {
+                *s = (loc.addr + e * es, stride * es, c * es, w * es);
+                n += 1;
+            }
+            None => fits = false,
+        },
+    );
+    if !maps || !fits {
+        return Ok(false);
+    }
+    const AHEAD: usize = 4;
+    let row_bytes = cols * es;
+    for (i, row) in rows.iter().enumerate() {
+        if let Some(next) = rows.get(i + AHEAD) {
+            next[..row_bytes].chunks(64).for_each(super::gm::hint_line);
+        }
+        for &(t0, line, c, w) in &strips[..n] {
+            let t = t0 + i * line;
+            copy_fixed::<32, _>(&mut buf[t..t + w], &row[c..c + w]);
+        }
+    }
+    Ok(true)
+}
+
 /// Encodes a dense f32 matrix of `order` into the region of a tile (rounding to its dtype) when
 /// the layout maps onto it strip by strip; false (nothing written) otherwise. Marks nothing.
 pub(crate) fn encode_dense(

@@ -449,6 +449,7 @@ fn dense_case(
     same_bytes(&got, &want, &loc, region)
         .map_err(|e| ctx(format!("write_dense_bytes (returned {wrote}): {e}")))?;
     pitched_case(&loc, &buf, region, rng.next()).map_err(ctx)?;
+    rows_case(&loc, &buf, region, rng.next()).map_err(ctx)?;
     // A pad fill writes what the repeated value copied in writes (a mixed and a uniform value).
     for one in [rng.bytes(es), vec![0; es]] {
         let mut want = buf.clone();
@@ -505,6 +506,73 @@ fn pitched_case(loc: &TileLoc, buf: &[u8], region: Region, seed: u64) -> Result<
         }
     }
     Ok(())
+}
+
+/// `write_row_slices` of rows that lie apart (each its own allocation, some longer than the
+/// region's width) writes what `write_dense_bytes` writes from the same rows packed, and
+/// declines what it declines; a row one byte short is an error.
+fn rows_case(loc: &TileLoc, buf: &[u8], region: Region, seed: u64) -> Result<(), String> {
+    let mut rng = Rng::new(seed);
+    let ((r0, c0), (h, w)) = region;
+    let es = loc.es();
+    let owned: Vec<Vec<u8>> = (0..h)
+        .map(|_| {
+            let extra = rng.below(3);
+            rng.bytes((w + extra) * es)
+        })
+        .collect();
+    let rows: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+    let packed: Vec<u8> = rows.iter().flat_map(|r| r[..w * es].to_vec()).collect();
+    let mut want = buf.to_vec();
+    let dense = write_dense_bytes(&mut want, loc, (r0, c0), (h, w), &packed)?;
+    let mut got = buf.to_vec();
+    let wrote = write_row_slices(&mut got, loc, (r0, c0), w, &rows)?;
+    let strips = w.div_ceil((32 / es).max(1)) + 1;
+    if wrote != dense && h > 0 && w > 0 && strips <= ROW_SLICE_STRIPS {
+        return Err(format!(
+            "write_row_slices returned {wrote}, write_dense_bytes {dense}"
+        ));
+    }
+    if !wrote {
+        return same_bytes(&got, buf, loc, region)
+            .map_err(|e| format!("write_row_slices declined but wrote: {e}"));
+    }
+    same_bytes(&got, &want, loc, region).map_err(|e| format!("write_row_slices: {e}"))?;
+    if h > 0 && w > 0 {
+        let mut short = rows.clone();
+        short[h - 1] = &owned[h - 1][..w * es - 1];
+        if write_row_slices(&mut got, loc, (r0, c0), w, &short).is_ok() {
+            return Err("a row one byte short was accepted".into());
+        }
+    }
+    Ok(())
+}
+
+/// A gather's rows into an NZ tile of more box columns than `write_row_slices` lists
+/// (f32 DeepSeek K rows are 72 columns of boxes; 130 here) are declined, nothing written;
+/// 72 are taken, with `write_dense_bytes`' bytes.
+#[test]
+fn row_slices_decline_more_strips_than_they_list() {
+    let mut rng = Rng::new(0x5eed_00a8);
+    for (cols, taken) in [(576usize, true), (1040, false)] {
+        let ty = TileType::new(MemSpace::Mat, DType::F32, 64, cols as u64, Layout::NZ);
+        let loc = loc_at(&ty, 0);
+        let buf = rng.bytes(ty.bytes() as usize);
+        let owned: Vec<Vec<u8>> = (0..64).map(|_| rng.bytes(cols * 4)).collect();
+        let rows: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        let mut got = buf.clone();
+        let wrote = write_row_slices(&mut got, &loc, (0, 0), cols, &rows);
+        assert_eq!(wrote, Ok(taken), "{cols} columns");
+        if taken {
+            let mut want = buf.clone();
+            let packed: Vec<u8> = owned.concat();
+            let dense = write_dense_bytes(&mut want, &loc, (0, 0), (64, cols), &packed);
+            assert_eq!(dense, Ok(true));
+            assert!(got == want, "{cols} columns: the bytes differ");
+        } else {
+            assert!(got == buf, "declined but wrote");
+        }
+    }
 }
 
 /// An NZ tile with more box columns than `write_pitched_bytes` gathers on its stack (64) takes

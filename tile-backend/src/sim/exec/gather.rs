@@ -5,6 +5,7 @@ use super::ExecCtx;
 use crate::ir::{DType, Layout, Op, ParamId, ParamKind};
 use crate::sim::gm::Overlay;
 use crate::sim::numeric;
+use crate::sim::tile::{self, TileLoc};
 
 pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> {
     let Op::GatherInL1 {
@@ -83,11 +84,20 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             ),
         })?);
     }
-    // All rows land in one row-major buffer, written into the tile at once (strip by strip).
-    // Every row is read into below. The rows lie anywhere in GM: each is asked for a few rows
-    // ahead of its copy, so their memory latency overlaps the copies.
-    const AHEAD: usize = 4;
     let row_bytes = size * es;
+    // Untraced, rows the block did not write are copied from the argument straight into the
+    // tile's strips (no staging buffer); otherwise all rows land in one row-major buffer,
+    // written into the tile at once (strip by strip). Every row is read into below. The rows
+    // lie anywhere in GM: each is asked for a few rows ahead of its copy, so their memory
+    // latency overlaps the copies.
+    if cx.rec.is_none() && n > 0 && gather_in_place(cx, &loc, (*src, size), &offsets)? {
+        queue_next_window(cx, (*src, row_bytes), &iv, n, table, bs, src_shape);
+        let pool = &mut cx.core.pool;
+        pool.put_bytes(ibytes);
+        pool.put_bytes(bbytes);
+        return Ok(());
+    }
+    const AHEAD: usize = 4;
     for &off in offsets.iter().take(AHEAD) {
         cx.gm_prefetch(*src, off, row_bytes);
     }
@@ -105,6 +115,30 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
     pool.put_bytes(ibytes);
     pool.put_bytes(bbytes);
     r
+}
+
+/// Copies the `size`-element rows at GM byte `offsets` of `src` from the argument's bytes
+/// straight into the top rows of the tile `loc` ([`tile::write_row_slices`]) and marks them
+/// written: the bytes the staged copy writes. False (nothing done) when the block wrote into
+/// any of those rows' GM pages or the layout does not map onto rows: the caller stages then.
+fn gather_in_place(
+    cx: &mut ExecCtx<'_, '_, '_>,
+    loc: &TileLoc,
+    (src, size): (ParamId, usize),
+    offsets: &[usize],
+) -> Result<bool, String> {
+    let row_bytes = size * loc.es();
+    let args = cx.args;
+    let mut rows = Vec::with_capacity(offsets.len());
+    for &off in offsets {
+        match cx.gm.unwritten(args, src, off, row_bytes)? {
+            Some(row) => rows.push(row),
+            None => return Ok(false),
+        }
+    }
+    cx.write_dense(loc, 0, (0, 0), (rows.len(), size), |buf| {
+        tile::write_row_slices(buf, loc, (0, 0), size, &rows)
+    })
 }
 
 /// Why a logical token has no source row.
