@@ -491,7 +491,7 @@ mod tests {
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         let r = *seed >> 33;
-        if depth == 0 || r % 5 == 0 {
+        if depth == 0 || r.is_multiple_of(5) {
             return match r % 9 {
                 0 => Expr::Const(0),
                 1 => Expr::Const(i64::MAX),
@@ -504,7 +504,7 @@ mod tests {
                 _ => Expr::SubBlockIdx,
             };
         }
-        if r % 7 == 0 {
+        if r.is_multiple_of(7) {
             let c = tree(seed, depth - 1);
             let a = tree(seed, depth - 1);
             let b = tree(seed, depth - 1);
