@@ -215,7 +215,56 @@ impl Expr {
     }
 
     /// Evaluates the expression.
+    ///
+    /// The value comes from [`Self::try_eval`], which carries no error (an `Option` in
+    /// registers instead of a `Result` holding a `String`, built through every level of the
+    /// tree); only when that fails is the expression evaluated again to name the error. Both
+    /// walk the tree in the same order with the same checked arithmetic, so they fail on the
+    /// same expressions and agree on every value (tested).
+    #[inline]
     pub fn eval<E: ExprEnv + ?Sized>(&self, env: &E) -> Result<i64, EvalError> {
+        match self.try_eval(env) {
+            Some(v) => Ok(v),
+            None => self.eval_reporting(env),
+        }
+    }
+
+    /// The value of the expression, or `None` where [`Self::eval`] gives an error (an unknown
+    /// name, a division by zero, an overflow).
+    pub fn try_eval<E: ExprEnv + ?Sized>(&self, env: &E) -> Option<i64> {
+        match self {
+            Expr::Const(v) => Some(*v),
+            Expr::Var(v) => env.var(*v),
+            Expr::Param(p) => env.param(*p),
+            Expr::BlockIdx => env.block_idx(),
+            Expr::BlockDim => env.block_dim(),
+            Expr::SubBlockIdx => env.sub_block_idx(),
+            Expr::Bin(op, a, b) => {
+                // A literal or a variable operand (most of them) is read without a call.
+                let x = match &**a {
+                    Expr::Const(v) => *v,
+                    Expr::Var(v) => env.var(*v)?,
+                    a => a.try_eval(env)?,
+                };
+                let y = match &**b {
+                    Expr::Const(v) => *v,
+                    Expr::Var(v) => env.var(*v)?,
+                    b => b.try_eval(env)?,
+                };
+                apply_checked(*op, x, y)
+            }
+            Expr::Select(c, a, b) => {
+                if c.try_eval(env)? != 0 {
+                    a.try_eval(env)
+                } else {
+                    b.try_eval(env)
+                }
+            }
+        }
+    }
+
+    /// [`Self::eval`] building the error on failure (the tree walk of [`Self::try_eval`]).
+    fn eval_reporting<E: ExprEnv + ?Sized>(&self, env: &E) -> Result<i64, EvalError> {
         let unknown = || EvalError::Unknown(self.to_string());
         match self {
             Expr::Const(v) => Ok(*v),
@@ -225,14 +274,14 @@ impl Expr {
             Expr::BlockDim => env.block_dim().ok_or_else(unknown),
             Expr::SubBlockIdx => env.sub_block_idx().ok_or_else(unknown),
             Expr::Bin(op, a, b) => {
-                let (x, y) = (a.eval(env)?, b.eval(env)?);
+                let (x, y) = (a.eval_reporting(env)?, b.eval_reporting(env)?);
                 apply(*op, x, y, &|| self.to_string())
             }
             Expr::Select(c, a, b) => {
-                if c.eval(env)? != 0 {
-                    a.eval(env)
+                if c.eval_reporting(env)? != 0 {
+                    a.eval_reporting(env)
                 } else {
-                    b.eval(env)
+                    b.eval_reporting(env)
                 }
             }
         }
@@ -254,6 +303,29 @@ impl Expr {
             _ => {}
         }
     }
+}
+
+/// [`apply`] without the error: `None` exactly where `apply` fails.
+#[inline]
+fn apply_checked(op: BinOp, x: i64, y: i64) -> Option<i64> {
+    Some(match op {
+        BinOp::Add => x.checked_add(y)?,
+        BinOp::Sub => x.checked_sub(y)?,
+        BinOp::Mul => x.checked_mul(y)?,
+        // `checked_*_euclid` is `None` for a zero divisor as well as for overflow.
+        BinOp::Div => x.checked_div_euclid(y)?,
+        BinOp::Rem => x.checked_rem_euclid(y)?,
+        BinOp::Min => x.min(y),
+        BinOp::Max => x.max(y),
+        BinOp::Lt => (x < y) as i64,
+        BinOp::Le => (x <= y) as i64,
+        BinOp::Gt => (x > y) as i64,
+        BinOp::Ge => (x >= y) as i64,
+        BinOp::Eq => (x == y) as i64,
+        BinOp::Ne => (x != y) as i64,
+        BinOp::And => (x != 0 && y != 0) as i64,
+        BinOp::Or => (x != 0 || y != 0) as i64,
+    })
 }
 
 #[inline]
@@ -364,5 +436,126 @@ impl fmt::Display for Expr {
             },
             Expr::Select(c, a, b) => write!(f, "({c} ? {a} : {b})"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Variables 0..4 known (one of them i64::MIN), variable 4 unknown, parameter 0 known.
+    struct Env;
+
+    impl ExprEnv for Env {
+        fn var(&self, v: VarId) -> Option<i64> {
+            [Some(7), Some(-3), Some(0), Some(i64::MIN)]
+                .get(v.0 as usize)
+                .copied()
+                .flatten()
+        }
+        fn param(&self, p: ParamId) -> Option<i64> {
+            (p.0 == 0).then_some(128)
+        }
+        fn block_idx(&self) -> Option<i64> {
+            Some(2)
+        }
+        fn block_dim(&self) -> Option<i64> {
+            Some(8)
+        }
+        fn sub_block_idx(&self) -> Option<i64> {
+            Some(1)
+        }
+    }
+
+    const OPS: [BinOp; 15] = [
+        BinOp::Add,
+        BinOp::Sub,
+        BinOp::Mul,
+        BinOp::Div,
+        BinOp::Rem,
+        BinOp::Min,
+        BinOp::Max,
+        BinOp::Lt,
+        BinOp::Le,
+        BinOp::Gt,
+        BinOp::Ge,
+        BinOp::Eq,
+        BinOp::Ne,
+        BinOp::And,
+        BinOp::Or,
+    ];
+
+    /// A pseudo-random tree of `depth` levels (built without the builder's constant folding).
+    fn tree(seed: &mut u64, depth: u32) -> Expr {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let r = *seed >> 33;
+        if depth == 0 || r.is_multiple_of(5) {
+            return match r % 9 {
+                0 => Expr::Const(0),
+                1 => Expr::Const(i64::MAX),
+                2 => Expr::Const(-1),
+                3 => Expr::Const((r % 200) as i64 - 100),
+                4 => Expr::Var(VarId((r / 9 % 5) as u32)),
+                5 => Expr::Param(ParamId((r / 9 % 2) as u32)),
+                6 => Expr::BlockIdx,
+                7 => Expr::BlockDim,
+                _ => Expr::SubBlockIdx,
+            };
+        }
+        if r.is_multiple_of(7) {
+            let c = tree(seed, depth - 1);
+            let a = tree(seed, depth - 1);
+            let b = tree(seed, depth - 1);
+            return Expr::Select(Box::new(c), Box::new(a), Box::new(b));
+        }
+        let op = OPS[(r / 7) as usize % OPS.len()];
+        let a = tree(seed, depth - 1);
+        let b = tree(seed, depth - 1);
+        Expr::Bin(op, Box::new(a), Box::new(b))
+    }
+
+    #[test]
+    fn the_fast_evaluation_agrees_with_the_reporting_one_on_values_and_failures() {
+        let mut seed = 22;
+        let (mut values, mut failures) = (0, 0);
+        for _ in 0..20_000 {
+            let e = tree(&mut seed, 5);
+            let slow = e.eval_reporting(&Env);
+            assert_eq!(e.try_eval(&Env), slow.clone().ok(), "{e}");
+            assert_eq!(e.eval(&Env), slow, "{e}");
+            match slow {
+                Ok(_) => values += 1,
+                Err(_) => failures += 1,
+            }
+        }
+        // Both outcomes are exercised many times.
+        assert!(
+            values > 1000 && failures > 1000,
+            "{values} values, {failures} failures"
+        );
+    }
+
+    #[test]
+    fn evaluation_errors_name_their_cause() {
+        let div0 = Expr::Bin(
+            BinOp::Div,
+            Box::new(Expr::Var(VarId(0))),
+            Box::new(Expr::Var(VarId(2))),
+        );
+        assert!(matches!(div0.eval(&Env), Err(EvalError::DivisionByZero(_))));
+        let ovf = Expr::Bin(
+            BinOp::Rem,
+            Box::new(Expr::Var(VarId(3))),
+            Box::new(Expr::Const(-1)),
+        );
+        assert!(matches!(ovf.eval(&Env), Err(EvalError::Overflow(_))));
+        let unknown = Expr::Var(VarId(4)) + 1;
+        assert_eq!(unknown.eval(&Env), Err(EvalError::Unknown("v4".into())));
+        assert_eq!(
+            (Expr::Param(ParamId(0)) * Expr::BlockDim).eval(&Env),
+            Ok(1024)
+        );
     }
 }

@@ -867,21 +867,28 @@ impl<'a> WriteOnly<'a> {
         unsafe {
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(off), bytes.len());
         }
-        let (mut at, end) = (off, off + bytes.len());
-        while at < end {
-            let l = at / LINE;
-            let hi = ((l + 1) * LINE).min(end);
-            let (lo_b, hi_b) = (at - l * LINE, hi - l * LINE);
-            let bits = if hi_b - lo_b == LINE {
-                u64::MAX
-            } else {
-                (u64::MAX >> (64 - (hi_b - lo_b))) << lo_b
-            };
-            // Only the owner writes its line's bits (a load and a store, no read-modify-write).
+        if bytes.is_empty() {
+            return;
+        }
+        let end = off + bytes.len();
+        let (l0, l1) = (off / LINE, (end - 1) / LINE);
+        // Only the owner writes its lines' bits (a load and a store, no read-modify-write).
+        let mark = |l: usize, bits: u64| {
             let w = &self.lines.written[l];
             w.store(w.load(Ordering::Relaxed) | bits, Ordering::Relaxed);
-            at = hi;
+        };
+        // Bits `lo .. hi` of a line (`lo < hi <= LINE`).
+        let span = |lo: usize, hi: usize| (u64::MAX >> (LINE - (hi - lo))) << lo;
+        if l0 == l1 {
+            mark(l0, span(off - l0 * LINE, end - l0 * LINE));
+            return;
         }
+        mark(l0, span(off - l0 * LINE, LINE));
+        // Whole lines between: all their bits, without reading the old ones.
+        for w in &self.lines.written[l0 + 1..l1] {
+            w.store(u64::MAX, Ordering::Relaxed);
+        }
+        mark(l1, span(0, end - l1 * LINE));
     }
 
     /// Block `block` writes `bytes` at byte `off`: in place where it owns the units (or takes
@@ -1166,6 +1173,24 @@ mod tests {
         })];
         for (b, gm) in overlays.into_iter().enumerate() {
             gm.merge_into(&mut args, b, std::slice::from_ref(lines));
+        }
+    }
+
+    /// The line masks of an in-place write cover exactly its bytes: whatever the write's start
+    /// and length (inside one line, up to a line edge, across whole lines), the bytes outside
+    /// it are the zero-fill of an uninitialised output and the bytes inside it stay written.
+    #[test]
+    fn in_place_writes_mark_exactly_their_bytes() {
+        let len = 2 * UNIT;
+        for off in [0, 1, 31, 63, 64, 65, 127, 500, UNIT - 1] {
+            for n in [1, 2, 62, 63, 64, 65, 127, 128, 129, 700, UNIT] {
+                let n = n.min(len - off);
+                let bytes: Vec<u8> = (0..n).map(|i| 1 + (i % 200) as u8).collect();
+                let out = uninit_run(len, &[vec![(off, bytes.clone())]], &[0]);
+                let mut want = vec![0u8; len];
+                want[off..off + n].copy_from_slice(&bytes);
+                assert!(out == want, "write of {n} B at {off}");
+            }
         }
     }
 
