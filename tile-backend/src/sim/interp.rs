@@ -191,7 +191,7 @@ pub(crate) fn run_block<'k, 'a>(
             args,
             block,
             block_dim,
-            pool: ScratchPool::take(),
+            pool: ScratchPool::take(id),
             prefetch: PrefetchQueue::default(),
         })
         .collect();
@@ -262,7 +262,7 @@ pub(crate) fn run_block<'k, 'a>(
     }
     mem.give_back();
     for core in cores {
-        core.pool.give_back();
+        core.pool.give_back(core.id);
     }
     gm.shed_spare();
     Ok(BlockResult {

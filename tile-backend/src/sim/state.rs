@@ -63,6 +63,9 @@ pub(crate) struct BlockMem {
     decoded: Vec<Decoded>,
     /// Byte buffers of dropped snapshots ([`DeferredMove::snapshot`]), for the next ones.
     spare_snapshots: Vec<Vec<u8>>,
+    /// Value buffers of dropped decoded regions, for the AIC's scratch pool
+    /// ([`BlockMem::take_dropped_decoded`]).
+    dropped_decoded: Vec<Vec<f32>>,
 }
 
 /// Most decoded L1 regions a block keeps (the oldest is dropped first).
@@ -149,6 +152,7 @@ impl BlockMem {
             deferred: Vec::new(),
             decoded: Vec::new(),
             spare_snapshots: Vec::new(),
+            dropped_decoded: Vec::new(),
         }
     }
 
@@ -174,7 +178,9 @@ impl BlockMem {
                 Self::keep_spare(&mut self.spare_snapshots, b);
             }
         }
-        self.decoded.clear();
+        for d in self.decoded.drain(..) {
+            Self::keep_dropped(&mut self.dropped_decoded, d.vals);
+        }
         for i in 0..8 {
             let (lo, hi) = self.dirty[i];
             if lo >= hi {
@@ -217,7 +223,15 @@ impl BlockMem {
     /// writing them.
     pub fn touch(&mut self, space: MemSpace, aiv: u8, lo: usize, hi: usize) {
         if space == MemSpace::Mat && !self.decoded.is_empty() {
-            self.decoded.retain(|d| !spans_overlap(d.span, lo, hi));
+            let mut i = 0;
+            while i < self.decoded.len() {
+                if spans_overlap(self.decoded[i].span, lo, hi) {
+                    let d = self.decoded.remove(i);
+                    Self::keep_dropped(&mut self.dropped_decoded, d.vals);
+                } else {
+                    i += 1;
+                }
+            }
         }
         if !self.deferred.is_empty() {
             if space == MemSpace::Mat {
@@ -442,7 +456,8 @@ impl BlockMem {
         vals: Vec<f32>,
     ) {
         if self.decoded.len() >= DECODED_MAX {
-            self.decoded.remove(0);
+            let d = self.decoded.remove(0);
+            Self::keep_dropped(&mut self.dropped_decoded, d.vals);
         }
         self.decoded.push(Decoded {
             ty: ty.clone(),
@@ -452,6 +467,20 @@ impl BlockMem {
             span,
             vals,
         });
+    }
+
+    /// Keeps a dropped decoded region's buffer for reuse (at most [`DECODED_MAX`]).
+    fn keep_dropped(dropped: &mut Vec<Vec<f32>>, vals: Vec<f32>) {
+        if dropped.len() < DECODED_MAX && vals.capacity() > 0 {
+            dropped.push(vals);
+        }
+    }
+
+    /// A buffer of a decoded region this block (or an earlier one on this thread) dropped,
+    /// to go back to the AIC's scratch pool: without it every decoded operand took a buffer
+    /// from the pool that never came back, and the next one was filled afresh.
+    pub fn take_dropped_decoded(&mut self) -> Option<Vec<f32>> {
+        self.dropped_decoded.pop()
     }
 
     /// Makes the pending copies into `space`.
@@ -647,18 +676,34 @@ impl<T: Clone + Default> Free<T> {
 
     /// `n` values, those already in a free buffer left as they are: the shortest free buffer
     /// holding at least `n` values is cut to `n` (no fill); failing that the longest one is
-    /// extended (only the new values are filled).
+    /// extended (only the new values are filled). A buffer more than twice as long as asked is
+    /// not cut while the pool has room for another ([`Free::keeps_whole`]): a fresh one is made
+    /// instead, so the long buffer keeps its length for the next long request.
     fn take_dirty(&mut self, n: usize) -> Vec<T> {
         let fits = (0..self.0.len())
             .filter(|&i| self.0[i].len() >= n)
             .min_by_key(|&i| self.0[i].len());
-        let pick = fits.or_else(|| (0..self.0.len()).max_by_key(|&i| self.0[i].len()));
+        let pick = match fits {
+            Some(i) if self.keeps_whole(self.0[i].len(), n) => None,
+            Some(i) => Some(i),
+            None => (0..self.0.len()).max_by_key(|&i| self.0[i].len()),
+        };
         let mut v = match pick {
             Some(i) => self.0.swap_remove(i),
             None => Vec::new(),
         };
         v.resize(n, T::default());
         v
+    }
+
+    /// Whether a free buffer of `len` values should stay whole rather than be cut to `n`.
+    ///
+    /// A cut buffer comes back `n` long (the pool cannot know how much of its capacity holds
+    /// values), so a core whose ops ask for a few sizes in turn would cut its long buffers and
+    /// fill them again on the next long request: in the decode attention call that refill was
+    /// about 4% of the simulator's instructions.
+    fn keeps_whole(&self, len: usize, n: usize) -> bool {
+        len > 2 * n && self.0.len() + 1 < POOL_DEPTH
     }
 
     fn put(&mut self, v: Vec<T>) {
@@ -670,26 +715,33 @@ impl<T: Clone + Default> Free<T> {
 }
 
 thread_local! {
-    /// Scratch pools kept by this thread between blocks.
-    static SPARE_POOLS: std::cell::RefCell<Vec<ScratchPool>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Scratch pools kept by this thread between blocks, one per core of a cluster (AIC, AIV0,
+    /// AIV1): a core gets back the pool its counterpart of the previous block used, so the
+    /// buffers it finds are already cut to the sizes its ops ask for (handing the AIC's pool to
+    /// an AIV and back cut and re-extended them, zero-filling the extension each time).
+    static SPARE_POOLS: std::cell::RefCell<[Option<ScratchPool>; 3]> =
+        const { std::cell::RefCell::new([None, None, None]) };
+}
+
+/// The [`SPARE_POOLS`] slot of `core`.
+fn pool_slot(core: CoreId) -> usize {
+    match core {
+        CoreId::Aic => 0,
+        CoreId::Aiv(k) => 1 + (k as usize & 1),
+    }
 }
 
 impl ScratchPool {
-    /// A pool this thread gave back, or a new one.
-    pub fn take() -> Self {
+    /// The pool `core` gave back at the end of this thread's last block, or a new one.
+    pub fn take(core: CoreId) -> Self {
         SPARE_POOLS
-            .with(|s| s.borrow_mut().pop())
+            .with(|s| s.borrow_mut()[pool_slot(core)].take())
             .unwrap_or_default()
     }
 
-    /// Keeps the pool for the next block this thread runs.
-    pub fn give_back(self) {
-        SPARE_POOLS.with(|s| {
-            let mut s = s.borrow_mut();
-            if s.len() < 3 {
-                s.push(self);
-            }
-        });
+    /// Keeps the pool for `core` in the next block this thread runs.
+    pub fn give_back(self, core: CoreId) {
+        SPARE_POOLS.with(|s| s.borrow_mut()[pool_slot(core)] = Some(self));
     }
 
     /// An empty byte buffer.
@@ -752,6 +804,50 @@ mod tests {
     /// Bit `b` of a shadow array, one byte of the buffer each.
     fn bit(bits: &[u64], b: usize) -> bool {
         bits[b / 64] >> (b % 64) & 1 == 1
+    }
+
+    #[test]
+    fn each_core_gets_back_the_scratch_pool_it_gave_back() {
+        // A fresh thread, so its pools are this test's own. Two blocks in a row, each core
+        // taking its pool and giving it back in run_block's order: the second block's cores
+        // must find the buffers (and sizes) of their own kind of core, not another's.
+        let run = || {
+            for round in 0..2 {
+                for (i, &core) in CoreId::ALL.iter().enumerate() {
+                    let mut p = ScratchPool::take(core);
+                    let mut v = p.f32s_to_overwrite(64 * (i + 1));
+                    if round == 1 {
+                        assert_eq!(v[0], i as f32, "{core} got another core's pool");
+                    }
+                    v.fill(i as f32);
+                    p.put_f32s(v);
+                    p.give_back(core);
+                }
+            }
+        };
+        assert!(std::thread::spawn(run).join().is_ok());
+    }
+
+    #[test]
+    fn dropped_decoded_regions_give_their_buffers_back() {
+        use crate::ir::{DType, Layout};
+        let arch = Arch::ascend950();
+        let mut mem = BlockMem::new(&arch);
+        let ty = TileType::new(MemSpace::Mat, DType::F32, 16, 16, Layout::Nz);
+        let kept = vec![1.5f32; 256];
+        mem.keep_decoded(&ty, 0, ((0, 0), (16, 16)), (0, 1024), kept);
+        assert!(mem.take_dropped_decoded().is_none(), "still kept");
+        // A write elsewhere keeps it; a write onto its bytes drops it, buffer and all.
+        mem.touch(MemSpace::Mat, 0, 4096, 4160);
+        assert!(mem.take_dropped_decoded().is_none());
+        mem.touch(MemSpace::Mat, 0, 512, 576);
+        assert!(mem.take_decoded(&ty, 0, (0, 0), (16, 16)).is_none());
+        assert_eq!(mem.take_dropped_decoded().map(|v| v.len()), Some(256));
+        // Regions still kept when the block ends come back too.
+        mem.keep_decoded(&ty, 0, ((0, 0), (16, 16)), (0, 1024), vec![0.0; 256]);
+        mem.give_back();
+        let mut mem = BlockMem::take(&arch);
+        assert_eq!(mem.take_dropped_decoded().map(|v| v.len()), Some(256));
     }
 
     #[test]

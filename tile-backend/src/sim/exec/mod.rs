@@ -47,6 +47,13 @@ pub(crate) struct ExecCtx<'k, 'a, 'b> {
 }
 
 pub(crate) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<Flow, String> {
+    if cx.core.id == CoreId::Aic {
+        // Decoded operands the block memory let go of return to the pool their buffers
+        // came from (only the AIC's matmuls keep them).
+        while let Some(v) = cx.mem.take_dropped_decoded() {
+            cx.core.pool.put_f32s(v);
+        }
+    }
     match op.family() {
         OpFamily::LoadStore => load_store::exec(cx, op)?,
         OpFamily::Move => moves::exec(cx, op)?,
