@@ -833,7 +833,7 @@ mod tests {
         use crate::ir::{DType, Layout};
         let arch = Arch::ascend950();
         let mut mem = BlockMem::new(&arch);
-        let ty = TileType::new(MemSpace::Mat, DType::F32, 16, 16, Layout::Nz);
+        let ty = TileType::new(MemSpace::Mat, DType::F32, 16, 16, Layout::NZ);
         let kept = vec![1.5f32; 256];
         mem.keep_decoded(&ty, 0, ((0, 0), (16, 16)), (0, 1024), kept);
         assert!(mem.take_dropped_decoded().is_none(), "still kept");
