@@ -46,6 +46,7 @@ pub(crate) fn plan(shape: &PagedAttentionShape, target: PlanTarget) -> AttnPlan 
         head_col_stride: s.head_dim as u64,
         separate_v: true,
         block_size: s.block_size as u64,
+        tokens: s.context_len as u64,
         double_buffer: target.pipes_overlap(),
     });
     attention::plan(cfg, s.batch, s.context_len, false, target)

@@ -31,6 +31,7 @@ pub(crate) fn plan(shape: &SparseAttentionShape, target: PlanTarget) -> AttnPlan
         head_col_stride: 0,
         separate_v: false,
         block_size: s.block_size as u64,
+        tokens: s.topk as u64,
         double_buffer: target.pipes_overlap(),
     });
     attention::plan(cfg, s.batch, s.topk, s.sink, target)

@@ -77,6 +77,21 @@ fn gqa_f32(backend: Backend) {
     );
 }
 
+/// Contexts beyond 256 tokens (the CPU plan's longest chunk): several full chunks, a ragged
+/// last one, and a short row beside them.
+fn gqa_f32_long(backend: Backend) {
+    run(
+        backend,
+        206,
+        DType::F32,
+        (3, 8, 2, 64),
+        16,
+        (40, 128),
+        &[300, 513, 7],
+        DType::I32,
+    );
+}
+
 fn gqa_f16(backend: Backend) {
     run(
         backend,
@@ -127,4 +142,4 @@ fn mha_and_mqa(backend: Backend) {
     );
 }
 
-for_each_backend!(gqa_f32, gqa_f16, gqa_bf16, mha_and_mqa);
+for_each_backend!(gqa_f32, gqa_f32_long, gqa_f16, gqa_bf16, mha_and_mqa);

@@ -116,6 +116,10 @@ pub(crate) struct AttnSpec {
     pub separate_v: bool,
     /// Tokens per cache block.
     pub block_size: u64,
+    /// Valid tokens of the call's fullest row where the caller knows them before planning (a
+    /// dense call's longest context), else 0: on the CPU plan a dense call's chunk grows only
+    /// while it is shorter than that.
+    pub tokens: u64,
     /// Whether the target overlaps a block's pipes (the device, and profiling for it): then
     /// the gathered and L0 operand tiles are ping-ponged; otherwise (the simulator's CPU runs)
     /// they are buffered once and sized to the room that leaves
@@ -137,6 +141,7 @@ impl AttnCfg {
             head_col_stride,
             separate_v,
             block_size,
+            tokens,
             double_buffer,
         } = spec;
         let es = dtype.size_bytes();
@@ -157,9 +162,16 @@ impl AttnCfg {
         // the widest one (`th * chunk * es` <= 128 x 128 x 2 bytes: S, P and their Acc / UB /
         // L0A tiles stay within the sizes that case uses) and 256 tokens: each gathered tile's
         // MTE2 -> MTE1 flag waits for the DMA latency of its last row before the next gather
-        // may start on MTE2, so fewer, larger gathers expose that latency less often.
-        if double_buffer {
-            while chunk < 256 && th * (2 * chunk) * es <= 128 * 128 * 2 {
+        // may start on MTE2, so fewer, larger gathers expose that latency less often. A dense
+        // call (`separate_v`: every row a whole context) does the same on the CPU plan while
+        // the chunk is shorter than its longest context: each chunk's fixed work (the Fixpipe
+        // moves, the softmax update of the output, the flags and statements) is then paid a
+        // quarter (f32) or half (bf16) as often, and a short context is not padded further.
+        if double_buffer || separate_v {
+            while chunk < 256
+                && th * (2 * chunk) * es <= 128 * 128 * 2
+                && (double_buffer || chunk < tokens)
+            {
                 chunk *= 2;
             }
         }

@@ -21,6 +21,7 @@ fn latent_spec(dtype: DType, heads: u64, d: u64, v_dim: u64) -> AttnSpec {
         head_col_stride: 0,
         separate_v: false,
         block_size: 64,
+        tokens: 0,
         double_buffer: true,
     }
 }
@@ -141,6 +142,7 @@ fn one_f32_split_on_the_cpu_plan_skips_the_merge_with_the_same_result() {
         let cfg = AttnCfg::new(AttnSpec {
             name: "sparse_attn",
             block_size: bs as u64,
+            tokens: 0,
             double_buffer: target == PlanTarget::Device,
             ..latent_spec(DType::F32, heads, d, v_dim)
         });
@@ -279,6 +281,51 @@ fn the_device_plan_gathers_longer_chunks_for_narrow_head_tiles() {
 }
 
 #[test]
+fn the_cpu_plan_gathers_longer_chunks_for_long_dense_contexts() {
+    // Dense GQA decode as above, with the call's longest context known: on the CPU plan the
+    // chunk doubles while it is shorter than that context, up to 256 tokens (the device's
+    // bound); the device plan does not look at the context.
+    let dense = |dt: DType, sep: bool, tokens: u64, double: bool| {
+        AttnCfg::new(AttnSpec {
+            hg: 4,
+            separate_v: sep,
+            tokens,
+            double_buffer: double,
+            ..latent_spec(dt, 32, 128, 128)
+        })
+        .chunk
+    };
+    assert_eq!(dense(DType::F32, true, 2048, false), 256);
+    assert_eq!(dense(DType::BF16, true, 2048, false), 256);
+    // A short context is not padded further: f32 stops at the first chunk that holds it.
+    assert_eq!(dense(DType::F32, true, 100, false), 128);
+    assert_eq!(dense(DType::F32, true, 64, false), 64);
+    assert_eq!(dense(DType::BF16, true, 100, false), 128);
+    assert_eq!(dense(DType::F32, true, 0, false), 64);
+    // Sparse calls (V within K's rows) keep their chunk whatever their top-k.
+    assert_eq!(dense(DType::F32, false, 2048, false), 64);
+    // The device plan is unchanged by the context.
+    assert_eq!(
+        dense(DType::F32, true, 2048, true),
+        dense(DType::F32, true, 0, true)
+    );
+    // The tiling still fits: K and V of 256 f32 tokens, Q and P in L1, P beside a Q slice in
+    // L0A, the K^T and V slices in L0B.
+    let c = AttnCfg::new(AttnSpec {
+        hg: 4,
+        separate_v: true,
+        tokens: 2048,
+        double_buffer: false,
+        ..latent_spec(DType::F32, 32, 128, 128)
+    });
+    assert!(
+        c.th * c.dp() * 4 + 2 * c.chunk * c.dp() * 4 + c.pbufs * c.th * c.chunk * 4 <= 500 * 1024
+    );
+    assert!(c.th * c.chunk * 4 + c.th * c.ks * 4 <= 64 * 1024);
+    assert!(c.ks * c.chunk * 4 + c.ns * c.chunk * 4 <= 64 * 1024);
+}
+
+#[test]
 fn items_per_block_folds_the_waves_into_each_block() {
     use super::plan::items_per_block;
     // One wave or less: one item per block.
@@ -338,6 +385,7 @@ fn device_items_agree_with_the_cpu_plan(
             hg: heads,
             separate_v: true,
             block_size: bs as u64,
+            tokens: 0,
             double_buffer: target == PlanTarget::Device,
             head_col_stride: d,
             ..latent_spec(DType::F32, heads, d, d)
@@ -512,6 +560,7 @@ fn the_single_vector_core_head_tile_gives_the_split_tiles_bits_without_hazards()
             let single = AttnCfg::new(AttnSpec {
                 hg,
                 block_size: bs as u64,
+                tokens: 0,
                 double_buffer: false,
                 ..latent_spec(dtype, heads, d, v_dim)
             });
@@ -545,6 +594,7 @@ fn the_device_plan_double_buffers_q_where_the_kernel_compiles() {
                     hg: 4,
                     separate_v: true,
                     block_size: 16,
+                    tokens: 0,
                     head_col_stride: d,
                     kv_cols: 8 * d,
                     ..latent_spec(dtype, 32, d, d)
@@ -605,6 +655,7 @@ fn a_direct_split_gives_the_merged_bits_without_hazards() {
             hg: heads,
             separate_v: true,
             block_size: bs as u64,
+            tokens: 0,
             double_buffer: true,
             head_col_stride: d,
             ..latent_spec(dtype, heads, d, d)
