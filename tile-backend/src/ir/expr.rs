@@ -305,7 +305,7 @@ impl Expr {
     }
 }
 
-/// [`apply`] without the error: `None` exactly where `apply` fails.
+/// `x op y` in checked arithmetic: `None` on overflow or a zero divisor (see [`apply`]).
 #[inline]
 fn apply_checked(op: BinOp, x: i64, y: i64) -> Option<i64> {
     Some(match op {
@@ -328,35 +328,13 @@ fn apply_checked(op: BinOp, x: i64, y: i64) -> Option<i64> {
     })
 }
 
+/// [`apply_checked`] with the cause of a failure: a zero divisor of `Div` or `Rem`, else an
+/// overflow.
 #[inline]
 fn apply(op: BinOp, x: i64, y: i64, text: &dyn Fn() -> String) -> Result<i64, EvalError> {
-    let ovf = || EvalError::Overflow(text());
-    Ok(match op {
-        BinOp::Add => x.checked_add(y).ok_or_else(ovf)?,
-        BinOp::Sub => x.checked_sub(y).ok_or_else(ovf)?,
-        BinOp::Mul => x.checked_mul(y).ok_or_else(ovf)?,
-        BinOp::Div => {
-            if y == 0 {
-                return Err(EvalError::DivisionByZero(text()));
-            }
-            x.checked_div_euclid(y).ok_or_else(ovf)?
-        }
-        BinOp::Rem => {
-            if y == 0 {
-                return Err(EvalError::DivisionByZero(text()));
-            }
-            x.checked_rem_euclid(y).ok_or_else(ovf)?
-        }
-        BinOp::Min => x.min(y),
-        BinOp::Max => x.max(y),
-        BinOp::Lt => (x < y) as i64,
-        BinOp::Le => (x <= y) as i64,
-        BinOp::Gt => (x > y) as i64,
-        BinOp::Ge => (x >= y) as i64,
-        BinOp::Eq => (x == y) as i64,
-        BinOp::Ne => (x != y) as i64,
-        BinOp::And => (x != 0 && y != 0) as i64,
-        BinOp::Or => (x != 0 || y != 0) as i64,
+    apply_checked(op, x, y).ok_or_else(|| match op {
+        BinOp::Div | BinOp::Rem if y == 0 => EvalError::DivisionByZero(text()),
+        _ => EvalError::Overflow(text()),
     })
 }
 
