@@ -1370,12 +1370,29 @@ fn write_pitched_rows(
     src: &[u8],
     pitch: usize,
 ) -> Option<bool> {
+    // Rows further apart than a page defeat the hardware prefetcher: each is hinted 16 rows
+    // ahead. (64 strips: the list is cleared on every call.)
+    let row_at = |i: usize| src.get(i * pitch * loc.es()..);
+    copy_rows_across_strips::<64, _>(buf, loc, at, (rows, cols), 16, row_at)
+}
+
+/// The copy of a `[rows, cols]` region at `at` that both [`write_pitched_rows`] and
+/// [`write_row_slices`] make: the region's strips (an NZ tile's box columns) listed first, up
+/// to `MAX`, then rows copied one after another across them, so the source is read row by row
+/// (a strip at a time would stride down it once per 32-byte box column). `row(i)` is row `i`'s
+/// bytes from its first column (at least `cols` elements), and row `i + ahead` is hinted line by
+/// line before row `i` is copied, so scattered rows' fetches overlap. `Some(maps)` when done or
+/// the layout does not map, `None` when the region has more than `MAX` strips (nothing written).
+fn copy_rows_across_strips<'s, const MAX: usize, R: Fn(usize) -> Option<&'s [u8]>>(
+    buf: &mut [u8],
+    loc: &TileLoc,
+    at: (usize, usize),
+    (rows, cols): (usize, usize),
+    ahead: usize,
+    row: R,
+) -> Option<bool> {
     let es = loc.es();
-    // The strips (an NZ tile's box columns), then the copy row by row across them, so GM is
-    // read front to back, one row after another (a strip at a time would stride down GM once
-    // per 32-byte box column).
-    const MAX_STRIPS: usize = 64;
-    let mut strips = [(0usize, 0usize, 0usize, 0usize); MAX_STRIPS];
+    let mut strips = [(0usize, 0usize, 0usize, 0usize); MAX];
     let mut n = 0;
     let mut fits = true;
     let maps = for_each_strip(
@@ -1394,25 +1411,23 @@ fn write_pitched_rows(
     if !maps {
         return Some(false);
     }
-    if fits {
-        let strips = &strips[..n];
-        // Rows further apart than a page defeat the hardware prefetcher: each would wait on
-        // memory in turn. Hint the row `AHEAD` rows on, line by line, so their fetches overlap.
-        const AHEAD: usize = 16;
-        let row_bytes = cols * es;
-        for (i, row) in src.chunks(pitch * es).take(rows).enumerate() {
-            if let Some(next) = src.get((i + AHEAD) * pitch * es..) {
-                let next = &next[..row_bytes.min(next.len())];
-                next.chunks(64).for_each(super::gm::hint_line);
-            }
-            for &(t0, line, c, w) in strips {
-                let t = t0 + i * line;
-                copy_fixed::<32, _>(&mut buf[t..t + w], &row[c..c + w]);
-            }
-        }
-        return Some(true);
+    if !fits {
+        return None;
     }
-    None
+    let row_bytes = cols * es;
+    for i in 0..rows {
+        if let Some(next) = row(i + ahead) {
+            next[..row_bytes.min(next.len())]
+                .chunks(64)
+                .for_each(super::gm::hint_line);
+        }
+        let Some(r) = row(i) else { break };
+        for &(t0, line, c, w) in &strips[..n] {
+            let t = t0 + i * line;
+            copy_fixed::<32, _>(&mut buf[t..t + w], &r[c..c + w]);
+        }
+    }
+    Some(true)
 }
 
 /// Box columns (strips) at most that [`write_row_slices`] takes.
@@ -1420,7 +1435,7 @@ pub(crate) const ROW_SLICE_STRIPS: usize = 128;
 
 /// [`write_dense_bytes`] of rows that lie anywhere (a gather's rows, borrowed from GM where they
 /// are): row `i` of the `[rows.len(), cols]` region at `at` is `rows[i][..cols * es]`, copied
-/// row by row across the tile's strips, with a hint of the row `AHEAD` rows on (scattered rows
+/// row by row across the tile's strips, with a hint of the row 4 rows on (scattered rows
 /// defeat the hardware prefetcher). False (nothing written) when the layout does not map onto
 /// row-major strip by strip or the region spans more than [`ROW_SLICE_STRIPS`] strips; `Err`
 /// when a row is too short. Marks nothing.
@@ -1442,37 +1457,11 @@ pub(crate) fn write_row_slices(
     if rows.is_empty() || cols == 0 {
         return Ok(matches!(loc.ty.layout, Layout::ND | Layout::NZ));
     }
-    let mut strips = [(0usize, 0usize, 0usize, 0usize); ROW_SLICE_STRIPS];
-    let mut n = 0;
-    let mut fits = true;
-    let maps = for_each_strip(
-        &Geom::new(loc.ty),
-        at,
-        (rows.len(), cols),
-        Order::RowMajor,
-        |e, _lines, stride, c, w| match strips.get_mut(n) {
-            Some(s) => {
-                *s = (loc.addr + e * es, stride * es, c * es, w * es);
-                n += 1;
-            }
-            None => fits = false,
-        },
-    );
-    if !maps || !fits {
-        return Ok(false);
-    }
-    const AHEAD: usize = 4;
-    let row_bytes = cols * es;
-    for (i, row) in rows.iter().enumerate() {
-        if let Some(next) = rows.get(i + AHEAD) {
-            next[..row_bytes].chunks(64).for_each(super::gm::hint_line);
-        }
-        for &(t0, line, c, w) in &strips[..n] {
-            let t = t0 + i * line;
-            copy_fixed::<32, _>(&mut buf[t..t + w], &row[c..c + w]);
-        }
-    }
-    Ok(true)
+    let row_at = |i: usize| rows.get(i).copied();
+    Ok(
+        copy_rows_across_strips::<ROW_SLICE_STRIPS, _>(buf, loc, at, (rows.len(), cols), 4, row_at)
+            .unwrap_or(false),
+    )
 }
 
 /// Encodes a dense f32 matrix of `order` into the region of a tile (rounding to its dtype) when
