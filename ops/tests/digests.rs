@@ -19,6 +19,11 @@
 //! with `<plan>` `cpu` (TileSim's own tiling, a plain call) or `device` (the plan `emit` writes,
 //! a call inside `tileops_ops::profile`).
 
+// `OpError` is large by design (ops/src/lib.rs); the closures return it.
+#![allow(clippy::result_large_err)]
+
+#[allow(unused_macros)]
+#[path = "support/mod.rs"]
 mod support;
 
 use candle_core::{DType, Tensor};
