@@ -19,9 +19,13 @@
 //!   sync insertion), the CPU simulator with its cost report and hazard checks, and the PTO-ISA
 //!   C++ code generator.
 //! - [`ops`] (`tileops-ops`): the candle custom ops `paged_gather`, `sparse_paged_attention`,
-//!   `paged_attention` and `reshape_and_cache` on the Reference, TileSim and Ascend950 backends.
-//! - [`models`] (`tileops-models`): paged KV cache, DeepSeek-style model and engine; empty until
-//!   its issue lands.
+//!   `paged_attention`, `reshape_and_cache`, `flash_attention`, `flash_attention_varlen`,
+//!   `qk_softmax` and `quant_matmul` (with its quantisers and the int8-output
+//!   `quant_matmul_int8`), each on the Reference, TileSim and Ascend950 backends, and the op
+//!   registry that `tileops emit --op` serves.
+//! - [`models`] (`tileops-models`): the paged KV-cache manager, the DeepSeek-V3.2-style model
+//!   (MLA, lightning indexer, int8 MoE), its weight loader and tokenizer, and the decode engine
+//!   the `deepseek_decode` example runs.
 //!
 //! The `tileops` binary checks, simulates and emits serialized kernels (`check`, `sim`, `emit`).
 
