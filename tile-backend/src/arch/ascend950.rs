@@ -245,6 +245,12 @@ fn rates_950(sku: Sku) -> Rates {
         matmul_fixed_cycles: Figure::doc(6.0),
         vector_bytes_per_cycle: Figure::doc(256.0),
         vector_exp_cycles_per_repeat: Figure::doc(2.0),
+        // PTO-ISA's A5 VfSim (A5-FACTS §2, over VfSim/params/isa.csv:26-31: VCMAX latency 16,
+        // VCADD latency 22, throughput 1, EXU0 only): TROWMAX 504 / TROWSUM 531 cycles at f32
+        // 64x128, 485 / 612 at 128x128 fp16, each 128 repeats: (x - 55) / 128 = 3.5 / 3.4 and
+        // 3.7 / 4.4 per repeat.
+        vector_row_max_cycles_per_repeat: Figure::doc(3.5),
+        vector_row_sum_cycles_per_repeat: Figure::doc(4.0),
         vector_issue_cycles: Figure::assumed(55.0),
         dma_latency_cycles: Figure::assumed(500.0),
         dma_half_peak_bytes: Figure::assumed(30.0 * 1024.0),

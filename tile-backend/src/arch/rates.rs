@@ -70,6 +70,11 @@ pub struct Rates {
     pub vector_bytes_per_cycle: Figure,
     /// Cycles per repeat of exp-class ops.
     pub vector_exp_cycles_per_repeat: Figure,
+    /// Cycles per 256-byte repeat of the source of a row max or min (TROWMAX / TROWMIN): a
+    /// per-row chain on one execution unit.
+    pub vector_row_max_cycles_per_repeat: Figure,
+    /// Cycles per 256-byte repeat of the source of a row sum (TROWSUM).
+    pub vector_row_sum_cycles_per_repeat: Figure,
     /// Issue overhead per vector instruction, cycles.
     pub vector_issue_cycles: Figure,
     /// GM access latency per DMA, cycles.

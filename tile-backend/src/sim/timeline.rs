@@ -4,7 +4,7 @@
 
 use super::trace::{core_index, Access, CoreId, Event, Mem, SyncInfo, Trace};
 use crate::arch::{Arch, Rates};
-use crate::ir::{c0, DType, Kernel, MemSpace, Op, Phase, Pipe, UnaryOp};
+use crate::ir::{c0, Axis, DType, Kernel, MemSpace, Op, Phase, Pipe, ReduceOp, UnaryOp};
 use std::collections::HashMap;
 
 /// The pipes of the timeline, in track order ([`Pipe::ALL`]).
@@ -177,6 +177,21 @@ pub fn op_cost(
             op: UnaryOp::Exp | UnaryOp::Ln | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip,
             ..
         } => vector_op(e, r, in_or_out(e), r.vector_exp_cycles_per_repeat.value),
+        // A row reduction runs as a per-row chain on one execution unit: PTO-ISA's A5 VfSim
+        // gives TROWMAX / TROWSUM 504 / 531 cycles at f32 64x128 and 485 / 612 at fp16 128x128
+        // (A5-FACTS §2; VfSim/params/isa.csv:26-31, VCMAX latency 16 and VCADD 22 on EXU0
+        // only), 3.4-4.4 cycles per repeat of the source (`Rates`).
+        Op::Reduce {
+            axis: Axis::Row,
+            op,
+            ..
+        } => {
+            let per = match op {
+                ReduceOp::Sum => r.vector_row_sum_cycles_per_repeat.value,
+                ReduceOp::Max | ReduceOp::Min => r.vector_row_max_cycles_per_repeat.value,
+            };
+            vector_op(e, r, bytes(&e.accesses, |a| !a.write), per)
+        }
         Op::Unary { .. }
         | Op::BinaryScalar { .. }
         | Op::Reduce { .. }
