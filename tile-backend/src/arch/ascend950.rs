@@ -251,6 +251,9 @@ fn rates_950(sku: Sku) -> Rates {
         // 3.7 / 4.4 per repeat.
         vector_row_max_cycles_per_repeat: Figure::doc(3.5),
         vector_row_sum_cycles_per_repeat: Figure::doc(4.0),
+        // VfSim (A5-FACTS §2, npu/a5/TColReduceOps.hpp): TCOLMAX / TCOLSUM f32 128x64 118 / 119
+        // cycles over 128 source repeats: (x - 55) / 128 = 0.49 / 0.5.
+        vector_col_reduce_cycles_per_repeat: Figure::doc(0.5),
         vector_issue_cycles: Figure::assumed(55.0),
         dma_latency_cycles: Figure::assumed(500.0),
         dma_half_peak_bytes: Figure::assumed(30.0 * 1024.0),

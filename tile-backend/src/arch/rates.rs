@@ -75,6 +75,9 @@ pub struct Rates {
     pub vector_row_max_cycles_per_repeat: Figure,
     /// Cycles per 256-byte repeat of the source of a row sum (TROWSUM).
     pub vector_row_sum_cycles_per_repeat: Figure,
+    /// Cycles per 256-byte repeat of the source of a column reduction (TCOLSUM / TCOLMAX /
+    /// TCOLMIN): element-wise ops between rows, two per cycle.
+    pub vector_col_reduce_cycles_per_repeat: Figure,
     /// Issue overhead per vector instruction, cycles.
     pub vector_issue_cycles: Figure,
     /// GM access latency per DMA, cycles.

@@ -192,9 +192,19 @@ pub fn op_cost(
             };
             vector_op(e, r, bytes(&e.accesses, |a| !a.write), per)
         }
+        // A column reduction combines rows element-wise, two ops a cycle over the two
+        // execution units: VfSim's TCOLMAX / TCOLSUM f32 128x64 are 118 / 119 cycles (A5-FACTS
+        // §2), 0.5 per repeat of the source.
+        Op::Reduce {
+            axis: Axis::Col, ..
+        } => vector_op(
+            e,
+            r,
+            bytes(&e.accesses, |a| !a.write),
+            r.vector_col_reduce_cycles_per_repeat.value,
+        ),
         Op::Unary { .. }
         | Op::BinaryScalar { .. }
-        | Op::Reduce { .. }
         | Op::Expand { .. }
         | Op::Cast { .. }
         | Op::Fill { .. }
