@@ -68,7 +68,8 @@ pub struct Rates {
     pub matmul_fixed_cycles: Figure,
     /// Bytes one vector repeat covers per cycle.
     pub vector_bytes_per_cycle: Figure,
-    /// Cycles per repeat of exp-class ops.
+    /// Cycles per repeat of exp-class ops (exp: per 64 elements, a repeat of f32, whatever the
+    /// dtype).
     pub vector_exp_cycles_per_repeat: Figure,
     /// Cycles per 256-byte repeat of the source of a row max or min (TROWMAX / TROWMIN): a
     /// per-row chain on one execution unit.

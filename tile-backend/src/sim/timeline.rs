@@ -173,8 +173,24 @@ pub fn op_cost(
         Op::Binary { .. } | Op::Broadcast { .. } => {
             vector_op(e, r, bytes(&e.accesses, |a| a.write), 1.0)
         }
+        // exp costs its figure per 64 elements (a repeat of f32) whatever the dtype: VfSim's
+        // TEXP is 317 cycles at f32 64x128 and 574 at fp16 128x128 (A5-FACTS §2; fitted
+        // `formula_params.csv:44` fp32 1.967 and `:36` fp16 3.762 cycles per 256-byte repeat,
+        // 548 at fp16 128x128), twice as dear per byte at 16 bits; hardware TEXP f32 1x64 = 64
+        // and 1x1280 = 102 (`tests/costmodel/st_a5_fit/testcase/texp_fit/main.cpp:102`, `:106`).
         Op::Unary {
-            op: UnaryOp::Exp | UnaryOp::Ln | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip,
+            op: UnaryOp::Exp,
+            dst,
+            ..
+        } => {
+            let es = kernel
+                .try_tile(dst.tile)
+                .map_or(4.0, |d| d.ty.dtype.size_bytes() as f64);
+            let f32_bytes = bytes(&e.accesses, |a| a.write) / es * 4.0;
+            vector_op(e, r, f32_bytes.max(in_or_out(e)), r.vector_exp_cycles_per_repeat.value)
+        }
+        Op::Unary {
+            op: UnaryOp::Ln | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip,
             ..
         } => vector_op(e, r, in_or_out(e), r.vector_exp_cycles_per_repeat.value),
         // A row reduction runs as a per-row chain on one execution unit: PTO-ISA's A5 VfSim
