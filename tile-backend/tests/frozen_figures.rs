@@ -3,7 +3,7 @@
 //! figure must change this table in the same commit, with its public source cited (file and
 //! line) in the commit message and in `arch` (docs/simulator.md, "Cost figures").
 
-use tile_backend::arch::{Arch, Sku};
+use tile_backend::arch::{Arch, Basis, Sku};
 
 /// `(figure, 950PR value, 950DT value)`, in `Rates::figures` order.
 const FROZEN: &[(&str, f64, f64)] = &[
@@ -44,5 +44,34 @@ fn every_950_cost_figure_is_the_frozen_one() {
             let want = if col == 1 { row.1 } else { row.2 };
             assert_eq!(fig.value, want, "{sku:?} {name}: frozen at {want}");
         }
+    }
+}
+
+/// docs/simulator.md's "Cost figures" table has a row per figure whose basis word is the
+/// machine model's tag ("assumption" for `Basis::Assumption`, "documented" otherwise) and a
+/// non-empty source.
+#[test]
+fn every_figure_has_a_docs_row_with_its_source_or_assumption() {
+    let doc = include_str!("../../docs/simulator.md");
+    let table = doc
+        .split("### Cost figures")
+        .nth(1)
+        .and_then(|t| t.split("\n## ").next())
+        .expect("docs/simulator.md has the Cost figures section");
+    for (name, fig) in Arch::ascend950().rates.figures() {
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{name}` |")))
+            .unwrap_or_else(|| panic!("no docs row for {name}"));
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let want = match fig.basis {
+            Basis::Assumption => "assumption",
+            Basis::Documented => "documented",
+        };
+        assert_eq!(cells.get(4).copied(), Some(want), "{name}: {row}");
+        assert!(
+            cells.get(5).is_some_and(|c| c.len() > 10),
+            "{name}: no source"
+        );
     }
 }

@@ -64,13 +64,55 @@ fn rows() -> Vec<Row> {
         row("TCVT", Kind::Cast(BF16), F32, (64, 128), 181.0, VFSIM),
         row("TCVT", Kind::Cast(BF16), F32, (128, 128), 309.0, VFSIM),
         row("TCVT", Kind::Cast(F32), BF16, (64, 128), 181.0, VFSIM),
-        row("TROWMAX", Kind::RowReduce(ReduceOp::Max), F32, (64, 128), 504.0, VFSIM),
-        row("TROWSUM", Kind::RowReduce(ReduceOp::Sum), F32, (64, 128), 531.0, VFSIM),
+        row(
+            "TROWMAX",
+            Kind::RowReduce(ReduceOp::Max),
+            F32,
+            (64, 128),
+            504.0,
+            VFSIM,
+        ),
+        row(
+            "TROWSUM",
+            Kind::RowReduce(ReduceOp::Sum),
+            F32,
+            (64, 128),
+            531.0,
+            VFSIM,
+        ),
         // TROWMAX / TROWSUM take no bf16 on A5: fp16 stands in, as in the table.
-        row("TROWMAX", Kind::RowReduce(ReduceOp::Max), F16, (128, 128), 485.0, VFSIM),
-        row("TROWSUM", Kind::RowReduce(ReduceOp::Sum), F16, (128, 128), 612.0, VFSIM),
-        row("TCOLMAX", Kind::ColReduce(ReduceOp::Max), F32, (128, 64), 118.0, VFSIM),
-        row("TCOLSUM", Kind::ColReduce(ReduceOp::Sum), F32, (128, 64), 119.0, VFSIM),
+        row(
+            "TROWMAX",
+            Kind::RowReduce(ReduceOp::Max),
+            F16,
+            (128, 128),
+            485.0,
+            VFSIM,
+        ),
+        row(
+            "TROWSUM",
+            Kind::RowReduce(ReduceOp::Sum),
+            F16,
+            (128, 128),
+            612.0,
+            VFSIM,
+        ),
+        row(
+            "TCOLMAX",
+            Kind::ColReduce(ReduceOp::Max),
+            F32,
+            (128, 64),
+            118.0,
+            VFSIM,
+        ),
+        row(
+            "TCOLSUM",
+            Kind::ColReduce(ReduceOp::Sum),
+            F32,
+            (128, 64),
+            119.0,
+            VFSIM,
+        ),
         // TADD f32 1xN at 1 / 8 / 32 / 128 repeats of 256 bytes.
         row("TADD", Kind::Binary(Add), F32, (1, 64), 55.0, HW_TADD),
         row("TADD", Kind::Binary(Add), F32, (1, 512), 62.0, VFSIM),
@@ -98,7 +140,8 @@ fn kernel(r: &Row) -> Kernel {
     let (m, n) = r.shape;
     let dt = r.dtype;
     let mut kb = KernelBuilder::new(format!("cost_{}", r.instr.to_lowercase()));
-    let ty = |d: DType, rows: u64, cols: u64, l: Layout| TileType::new(MemSpace::Vec, d, rows, cols, l);
+    let ty =
+        |d: DType, rows: u64, cols: u64, l: Layout| TileType::new(MemSpace::Vec, d, rows, cols, l);
     let a = kb.input("a", dt, [m, n]);
     let b = kb.input("b", dt, [m, n]);
     let ta = kb.tile("ta", ty(dt, m, n, Layout::ND));

@@ -187,7 +187,12 @@ pub fn op_cost(
                 .try_tile(dst.tile)
                 .map_or(4.0, |d| d.ty.dtype.size_bytes() as f64);
             let f32_bytes = bytes(&e.accesses, |a| a.write) / es * 4.0;
-            vector_op(e, r, f32_bytes.max(in_or_out(e)), r.vector_exp_cycles_per_repeat.value)
+            vector_op(
+                e,
+                r,
+                f32_bytes.max(in_or_out(e)),
+                r.vector_exp_cycles_per_repeat.value,
+            )
         }
         Op::Unary {
             op: UnaryOp::Ln | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip,
