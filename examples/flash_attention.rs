@@ -22,7 +22,7 @@ use candle_core::{DType, Device, Tensor};
 use tileops::ops::{flash_attention, profile, runtime::arch, Backend, FlashAttentionParams};
 
 mod common;
-use common::{max_abs_diff, parse_dtype, print_launches, timed_pair};
+use common::{max_abs_diff, parse_dtype, print_dma_sensitivity, print_launches, timed_pair};
 
 /// Command-line settings.
 struct Settings {
@@ -164,6 +164,7 @@ fn main() -> Result<()> {
         (c.bytes.gm_read_distinct + c.bytes.gm_written_distinct) / 1e6,
         roofline / c.seconds.max(1e-15) * 100.0
     );
+    print_dma_sensitivity("  ", &c, roofline);
     println!(
         "  (executed matmul work {:.2} GFLOP: padding and the diagonal tiles' masked half)",
         c.flops / 1e9

@@ -95,6 +95,15 @@ fn main() -> Result<()> {
                 c.roofline_fraction() * 100.0
             );
             println!("  pipe utilisation: {}", c.busy_summary());
+            if let Some([half, double]) = c.dma_latency_sensitivity {
+                println!(
+                    "  DMA latency x0.5: {:.2} us ({:.1}% of roofline), x2: {:.2} us ({:.1}%) (the 500-cycle latency is an assumption)",
+                    half * 1e6,
+                    c.roofline_seconds / half * 100.0,
+                    double * 1e6,
+                    c.roofline_seconds / double * 100.0
+                );
+            }
         }
         None => println!("  no cost report"),
     }

@@ -20,7 +20,10 @@ use std::time::Instant;
 use tileops::ops::{profile, sparse_paged_attention, Backend, SparseAttentionParams};
 
 mod common;
-use common::{max_abs_diff, parse_dtype, parse_flags, print_launches, timed_pair, Flags};
+use common::{
+    max_abs_diff, parse_dtype, parse_flags, print_dma_sensitivity, print_launches, timed_pair,
+    Flags,
+};
 
 const BATCH: usize = 4;
 const HEADS: usize = 128;
@@ -192,6 +195,7 @@ fn main() -> Result<()> {
                 c.roofline_fraction() * 100.0
             );
             println!("  pipe utilisation: {}", c.busy_summary());
+            print_dma_sensitivity("  ", &c, c.roofline_seconds);
             println!();
             print!("{c}");
         }

@@ -165,4 +165,19 @@ pub fn print_cost(label: &str, c: &CostReport) {
         c.roofline_fraction() * 100.0
     );
     println!("    pipe utilisation: {}", c.busy_summary());
+    print_dma_sensitivity("    ", c, c.roofline_seconds);
+}
+
+/// The estimate at half and at double the DMA latency (an assumption: no public source gives
+/// it), with the fraction of `roofline` (seconds) each reaches.
+pub fn print_dma_sensitivity(indent: &str, c: &CostReport, roofline: f64) {
+    if let Some([half, double]) = c.dma_latency_sensitivity {
+        println!(
+            "{indent}DMA latency x0.5: {:.2} us ({:.1}% of roofline), x2: {:.2} us ({:.1}%) (the 500-cycle latency is an assumption)",
+            half * 1e6,
+            roofline / half * 100.0,
+            double * 1e6,
+            roofline / double * 100.0
+        );
+    }
 }

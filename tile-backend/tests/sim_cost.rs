@@ -308,3 +308,31 @@ fn a_wave_moves_no_more_than_the_chips_gm_bandwidth() {
     );
     assert!(rep.roofline_fraction() <= 1.0 + 1e-9, "{rep}");
 }
+
+/// The DMA latency has no public source: every profiled report also carries the estimate at
+/// half and at double it. On one matmul (two loads, a store: latencies exposed in series) the
+/// three estimates are ordered and differ by the exposed latencies, the rest of the report
+/// (bytes, roofline) being the same trace's.
+#[test]
+fn the_report_brackets_the_estimate_at_half_and_double_the_dma_latency() {
+    let arch = Arch::ascend950();
+    let k = passes::compile(&one_matmul(64, 128, 96, DType::F16), &arch).unwrap();
+    let mut args = io::generate(&k, 1).unwrap();
+    let (_, trace) = sim::run_traced(&k, &arch, &mut args, SimOptions { block_dim: 1 }).unwrap();
+    let rep = cost::report_with_sensitivity(&k, &arch, Sku::Ascend950PR, &trace, 1);
+    let plain = cost::report(&k, &arch, Sku::Ascend950PR, &trace, 1);
+    assert_eq!(rep.seconds, plain.seconds);
+    assert_eq!(plain.dma_latency_sensitivity, None);
+    let [half, double] = rep.dma_latency_sensitivity.expect("computed");
+    assert!(half < rep.seconds && rep.seconds < double, "{half} {} {double}", rep.seconds);
+    // At least the load's and the store's latency are exposed: 2 x 250 cycles saved at half,
+    // 2 x 500 added at double.
+    let cycle = 1.0 / (arch.rates.clock_ghz.value * 1e9);
+    let lat = arch.rates.dma_latency_cycles.value;
+    assert!(rep.seconds - half >= lat * cycle - 1e-12, "{}", rep.seconds - half);
+    assert!(double - rep.seconds >= 2.0 * lat * cycle - 1e-12);
+    // Summing launches sums the bracket.
+    let two = cost::CostReport::sum(&[rep.clone(), rep.clone()]).unwrap();
+    assert_eq!(two.dma_latency_sensitivity, Some([2.0 * half, 2.0 * double]));
+    assert!(rep.to_string().contains("DMA latency x0.5"));
+}

@@ -18,7 +18,9 @@
 //!                (b_l1[e]: w_l1[e]'s bytes seen as ZN [TK, TN], that is B = w^T)
 //!          MTE1  a_l1[e] -> a_l0 (Left), b_l1[e] -> b_l0 (Right)
 //!          M     acc (+)= a_l0 · b_l0  (int8 x int8 -> int32; Partial, Final on the last slice)
-//!        FIX   acc -> d_ub of AIV0 with the Scaling tile (Final): f16 (float) or int8 (bit 46)
+//!        FIX   acc -> d_ub of AIV0 with the Scaling tile (Final): f16 (float) or int8 (bit 46),
+//!              all tm rows (the rows the matmul wrote: A5 reads L0C at the stride of the
+//!              Acc's valid rows), of which the vector side reads the block's mv
 //! AIV0:  float: d_ub -> f32, · row factor [TM, 1] (row broadcast), + bias [1, TN] (column
 //!        broadcast), ReLU, cast -> out (a 16-bit out reuses d_ub's bytes);  int8: store d_ub
 //! ```
@@ -316,7 +318,11 @@ pub fn quant_matmul_kernel(epi: Epilogue, tiles: Tiles) -> Kernel {
     let (mc, kc, nc) = (m.clone(), k.clone(), n.clone());
     kb.cube(|c| {
         let (bm, bn, mv, nv) = place(c, &mc, &nc);
-        c.set_validshape(acc, mv, nv);
+        // The matmul writes all `tm` rows of the Acc (its Left tile is static: rows past `mv`
+        // are x's zero padding), and A5's Fixpipe reads the Acc at a stride of its valid rows
+        // rounded up to 16 (the verifier's acc-stride rule): so the Acc's valid rows are `tm`,
+        // and only the vector side's `d_ub` narrows to the `mv` rows stored.
+        c.set_validshape(acc, tm as i64, nv);
         c.load(
             s_l1,
             GmView::nd(words, Expr::from(bn) * tn as i64, 1, tn, n_pad.clone()),
@@ -374,6 +380,9 @@ pub fn quant_matmul_kernel(epi: Epilogue, tiles: Tiles) -> Kernel {
             c.wait_flag(Pipe::Mte1, Pipe::Mte2, e);
         }
         c.acquire(ch);
+        // The cube's handle of the Fixpipe destination gets the shape the Fixpipe writes (A5
+        // ignores it; the public CPU model reads it).
+        c.set_validshape(d_ub, tm as i64, nv);
         let mv_ = c
             .mov(d_ub, acc)
             .mode(AccToVecMode::SingleModeVec0)
@@ -674,6 +683,64 @@ mod tests {
             );
         }
         assert_eq!(plan(&s(1, 4096, 4096), PlanTarget::Device).block_dim, 32);
+    }
+
+    /// `tileops emit --op quant-matmul --m M` for every M in 1..=300 (float and int8 output):
+    /// each kernel it emits passes the verifier, whose acc-stride rule holds the Acc's valid rows
+    /// (read at their multiple of 16 by A5's Fixpipe) to the rows the matmul wrote.
+    #[test]
+    fn the_emitted_kernels_of_m_1_to_300_pass_the_verifier() {
+        let mut seen = std::collections::HashSet::new();
+        for out_dtype in [DType::BF16, DType::I8] {
+            for m in 1..=300 {
+                let shape = QuantMatmulShape {
+                    out_dtype,
+                    m,
+                    ..QuantMatmulShape::default()
+                };
+                let launches = crate::kernels::quant_matmul(&shape).expect("a valid shape");
+                for l in launches {
+                    if !seen.insert(l.kernel.name.clone()) {
+                        continue;
+                    }
+                    let r = tile_backend::verify::verify(&l.kernel);
+                    assert!(r.is_ok(), "m = {m}: {}", r);
+                }
+            }
+        }
+        // Every row tile (16, 32, 64, 128) of both outputs.
+        assert_eq!(seen.len(), 8, "{seen:?}");
+    }
+
+    /// TileSim refuses a Fixpipe read at a stride other than the matmul's; over M = 1..=300
+    /// (every short last tile of every row tile) the kernel runs and gives the Reference's bits.
+    #[test]
+    fn tilesim_runs_every_m_from_1_to_300_as_the_reference() {
+        use crate::{quant_matmul, quantize_per_channel, Backend, QuantMatmulParams};
+        use candle_core::{Device, Tensor};
+        let (k, n) = (64, 48);
+        let wv: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0)
+            .collect();
+        let w = Tensor::from_vec(wv, (n, k), &Device::Cpu).expect("w");
+        let w = quantize_per_channel(&w).expect("quantised");
+        let p = QuantMatmulParams::default();
+        for m in 1..=300 {
+            let xv: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 53 % 97) as f32 - 48.0) / 16.0)
+                .collect();
+            let x = Tensor::from_vec(xv, (m, k), &Device::Cpu).expect("x");
+            let bits = |b: Backend| -> Vec<u32> {
+                let t =
+                    quant_matmul(&x, &w, &p, Some(b)).unwrap_or_else(|e| panic!("m = {m}: {e}"));
+                let v = t
+                    .flatten_all()
+                    .and_then(|t| t.to_vec1::<f32>())
+                    .expect("f32");
+                v.iter().map(|f| f.to_bits()).collect()
+            };
+            assert_eq!(bits(Backend::TileSim), bits(Backend::Reference), "m = {m}");
+        }
     }
 
     /// The smallest, the largest and the deepest tile classes of every epilogue compile for the

@@ -102,6 +102,10 @@ pub(super) fn arch() -> Arch {
             matmul_fixed_cycles: Figure::assumed(6.0),
             vector_bytes_per_cycle: Figure::assumed(256.0),
             vector_exp_cycles_per_repeat: Figure::assumed(2.0),
+            // The 950's A5 figures (no A2/A3 source read).
+            vector_row_max_cycles_per_repeat: Figure::assumed(3.5),
+            vector_row_sum_cycles_per_repeat: Figure::assumed(4.0),
+            vector_col_reduce_cycles_per_repeat: Figure::assumed(0.5),
             vector_issue_cycles: Figure::assumed(55.0),
             dma_latency_cycles: Figure::assumed(500.0),
             dma_half_peak_bytes: Figure::doc(30.0 * 1024.0),

@@ -229,23 +229,43 @@ fn matmul_dtypes_950() -> Vec<MatmulDtypes> {
 
 fn rates_950(sku: Sku) -> Rates {
     let dt = sku == Sku::Ascend950DT;
+    // Sources: docs/simulator.md, "Cost figures" (every figure, its source or "assumption").
+    // No public file models the 950's MTE2, MTE3, FIX, MTE1 or cube timing (A5-FACTS §3: PTO's
+    // perf-sim is A2/A3 only): those rates are the machine notes' (ASCEND950.md §10) and stay
+    // assumptions, as does the DMA latency, which nothing public gives.
     Rates {
         clock_ghz: Figure::doc(1.65),
         clusters: Figure::doc(32.0),
         chip_gm_bytes_per_s: Figure::doc(if dt { 4.0e12 } else { 1.6e12 }),
-        mte2_cube: Figure::doc(if dt { 70.0 } else { 31.0 }),
-        mte2_vector: Figure::doc(if dt { 35.0 } else { 16.0 }),
-        mte1: Figure::doc(256.0),
-        fix: Figure::doc(128.0),
-        ub_to_l1: Figure::doc(128.0),
-        mte3: Figure::doc(40.0),
-        cube_macs_fp16: Figure::doc(4096.0),
-        cube_macs_int8: Figure::doc(8192.0),
-        cube_macs_fp32: Figure::doc(1024.0),
-        matmul_fixed_cycles: Figure::doc(6.0),
+        mte2_cube: Figure::assumed(if dt { 70.0 } else { 31.0 }),
+        mte2_vector: Figure::assumed(if dt { 35.0 } else { 16.0 }),
+        mte1: Figure::assumed(256.0),
+        fix: Figure::assumed(128.0),
+        ub_to_l1: Figure::assumed(128.0),
+        mte3: Figure::assumed(40.0),
+        // One 16x16x16 fractal step per cycle (PTO's A2/A3 perf-sim has the same formula,
+        // A5-FACTS §3; no A5 timing source).
+        cube_macs_fp16: Figure::assumed(4096.0),
+        cube_macs_int8: Figure::assumed(8192.0),
+        cube_macs_fp32: Figure::assumed(1024.0),
+        matmul_fixed_cycles: Figure::assumed(6.0),
+        // The 256-byte repeat of A5's vector function (VfSim, A5-FACTS §2).
         vector_bytes_per_cycle: Figure::doc(256.0),
+        // VfSim and the fitted TEXP formulas (formula_params.csv:44 fp32 1.967 per repeat).
         vector_exp_cycles_per_repeat: Figure::doc(2.0),
-        vector_issue_cycles: Figure::assumed(55.0),
+        // PTO-ISA's A5 VfSim (A5-FACTS §2, over VfSim/params/isa.csv:26-31: VCMAX latency 16,
+        // VCADD latency 22, throughput 1, EXU0 only): TROWMAX 504 / TROWSUM 531 cycles at f32
+        // 64x128, 485 / 612 at 128x128 fp16, each 128 repeats: (x - 55) / 128 = 3.5 / 3.4 and
+        // 3.7 / 4.4 per repeat.
+        vector_row_max_cycles_per_repeat: Figure::doc(3.5),
+        vector_row_sum_cycles_per_repeat: Figure::doc(4.0),
+        // VfSim (A5-FACTS §2, npu/a5/TColReduceOps.hpp): TCOLMAX / TCOLSUM f32 128x64 118 / 119
+        // cycles over 128 source repeats: (x - 55) / 128 = 0.49 / 0.5.
+        vector_col_reduce_cycles_per_repeat: Figure::doc(0.5),
+        // The hardware-measured TADD f32 1x64 = 55 cycles (one repeat:
+        // tests/costmodel/st_a5_fit/testcase/tadd_fit/main.cpp:52); fitted intercept 55.07
+        // (formula_params.csv:12).
+        vector_issue_cycles: Figure::doc(55.0),
         dma_latency_cycles: Figure::assumed(500.0),
         dma_half_peak_bytes: Figure::assumed(30.0 * 1024.0),
         dma_latency_overlaps: Figure::assumed(1.0),

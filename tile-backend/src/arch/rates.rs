@@ -1,4 +1,11 @@
 //! Per-pipe rates and throughput figures for the cost model (ASCEND950.md §10).
+//!
+//! **Frozen** (#32): the Ascend 950 figures are calibrated against PTO-ISA's public A5 data
+//! where it has any (the vector costs, A5-FACTS §2) and frozen; kernels are tuned against
+//! them, never the reverse. A figure changes only with a cited public source (file and line),
+//! in a commit of its own, and `tests/frozen_figures.rs` holds every value so that no change
+//! goes unnoticed. docs/simulator.md ("Cost figures") gives each figure's source, or says it is
+//! an assumption.
 
 use serde::{Deserialize, Serialize};
 
@@ -68,8 +75,17 @@ pub struct Rates {
     pub matmul_fixed_cycles: Figure,
     /// Bytes one vector repeat covers per cycle.
     pub vector_bytes_per_cycle: Figure,
-    /// Cycles per repeat of exp-class ops.
+    /// Cycles per repeat of exp-class ops (exp: per 64 elements, a repeat of f32, whatever the
+    /// dtype).
     pub vector_exp_cycles_per_repeat: Figure,
+    /// Cycles per 256-byte repeat of the source of a row max or min (TROWMAX / TROWMIN): a
+    /// per-row chain on one execution unit.
+    pub vector_row_max_cycles_per_repeat: Figure,
+    /// Cycles per 256-byte repeat of the source of a row sum (TROWSUM).
+    pub vector_row_sum_cycles_per_repeat: Figure,
+    /// Cycles per 256-byte repeat of the source of a column reduction (TCOLSUM / TCOLMAX /
+    /// TCOLMIN): element-wise ops between rows, two per cycle.
+    pub vector_col_reduce_cycles_per_repeat: Figure,
     /// Issue overhead per vector instruction, cycles.
     pub vector_issue_cycles: Figure,
     /// GM access latency per DMA, cycles.
@@ -83,4 +99,81 @@ pub struct Rates {
     /// A scalar read of one UB (Vec tile) element, cycles: the scalar unit reaches UB directly,
     /// without the data cache (no public figure gives its latency: an assumption).
     pub scalar_ub_read_cycles: Figure,
+}
+
+impl Rates {
+    /// These rates with the DMA latency scaled by `factor`: the latency has no public source,
+    /// so every headline estimate is also shown at half and at double it
+    /// (`sim::cost::report_with_sensitivity`).
+    pub fn with_dma_latency_scaled(&self, factor: f64) -> Rates {
+        let mut r = self.clone();
+        r.dma_latency_cycles.value *= factor;
+        r
+    }
+
+    /// Every figure with its field name, in declaration order (the frozen table, the docs'
+    /// sources table and the sensitivity runs iterate over it).
+    pub fn figures(&self) -> Vec<(&'static str, Figure)> {
+        let Rates {
+            clock_ghz,
+            clusters,
+            chip_gm_bytes_per_s,
+            mte2_cube,
+            mte2_vector,
+            mte1,
+            fix,
+            ub_to_l1,
+            mte3,
+            cube_macs_fp16,
+            cube_macs_int8,
+            cube_macs_fp32,
+            matmul_fixed_cycles,
+            vector_bytes_per_cycle,
+            vector_exp_cycles_per_repeat,
+            vector_row_max_cycles_per_repeat,
+            vector_row_sum_cycles_per_repeat,
+            vector_col_reduce_cycles_per_repeat,
+            vector_issue_cycles,
+            dma_latency_cycles,
+            dma_half_peak_bytes,
+            dma_latency_overlaps,
+            scalar_gm_read_cycles,
+            scalar_ub_read_cycles,
+        } = *self;
+        vec![
+            ("clock_ghz", clock_ghz),
+            ("clusters", clusters),
+            ("chip_gm_bytes_per_s", chip_gm_bytes_per_s),
+            ("mte2_cube", mte2_cube),
+            ("mte2_vector", mte2_vector),
+            ("mte1", mte1),
+            ("fix", fix),
+            ("ub_to_l1", ub_to_l1),
+            ("mte3", mte3),
+            ("cube_macs_fp16", cube_macs_fp16),
+            ("cube_macs_int8", cube_macs_int8),
+            ("cube_macs_fp32", cube_macs_fp32),
+            ("matmul_fixed_cycles", matmul_fixed_cycles),
+            ("vector_bytes_per_cycle", vector_bytes_per_cycle),
+            ("vector_exp_cycles_per_repeat", vector_exp_cycles_per_repeat),
+            (
+                "vector_row_max_cycles_per_repeat",
+                vector_row_max_cycles_per_repeat,
+            ),
+            (
+                "vector_row_sum_cycles_per_repeat",
+                vector_row_sum_cycles_per_repeat,
+            ),
+            (
+                "vector_col_reduce_cycles_per_repeat",
+                vector_col_reduce_cycles_per_repeat,
+            ),
+            ("vector_issue_cycles", vector_issue_cycles),
+            ("dma_latency_cycles", dma_latency_cycles),
+            ("dma_half_peak_bytes", dma_half_peak_bytes),
+            ("dma_latency_overlaps", dma_latency_overlaps),
+            ("scalar_gm_read_cycles", scalar_gm_read_cycles),
+            ("scalar_ub_read_cycles", scalar_ub_read_cycles),
+        ]
+    }
 }

@@ -766,6 +766,25 @@ impl<'k> Body<'k> {
         });
     }
 
+    /// Sets the cube's handle of a Fixpipe destination `dst` (a dynamic Vec tile) to what an
+    /// Acc -> Vec move of a `rows x cols` Acc in `mode` writes into each AIV's tile: all of it
+    /// in the single modes, half the rows (`ceil(rows / 2)`) with `DualModeSplitM`, half the
+    /// 32-aligned columns with `DualModeSplitN`. A5 ignores it; the public CPU model of PTO-ISA
+    /// reads it (ASCEND950.md §12).
+    pub fn set_fixpipe_validshape(
+        &mut self,
+        dst: impl Into<TileRef>,
+        (rows, cols): (u64, u64),
+        mode: AccToVecMode,
+    ) {
+        let (r, c) = match mode {
+            AccToVecMode::SingleModeVec0 | AccToVecMode::SingleModeVec1 => (rows, cols),
+            AccToVecMode::DualModeSplitM => (rows.div_ceil(2), cols),
+            AccToVecMode::DualModeSplitN => (rows, cols.div_ceil(32) * 32 / 2),
+        };
+        self.set_validshape(dst, r as i64, c as i64);
+    }
+
     /// Writes the pad value into the tile's invalid region.
     pub fn fillpad(&mut self, tile: impl Into<TileRef>) {
         self.op(Op::FillPad { tile: tile.into() });

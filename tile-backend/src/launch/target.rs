@@ -64,7 +64,9 @@ pub fn run(
         LaunchTarget::Profile(sku) => {
             let (_, trace) = sim::run_traced(kernel, arch, args, opts)?;
             Ok(Launched {
-                cost: Some(sim::cost::report(kernel, arch, sku, &trace, block_dim)),
+                cost: Some(sim::cost::report_with_sensitivity(
+                    kernel, arch, sku, &trace, block_dim,
+                )),
                 hazards: sim::hazards::check(kernel, &trace),
                 files: Vec::new(),
             })

@@ -63,6 +63,10 @@ pub struct CostReport {
     pub roofline_seconds: f64,
     /// The bound that decides the roofline: "memory" or "compute".
     pub bound: &'static str,
+    /// Estimated seconds with the DMA latency at half and at double its figure (it has no
+    /// public source: `dma_latency_cycles` is an assumption); `None` when not computed
+    /// ([`report_with_sensitivity`] computes it).
+    pub dma_latency_sensitivity: Option<[f64; 2]>,
 }
 
 impl CostReport {
@@ -111,6 +115,11 @@ impl CostReport {
             s.waves += r.waves;
             s.flops += r.flops;
             s.roofline_seconds += r.roofline_seconds;
+            s.dma_latency_sensitivity = match (s.dma_latency_sensitivity, r.dma_latency_sensitivity)
+            {
+                (Some([a, b]), Some([c, d])) => Some([a + c, b + d]),
+                _ => None,
+            };
             let (p, q) = (&mut s.bytes, &r.bytes);
             p.gm_read_distinct += q.gm_read_distinct;
             p.gm_written_distinct += q.gm_written_distinct;
@@ -322,7 +331,30 @@ pub fn report_from(
         flops,
         roofline_seconds,
         bound,
+        dma_latency_sensitivity: None,
     }
+}
+
+/// [`report`], with the estimate also at half and at double the DMA latency
+/// ([`CostReport::dma_latency_sensitivity`]): the same trace, timelines rebuilt with
+/// [`Rates::with_dma_latency_scaled`](crate::arch::Rates::with_dma_latency_scaled).
+pub fn report_with_sensitivity(
+    kernel: &Kernel,
+    arch: &Arch,
+    sku: Sku,
+    trace: &Trace,
+    block_dim: usize,
+) -> CostReport {
+    let mut rep = report(kernel, arch, sku, trace, block_dim);
+    let at = |factor: f64| {
+        let scaled = Arch {
+            rates: arch.rates.with_dma_latency_scaled(factor),
+            ..arch.clone()
+        };
+        report(kernel, &scaled, sku, trace, block_dim).seconds
+    };
+    rep.dma_latency_sensitivity = Some([at(0.5), at(2.0)]);
+    rep
 }
 
 fn human_bytes(b: f64) -> String {
@@ -355,6 +387,14 @@ impl fmt::Display for CostReport {
             self.bound,
             self.roofline_fraction() * 100.0
         )?;
+        if let Some([half, double]) = self.dma_latency_sensitivity {
+            writeln!(
+                f,
+                "  DMA latency x0.5 {:.2} us, x2 {:.2} us (the latency is an assumption)",
+                half * 1e6,
+                double * 1e6
+            )?;
+        }
         writeln!(f, "  cube work        {:.3} GFLOP", self.flops / 1e9)?;
         let b = &self.bytes;
         writeln!(

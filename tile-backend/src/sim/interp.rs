@@ -62,6 +62,10 @@ pub(crate) struct CoreRt<'a> {
     pub pool: ScratchPool,
     /// GM rows this core's next gather will likely read, hinted from inside long compute loops.
     pub prefetch: PrefetchQueue<'a>,
+    /// Per Acc buffer (its L0C address), the rows `m` of the last matmul that wrote it: the
+    /// matmul laid its column blocks out `ceil16(m)` rows apart (`sim::exec::moves`, the
+    /// Fixpipe's source stride).
+    pub acc_rows: Vec<(usize, usize)>,
 }
 
 impl ExprEnv for CoreRt<'_> {
@@ -193,6 +197,7 @@ pub(crate) fn run_block<'k, 'a>(
             block_dim,
             pool: ScratchPool::take(id),
             prefetch: PrefetchQueue::default(),
+            acc_rows: Vec::new(),
         })
         .collect();
     let mut programs: Vec<Program> = CoreId::ALL

@@ -4,7 +4,7 @@
 
 use super::trace::{core_index, Access, CoreId, Event, Mem, SyncInfo, Trace};
 use crate::arch::{Arch, Rates};
-use crate::ir::{c0, DType, Kernel, MemSpace, Op, Phase, Pipe, UnaryOp};
+use crate::ir::{c0, Axis, DType, Kernel, MemSpace, Op, Phase, Pipe, ReduceOp, UnaryOp};
 use std::collections::HashMap;
 
 /// The pipes of the timeline, in track order ([`Pipe::ALL`]).
@@ -159,31 +159,77 @@ pub fn op_cost(
             let f = if dt == DType::F32 { 2.0 } else { 1.0 };
             (r.matmul_fixed_cycles.value + steps * f, 0.0)
         }
+        // Vector instructions: the issue cost plus repeats x cycles per repeat of the class
+        // ([`vector_op`]; docs/simulator.md, "Vector costs", A5-FACTS §2).
+        //
+        // A two-source element-wise op and a row or column broadcast run one 256-byte repeat
+        // per cycle of the *destination*, not of the sources' summed bytes: A5's vector
+        // function loads both sources on its two load ports in one cycle
+        // (`include/pto/costmodel/a5/VfSim/params/uarch.csv:3`, `load_ports` 2; `isa.csv:6`,
+        // VADD fp32 throughput 2 on EXU01). PTO-ISA's A5 VfSim gives TADD f32 64x128 182
+        // cycles, 1 / 8 / 32 / 128 repeats 55 / 62 / 86 / 182; the hardware-measured TADD f32
+        // 1x64 is 55 and 1x1280 80 (`tests/costmodel/st_a5_fit/testcase/tadd_fit/main.cpp:52`,
+        // `:56`).
+        Op::Binary { .. } | Op::Broadcast { .. } => {
+            vector_op(e, r, bytes(&e.accesses, |a| a.write), 1.0)
+        }
+        // exp costs its figure per 64 elements (a repeat of f32) whatever the dtype: VfSim's
+        // TEXP is 317 cycles at f32 64x128 and 574 at fp16 128x128 (A5-FACTS §2; fitted
+        // `formula_params.csv:44` fp32 1.967 and `:36` fp16 3.762 cycles per 256-byte repeat,
+        // 548 at fp16 128x128), twice as dear per byte at 16 bits; hardware TEXP f32 1x64 = 64
+        // and 1x1280 = 102 (`tests/costmodel/st_a5_fit/testcase/texp_fit/main.cpp:102`, `:106`).
+        Op::Unary {
+            op: UnaryOp::Exp,
+            dst,
+            ..
+        } => {
+            let es = kernel
+                .try_tile(dst.tile)
+                .map_or(4.0, |d| d.ty.dtype.size_bytes() as f64);
+            let f32_bytes = bytes(&e.accesses, |a| a.write) / es * 4.0;
+            vector_op(
+                e,
+                r,
+                f32_bytes.max(in_or_out(e)),
+                r.vector_exp_cycles_per_repeat.value,
+            )
+        }
+        Op::Unary {
+            op: UnaryOp::Ln | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip,
+            ..
+        } => vector_op(e, r, in_or_out(e), r.vector_exp_cycles_per_repeat.value),
+        // A row reduction runs as a per-row chain on one execution unit: PTO-ISA's A5 VfSim
+        // gives TROWMAX / TROWSUM 504 / 531 cycles at f32 64x128 and 485 / 612 at fp16 128x128
+        // (A5-FACTS §2; VfSim/params/isa.csv:26-31, VCMAX latency 16 and VCADD 22 on EXU0
+        // only), 3.4-4.4 cycles per repeat of the source (`Rates`).
+        Op::Reduce {
+            axis: Axis::Row,
+            op,
+            ..
+        } => {
+            let per = match op {
+                ReduceOp::Sum => r.vector_row_sum_cycles_per_repeat.value,
+                ReduceOp::Max | ReduceOp::Min => r.vector_row_max_cycles_per_repeat.value,
+            };
+            vector_op(e, r, bytes(&e.accesses, |a| !a.write), per)
+        }
+        // A column reduction combines rows element-wise, two ops a cycle over the two
+        // execution units: VfSim's TCOLMAX / TCOLSUM f32 128x64 are 118 / 119 cycles (A5-FACTS
+        // §2), 0.5 per repeat of the source.
+        Op::Reduce {
+            axis: Axis::Col, ..
+        } => vector_op(
+            e,
+            r,
+            bytes(&e.accesses, |a| !a.write),
+            r.vector_col_reduce_cycles_per_repeat.value,
+        ),
         Op::Unary { .. }
-        | Op::Binary { .. }
         | Op::BinaryScalar { .. }
-        | Op::Reduce { .. }
-        | Op::Broadcast { .. }
         | Op::Expand { .. }
         | Op::Cast { .. }
         | Op::Fill { .. }
-        | Op::FillPad { .. } => {
-            let b = bytes(&e.accesses, |a| a.write).max(bytes(&e.accesses, |a| !a.write));
-            let repeats = (b / r.vector_bytes_per_cycle.value).ceil();
-            let per = match e.op {
-                Op::Unary {
-                    op: UnaryOp::Exp | UnaryOp::Ln | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip,
-                    ..
-                } => r.vector_exp_cycles_per_repeat.value,
-                _ => 1.0,
-            };
-            if e.pipe == Pipe::Mte2 {
-                // fillpad on Mat runs on MTE2.
-                (b / r.mte2_cube.value, 0.0)
-            } else {
-                (r.vector_issue_cycles.value + repeats * per, 0.0)
-            }
-        }
+        | Op::FillPad { .. } => vector_op(e, r, in_or_out(e), 1.0),
         Op::ReadScalar { .. } => (r.scalar_gm_read_cycles.value, 0.0),
         Op::ReadTileScalar { .. } => (r.scalar_ub_read_cycles.value, 0.0),
         // One cycle each: a scalar write to the data cache, valid-shape metadata, and the sync
@@ -201,6 +247,21 @@ pub fn op_cost(
         | Op::ChannelPop { .. }
         | Op::ChannelRelease { .. } => (1.0, 0.0),
     }
+}
+
+/// The larger of the bytes an op writes and the bytes it reads (all sources summed).
+fn in_or_out(e: &Event) -> f64 {
+    bytes(&e.accesses, |a| a.write).max(bytes(&e.accesses, |a| !a.write))
+}
+
+/// A vector instruction over `b` bytes at `per` cycles per 256-byte repeat, after its issue
+/// cost; a fillpad on a Mat tile runs on MTE2 at its rate instead.
+fn vector_op(e: &Event, r: &Rates, b: f64, per: f64) -> (f64, f64) {
+    if e.pipe == Pipe::Mte2 {
+        return (in_or_out(e) / r.mte2_cube.value, 0.0);
+    }
+    let repeats = (b / r.vector_bytes_per_cycle.value).ceil();
+    (r.vector_issue_cycles.value + repeats * per, 0.0)
 }
 
 /// The pipe an event occupies: sync ops run on the pipe they order.

@@ -2,9 +2,11 @@
 //!
 //! Each violation is a [`Diagnostic`] naming the rule, the op and the numbers involved. Rules live
 //! in one file per family: `memory` (tile shapes, capacity, alignment, loads and stores),
-//! `moves`, `matmul`, `quant`, `gather`, `reinterpret`, `vector`, `scalar`, `sync` and
-//! `structure` (ids, scopes and which core may touch which space).
+//! `moves`, `acc_stride` (the L0C stride of a Fixpipe read against the matmul's), `matmul`,
+//! `quant`, `gather`, `reinterpret`, `vector`, `scalar`, `sync` and `structure` (ids, scopes
+//! and which core may touch which space).
 
+mod acc_stride;
 mod gather;
 mod matmul;
 mod memory;
@@ -66,6 +68,8 @@ pub enum Rule {
     DualSplitWidth,
     DualSplitShape,
     PhaseOffset,
+    // the L0C stride of a Fixpipe read out of Acc
+    AccStride,
     // matmul
     MatmulSpace,
     MatmulLayout,
@@ -249,6 +253,7 @@ pub fn verify_with(kernel: &Kernel, arch: &Arch) -> Report {
         };
         walker.stmts(&mut cx, kernel.section(section));
     }
+    acc_stride::check(&mut cx);
     Report {
         diagnostics: cx.diags,
     }

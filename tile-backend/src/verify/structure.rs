@@ -178,8 +178,15 @@ pub(super) fn check_op(cx: &mut Ctx<'_>, op: &Op, section: CoreKind, scope: &Has
         check_expr(cx, &r.slot, scope);
     }
 
-    // Which core may touch which space: the Fixpipe (cube) writes into UB, MTE3 (vector) into L1.
+    // Which core may touch which space: the Fixpipe (cube) writes into UB, MTE3 (vector) into L1,
+    // and the cube sets the valid shape of its own handle of a Fixpipe destination in UB (the
+    // public CPU model reads it; ASCEND950.md §12).
     let crossing_dst = match op {
+        Op::SetValidShape { tile, .. } if section == CoreKind::Cube => cx
+            .kernel
+            .try_tile(tile.tile)
+            .filter(|d| d.ty.space == MemSpace::Vec)
+            .map(|_| tile.tile),
         Op::Move { dst, src, .. } => {
             let spaces = (
                 cx.kernel.try_tile(src.tile).map(|d| d.ty.space),

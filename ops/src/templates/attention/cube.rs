@@ -165,6 +165,7 @@ pub(super) fn body(c: &mut Body<'_>, k: &SplitKernel<'_>) {
             b.set_flag(Mm, Fix, ev);
             b.acquire(ch_s);
             b.wait_flag(Mm, Fix, ev);
+            b.set_fixpipe_validshape(s_ub, (cfg.th, chunk), cfg.acc_mode());
             b.mov(s_ub, s_acc.at(slot)).mode(cfg.acc_mode());
             b.set_flag(Fix, Mm, ev);
             b.push(ch_s);
@@ -187,6 +188,7 @@ pub(super) fn body(c: &mut Body<'_>, k: &SplitKernel<'_>) {
                 b.set_flag(Mm, Fix, 2 + y);
                 b.acquire(ch_pv);
                 b.wait_flag(Mm, Fix, 2 + y);
+                b.set_fixpipe_validshape(pv_ub, (cfg.th, ns), cfg.acc_mode());
                 b.mov(pv_ub, pv_acc.at(ys)).mode(cfg.acc_mode());
                 b.set_flag(Fix, Mm, 2 + y);
                 b.push(ch_pv);

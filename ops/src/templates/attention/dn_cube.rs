@@ -186,6 +186,7 @@ fn scores(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
     // S^T -> both UBs, columns split: each AIV holds all keys of half the queries (or all of
     // it to AIV0 in the single-vector-core fallback).
     b.acquire(k.ch_s(slot));
+    b.set_fixpipe_validshape(k.s(slot), (cfg.tkv, cfg.ts), cfg.s_mode());
     b.mov(k.s(slot), k.s_acc.at(slot))
         .mode(cfg.s_mode())
         .phase(Phase::Final);
@@ -227,6 +228,7 @@ fn pv(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
             b.set_flag(Mm, Mte1, PT_EV);
         }
         b.acquire(ch_pv);
+        b.set_fixpipe_validshape(k.pv_ub, (cfg.ts, ns), cfg.pv_mode());
         b.mov(k.pv_ub, k.pv_acc.at(ys))
             .mode(cfg.pv_mode())
             .phase(Phase::Final);

@@ -309,6 +309,8 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             let aiv = cx.own_aiv();
             cx.require_defined(&loc, aiv, (0, 0), (rows, cols), "a store to GM")?;
             let data = if loc.space() == MemSpace::Acc {
+                let stride_rows = moves::read_stride_rows(&loc, false, None)?;
+                moves::check_acc_stride(cx, &loc, stride_rows, "TSTORE")?;
                 moves::fixpipe(
                     cx,
                     &loc,

@@ -1,6 +1,7 @@
 //! Cube matmul (TMATMUL / TMATMUL_ACC): whole fractals, f32 accumulation (int32 for int8).
 
 use super::int8_gemm;
+use super::moves;
 use super::ExecCtx;
 use crate::ir::{c0, DType, Layout, MemSpace, Op};
 use crate::sim::gm::PrefetchQueue;
@@ -43,6 +44,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
         ));
     }
     cx.note_cube(mp, kp, np);
+    moves::note_matmul_rows(cx, &lc, m);
     // Poison: output (i, j) is defined when row i of A and column j of B are over the whole
     // (padded) k, and so are the old accumulator and the bias where they contribute.
     let all_defined = cx.region_defined(&la, 0, (0, 0), (mp, kp))?

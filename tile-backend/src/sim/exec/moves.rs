@@ -2,7 +2,7 @@
 //! quantisation and the dual-destination split (ASCEND950.md §5-§6).
 
 use super::ExecCtx;
-use crate::ir::{AccToVecMode, DType, MemSpace, Op, QuantWord, Scale};
+use crate::ir::{AccToVecMode, DType, Layout, MemSpace, Op, QuantWord, Scale, ValidDim};
 use crate::sim::numeric;
 use crate::sim::tile::TileLoc;
 
@@ -292,6 +292,57 @@ fn write_out(
     r
 }
 
+/// Records that a matmul of `m` rows (its Left tile's valid rows) wrote the Acc buffer `acc`:
+/// A5's `TMATMUL` lays the Acc's NZ column blocks `ceil16(m)` rows apart.
+pub(super) fn note_matmul_rows(cx: &mut ExecCtx<'_, '_, '_>, acc: &TileLoc, m: usize) {
+    let rows = &mut cx.core.acc_rows;
+    match rows.iter_mut().find(|(addr, _)| *addr == acc.addr) {
+        Some(e) => e.1 = m,
+        None => rows.push((acc.addr, m)),
+    }
+}
+
+/// The rows whose multiple of 16 is the L0C source stride of a Fixpipe read of `acc`: A5's
+/// `TMOV` (`npu/a5/TMov.hpp:123-131`) takes the runtime valid rows unless the destination is NZ
+/// (:206) or the valid rows are static and fewer than the rows; `TEXTRACT` (a read at an
+/// `offset`) and `TSTORE` take the static rows.
+pub(super) fn read_stride_rows(
+    acc: &TileLoc,
+    tmov: bool,
+    dst_layout: Option<Layout>,
+) -> Result<usize, String> {
+    let static_fewer =
+        matches!(acc.ty.valid_rows, ValidDim::Static(v) if (v as usize) < acc.rows());
+    if tmov && dst_layout != Some(Layout::NZ) && !static_fewer {
+        Ok(acc.valid()?.0)
+    } else {
+        Ok(acc.rows())
+    }
+}
+
+/// Refuses a Fixpipe read of `acc` whose L0C source stride (`read_rows` rounded up to 16)
+/// differs from the stride of the matmul that wrote it: the device would read column blocks
+/// 1.. from the wrong rows (the verifier's `acc-stride` rule, ASCEND950.md §12).
+pub(super) fn check_acc_stride(
+    cx: &ExecCtx<'_, '_, '_>,
+    acc: &TileLoc,
+    read_rows: usize,
+    what: &str,
+) -> Result<(), String> {
+    let Some(&(_, m)) = cx.core.acc_rows.iter().find(|(addr, _)| *addr == acc.addr) else {
+        return Ok(());
+    };
+    if m.div_ceil(16) == read_rows.div_ceil(16) {
+        return Ok(());
+    }
+    Err(format!(
+        "acc-stride: {what} of Acc `{}` reads L0C at a stride of {} rows (from {read_rows} rows), but the matmul wrote column blocks of {} rows (m = {m}): the device would read the wrong rows, so TileSim refuses it",
+        acc.name(),
+        read_rows.div_ceil(16) * 16,
+        m.div_ceil(16) * 16
+    ))
+}
+
 pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> {
     let Op::Move {
         dst,
@@ -317,6 +368,11 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
         }
         None => (0, 0),
     };
+    if s.space() == MemSpace::Acc {
+        let rows = read_stride_rows(&s, offset.is_none(), Some(d.ty.layout))?;
+        let what = if offset.is_some() { "TEXTRACT" } else { "TMOV" };
+        check_acc_stride(cx, &s, rows, what)?;
+    }
     match (s.space(), d.space()) {
         (MemSpace::Acc, MemSpace::Vec) => acc_to_vec_move(
             cx,
