@@ -13,6 +13,7 @@ mod hardening;
 mod invalid;
 mod nonfinite;
 mod paged;
+mod round2;
 mod snippets;
 mod sparse;
 mod tolerance;
