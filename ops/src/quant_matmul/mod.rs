@@ -390,7 +390,7 @@ pub(crate) fn requant_words(
         return Err(OpError::invalid(
             OP8,
             "out_scale",
-            format!("the requantisation scale s_x * s_w[{n}] / out_scale = {s:e} is not a normal positive f32 (at least 2^-126, finite)"),
+            format!("the requantisation scale s_x * s_w[{n}] / out_scale = {s:e} is not a finite positive f32 of the normal range (at least 2^-126)"),
         ));
     }
     Ok(words)

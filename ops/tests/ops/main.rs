@@ -10,6 +10,7 @@ mod support;
 mod cache;
 mod gather;
 mod hardening;
+mod hostile;
 mod invalid;
 mod nonfinite;
 mod paged;
