@@ -149,10 +149,10 @@ fn transposed(rng: &mut Rng, shape: &[usize], dtype: DType, strided: bool) -> Te
 fn flash_strided_kv(bk: Backend) {
     same_as_contiguous(bk, |strided, bk| {
         let mut rng = Rng::new(3701);
-        let q = transposed_on(&mut rng, &[1, 4, 24, 32], (1, 2), DType::F32, strided);
+        let q = transposed_on(&mut rng, &[2, 4, 24, 32], (1, 2), DType::F32, strided);
         // k and v: the everyday [B, S, H, D] tensors viewed as [B, H, S, D].
-        let k = transposed_on(&mut rng, &[1, 2, 40, 32], (1, 2), DType::F32, strided);
-        let v = transposed_on(&mut rng, &[1, 2, 40, 16], (1, 2), DType::F32, strided);
+        let k = transposed_on(&mut rng, &[2, 2, 40, 32], (1, 2), DType::F32, strided);
+        let v = transposed_on(&mut rng, &[2, 2, 40, 16], (1, 2), DType::F32, strided);
         let p = FlashAttentionParams::new(0.17, true);
         let (o, l) = flash_attention(&q, &k, &v, &p, Some(bk))?;
         Ok(vec![o, l])
