@@ -228,7 +228,69 @@ pub(crate) fn check_rank<'a>(
             ),
         ));
     }
+    check_elements(op, arg, dims)?;
     Ok(dims)
+}
+
+/// Checks that a tensor of `dims` has at most [`MAX_ELEMENTS`] elements (its logical shape:
+/// a stride-0 view counts them all), before anything is copied or allocated.
+pub(crate) fn check_elements(
+    op: &'static str,
+    arg: &'static str,
+    dims: &[usize],
+) -> Result<(), OpError> {
+    let elems = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    if elems.is_none_or(|n| n > MAX_ELEMENTS) {
+        return Err(OpError::invalid(
+            op,
+            arg,
+            format!(
+                "shape {dims:?} has more than {MAX_ELEMENTS} elements, the most a tensor argument may have"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that a result the call would make (`what`, of `dims`, decided by argument `arg`)
+/// has at most [`MAX_ELEMENTS`] elements, before anything is allocated.
+pub(crate) fn check_result_elements(
+    op: &'static str,
+    arg: &'static str,
+    what: &str,
+    dims: &[usize],
+) -> Result<(), OpError> {
+    let elems = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    if elems.is_none_or(|n| n > MAX_ELEMENTS) {
+        return Err(OpError::invalid(
+            op,
+            arg,
+            format!(
+                "the result {what} of shape {dims:?} would have more than {MAX_ELEMENTS} elements, the most a tensor may have"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// An [`OpError::Invalid`] of a shape check (`kernels::*` / `registry`), whose argument is a
+/// shape parameter (`heads`, `v_dim`), restated for a tensor call: the parameter is renamed to
+/// the tensor argument that carries it (`map`: parameter -> argument; a parameter not listed
+/// keeps its name), the rule kept. Every op's tensor call runs its shape's checks through this,
+/// so the call and `tileops emit --op` apply one set of rules.
+pub(crate) fn as_call_error(e: OpError, map: &[(&str, &'static str)]) -> OpError {
+    match e {
+        OpError::Invalid { op, arg, rule } => {
+            let to = map.iter().find(|(p, _)| *p == arg).map_or(arg, |(_, a)| *a);
+            let rule = if to == arg {
+                rule
+            } else {
+                format!("{rule} (shape parameter `{arg}`)")
+            };
+            OpError::Invalid { op, arg: to, rule }
+        }
+        other => other,
+    }
 }
 
 /// Checks device, rank and non-emptiness; returns the dims. `form` names the dims, e.g.
@@ -246,16 +308,6 @@ pub(crate) fn check_shape<'a>(
             op,
             arg,
             format!("must not be empty: shape {form} is {dims:?}"),
-        ));
-    }
-    let elems = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-    if elems.is_none_or(|n| n > MAX_ELEMENTS) {
-        return Err(OpError::invalid(
-            op,
-            arg,
-            format!(
-                "shape {dims:?} has more than {MAX_ELEMENTS} elements, the most a tensor argument may have"
-            ),
         ));
     }
     Ok(dims)

@@ -59,7 +59,8 @@ pub use paged_attention::{paged_attention, PagedAttentionParams};
 pub use paged_gather::paged_gather;
 pub use quant_matmul::{
     quant_matmul, quant_matmul_int8, quantize_per_channel, quantize_per_token, Int8MatmulParams,
-    QuantMatmulParams, QuantizedActivations, QuantizedWeight,
+    QuantMatmulParams, QuantizedActivations, QuantizedWeight, MAX_ACTIVATION_SCALE, MAX_QUANT_K,
+    MAX_WEIGHT_SCALE, MIN_ACTIVATION_SCALE, MIN_WEIGHT_SCALE,
 };
 pub use runtime::{profile, LaunchRecord, PlanTarget, CPU_PLAN_BLOCKS};
 pub use sparse_attention::{sparse_paged_attention, SparseAttentionParams};

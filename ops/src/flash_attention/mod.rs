@@ -21,6 +21,22 @@ const FLASH: &str = "flash_attention";
 const VARLEN: &str = "flash_attention_varlen";
 const QK: &str = "qk_softmax";
 
+/// The tensor argument carrying each parameter of [`FlashAttentionShape`] (for the shape's
+/// checks run on a tensor call: [`bridge::as_call_error`]).
+const FLASH_ARGS: &[(&str, &str)] = &[
+    ("dtype", "q"),
+    ("batch", "q"),
+    ("heads", "q"),
+    ("seq_q", "q"),
+    ("head_dim", "q"),
+    ("kv_heads", "k"),
+    ("seq_kv", "k"),
+    ("v_dim", "v"),
+];
+
+/// The tensor argument carrying each parameter of [`QkSoftmaxShape`].
+const QK_ARGS: &[(&str, &str)] = &[("dtype", "q"), ("m", "q"), ("head_dim", "q"), ("n", "k")];
+
 /// The largest head dim (`D` of q/k, `Dv` of v) the kernel's L1/UB tiles hold: 256.
 pub const MAX_HEAD_DIM: usize = 256;
 
@@ -62,6 +78,8 @@ pub fn flash_attention(
 ) -> Result<(Tensor, Tensor), OpError> {
     let backend = bridge::resolve_backend(backend)?;
     let call = FlashCall::validate(q, k, v, params)?;
+    // Non-contiguous data tensors are made contiguous (docs/ops.md), for every backend.
+    let (q, k, v) = (&q.contiguous()?, &k.contiguous()?, &v.contiguous()?);
     match backend {
         Backend::Reference => reference::dense(q, k, v, &call.shape, call.scale),
         Backend::TileSim | Backend::Ascend950 => {
@@ -97,6 +115,7 @@ pub fn flash_attention_varlen(
 ) -> Result<(Tensor, Tensor), OpError> {
     let backend = bridge::resolve_backend(backend)?;
     let call = FlashCall::validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, params)?;
+    let (q, k, v) = (&q.contiguous()?, &k.contiguous()?, &v.contiguous()?);
     match backend {
         Backend::Reference => reference::varlen(q, k, v, &call),
         Backend::TileSim | Backend::Ascend950 => {
@@ -123,6 +142,7 @@ pub fn qk_softmax(
 ) -> Result<Tensor, OpError> {
     let backend = bridge::resolve_backend(backend)?;
     let call = QkCall::validate(q, k, scale)?;
+    let (q, k) = (&q.contiguous()?, &k.contiguous()?);
     match backend {
         Backend::Reference => reference::qk_softmax(q, k, call.scale),
         Backend::TileSim | Backend::Ascend950 => {
@@ -160,15 +180,14 @@ impl QkCall {
         check_head_dim(QK, "q", qd[1], "D")?;
         bridge::check_dim(QK, "k", &kd, 1, "D", qd[1], "q is [M, D]")?;
         bridge::check_scale(QK, scale)?;
-        Ok(QkCall {
-            shape: QkSoftmaxShape {
-                dtype: bridge::data_dtype(QK, "q", q.dtype())?,
-                m: qd[0],
-                n: kd[0],
-                head_dim: qd[1],
-            },
-            scale,
-        })
+        let shape = QkSoftmaxShape {
+            dtype: bridge::data_dtype(QK, "q", q.dtype())?,
+            m: qd[0],
+            n: kd[0],
+            head_dim: qd[1],
+        };
+        shape::qk_check(&shape).map_err(|e| bridge::as_call_error(e, QK_ARGS))?;
+        Ok(QkCall { shape, scale })
     }
 }
 
@@ -493,18 +512,23 @@ impl FlashCall {
             (vd[1], vd[3]),
             params,
         )?;
+        let shape = FlashAttentionShape {
+            dtype: bridge::data_dtype(op, "q", q.dtype())?,
+            batch: qd[0],
+            heads: qd[1],
+            kv_heads: kd[1],
+            seq_q: qd[2],
+            seq_kv: kd[2],
+            head_dim: qd[3],
+            v_dim: vd[3],
+            causal: params.causal,
+        };
+        let rename = |e| rename_op(bridge::as_call_error(e, FLASH_ARGS), op);
+        shape::check(&shape, true).map_err(rename)?;
+        bridge::check_result_elements(op, "v", "out", &[qd[0], qd[1], qd[2], vd[3]])?;
+        shape::check_elements(&shape).map_err(rename)?;
         Ok(FlashCall {
-            shape: FlashAttentionShape {
-                dtype: bridge::data_dtype(op, "q", q.dtype())?,
-                batch: qd[0],
-                heads: qd[1],
-                kv_heads: kd[1],
-                seq_q: qd[2],
-                seq_kv: kd[2],
-                head_dim: qd[3],
-                v_dim: vd[3],
-                causal: params.causal,
-            },
+            shape,
             seqs: Seqs::Dense,
             scale: params.scale,
         })
@@ -552,21 +576,49 @@ impl FlashCall {
             ));
         }
         let longest = |cu: &[usize]| cu.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+        let shape = FlashAttentionShape {
+            dtype: bridge::data_dtype(op, "q", q.dtype())?,
+            batch: cq.len() - 1,
+            heads: qd[1],
+            kv_heads: kd[1],
+            seq_q: longest(&cq),
+            seq_kv: longest(&ck),
+            head_dim: qd[2],
+            v_dim: vd[2],
+            causal: params.causal,
+        };
+        // The packed tensors' counts are checked on the tensors (q, k, v above, out here): the
+        // dense count `batch * longest` over-counts ragged sequences.
+        shape::check(&shape, true)
+            .map_err(|e| rename_op(bridge::as_call_error(e, VARLEN_ARGS), op))?;
+        bridge::check_result_elements(op, "v", "out", &[qd[0], qd[1], vd[2]])?;
         Ok(FlashCall {
-            shape: FlashAttentionShape {
-                dtype: bridge::data_dtype(op, "q", q.dtype())?,
-                batch: cq.len() - 1,
-                heads: qd[1],
-                kv_heads: kd[1],
-                seq_q: longest(&cq),
-                seq_kv: longest(&ck),
-                head_dim: qd[2],
-                v_dim: vd[2],
-                causal: params.causal,
-            },
+            shape,
             seqs: Seqs::Packed { cu_q: cq, cu_k: ck },
             scale: params.scale,
         })
+    }
+}
+
+/// The tensor argument carrying each parameter of a varlen call's [`FlashAttentionShape`]
+/// (`batch` and the longest runs come from the offsets).
+const VARLEN_ARGS: &[(&str, &str)] = &[
+    ("dtype", "q"),
+    ("batch", "cu_seqlens_q"),
+    ("heads", "q"),
+    ("seq_q", "cu_seqlens_q"),
+    ("head_dim", "q"),
+    ("kv_heads", "k"),
+    ("seq_kv", "cu_seqlens_k"),
+    ("v_dim", "v"),
+];
+
+/// `e` as an error of `op` (the shape's checks name `flash_attention`; the varlen call is its
+/// own op).
+fn rename_op(e: OpError, op: &'static str) -> OpError {
+    match e {
+        OpError::Invalid { arg, rule, .. } => OpError::Invalid { op, arg, rule },
+        other => other,
     }
 }
 

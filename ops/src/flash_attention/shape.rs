@@ -106,12 +106,21 @@ crate::op_shape! {
 
 /// The launch of [`crate::flash_attention()`] for `shape` on the Ascend 950: the DN-mode kernel
 /// with one descriptor row per query tile that sees a key (fully masked tiles are not
-/// launched), run by at most one block per cluster. Errors: a size of 0 or above [`MAX_DIM`],
-/// head dims above 256, `heads % kv_heads != 0`, a dtype other than f32/f16/bf16, more than
-/// [`MAX_DIM`] elements in a tensor.
+/// launched), run by at most one block per cluster. Errors: those of [`check`] (with sequence
+/// lengths of at least 1) and [`check_elements`].
 pub fn launches(shape: &FlashAttentionShape) -> Result<Vec<Launch>, OpError> {
+    check(shape, false)?;
+    check_elements(shape)?;
+    Ok(vec![plan(shape, &Seqs::Dense).launch()])
+}
+
+/// The rules of a flash shape, shared by `tileops emit --op flash-attention` and the tensor
+/// calls (which rename the parameter to the tensor that carries it): a size of 0 or above
+/// [`MAX_DIM`] (`seq_q` and `seq_kv` may be 0 when `empty_seqs`: a call with no query or no key
+/// launches nothing), head dims above 256, `heads % kv_heads != 0`, a dtype other than
+/// f32/f16/bf16.
+pub(crate) fn check(s: &FlashAttentionShape, empty_seqs: bool) -> Result<(), OpError> {
     const OP: &str = "flash_attention";
-    let s = shape;
     check_dtype(OP, s.dtype)?;
     check_dims(
         OP,
@@ -119,10 +128,13 @@ pub fn launches(shape: &FlashAttentionShape) -> Result<Vec<Launch>, OpError> {
             ("batch", s.batch),
             ("heads", s.heads),
             ("kv_heads", s.kv_heads),
-            ("seq_q", s.seq_q),
-            ("seq_kv", s.seq_kv),
         ],
     )?;
+    for (name, v) in [("seq_q", s.seq_q), ("seq_kv", s.seq_kv)] {
+        if !(empty_seqs && v == 0) {
+            check_dims(OP, &[(name, v)])?;
+        }
+    }
     check_head_dim(OP, "head_dim", s.head_dim)?;
     check_head_dim(OP, "v_dim", s.v_dim)?;
     if !s.heads.is_multiple_of(s.kv_heads) {
@@ -132,31 +144,56 @@ pub fn launches(shape: &FlashAttentionShape) -> Result<Vec<Launch>, OpError> {
             format!("must divide heads = {}, got {}", s.heads, s.kv_heads),
         ));
     }
+    Ok(())
+}
+
+/// The element counts of a dense flash shape: q, k, v and out each hold at most [`MAX_DIM`]
+/// elements.
+pub(crate) fn check_elements(s: &FlashAttentionShape) -> Result<(), OpError> {
+    const OP: &str = "flash_attention";
     let elems = |a: usize, b: usize, c: usize, d: usize| {
         a.checked_mul(b)
             .and_then(|x| x.checked_mul(c))
             .and_then(|x| x.checked_mul(d))
             .filter(|&x| x <= MAX_DIM)
     };
-    let fits = elems(s.batch, s.heads, s.seq_q, s.head_dim.max(s.v_dim)).is_some()
-        && elems(s.batch, s.kv_heads, s.seq_kv, s.head_dim.max(s.v_dim)).is_some();
-    if !fits {
+    let width = s.head_dim.max(s.v_dim);
+    if elems(s.batch, s.heads, s.seq_q, width).is_none() {
         return Err(OpError::invalid(
             OP,
-            "batch",
-            format!("q, k, v or out would hold more than {MAX_DIM} elements"),
+            "seq_q",
+            format!(
+                "q or out [batch, heads, seq_q, {width}] = [{}, {}, {}, {width}] would hold more than {MAX_DIM} elements",
+                s.batch, s.heads, s.seq_q
+            ),
         ));
     }
-    Ok(vec![plan(s, &Seqs::Dense).launch()])
+    if elems(s.batch, s.kv_heads, s.seq_kv, width).is_none() {
+        return Err(OpError::invalid(
+            OP,
+            "seq_kv",
+            format!(
+                "k or v [batch, kv_heads, seq_kv, {width}] = [{}, {}, {}, {width}] would hold more than {MAX_DIM} elements",
+                s.batch, s.kv_heads, s.seq_kv
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The launch of [`crate::qk_softmax()`] for `shape` on the Ascend 950: the flash kernel's
 /// P-writing variant, one descriptor row per query tile, at most one block per cluster.
-/// Errors: a size of 0 or above [`MAX_DIM`], a head dim above 256, a dtype other than
-/// f32/f16/bf16, more than [`MAX_DIM`] elements in P.
+/// Errors: those of [`qk_check`].
 pub fn qk_launches(shape: &QkSoftmaxShape) -> Result<Vec<Launch>, OpError> {
+    qk_check(shape)?;
+    Ok(vec![qk_plan(shape).launch()])
+}
+
+/// The rules of a `qk_softmax` shape, shared by `tileops emit --op qk-softmax` and the tensor
+/// call: a size of 0 or above [`MAX_DIM`], a head dim above 256, a dtype other than
+/// f32/f16/bf16, more than [`MAX_DIM`] elements in P.
+pub(crate) fn qk_check(s: &QkSoftmaxShape) -> Result<(), OpError> {
     const OP: &str = "qk_softmax";
-    let s = shape;
     check_dtype(OP, s.dtype)?;
     check_dims(OP, &[("m", s.m), ("n", s.n)])?;
     check_head_dim(OP, "head_dim", s.head_dim)?;
@@ -164,10 +201,13 @@ pub fn qk_launches(shape: &QkSoftmaxShape) -> Result<Vec<Launch>, OpError> {
         return Err(OpError::invalid(
             OP,
             "n",
-            format!("P [m, n] would hold more than {MAX_DIM} elements"),
+            format!(
+                "P [m, n] = [{}, {}] would hold more than {MAX_DIM} elements",
+                s.m, s.n
+            ),
         ));
     }
-    Ok(vec![qk_plan(s).launch()])
+    Ok(())
 }
 
 /// A head dim: `1..=MAX_HEAD_DIM` (what the flash kernel's L1/UB tiles hold).

@@ -41,6 +41,8 @@ pub fn reshape_and_cache(
 ) -> Result<(), OpError> {
     let backend = bridge::resolve_backend(backend)?;
     let call = CacheCall::validate(rows, cache, slot_mapping)?;
+    // Non-contiguous rows are made contiguous (the cache must be: it is written in place).
+    let rows = &rows.contiguous()?;
     match backend {
         Backend::Reference => reference::reshape_and_cache(rows, cache, &call),
         Backend::TileSim | Backend::Ascend950 => {
@@ -140,12 +142,19 @@ impl CacheCall {
         bridge::check_dim(OP, "slot_mapping", &sd, 0, "N", n, "rows is [N, ...row]")?;
         let num_slots = num_blocks * block_size;
         check_slots(&slots, num_slots, (num_blocks, block_size))?;
+        let shape = ReshapeAndCacheShape {
+            dtype: bridge::data_dtype(OP, "cache", cache.dtype())?,
+            tokens: n,
+            width,
+        };
+        shape::check(&shape).map_err(|e| {
+            bridge::as_call_error(
+                e,
+                &[("dtype", "cache"), ("tokens", "rows"), ("width", "rows")],
+            )
+        })?;
         Ok(CacheCall {
-            shape: ReshapeAndCacheShape {
-                dtype: bridge::data_dtype(OP, "cache", cache.dtype())?,
-                tokens: n,
-                width,
-            },
+            shape,
             num_blocks,
             block_size,
             slot_mapping: slots,

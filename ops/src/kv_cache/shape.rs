@@ -50,14 +50,21 @@ crate::op_shape! {
 /// [`MAX_DIM`]: crate::kernels::MAX_DIM
 /// [`MAX_WIDTH`]: crate::kernels::MAX_WIDTH
 pub fn launches(shape: &ReshapeAndCacheShape) -> Result<Vec<Launch>, OpError> {
-    const OP: &str = "reshape_and_cache";
-    check_dtype(OP, shape.dtype)?;
-    check_dims(OP, &[("tokens", shape.tokens)])?;
-    check_width(OP, "width", shape.width)?;
+    check(shape)?;
     let plan = plan(shape, PlanTarget::Device);
     Ok(vec![Launch {
         kernel: plan.kernel(),
         block_dim: plan.block_dim as u64,
         scalars: vec![("n", shape.tokens as i64)],
     }])
+}
+
+/// The rules of a reshape-and-cache shape, shared by `tileops emit --op reshape-and-cache` and
+/// the tensor call (which renames the parameter to the tensor carrying it): the errors of
+/// [`launches`].
+pub(crate) fn check(shape: &ReshapeAndCacheShape) -> Result<(), OpError> {
+    const OP: &str = "reshape_and_cache";
+    check_dtype(OP, shape.dtype)?;
+    check_dims(OP, &[("tokens", shape.tokens)])?;
+    check_width(OP, "width", shape.width)
 }

@@ -45,6 +45,12 @@ pub fn paged_attention(
 ) -> Result<Tensor, OpError> {
     let backend = bridge::resolve_backend(backend)?;
     let call = PagedCall::validate(q, k_cache, v_cache, block_table, context_lens, params)?;
+    // Non-contiguous data tensors are made contiguous (docs/ops.md), for every backend.
+    let (q, k_cache, v_cache) = (
+        &q.contiguous()?,
+        &k_cache.contiguous()?,
+        &v_cache.contiguous()?,
+    );
     match backend {
         Backend::Reference => reference::paged_attention(q, k_cache, v_cache, &call),
         Backend::TileSim | Backend::Ascend950 => {
@@ -175,16 +181,31 @@ impl PagedCall {
             }
             slots.push(row);
         }
+        let shape = PagedAttentionShape {
+            dtype: bridge::data_dtype(OP, "q", q.dtype())?,
+            batch,
+            heads,
+            kv_heads,
+            head_dim,
+            context_len: lens.iter().copied().max().unwrap_or(0) as usize,
+            block_size,
+        };
+        shape::check(&shape).map_err(|e| {
+            bridge::as_call_error(
+                e,
+                &[
+                    ("dtype", "q"),
+                    ("batch", "q"),
+                    ("heads", "q"),
+                    ("head_dim", "q"),
+                    ("kv_heads", "k_cache"),
+                    ("block_size", "k_cache"),
+                    ("context_len", "context_lens"),
+                ],
+            )
+        })?;
         Ok(PagedCall {
-            shape: PagedAttentionShape {
-                dtype: bridge::data_dtype(OP, "q", q.dtype())?,
-                batch,
-                heads,
-                kv_heads,
-                head_dim,
-                context_len: lens.iter().copied().max().unwrap_or(0) as usize,
-                block_size,
-            },
+            shape,
             num_blocks,
             max_blocks,
             scale: p.scale,

@@ -69,6 +69,14 @@ crate::op_shape! {
 /// [`MAX_DIM`]: crate::kernels::MAX_DIM
 /// [`MAX_WIDTH`]: crate::kernels::MAX_WIDTH
 pub fn launches(shape: &PagedAttentionShape) -> Result<Vec<Launch>, OpError> {
+    check(shape)?;
+    Ok(plan(shape, PlanTarget::Device).launches())
+}
+
+/// The rules of a paged-attention shape, shared by `tileops emit --op paged-attention` and the
+/// tensor call (which renames the parameter to the tensor carrying it): the errors of
+/// [`launches`].
+pub(crate) fn check(shape: &PagedAttentionShape) -> Result<(), OpError> {
     const OP: &str = "paged_attention";
     let s = shape;
     check_dtype(OP, s.dtype)?;
@@ -84,6 +92,5 @@ pub fn launches(shape: &PagedAttentionShape) -> Result<Vec<Launch>, OpError> {
     )?;
     check_width(OP, "head_dim", s.head_dim)?;
     head_group(s.heads, s.kv_heads).map_err(|rule| OpError::invalid(OP, "kv_heads", rule))?;
-    check_rows(OP, s.batch, s.heads)?;
-    Ok(plan(s, PlanTarget::Device).launches())
+    check_rows(OP, s.batch, s.heads)
 }

@@ -42,6 +42,8 @@ pub fn paged_gather(
 ) -> Result<Tensor, OpError> {
     let backend = bridge::resolve_backend(backend)?;
     let call = GatherCall::validate(src, indices, block_table, block_size, size)?;
+    // A non-contiguous src is made contiguous (docs/ops.md), for every backend.
+    let src = &src.contiguous()?;
     match backend {
         Backend::Reference => reference::paged_gather(src, &call),
         Backend::TileSim | Backend::Ascend950 => {
@@ -156,12 +158,15 @@ impl GatherCall {
             }
             rows.push(phys as i64);
         }
+        let shape = PagedGatherShape {
+            dtype: bridge::data_dtype(OP, "src", src.dtype())?,
+            n: idx.len(),
+            size,
+        };
+        shape::check(&shape)
+            .map_err(|e| bridge::as_call_error(e, &[("dtype", "src"), ("n", "indices")]))?;
         Ok(GatherCall {
-            shape: PagedGatherShape {
-                dtype: bridge::data_dtype(OP, "src", src.dtype())?,
-                n: idx.len(),
-                size,
-            },
+            shape,
             tokens: t_rows,
             cols,
             block_size,

@@ -49,14 +49,20 @@ crate::op_shape! {
 /// [`MAX_DIM`]: crate::kernels::MAX_DIM
 /// [`MAX_WIDTH`]: crate::kernels::MAX_WIDTH
 pub fn launches(shape: &PagedGatherShape) -> Result<Vec<Launch>, OpError> {
-    const OP: &str = "paged_gather";
-    check_dtype(OP, shape.dtype)?;
-    check_dims(OP, &[("n", shape.n)])?;
-    check_width(OP, "size", shape.size)?;
+    check(shape)?;
     let plan = plan(shape, PlanTarget::Device);
     Ok(vec![Launch {
         kernel: plan.kernel(),
         block_dim: plan.block_dim as u64,
         scalars: vec![("n", shape.n as i64)],
     }])
+}
+
+/// The rules of a paged-gather shape, shared by `tileops emit --op paged-gather` and the tensor
+/// call (which renames the parameter to the argument carrying it): the errors of [`launches`].
+pub(crate) fn check(shape: &PagedGatherShape) -> Result<(), OpError> {
+    const OP: &str = "paged_gather";
+    check_dtype(OP, shape.dtype)?;
+    check_dims(OP, &[("n", shape.n)])?;
+    check_width(OP, "size", shape.size)
 }

@@ -23,7 +23,10 @@ mod reference;
 pub(crate) mod shape;
 mod weight;
 
-pub use weight::{quantize_per_channel, quantize_per_token, round_scale_19, QuantizedWeight};
+pub use weight::{
+    quantize_per_channel, quantize_per_token, round_scale_19, QuantizedWeight,
+    MAX_ACTIVATION_SCALE, MAX_QUANT_K, MAX_WEIGHT_SCALE, MIN_ACTIVATION_SCALE, MIN_WEIGHT_SCALE,
+};
 
 use crate::backend::Backend;
 use crate::bridge;
@@ -35,6 +38,10 @@ use tile_backend::ir::DType;
 
 const OP: &str = "quant_matmul";
 const OP8: &str = "quant_matmul_int8";
+
+/// The argument carrying each parameter of [`QuantMatmulShape`] (for the shape's checks run on
+/// a call: [`bridge::as_call_error`]).
+const QUANT_ARGS: &[(&str, &str)] = &[("m", "x"), ("k", "x"), ("n", "w")];
 
 /// Options of [`quant_matmul`].
 #[derive(Debug, Clone, Default)]
@@ -74,7 +81,9 @@ pub(crate) struct WeightDequant {
 }
 
 impl Dequant {
-    /// `e` from the bound `|acc| <= 127 · 127 · K` and the largest weight scale.
+    /// `e` from the bound `|acc| <= 127 · 127 · K` and the largest weight scale. The weight's
+    /// limits ([`MIN_WEIGHT_SCALE`], [`MAX_WEIGHT_SCALE`], [`MAX_QUANT_K`], checked when it is
+    /// made) keep `e` in `-59..=60`, so the clamp (which would break the bound) never acts.
     pub(crate) fn new(w: &QuantizedWeight) -> Dequant {
         let smax = w.scale().iter().copied().fold(0f32, f32::max) as f64;
         let bound = 127.0 * 127.0 * w.k() as f64 * smax;
@@ -146,20 +155,24 @@ impl<'a> QuantCall<'a> {
             }
         };
         let (xq, sx) = match backend {
-            Backend::Reference => weight::quantize_rows(OP, "x", x)?,
-            Backend::TileSim | Backend::Ascend950 => weight::quantize_rows_host(OP, "x", x)?,
+            Backend::Reference => weight::quantize_rows(OP, "x", x, weight::ACTIVATION_SCALES)?,
+            Backend::TileSim | Backend::Ascend950 => {
+                weight::quantize_rows_host(OP, "x", x, weight::ACTIVATION_SCALES)?
+            }
         };
         let dequant = &w.dequant().dequant;
         let row_factor = sx.iter().map(|s| s * dequant.pow2).collect();
+        let shape = QuantMatmulShape {
+            out_dtype: out,
+            m,
+            k,
+            n: w.n(),
+            bias: bias.is_some(),
+            relu: params.relu,
+        };
+        shape::check(&shape).map_err(|e| bridge::as_call_error(e, QUANT_ARGS))?;
         Ok(QuantCall {
-            shape: QuantMatmulShape {
-                out_dtype: out,
-                m,
-                k,
-                n: w.n(),
-                bias: bias.is_some(),
-                relu: params.relu,
-            },
+            shape,
             xq: Cow::Owned(xq),
             words: Cow::Borrowed(&dequant.words),
             row_factor,
@@ -189,15 +202,17 @@ impl<'a> QuantCall<'a> {
                 ),
             ));
         }
+        let shape = QuantMatmulShape {
+            out_dtype: DType::I8,
+            m: x.m(),
+            k: x.k(),
+            n: w.n(),
+            bias: false,
+            relu: params.relu,
+        };
+        shape::check(&shape).map_err(|e| bridge::as_call_error(e, QUANT_ARGS))?;
         Ok(QuantCall {
-            shape: QuantMatmulShape {
-                out_dtype: DType::I8,
-                m: x.m(),
-                k: x.k(),
-                n: w.n(),
-                bias: false,
-                relu: params.relu,
-            },
+            shape,
             xq: Cow::Borrowed(x.data()),
             words: Cow::Owned(requant_words(x, w, params.out_scale)?),
             row_factor: Vec::new(),
@@ -288,8 +303,13 @@ impl QuantizedActivations {
         Ok(QuantizedActivations { data, m, k, scale })
     }
 
-    /// Quantises `x [M, K]` with a given (calibrated) per-tensor scale: `round(x / scale)` half
-    /// away from zero, clamped to ±127.
+    /// Quantises `x [M, K]` (f32, f16 or bf16, finite) with a given (calibrated) per-tensor
+    /// scale: `round(x / scale)` (an f32 division, rounded half away from zero), clamped to
+    /// ±127, as the per-token quantiser does.
+    ///
+    /// # Errors
+    /// [`OpError::Invalid`]: x not 2-D, empty, not f32/f16/bf16, or holding a NaN or an
+    /// infinity (argument `x`); a scale that is not finite and positive.
     pub fn quantize(x: &Tensor, scale: f32) -> Result<Self, OpError> {
         let dims = bridge::check_data(OP8, "x", x, "[M, K]", 2)?;
         let (m, k) = (dims[0], dims[1]);
@@ -300,16 +320,11 @@ impl QuantizedActivations {
                 format!("must be finite and positive, found {scale}"),
             ));
         }
-        let q = x
-            .to_dtype(CDType::F32)?
-            .affine(1.0 / f64::from(scale), 0.0)?
-            .round()?
-            .clamp(-127f32, 127f32)?
-            .affine(1.0, 127.0)?
-            .to_dtype(CDType::U8)?
-            .flatten_all()?
-            .to_vec1::<u8>()?;
-        let data = q.into_iter().map(|v| (i16::from(v) - 127) as i8).collect();
+        let v = x.to_dtype(CDType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        if weight::finite_amax(&v).is_none() {
+            return Err(weight::not_finite(OP8, "x"));
+        }
+        let data = v.iter().map(|&e| weight::round_clamp(e / scale)).collect();
         Self::new(data, m, k, scale)
     }
 
@@ -370,12 +385,12 @@ pub(crate) fn requant_words(
     if let Some((n, s)) = words
         .iter()
         .enumerate()
-        .find(|(_, s)| !(s.is_finite() && **s > 0.0))
+        .find(|(_, s)| !(s.is_finite() && **s >= f32::MIN_POSITIVE))
     {
         return Err(OpError::invalid(
             OP8,
             "out_scale",
-            format!("the requantisation scale s_x * s_w[{n}] / out_scale = {s} is not a finite positive f32"),
+            format!("the requantisation scale s_x * s_w[{n}] / out_scale = {s:e} is not a finite positive f32 of the normal range (at least 2^-126)"),
         ));
     }
     Ok(words)

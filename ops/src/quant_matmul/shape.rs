@@ -61,12 +61,35 @@ crate::op_shape! {
 ///
 /// [`MAX_DIM`]: crate::kernels::MAX_DIM
 pub fn launches(shape: &QuantMatmulShape) -> Result<Vec<Launch>, OpError> {
+    check(shape)?;
+    let plan = plan(shape, PlanTarget::Device);
+    Ok(vec![Launch {
+        kernel: plan.kernel(),
+        block_dim: plan.block_dim as u64,
+        scalars: plan.scalars.to_vec(),
+    }])
+}
+
+/// The rules of a quant-matmul shape, shared by `tileops emit --op quant-matmul` and the tensor
+/// calls (which rename the parameter to the argument carrying it): a size of 0 or above
+/// [`MAX_DIM`], `k` above [`MAX_QUANT_K`](crate::MAX_QUANT_K), an output dtype other than
+/// f32/f16/bf16/i8, a bias with the int8 output.
+///
+/// [`MAX_DIM`]: crate::kernels::MAX_DIM
+pub(crate) fn check(shape: &QuantMatmulShape) -> Result<(), OpError> {
     let op = if shape.out_dtype == DType::I8 {
         "quant_matmul_int8"
     } else {
         "quant_matmul"
     };
     check_dims(op, &[("m", shape.m), ("k", shape.k), ("n", shape.n)])?;
+    crate::registry::check_range(
+        op,
+        "k",
+        shape.k,
+        super::MAX_QUANT_K,
+        " (the int32 accumulator)",
+    )?;
     match shape.out_dtype {
         DType::I8 if shape.bias => {
             return Err(OpError::invalid(
@@ -86,10 +109,5 @@ pub fn launches(shape: &QuantMatmulShape) -> Result<Vec<Launch>, OpError> {
             })?;
         }
     }
-    let plan = plan(shape, PlanTarget::Device);
-    Ok(vec![Launch {
-        kernel: plan.kernel(),
-        block_dim: plan.block_dim as u64,
-        scalars: plan.scalars.to_vec(),
-    }])
+    Ok(())
 }

@@ -17,6 +17,77 @@ const OP: &str = "quantize";
 /// Largest quantised magnitude (symmetric int8: `-127..=127`, -128 unused).
 pub(crate) const QMAX: f32 = 127.0;
 
+/// Largest `K` (input features) of a quantised weight: `2^17 - 1`, so that the int32
+/// accumulator `sum_k x_k w_k` of any int8 data (`|x_k w_k| <= 128 * 128 = 2^14`) cannot
+/// overflow (docs/ops.md, `quant_matmul` limits).
+pub const MAX_QUANT_K: usize = (1 << 17) - 1;
+
+/// Smallest per-channel weight scale (after the 19-bit rounding): `2^-58`. With
+/// [`MAX_WEIGHT_SCALE`] and [`MAX_QUANT_K`] it keeps the Fixpipe's power of two `2^-e` in
+/// `e = -59..=60` for every K, so that the f16 intermediate neither overflows nor underflows and
+/// every scale word is a normal f32 (docs/ops.md derives the range).
+pub const MIN_WEIGHT_SCALE: f32 = 1.0 / (1u64 << 58) as f32;
+
+/// Largest per-channel weight scale: `2^44` (see [`MIN_WEIGHT_SCALE`]).
+pub const MAX_WEIGHT_SCALE: f32 = (1u64 << 44) as f32;
+
+/// Smallest per-token activation scale of [`quant_matmul`](crate::quant_matmul()) and
+/// [`quantize_per_token`] (a row of max `|x|` below about `127 * 2^-66 = 1.7e-18` that is not
+/// all zero): `2^-66`, so that the vector side's row factor `s_x * 2^e` is a normal f32 for
+/// every weight in range.
+pub const MIN_ACTIVATION_SCALE: f32 = 1.0 / (1u128 << 66) as f32;
+
+/// Largest per-token activation scale (a row of max `|x|` above about `127 * 2^52 = 5.7e17`):
+/// `2^52` (see [`MIN_ACTIVATION_SCALE`]).
+pub const MAX_ACTIVATION_SCALE: f32 = (1u64 << 52) as f32;
+
+/// The range a row's scale must lie in, with its bounds as text for the message.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ScaleRange {
+    lo: f32,
+    hi: f32,
+    text: &'static str,
+}
+
+/// [`MIN_WEIGHT_SCALE`]..=[`MAX_WEIGHT_SCALE`].
+pub(crate) const WEIGHT_SCALES: ScaleRange = ScaleRange {
+    lo: MIN_WEIGHT_SCALE,
+    hi: MAX_WEIGHT_SCALE,
+    text: "[2^-58, 2^44]",
+};
+
+/// [`MIN_ACTIVATION_SCALE`]..=[`MAX_ACTIVATION_SCALE`].
+pub(crate) const ACTIVATION_SCALES: ScaleRange = ScaleRange {
+    lo: MIN_ACTIVATION_SCALE,
+    hi: MAX_ACTIVATION_SCALE,
+    text: "[2^-66, 2^52]",
+};
+
+impl ScaleRange {
+    /// Checks the scale `s` of row `row` (`amax` its largest magnitude, for the message).
+    fn check(
+        &self,
+        op: &'static str,
+        arg: &'static str,
+        row: usize,
+        amax: f32,
+        s: f32,
+    ) -> Result<(), OpError> {
+        if (self.lo..=self.hi).contains(&s) {
+            Ok(())
+        } else {
+            Err(OpError::invalid(
+                op,
+                arg,
+                format!(
+                    "row {row} has max |value| {amax:e}, whose int8 scale {s:e} (max / 127) is outside the supported range {} (docs/ops.md, quant_matmul limits): the int8 path would overflow or underflow its f16 intermediate",
+                    self.text
+                ),
+            ))
+        }
+    }
+}
+
 /// Rounds an f32 scale to the 19 bits (1 sign + 8 exponent + 10 mantissa) the Fixpipe uses from a
 /// per-channel word (ASCEND950.md §6: it ignores bits \[12:0\]), to nearest, ties to even, so that
 /// the hardware's truncation leaves it unchanged and every backend applies the same scale.
@@ -76,6 +147,15 @@ impl QuantizedWeight {
                 ),
             ));
         }
+        if k > MAX_QUANT_K {
+            return Err(OpError::invalid(
+                OP,
+                "weight",
+                format!(
+                    "K = {k} exceeds {MAX_QUANT_K} (2^17 - 1), the most input features the int32 accumulator holds without overflow"
+                ),
+            ));
+        }
         let scale: Vec<f32> = scale.into_iter().map(round_scale_19).collect();
         if let Some((i, s)) = scale
             .iter()
@@ -86,6 +166,19 @@ impl QuantizedWeight {
                 OP,
                 "scale",
                 format!("scale[{i}] = {s} must be finite and positive"),
+            ));
+        }
+        if let Some((i, s)) = scale
+            .iter()
+            .enumerate()
+            .find(|(_, s)| !(MIN_WEIGHT_SCALE..=MAX_WEIGHT_SCALE).contains(*s))
+        {
+            return Err(OpError::invalid(
+                OP,
+                "scale",
+                format!(
+                    "scale[{i}] = {s:e} is outside the supported range [2^-58, 2^44] (docs/ops.md, quant_matmul limits): the Fixpipe's f16 intermediate would overflow or underflow"
+                ),
             ));
         }
         Ok(QuantizedWeight {
@@ -261,18 +354,18 @@ pub(crate) fn int8_tensor(
 }
 
 /// The scale of a row whose largest |value| is `amax`: `round_scale_19(amax / 127)`, 1 for an
-/// all-zero row (or one whose scale rounds to 0).
+/// all-zero row (a scale out of range, including one that rounds to 0, is refused by
+/// [`ScaleRange::check`]).
 fn row_scale(amax: f32) -> f32 {
-    let s = round_scale_19(amax / QMAX);
-    if amax == 0.0 || s == 0.0 {
+    if amax == 0.0 {
         1.0
     } else {
-        s
+        round_scale_19(amax / QMAX)
     }
 }
 
 /// Error of a tensor with a NaN or an infinity.
-fn not_finite(op: &'static str, arg: &'static str) -> OpError {
+pub(crate) fn not_finite(op: &'static str, arg: &'static str) -> OpError {
     OpError::invalid(
         op,
         arg,
@@ -288,6 +381,7 @@ pub(crate) fn quantize_rows_host(
     op: &'static str,
     arg: &'static str,
     x: &Tensor,
+    range: ScaleRange,
 ) -> Result<(Vec<i8>, Vec<f32>), OpError> {
     let (r, k) = crate::bridge::check_data(op, arg, x, "[R, K]", 2).map(|d| (d[0], d[1]))?;
     // A contiguous f32 tensor is read in place; anything else is converted first.
@@ -306,8 +400,10 @@ pub(crate) fn quantize_rows_host(
     };
     let mut q = vec![0i8; r * k];
     let mut scale = Vec::with_capacity(r);
-    for (row, qrow) in v.chunks(k.max(1)).zip(q.chunks_mut(k.max(1))) {
-        let s = row_scale(finite_amax(row).ok_or_else(|| not_finite(op, arg))?);
+    for (i, (row, qrow)) in v.chunks(k.max(1)).zip(q.chunks_mut(k.max(1))).enumerate() {
+        let amax = finite_amax(row).ok_or_else(|| not_finite(op, arg))?;
+        let s = row_scale(amax);
+        range.check(op, arg, i, amax, s)?;
         for (d, e) in qrow.iter_mut().zip(row) {
             *d = round_clamp(e / s);
         }
@@ -321,7 +417,7 @@ pub(crate) fn quantize_rows_host(
 /// integers' order, and every non-finite value is at least the bits of +inf; an integer max has
 /// no NaN case and no order to keep, so it vectorises (a float `max` fold runs one element per
 /// latency of `maxss`).
-fn finite_amax(row: &[f32]) -> Option<f32> {
+pub(crate) fn finite_amax(row: &[f32]) -> Option<f32> {
     const INF: u32 = 0x7f80_0000;
     let m = row
         .iter()
@@ -333,7 +429,7 @@ fn finite_amax(row: &[f32]) -> Option<f32> {
 /// without the `roundf` call (which does not vectorise): clamping first changes nothing, ±127
 /// being integers; the truncation and the fraction `c - trunc(c)` are exact below 2^23.
 #[inline(always)]
-fn round_clamp(v: f32) -> i8 {
+pub(crate) fn round_clamp(v: f32) -> i8 {
     let c = v.clamp(-QMAX, QMAX);
     let t = c as i32;
     let f = c - t as f32;
@@ -348,6 +444,7 @@ pub(crate) fn quantize_rows(
     op: &'static str,
     arg: &'static str,
     x: &Tensor,
+    range: ScaleRange,
 ) -> Result<(Vec<i8>, Vec<f32>), OpError> {
     let (r, _) = crate::bridge::check_data(op, arg, x, "[R, K]", 2).map(|d| (d[0], d[1]))?;
     let xf = x.to_dtype(CDType::F32)?.contiguous()?;
@@ -357,6 +454,9 @@ pub(crate) fn quantize_rows(
     }
     let amax = xf.abs()?.max_keepdim(1)?.flatten_all()?.to_vec1::<f32>()?;
     let scale: Vec<f32> = amax.iter().map(|&a| row_scale(a)).collect();
+    for (i, (&a, &s)) in amax.iter().zip(&scale).enumerate() {
+        range.check(op, arg, i, a, s)?;
+    }
     let st = Tensor::from_slice(&scale, (r, 1), x.device())?;
     // round() is half away from zero; +127 maps -127..=127 to the u8 range exactly.
     let q = xf
@@ -373,18 +473,20 @@ pub(crate) fn quantize_rows(
 
 /// Quantises weights `w [N, K]` (f32, f16 or bf16) per output channel (row): symmetric, scale =
 /// `max|w[n]| / 127` rounded to the Fixpipe's 19 bits, values rounded half away from zero and
-/// clamped to ±127; an all-zero row gets scale 1. Non-finite weights are an error.
+/// clamped to ±127; an all-zero row gets scale 1. Non-finite weights, a scale outside
+/// [`MIN_WEIGHT_SCALE`]..=[`MAX_WEIGHT_SCALE`] and K above [`MAX_QUANT_K`] are errors.
 pub fn quantize_per_channel(w: &Tensor) -> Result<QuantizedWeight, OpError> {
     let (n, k) = w.dims2().unwrap_or((0, 0));
-    let (q, s) = quantize_rows("quantize_per_channel", "w", w)?;
+    let (q, s) = quantize_rows("quantize_per_channel", "w", w, WEIGHT_SCALES)?;
     QuantizedWeight::new(q, s, n, k)
 }
 
 /// Quantises activations `x [M, K]` (f32, f16 or bf16) per token (row), exactly as
 /// [`quantize_per_channel`] quantises a weight's rows: returns the int8 values row-major and the
-/// f32 scales `[M]`.
+/// f32 scales `[M]`. Non-finite values and a row scale outside
+/// [`MIN_ACTIVATION_SCALE`]..=[`MAX_ACTIVATION_SCALE`] are errors.
 pub fn quantize_per_token(x: &Tensor) -> Result<(Vec<i8>, Tensor), OpError> {
-    let (q, s) = quantize_rows("quantize_per_token", "x", x)?;
+    let (q, s) = quantize_rows("quantize_per_token", "x", x, ACTIVATION_SCALES)?;
     let m = s.len();
     Ok((q, Tensor::from_vec(s, m, x.device())?))
 }
@@ -404,22 +506,24 @@ mod tests {
         v.extend((0..27u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as f32 / 1e7 - 100.0));
         let x = Tensor::from_vec(v, (5, k), &dev).expect("x");
         for t in [x.clone(), x.to_dtype(CDType::BF16).expect("bf16")] {
-            let want = quantize_rows("t", "x", &t).expect("candle");
-            let got = quantize_rows_host("t", "x", &t).expect("host");
+            let want = quantize_rows("t", "x", &t, ACTIVATION_SCALES).expect("candle");
+            let got = quantize_rows_host("t", "x", &t, ACTIVATION_SCALES).expect("host");
             assert_eq!(got, want);
         }
         assert_eq!(
-            quantize_rows("t", "x", &x).expect("candle").0[..5],
+            quantize_rows("t", "x", &x, ACTIVATION_SCALES)
+                .expect("candle")
+                .0[..5],
             [127, 1, -1, 2, -3]
         );
         let bad = Tensor::from_vec(vec![1.0f32, f32::NAN], (1, 2), &dev).expect("bad");
-        assert!(quantize_rows("t", "x", &bad).is_err());
-        assert!(quantize_rows_host("t", "x", &bad).is_err());
+        assert!(quantize_rows("t", "x", &bad, ACTIVATION_SCALES).is_err());
+        assert!(quantize_rows_host("t", "x", &bad, ACTIVATION_SCALES).is_err());
         // A strided (transposed) f32 view is converted, not read in place.
         let t = x.t().expect("t");
         assert_eq!(
-            quantize_rows_host("t", "x", &t).expect("host"),
-            quantize_rows("t", "x", &t).expect("candle")
+            quantize_rows_host("t", "x", &t, ACTIVATION_SCALES).expect("host"),
+            quantize_rows("t", "x", &t, ACTIVATION_SCALES).expect("candle")
         );
     }
 

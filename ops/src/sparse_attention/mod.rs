@@ -67,6 +67,8 @@ pub fn sparse_paged_attention(
 ) -> Result<(Tensor, Tensor), OpError> {
     let backend = bridge::resolve_backend(backend)?;
     let call = SparseCall::validate(q, kv_cache, indices, block_table, params)?;
+    // Non-contiguous data tensors are made contiguous (docs/ops.md), for every backend.
+    let (q, kv_cache) = (&q.contiguous()?, &kv_cache.contiguous()?);
     match backend {
         Backend::Reference => reference::sparse_paged_attention(q, kv_cache, &call),
         Backend::TileSim | Backend::Ascend950 => {
@@ -134,7 +136,10 @@ impl SparseCall {
         bridge::check_same_dtype(OP, "kv_cache", kv, "q", q.dtype())?;
         let (num_blocks, block_size) = (kd[0], kd[1]);
         bridge::check_dim(OP, "kv_cache", kd, 2, "Dqk", dqk, "q is [B, H, Dqk]")?;
-        let (id, idx) = bridge::check_positions(OP, "indices", indices, "[B, topk]", 2)?;
+        // Entries past `topk_length` are ignored and may hold anything (docs/ops.md): the
+        // 32-bit rule applies to the counted entries only, in the loop below.
+        let (id, idx) =
+            bridge::check_index(OP, "indices", indices, "[B, topk]", 2, bridge::INDEX_DTYPES)?;
         bridge::check_dim(OP, "indices", &id, 0, "B", batch, "q is [B, H, Dqk]")?;
         let topk = id[1];
         let (td, table) = bridge::check_index(
@@ -203,6 +208,16 @@ impl SparseCall {
                 if t == -1 {
                     continue;
                 }
+                if t > bridge::MAX_POSITION {
+                    return Err(OpError::invalid(
+                        OP,
+                        "indices",
+                        format!(
+                            "indices[{b}, {j}] = {t} does not fit the kernels' 32-bit positions (at most {})",
+                            bridge::MAX_POSITION
+                        ),
+                    ));
+                }
                 if t < -1 || t >= capacity {
                     return Err(OpError::invalid(
                         OP,
@@ -220,17 +235,31 @@ impl SparseCall {
             }
         }
         let dtype = bridge::data_dtype(OP, "q", q.dtype())?;
+        let shape = SparseAttentionShape {
+            dtype,
+            batch,
+            heads,
+            dqk,
+            v_dim: p.v_dim,
+            topk: counts.iter().copied().max().unwrap_or(0) as usize,
+            block_size,
+            sink: sink.is_some(),
+        };
+        shape::check(&shape, true).map_err(|e| {
+            bridge::as_call_error(
+                e,
+                &[
+                    ("dtype", "q"),
+                    ("batch", "q"),
+                    ("heads", "q"),
+                    ("dqk", "q"),
+                    ("topk", "indices"),
+                    ("block_size", "kv_cache"),
+                ],
+            )
+        })?;
         Ok(SparseCall {
-            shape: SparseAttentionShape {
-                dtype,
-                batch,
-                heads,
-                dqk,
-                v_dim: p.v_dim,
-                topk: counts.iter().copied().max().unwrap_or(0) as usize,
-                block_size,
-                sink: sink.is_some(),
-            },
+            shape,
             topk_width: topk,
             num_blocks,
             max_blocks,

@@ -74,21 +74,29 @@ crate::op_shape! {
 /// [`MAX_DIM`]: crate::kernels::MAX_DIM
 /// [`MAX_WIDTH`]: crate::kernels::MAX_WIDTH
 pub fn launches(shape: &SparseAttentionShape) -> Result<Vec<Launch>, OpError> {
+    check(shape, false)?;
+    Ok(super::kernel::plan(shape, PlanTarget::Device).launches())
+}
+
+/// The rules of a sparse-attention shape, shared by `tileops emit --op sparse-paged-attention`
+/// and the tensor call (which renames the parameter to the tensor carrying it): the errors of
+/// [`launches`]; `topk` may be 0 when `empty_rows` (a call whose every index is -1).
+pub(crate) fn check(s: &SparseAttentionShape, empty_rows: bool) -> Result<(), OpError> {
     const OP: &str = "sparse_paged_attention";
-    let s = shape;
     check_dtype(OP, s.dtype)?;
     check_dims(
         OP,
         &[
             ("batch", s.batch),
             ("heads", s.heads),
-            ("topk", s.topk),
             ("block_size", s.block_size),
         ],
     )?;
+    if !(empty_rows && s.topk == 0) {
+        check_dims(OP, &[("topk", s.topk)])?;
+    }
     check_width(OP, "dqk", s.dqk)?;
     check_width(OP, "v_dim", s.v_dim)?;
     check_v_dim(s.v_dim, s.dqk, "dqk")?;
-    check_rows(OP, s.batch, s.heads)?;
-    Ok(super::kernel::plan(s, PlanTarget::Device).launches())
+    check_rows(OP, s.batch, s.heads)
 }
