@@ -353,6 +353,11 @@ fn gather_cases(out: &mut Vec<Case>) {
     add("two index rows", inv("indices"), |a| {
         a.idx = i64s(&[0, 1], &[2, 1])
     });
+    add("result of more than MAX_ELEMENTS", inv("indices"), |a| {
+        a.src = f32s(&[16, 4096]);
+        a.size = 4096;
+        a.idx = i64s(&[0], &[1, 1]).broadcast_as((1, 1 << 20)).expect("b");
+    });
     // The emit shape's row-width rule (MAX_WIDTH = 65536 static tile columns), run by the call.
     add("size past MAX_WIDTH", inv("size"), |a| {
         a.src = f32s(&[16, 65537]);
@@ -661,6 +666,20 @@ fn quant_cases(out: &mut Vec<Case>) {
             quant_matmul(&f32s(&[2, 40]), &w, &p, Some(bk)).map(|_| ())
         }));
     }
+    out.push(case(
+        format!("{OP}: result of more than MAX_ELEMENTS"),
+        inv("x"),
+        |bk| {
+            let w = QuantizedWeight::new(vec![1; 1 << 16], vec![1.0; 1 << 16], 1 << 16, 1)?;
+            quant_matmul(
+                &wide(&[1 << 16, 1]),
+                &w,
+                &QuantMatmulParams::default(),
+                Some(bk),
+            )
+            .map(|_| ())
+        },
+    ));
     let w1 = w();
     out.push(case(
         format!("{OP}: out dtype u32"),
