@@ -106,8 +106,9 @@ crate::op_shape! {
 
 /// The launch of [`crate::flash_attention()`] for `shape` on the Ascend 950: the DN-mode kernel
 /// with one descriptor row per query tile that sees a key (fully masked tiles are not
-/// launched), run by at most one block per cluster. Errors: those of [`check`] (with sequence
-/// lengths of at least 1) and [`check_elements`].
+/// launched), run by at most one block per cluster. Errors: a size of 0 or above [`MAX_DIM`],
+/// head dims above 256, `heads % kv_heads != 0`, a dtype other than f32/f16/bf16, more than
+/// [`MAX_DIM`] elements in a tensor (the checks the tensor calls run too).
 pub fn launches(shape: &FlashAttentionShape) -> Result<Vec<Launch>, OpError> {
     check(shape, false)?;
     check_elements(shape)?;
@@ -183,7 +184,8 @@ pub(crate) fn check_elements(s: &FlashAttentionShape) -> Result<(), OpError> {
 
 /// The launch of [`crate::qk_softmax()`] for `shape` on the Ascend 950: the flash kernel's
 /// P-writing variant, one descriptor row per query tile, at most one block per cluster.
-/// Errors: those of [`qk_check`].
+/// Errors: a size of 0 or above [`MAX_DIM`], a head dim above 256, a dtype other than
+/// f32/f16/bf16, more than [`MAX_DIM`] elements in P (the checks the tensor call runs too).
 pub fn qk_launches(shape: &QkSoftmaxShape) -> Result<Vec<Launch>, OpError> {
     qk_check(shape)?;
     Ok(vec![qk_plan(shape).launch()])

@@ -5,7 +5,7 @@
 use super::kernel::plan;
 use crate::error::OpError;
 use crate::kernels::Launch;
-use crate::registry::{check_dims, check_dtype, check_width};
+use crate::registry::{check_dims, check_dtype, check_width, MAX_DIM};
 use crate::runtime::PlanTarget;
 use tile_backend::ir::DType;
 
@@ -64,5 +64,16 @@ pub(crate) fn check(shape: &PagedGatherShape) -> Result<(), OpError> {
     const OP: &str = "paged_gather";
     check_dtype(OP, shape.dtype)?;
     check_dims(OP, &[("n", shape.n)])?;
-    check_width(OP, "size", shape.size)
+    check_width(OP, "size", shape.size)?;
+    if shape.n.checked_mul(shape.size).is_none_or(|e| e > MAX_DIM) {
+        return Err(OpError::invalid(
+            OP,
+            "n",
+            format!(
+                "the result [n, size] = [{}, {}] would hold more than {MAX_DIM} elements",
+                shape.n, shape.size
+            ),
+        ));
+    }
+    Ok(())
 }

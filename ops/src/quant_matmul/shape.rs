@@ -5,7 +5,7 @@
 use super::kernel::plan;
 use crate::error::OpError;
 use crate::kernels::Launch;
-use crate::registry::{check_dims, check_dtype};
+use crate::registry::{check_dims, check_dtype, MAX_DIM};
 use crate::runtime::PlanTarget;
 use tile_backend::ir::DType;
 
@@ -83,6 +83,16 @@ pub(crate) fn check(shape: &QuantMatmulShape) -> Result<(), OpError> {
         "quant_matmul"
     };
     check_dims(op, &[("m", shape.m), ("k", shape.k), ("n", shape.n)])?;
+    if shape.m.checked_mul(shape.n).is_none_or(|e| e > MAX_DIM) {
+        return Err(OpError::invalid(
+            op,
+            "m",
+            format!(
+                "the result [m, n] = [{}, {}] would hold more than {MAX_DIM} elements",
+                shape.m, shape.n
+            ),
+        ));
+    }
     crate::registry::check_range(
         op,
         "k",

@@ -353,6 +353,16 @@ fn gather_cases(out: &mut Vec<Case>) {
     add("two index rows", inv("indices"), |a| {
         a.idx = i64s(&[0, 1], &[2, 1])
     });
+    add("result of more than MAX_ELEMENTS", inv("indices"), |a| {
+        a.src = f32s(&[16, 4096]);
+        a.size = 4096;
+        a.idx = i64s(&[0], &[1, 1]).broadcast_as((1, 1 << 20)).expect("b");
+    });
+    // The emit shape's row-width rule (MAX_WIDTH = 65536 static tile columns), run by the call.
+    add("size past MAX_WIDTH", inv("size"), |a| {
+        a.src = f32s(&[16, 65537]);
+        a.size = 65537;
+    });
 }
 
 fn cache_cases(out: &mut Vec<Case>) {
@@ -391,6 +401,11 @@ fn cache_cases(out: &mut Vec<Case>) {
     });
     add("broadcast rows (distinct slots)", Want::Ok, |a| {
         a.rows = bcast(&[3, 2, 8])
+    });
+    add("row width past MAX_WIDTH", inv("rows"), |a| {
+        a.rows = f32s(&[1, 65537]);
+        a.cache = f32s(&[1, 2, 65537]);
+        a.slots = i64s(&[1], &[1]);
     });
     add("transposed rows", Want::Ok, |a| {
         a.rows = f32s(&[2, 3, 8]).transpose(0, 1).expect("t")
@@ -651,6 +666,20 @@ fn quant_cases(out: &mut Vec<Case>) {
             quant_matmul(&f32s(&[2, 40]), &w, &p, Some(bk)).map(|_| ())
         }));
     }
+    out.push(case(
+        format!("{OP}: result of more than MAX_ELEMENTS"),
+        inv("x"),
+        |bk| {
+            let w = QuantizedWeight::new(vec![1; 1 << 16], vec![1.0; 1 << 16], 1 << 16, 1)?;
+            quant_matmul(
+                &wide(&[1 << 16, 1]),
+                &w,
+                &QuantMatmulParams::default(),
+                Some(bk),
+            )
+            .map(|_| ())
+        },
+    ));
     let w1 = w();
     out.push(case(
         format!("{OP}: out dtype u32"),
@@ -1046,6 +1075,34 @@ fn judge(want: Want, bk: Backend, r: Result<(), OpError>) -> Option<String> {
             Some(format!("expected Invalid({op}, {arg}), got: {e}"))
         }
         (Want::Invalid(op, arg), Ok(())) => Some(format!("expected Invalid({op}, {arg}), got Ok")),
+    }
+}
+
+/// Every registered op (but tile-backend's example kernels) has rows in the sweep, so a new op
+/// cannot join the registry without its hostile inputs.
+#[test]
+fn every_registered_op_is_swept() {
+    let mut cases = Vec::new();
+    sparse_cases(&mut cases);
+    paged_cases(&mut cases);
+    gather_cases(&mut cases);
+    cache_cases(&mut cases);
+    flash_cases(&mut cases);
+    varlen_cases(&mut cases);
+    qk_cases(&mut cases);
+    quant_cases(&mut cases);
+    for op in OPS
+        .iter()
+        .filter(|o| !["matmul", "attention", "gather-matmul", "worked-matmul"].contains(&o.name))
+    {
+        let name = op.name.replace('-', "_");
+        assert!(
+            cases
+                .iter()
+                .any(|c| c.name.starts_with(&format!("{name}: "))),
+            "op `{}` has no row in the hostile sweep",
+            op.name
+        );
     }
 }
 

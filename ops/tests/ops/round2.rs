@@ -499,3 +499,23 @@ fn shared_shape_checks_accept_ordinary_calls() {
     let table = ints(&[1, 0], &[1, 2], DType::I32);
     assert!(paged_gather(&src, &idx, &table, 8, 8, Some(Backend::Reference)).is_ok());
 }
+
+/// The far corner of the range: K = MAX_QUANT_K, every weight at +127 with scale 2^44 and x at
+/// its largest (the accumulator at 127^2 K, just below 2^31; the power of two at e = 60).
+#[test]
+fn the_largest_k_and_weight_scale_hold_the_bound_on_both_backends() {
+    let k = MAX_QUANT_K;
+    let w = QuantizedWeight::new(vec![127; 2 * k], vec![2f32.powi(44), 1.0], 2, k).expect("w");
+    let x = Tensor::ones((1, k), DType::F32, &CPU).expect("x");
+    let (xq, sx) = quantize_per_token(&x).expect("x");
+    let sx = sx.to_vec1::<f32>().expect("scales");
+    let p = QuantMatmulParams::default();
+    let r = values(&quant_matmul(&x, &w, &p, Some(Backend::Reference)).expect("reference"));
+    let t = values(&quant_matmul(&x, &w, &p, Some(Backend::TileSim)).expect("tilesim"));
+    assert_eq!(
+        r.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        t.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+    assert!(r.iter().all(|v| v.is_finite()), "{r:?}");
+    check_bound(&r, &xq, &sx, &w, 1);
+}
