@@ -31,6 +31,10 @@ const FROZEN: &[(&str, f64, f64)] = &[
     ("dma_latency_overlaps", 1.0, 1.0),
     ("scalar_gm_read_cycles", 200.0, 200.0),
     ("scalar_ub_read_cycles", 20.0, 20.0),
+    ("l2_bytes", 134217728.0, 134217728.0),
+    ("l2_line_bytes", 512.0, 512.0),
+    ("l2_hit_latency_cycles", 50.0, 50.0),
+    ("l2_read_bytes_per_cycle", 256.0, 256.0),
 ];
 
 #[test]
@@ -67,6 +71,7 @@ fn every_figure_has_a_docs_row_with_its_source_or_assumption() {
         let want = match fig.basis {
             Basis::Assumption => "assumption",
             Basis::Documented => "documented",
+            Basis::A2A3Derived => "A2/A3-derived",
         };
         assert_eq!(cells.get(4).copied(), Some(want), "{name}: {row}");
         assert!(

@@ -112,7 +112,12 @@ pub(super) fn arch() -> Arch {
             dma_latency_overlaps: Figure::assumed(1.0),
             scalar_gm_read_cycles: Figure::assumed(200.0),
             scalar_ub_read_cycles: Figure::assumed(20.0),
+            l2_bytes: Figure::assumed(128.0 * 1024.0 * 1024.0),
+            l2_line_bytes: Figure::a2a3(512.0),
+            l2_hit_latency_cycles: Figure::a2a3(50.0),
+            l2_read_bytes_per_cycle: Figure::a2a3(256.0),
         },
         rules_documented: false,
+        l2: false,
     }
 }

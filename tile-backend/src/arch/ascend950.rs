@@ -46,6 +46,7 @@ pub(super) fn arch(sku: Sku) -> Arch {
         cast_pairs: cast_pairs_950(),
         rates: rates_950(sku),
         rules_documented: true,
+        l2: false,
     }
 }
 
@@ -271,5 +272,14 @@ fn rates_950(sku: Sku) -> Rates {
         dma_latency_overlaps: Figure::assumed(1.0),
         scalar_gm_read_cycles: Figure::assumed(200.0),
         scalar_ub_read_cycles: Figure::assumed(20.0),
+        // The L2 model (off by default): the 950's 128 MiB (ASCEND950.md §1); line, hit latency
+        // and read bandwidth from PTO-ISA's A2/A3 perf-sim
+        // (include/pto/costmodel/perf_sim/config.hpp:46-49, pypto's CacheConfig defaults:
+        // 512-byte lines, 50-cycle hits, 256 B/cycle read). Its 150 extra cycles on a miss
+        // (:48) are not taken: a miss costs our DMA latency, no more.
+        l2_bytes: Figure::doc(128.0 * 1024.0 * 1024.0),
+        l2_line_bytes: Figure::a2a3(512.0),
+        l2_hit_latency_cycles: Figure::a2a3(50.0),
+        l2_read_bytes_per_cycle: Figure::a2a3(256.0),
     }
 }
