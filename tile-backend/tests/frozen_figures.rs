@@ -24,6 +24,8 @@ const FROZEN: &[(&str, f64, f64)] = &[
     ("vector_exp_cycles_per_repeat", 2.0, 2.0),
     ("vector_row_max_cycles_per_repeat", 3.5, 3.5),
     ("vector_row_sum_cycles_per_repeat", 4.0, 4.0),
+    ("vector_binary_2d_cycles_per_repeat", 1.9, 1.9),
+    ("vector_binary_2d_row_cycles", 3.0, 3.0),
     ("vector_col_reduce_cycles_per_repeat", 0.5, 0.5),
     ("vector_issue_cycles", 55.0, 55.0),
     ("dma_latency_cycles", 500.0, 500.0),

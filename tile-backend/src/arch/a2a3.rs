@@ -105,6 +105,8 @@ pub(super) fn arch() -> Arch {
             // The 950's A5 figures (no A2/A3 source read).
             vector_row_max_cycles_per_repeat: Figure::assumed(3.5),
             vector_row_sum_cycles_per_repeat: Figure::assumed(4.0),
+            vector_binary_2d_cycles_per_repeat: Figure::assumed(1.9),
+            vector_binary_2d_row_cycles: Figure::assumed(3.0),
             vector_col_reduce_cycles_per_repeat: Figure::assumed(0.5),
             vector_issue_cycles: Figure::assumed(55.0),
             dma_latency_cycles: Figure::assumed(500.0),

@@ -260,6 +260,11 @@ fn rates_950(sku: Sku) -> Rates {
         // 3.7 / 4.4 per repeat.
         vector_row_max_cycles_per_repeat: Figure::doc(3.5),
         vector_row_sum_cycles_per_repeat: Figure::doc(4.0),
+        // Hardware, two-source ops on rows apart (st_a5_fit/testcase/tadd_fit/main.cpp:77-93):
+        // 20x1280 valid in 20x1312 = 869 and 20x128 in 20x160 = 191 cycles, 400 and 40
+        // repeats over 20 rows: 869 - 191 = 360 a, a = 1.88; b = (191 - 55 - 40 a) / 20 = 3.0.
+        vector_binary_2d_cycles_per_repeat: Figure::doc(1.9),
+        vector_binary_2d_row_cycles: Figure::doc(3.0),
         // VfSim (A5-FACTS §2, npu/a5/TColReduceOps.hpp): TCOLMAX / TCOLSUM f32 128x64 118 / 119
         // cycles over 128 source repeats: (x - 55) / 128 = 0.49 / 0.5.
         vector_col_reduce_cycles_per_repeat: Figure::doc(0.5),

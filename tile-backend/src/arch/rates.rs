@@ -93,6 +93,11 @@ pub struct Rates {
     pub vector_row_max_cycles_per_repeat: Figure,
     /// Cycles per 256-byte repeat of the source of a row sum (TROWSUM).
     pub vector_row_sum_cycles_per_repeat: Figure,
+    /// Cycles per 256-byte repeat of each row of a two-source op whose destination rows are
+    /// apart (fewer valid columns than columns: PTO's 2-D vector loop).
+    pub vector_binary_2d_cycles_per_repeat: Figure,
+    /// Cycles per row of that 2-D loop.
+    pub vector_binary_2d_row_cycles: Figure,
     /// Cycles per 256-byte repeat of the source of a column reduction (TCOLSUM / TCOLMAX /
     /// TCOLMIN): element-wise ops between rows, two per cycle.
     pub vector_col_reduce_cycles_per_repeat: Figure,
@@ -150,6 +155,8 @@ impl Rates {
             vector_exp_cycles_per_repeat,
             vector_row_max_cycles_per_repeat,
             vector_row_sum_cycles_per_repeat,
+            vector_binary_2d_cycles_per_repeat,
+            vector_binary_2d_row_cycles,
             vector_col_reduce_cycles_per_repeat,
             vector_issue_cycles,
             dma_latency_cycles,
@@ -186,6 +193,11 @@ impl Rates {
                 "vector_row_sum_cycles_per_repeat",
                 vector_row_sum_cycles_per_repeat,
             ),
+            (
+                "vector_binary_2d_cycles_per_repeat",
+                vector_binary_2d_cycles_per_repeat,
+            ),
+            ("vector_binary_2d_row_cycles", vector_binary_2d_row_cycles),
             (
                 "vector_col_reduce_cycles_per_repeat",
                 vector_col_reduce_cycles_per_repeat,

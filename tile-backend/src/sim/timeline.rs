@@ -193,8 +193,30 @@ pub fn op_cost(
         // cycles, 1 / 8 / 32 / 128 repeats 55 / 62 / 86 / 182; the hardware-measured TADD f32
         // 1x64 is 55 and 1x1280 80 (`tests/costmodel/st_a5_fit/testcase/tadd_fit/main.cpp:52`,
         // `:56`).
+        //
+        // Rows apart (a destination of fewer valid columns than columns: one write run per
+        // row), the vector function loops over rows (PTO's 2-D form), and the hardware
+        // measures more: TADD f32 20x1312 (valid 20x1280) 869 cycles, 10x1312 449, 20x160
+        // (valid 128) 191 (`st_a5_fit/testcase/tadd_fit/main.cpp:77-93`; TSUB and TMUL the
+        // same, `tsub_fit/main.cpp:88-90`, `tmul_fit/main.cpp:88-90`): 1.9 cycles per repeat
+        // of each row plus 3 per row (`Rates::vector_binary_2d_*`).
         Op::Binary { .. } | Op::Broadcast { .. } => {
-            vector_op(e, r, bytes(&e.accesses, |a| a.write), 1.0)
+            let rows: Vec<f64> = e
+                .accesses
+                .iter()
+                .filter(|a| a.write)
+                .map(|a| (a.end - a.start) as f64)
+                .collect();
+            if rows.len() > 1 && e.pipe == Pipe::V {
+                let rep = r.vector_bytes_per_cycle.value;
+                let repeats: f64 = rows.iter().map(|b| (b / rep).ceil()).sum();
+                let cycles = r.vector_issue_cycles.value
+                    + repeats * r.vector_binary_2d_cycles_per_repeat.value
+                    + rows.len() as f64 * r.vector_binary_2d_row_cycles.value;
+                (cycles, 0.0)
+            } else {
+                vector_op(e, r, bytes(&e.accesses, |a| a.write), 1.0)
+            }
         }
         // exp costs its figure per 64 elements (a repeat of f32) whatever the dtype: VfSim's
         // TEXP is 317 cycles at f32 64x128 and 574 at fp16 128x128 (A5-FACTS §2; fitted
