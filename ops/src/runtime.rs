@@ -32,7 +32,11 @@ fn cache() -> &'static Cache {
 /// The Ascend 950 machine model every op compiles for.
 pub fn arch() -> &'static Arch {
     static ARCH: OnceLock<Arch> = OnceLock::new();
-    ARCH.get_or_init(Arch::ascend950)
+    // `TILEOPS_L2=1` switches on the simulator's L2 model (off by default: its figures are
+    // A2/A3-derived; docs/simulator.md, "L2").
+    ARCH.get_or_init(|| {
+        Arch::ascend950().with_l2(std::env::var_os("TILEOPS_L2").is_some_and(|v| v == "1"))
+    })
 }
 
 /// Clusters of the Ascend 950 (one block runs on each at a time): the grid an op's launch plan

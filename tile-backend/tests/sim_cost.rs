@@ -324,15 +324,96 @@ fn the_report_brackets_the_estimate_at_half_and_double_the_dma_latency() {
     assert_eq!(rep.seconds, plain.seconds);
     assert_eq!(plain.dma_latency_sensitivity, None);
     let [half, double] = rep.dma_latency_sensitivity.expect("computed");
-    assert!(half < rep.seconds && rep.seconds < double, "{half} {} {double}", rep.seconds);
+    assert!(
+        half < rep.seconds && rep.seconds < double,
+        "{half} {} {double}",
+        rep.seconds
+    );
     // At least the load's and the store's latency are exposed: 2 x 250 cycles saved at half,
     // 2 x 500 added at double.
     let cycle = 1.0 / (arch.rates.clock_ghz.value * 1e9);
     let lat = arch.rates.dma_latency_cycles.value;
-    assert!(rep.seconds - half >= lat * cycle - 1e-12, "{}", rep.seconds - half);
+    assert!(
+        rep.seconds - half >= lat * cycle - 1e-12,
+        "{}",
+        rep.seconds - half
+    );
     assert!(double - rep.seconds >= 2.0 * lat * cycle - 1e-12);
     // Summing launches sums the bracket.
     let two = cost::CostReport::sum(&[rep.clone(), rep.clone()]).unwrap();
-    assert_eq!(two.dma_latency_sensitivity, Some([2.0 * half, 2.0 * double]));
+    assert_eq!(
+        two.dma_latency_sensitivity,
+        Some([2.0 * half, 2.0 * double])
+    );
     assert!(rep.to_string().contains("DMA latency x0.5"));
+}
+
+/// The L2 model (off by default, A2/A3-derived figures): AIV0 of each of two blocks loads the
+/// same GM tile twice. Hits are decided block by block in index order: block 0's first load
+/// misses, its second and both of block 1's hit. A hit waits the 50-cycle hit latency instead
+/// of the DMA latency, moves at MTE2's own rate (below L2's 256 B/cycle) and is not counted
+/// against the chip's GM bandwidth; with the model off nothing changes.
+#[test]
+fn with_l2_on_rereads_hit_in_block_order_and_wait_the_hit_latency() {
+    let (m, n) = (64u64, 128u64);
+    let mut kb = KernelBuilder::new("reread");
+    let x = kb.input("x", DType::F32, [m, n]);
+    let out = kb.output("out", DType::F32, [2 * m, n]);
+    let ty = || TileType::new(MemSpace::Vec, DType::F32, m, n, Layout::ND);
+    let (t0, t1, t2) = (
+        kb.tile("t0", ty()),
+        kb.tile("t1", ty()),
+        kb.tile("t2", ty()),
+    );
+    kb.vector(|v| {
+        v.if_(Expr::SubBlockIdx.eq_(0), |v| {
+            v.load(t0, GmView::nd(x, 0, m, n, n));
+            v.load(t1, GmView::nd(x, 0, m, n, n));
+            v.add(t2, t0, t1);
+            v.store(
+                GmView::nd(out, Expr::BlockIdx * (m * n) as i64, m, n, n),
+                t2,
+            );
+        });
+    });
+    let arch = Arch::ascend950();
+    assert!(!arch.l2, "off by default");
+    let k = passes::compile(&kb.build(), &arch).unwrap();
+    let mut args = io::generate(&k, 1).unwrap();
+    let (_, trace) = sim::run_traced(&k, &arch, &mut args, SimOptions { block_dim: 2 }).unwrap();
+    let on = arch.clone().with_l2(true);
+    let (tl_off, tl_on) = (
+        timeline::timelines(&k, &arch, &trace, 2),
+        timeline::timelines(&k, &on, &trace, 2),
+    );
+    let off_rep = cost::report_from(&k, &arch, Sku::Ascend950PR, &trace, &tl_off, 2);
+    let on_rep = cost::report_from(&k, &on, Sku::Ascend950PR, &trace, &tl_on, 2);
+    let tile = (m * n * 4) as f64;
+    assert_eq!(off_rep.bytes.l2_hits, 0.0);
+    assert_eq!(on_rep.bytes.l2_hits, 3.0 * tile);
+    assert!(on_rep.cycles < off_rep.cycles);
+    let lat = |tl: &timeline::BlockTimeline, b: usize| -> Vec<f64> {
+        let ev = &trace.blocks[b].cores[1].events;
+        tl.cores[1]
+            .iter()
+            .filter(|s| matches!(ev[s.event].op, Op::Load { .. }))
+            .map(|s| s.end - s.busy_until)
+            .collect()
+    };
+    assert_eq!(lat(&tl_off[0], 0), vec![500.0, 500.0]);
+    assert_eq!(lat(&tl_on[0], 0), vec![500.0, 50.0]);
+    assert_eq!(lat(&tl_on[1], 1), vec![50.0, 50.0]);
+    // A hit moves at MTE2's own 16 B/cycle (AIV, 950PR), as the miss does: bound by MTE2.
+    let busy = |tl: &timeline::BlockTimeline| -> Vec<f64> {
+        let ev = &trace.blocks[1].cores[1].events;
+        tl.cores[1]
+            .iter()
+            .filter(|s| matches!(ev[s.event].op, Op::Load { .. }))
+            .map(|s| s.busy_until - s.start)
+            .collect()
+    };
+    let want = tile / arch.rates.mte2_vector.value + 1.0;
+    for b in busy(&tl_on[1]) {
+        assert!((b - want).abs() < 1e-6, "{b} vs {want}");
+    }
 }

@@ -95,6 +95,7 @@ fn acc_valid_rows_from_a_scalar_under_a_static_left_break_the_rule() {
         Rule::AccStride,
         &[
             "TMOV of Acc `acc`",
+            "`mv` rows (stride ceil16 of it",
             "64 rows (stride 64)",
             "rows rounded up to 16",
         ],

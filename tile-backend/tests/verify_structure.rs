@@ -333,6 +333,7 @@ fn covered_in(rule: Rule) -> &'static str {
         | DualSplitLayout | DualSplitWidth | DualSplitShape | PhaseOffset => {
             include_str!("verify_moves.rs")
         }
+        AccStride => include_str!("verify_acc_stride.rs"),
         MatmulSpace | MatmulLayout | MatmulDtype | MatmulShape | MatmulBias => {
             include_str!("verify_matmul.rs")
         }
@@ -384,6 +385,7 @@ fn every_rule_is_exercised_by_its_family_file() {
         DualSplitWidth,
         DualSplitShape,
         PhaseOffset,
+        AccStride,
         MatmulSpace,
         MatmulLayout,
         MatmulDtype,

@@ -105,6 +105,8 @@ pub(super) fn arch() -> Arch {
             // The 950's A5 figures (no A2/A3 source read).
             vector_row_max_cycles_per_repeat: Figure::assumed(3.5),
             vector_row_sum_cycles_per_repeat: Figure::assumed(4.0),
+            vector_binary_2d_cycles_per_repeat: Figure::assumed(1.9),
+            vector_binary_2d_row_cycles: Figure::assumed(3.0),
             vector_col_reduce_cycles_per_repeat: Figure::assumed(0.5),
             vector_issue_cycles: Figure::assumed(55.0),
             dma_latency_cycles: Figure::assumed(500.0),
@@ -112,7 +114,12 @@ pub(super) fn arch() -> Arch {
             dma_latency_overlaps: Figure::assumed(1.0),
             scalar_gm_read_cycles: Figure::assumed(200.0),
             scalar_ub_read_cycles: Figure::assumed(20.0),
+            l2_bytes: Figure::assumed(128.0 * 1024.0 * 1024.0),
+            l2_line_bytes: Figure::a2a3(512.0),
+            l2_hit_latency_cycles: Figure::a2a3(50.0),
+            l2_read_bytes_per_cycle: Figure::a2a3(256.0),
         },
         rules_documented: false,
+        l2: false,
     }
 }

@@ -46,6 +46,7 @@ pub(super) fn arch(sku: Sku) -> Arch {
         cast_pairs: cast_pairs_950(),
         rates: rates_950(sku),
         rules_documented: true,
+        l2: false,
     }
 }
 
@@ -259,6 +260,11 @@ fn rates_950(sku: Sku) -> Rates {
         // 3.7 / 4.4 per repeat.
         vector_row_max_cycles_per_repeat: Figure::doc(3.5),
         vector_row_sum_cycles_per_repeat: Figure::doc(4.0),
+        // Hardware, two-source ops on rows apart (st_a5_fit/testcase/tadd_fit/main.cpp:77-93):
+        // 20x1280 valid in 20x1312 = 869 and 20x128 in 20x160 = 191 cycles, 400 and 40
+        // repeats over 20 rows: 869 - 191 = 360 a, a = 1.88; b = (191 - 55 - 40 a) / 20 = 3.0.
+        vector_binary_2d_cycles_per_repeat: Figure::doc(1.9),
+        vector_binary_2d_row_cycles: Figure::doc(3.0),
         // VfSim (A5-FACTS §2, npu/a5/TColReduceOps.hpp): TCOLMAX / TCOLSUM f32 128x64 118 / 119
         // cycles over 128 source repeats: (x - 55) / 128 = 0.49 / 0.5.
         vector_col_reduce_cycles_per_repeat: Figure::doc(0.5),
@@ -271,5 +277,14 @@ fn rates_950(sku: Sku) -> Rates {
         dma_latency_overlaps: Figure::assumed(1.0),
         scalar_gm_read_cycles: Figure::assumed(200.0),
         scalar_ub_read_cycles: Figure::assumed(20.0),
+        // The L2 model (off by default): the 950's 128 MiB (ASCEND950.md §1); line, hit latency
+        // and read bandwidth from PTO-ISA's A2/A3 perf-sim
+        // (include/pto/costmodel/perf_sim/config.hpp:46-49, pypto's CacheConfig defaults:
+        // 512-byte lines, 50-cycle hits, 256 B/cycle read). Its 150 extra cycles on a miss
+        // (:48) are not taken: a miss costs our DMA latency, no more.
+        l2_bytes: Figure::doc(128.0 * 1024.0 * 1024.0),
+        l2_line_bytes: Figure::a2a3(512.0),
+        l2_hit_latency_cycles: Figure::a2a3(50.0),
+        l2_read_bytes_per_cycle: Figure::a2a3(256.0),
     }
 }

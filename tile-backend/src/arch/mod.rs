@@ -198,6 +198,10 @@ pub struct Arch {
     /// True where the rule tables are transcribed from documentation for this target; false where
     /// they are borrowed from another target until documented.
     pub rules_documented: bool,
+    /// The L2 model is on: DMA reads of GM lines already read hit L2 (`sim::timeline`,
+    /// docs/simulator.md "L2"). Off by default; [`Arch::with_l2`] switches it.
+    #[serde(default)]
+    pub l2: bool,
 }
 
 impl Arch {
@@ -209,6 +213,12 @@ impl Arch {
     /// Ascend 950 with the rates of a given SKU.
     pub fn ascend950_sku(sku: Sku) -> Arch {
         ascend950::arch(sku)
+    }
+
+    /// This machine with the L2 model on or off (off by default).
+    pub fn with_l2(mut self, on: bool) -> Arch {
+        self.l2 = on;
+        self
     }
 
     /// Ascend A2/A3 (capacities, C0 and rates; move rules borrowed from 950).

@@ -16,6 +16,9 @@ pub enum Basis {
     Documented,
     /// Our assumption (no platform file gives it); frozen before kernels are tuned against it.
     Assumption,
+    /// From PTO-ISA's A2/A3 perf-sim (no A5 source): the L2 model's figures, used only when
+    /// the model is switched on ([`crate::arch::Arch::l2`]).
+    A2A3Derived,
 }
 
 /// A number with its provenance.
@@ -40,6 +43,13 @@ impl Figure {
         Figure {
             value,
             basis: Basis::Assumption,
+        }
+    }
+    /// A figure taken from PTO-ISA's A2/A3 perf-sim.
+    pub const fn a2a3(value: f64) -> Self {
+        Figure {
+            value,
+            basis: Basis::A2A3Derived,
         }
     }
 }
@@ -83,6 +93,11 @@ pub struct Rates {
     pub vector_row_max_cycles_per_repeat: Figure,
     /// Cycles per 256-byte repeat of the source of a row sum (TROWSUM).
     pub vector_row_sum_cycles_per_repeat: Figure,
+    /// Cycles per 256-byte repeat of each row of a two-source op whose destination rows are
+    /// apart (fewer valid columns than columns: PTO's 2-D vector loop).
+    pub vector_binary_2d_cycles_per_repeat: Figure,
+    /// Cycles per row of that 2-D loop.
+    pub vector_binary_2d_row_cycles: Figure,
     /// Cycles per 256-byte repeat of the source of a column reduction (TCOLSUM / TCOLMAX /
     /// TCOLMIN): element-wise ops between rows, two per cycle.
     pub vector_col_reduce_cycles_per_repeat: Figure,
@@ -99,6 +114,14 @@ pub struct Rates {
     /// A scalar read of one UB (Vec tile) element, cycles: the scalar unit reaches UB directly,
     /// without the data cache (no public figure gives its latency: an assumption).
     pub scalar_ub_read_cycles: Figure,
+    /// L2 capacity in bytes (the L2 model, off by default: [`crate::arch::Arch::l2`]).
+    pub l2_bytes: Figure,
+    /// L2 line, bytes: a DMA read hits per line already in L2.
+    pub l2_line_bytes: Figure,
+    /// Latency of a DMA whose every line hits L2, cycles (in place of `dma_latency_cycles`).
+    pub l2_hit_latency_cycles: Figure,
+    /// L2 read bandwidth per core, bytes per cycle.
+    pub l2_read_bytes_per_cycle: Figure,
 }
 
 impl Rates {
@@ -132,6 +155,8 @@ impl Rates {
             vector_exp_cycles_per_repeat,
             vector_row_max_cycles_per_repeat,
             vector_row_sum_cycles_per_repeat,
+            vector_binary_2d_cycles_per_repeat,
+            vector_binary_2d_row_cycles,
             vector_col_reduce_cycles_per_repeat,
             vector_issue_cycles,
             dma_latency_cycles,
@@ -139,6 +164,10 @@ impl Rates {
             dma_latency_overlaps,
             scalar_gm_read_cycles,
             scalar_ub_read_cycles,
+            l2_bytes,
+            l2_line_bytes,
+            l2_hit_latency_cycles,
+            l2_read_bytes_per_cycle,
         } = *self;
         vec![
             ("clock_ghz", clock_ghz),
@@ -165,6 +194,11 @@ impl Rates {
                 vector_row_sum_cycles_per_repeat,
             ),
             (
+                "vector_binary_2d_cycles_per_repeat",
+                vector_binary_2d_cycles_per_repeat,
+            ),
+            ("vector_binary_2d_row_cycles", vector_binary_2d_row_cycles),
+            (
                 "vector_col_reduce_cycles_per_repeat",
                 vector_col_reduce_cycles_per_repeat,
             ),
@@ -174,6 +208,10 @@ impl Rates {
             ("dma_latency_overlaps", dma_latency_overlaps),
             ("scalar_gm_read_cycles", scalar_gm_read_cycles),
             ("scalar_ub_read_cycles", scalar_ub_read_cycles),
+            ("l2_bytes", l2_bytes),
+            ("l2_line_bytes", l2_line_bytes),
+            ("l2_hit_latency_cycles", l2_hit_latency_cycles),
+            ("l2_read_bytes_per_cycle", l2_read_bytes_per_cycle),
         ]
     }
 }

@@ -25,6 +25,8 @@ pub struct PathBytes {
     pub ub_to_gm: f64,
     /// UB -> L1 (MTE3).
     pub ub_to_l1: f64,
+    /// GM bytes of DMA reads served by L2 (the L2 model; 0 when it is off).
+    pub l2_hits: f64,
 }
 
 /// Busy fraction of one pipe, averaged over the cores of a kind and the run's duration.
@@ -128,6 +130,7 @@ impl CostReport {
             p.fixpipe += q.fixpipe;
             p.ub_to_gm += q.ub_to_gm;
             p.ub_to_l1 += q.ub_to_l1;
+            p.l2_hits += q.l2_hits;
         }
         Some(s)
     }
@@ -205,7 +208,13 @@ pub fn report_from(
     // each pipe its own share of the cluster's bandwidth, so loads and stores running at once
     // could otherwise add up to more than the chip has); the waves run one after another.
     let chip_bytes_per_cycle = r.chip_gm_bytes_per_s.value / (r.clock_ghz.value * 1e9);
-    let block_bytes: Vec<f64> = trace.blocks.iter().map(gm_dma_bytes).collect();
+    // L2 hits (the L2 model) do not touch HBM.
+    let block_bytes: Vec<f64> = trace
+        .blocks
+        .iter()
+        .zip(tls)
+        .map(|(b, t)| gm_dma_bytes(b) - t.l2_hit_bytes)
+        .collect();
     let wave_ends: Vec<(f64, usize)> = tls
         .chunks(clusters)
         .enumerate()
@@ -255,7 +264,10 @@ pub fn report_from(
     }
 
     // Bytes and FLOPs.
-    let mut bytes = PathBytes::default();
+    let mut bytes = PathBytes {
+        l2_hits: tls.iter().map(|t| t.l2_hit_bytes).sum(),
+        ..PathBytes::default()
+    };
     let mut gm_reads: BTreeMap<u32, Vec<(usize, usize)>> = BTreeMap::new();
     let mut gm_writes: BTreeMap<u32, Vec<(usize, usize)>> = BTreeMap::new();
     let mut flops = 0.0;
@@ -412,6 +424,13 @@ impl fmt::Display for CostReport {
             human_bytes(b.ub_to_gm),
             human_bytes(b.ub_to_l1)
         )?;
+        if b.l2_hits > 0.0 {
+            writeln!(
+                f,
+                "  L2 (model on)    hits {} of the DMA reads (A2/A3-derived figures)",
+                human_bytes(b.l2_hits)
+            )?;
+        }
         writeln!(
             f,
             "  pipe busy        {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}",

@@ -51,6 +51,8 @@ pub struct BlockTimeline {
     pub flows: Vec<FlowEdge>,
     /// Cycle the block's last op completes.
     pub end: f64,
+    /// GM bytes of this block's DMA reads served by L2 (the L2 model; 0 when it is off).
+    pub l2_hit_bytes: f64,
 }
 
 /// Rates in effect for one launch: per-core DMA bandwidth shares the chip's GM bandwidth
@@ -90,47 +92,68 @@ fn is_gm(a: &Access) -> bool {
 }
 
 /// Cycles an op occupies its pipe, and extra cycles until its effect is complete (DMA latency).
+/// `l2_hit` is the GM bytes of a DMA read that hit L2 (0 with the L2 model off).
 pub fn op_cost(
     kernel: &Kernel,
     e: &Event,
     r: &Rates,
     lr: &LaunchRates,
     core: CoreId,
+    l2_hit: f64,
 ) -> (f64, f64) {
-    let lat = r.dma_latency_cycles.value;
     let overlap = r.dma_latency_overlaps.value > 0.5;
-    let dma = |b: f64, rate: f64, n: f64| {
-        let transfer = b / rate.max(1e-9);
+    // A DMA read of `b` GM bytes, `hit` of them in L2, on a pipe at `rate` (its share of the
+    // chip's GM bandwidth) whose own rate is `pipe`: missed bytes move at `rate` and cost the
+    // DMA latency; hit bytes move at the pipe's own rate or L2's, whichever is lower (on the
+    // 950 that is MTE2: 31 B/cycle per AIC against L2's 256), without touching HBM; a DMA all
+    // of whose lines hit waits the L2 hit latency instead.
+    let dma = |b: f64, hit: f64, (rate, pipe): (f64, f64), n: f64| {
+        let hit = hit.clamp(0.0, b);
+        let hit_rate = pipe.min(r.l2_read_bytes_per_cycle.value);
+        let transfer = (b - hit) / rate.max(1e-9) + hit / hit_rate.max(1e-9);
+        let lat = if hit > 0.0 && hit >= b {
+            r.l2_hit_latency_cycles.value
+        } else {
+            r.dma_latency_cycles.value
+        };
         if overlap {
             (transfer + n, lat)
         } else {
             (transfer + n * lat, 0.0)
         }
     };
+    let cube = (lr.mte2_cube, r.mte2_cube.value);
     match e.op {
         Op::Load { .. } => {
             let rate = if core == CoreId::Aic {
-                lr.mte2_cube
+                cube
             } else {
-                lr.mte2_vector
+                (lr.mte2_vector, r.mte2_vector.value)
             };
-            dma(bytes(&e.accesses, |a| is_gm(a) && !a.write), rate, 1.0)
+            dma(
+                bytes(&e.accesses, |a| is_gm(a) && !a.write),
+                l2_hit,
+                rate,
+                1.0,
+            )
         }
         Op::GatherInL1 { .. } => {
             // One DMA per gathered row (plus the index and block-table reads).
             let n = e.accesses.iter().filter(|a| is_gm(a) && !a.write).count() as f64;
             dma(
                 bytes(&e.accesses, |a| is_gm(a) && !a.write),
-                lr.mte2_cube,
+                l2_hit,
+                cube,
                 n,
             )
         }
         Op::Store { .. } => {
             let b = bytes(&e.accesses, |a| is_gm(a) && a.write);
             if e.pipe == Pipe::Fix {
+                let lat = r.dma_latency_cycles.value;
                 (b.max(bytes(&e.accesses, |a| !a.write)) / r.fix.value, lat)
             } else {
-                dma(b, lr.mte3, 1.0)
+                dma(b, 0.0, (lr.mte3, r.mte3.value), 1.0)
             }
         }
         Op::Move { .. } => {
@@ -170,8 +193,30 @@ pub fn op_cost(
         // cycles, 1 / 8 / 32 / 128 repeats 55 / 62 / 86 / 182; the hardware-measured TADD f32
         // 1x64 is 55 and 1x1280 80 (`tests/costmodel/st_a5_fit/testcase/tadd_fit/main.cpp:52`,
         // `:56`).
+        //
+        // Rows apart (a destination of fewer valid columns than columns: one write run per
+        // row), the vector function loops over rows (PTO's 2-D form), and the hardware
+        // measures more: TADD f32 20x1312 (valid 20x1280) 869 cycles, 10x1312 449, 20x160
+        // (valid 128) 191 (`st_a5_fit/testcase/tadd_fit/main.cpp:77-93`; TSUB and TMUL the
+        // same, `tsub_fit/main.cpp:88-90`, `tmul_fit/main.cpp:88-90`): 1.9 cycles per repeat
+        // of each row plus 3 per row (`Rates::vector_binary_2d_*`).
         Op::Binary { .. } | Op::Broadcast { .. } => {
-            vector_op(e, r, bytes(&e.accesses, |a| a.write), 1.0)
+            let rows: Vec<f64> = e
+                .accesses
+                .iter()
+                .filter(|a| a.write)
+                .map(|a| (a.end - a.start) as f64)
+                .collect();
+            if rows.len() > 1 && e.pipe == Pipe::V {
+                let rep = r.vector_bytes_per_cycle.value;
+                let repeats: f64 = rows.iter().map(|b| (b / rep).ceil()).sum();
+                let cycles = r.vector_issue_cycles.value
+                    + repeats * r.vector_binary_2d_cycles_per_repeat.value
+                    + rows.len() as f64 * r.vector_binary_2d_row_cycles.value;
+                (cycles, 0.0)
+            } else {
+                vector_op(e, r, bytes(&e.accesses, |a| a.write), 1.0)
+            }
         }
         // exp costs its figure per 64 elements (a repeat of f32) whatever the dtype: VfSim's
         // TEXP is 317 cycles at f32 64x128 and 574 at fp16 128x128 (A5-FACTS §2; fitted
@@ -288,15 +333,19 @@ struct CoreClock {
 }
 
 /// Builds one block's timeline from its trace.
+/// `l2` gives, per core and event, the GM bytes of each DMA read that hit L2 ([`l2_hits`];
+/// `None` with the L2 model off).
 pub fn block_timeline(
     kernel: &Kernel,
     arch: &Arch,
     lr: &LaunchRates,
     trace: &super::trace::BlockTrace,
+    l2: Option<&[Vec<f64>; 3]>,
 ) -> BlockTimeline {
     let r = &arch.rates;
     let mut out = BlockTimeline {
         block: trace.block,
+        l2_hit_bytes: l2.map_or(0.0, |h| h.iter().flatten().sum()),
         ..Default::default()
     };
     let mut clocks = vec![CoreClock::default(); 3];
@@ -398,7 +447,8 @@ pub fn block_timeline(
                                 }
                             }
                         }
-                        op_cost(kernel, e, r, lr, *core)
+                        let hit = l2.and_then(|h| h[ci].get(idx)).copied().unwrap_or(0.0);
+                        op_cost(kernel, e, r, lr, *core, hit)
                     }
                 };
                 let span = Span {
@@ -468,9 +518,105 @@ pub fn timelines(
 ) -> Vec<BlockTimeline> {
     let clusters = arch.rates.clusters.value.max(1.0) as usize;
     let lr = LaunchRates::new(&arch.rates, block_dim.min(clusters));
+    let hits = arch.l2.then(|| l2_hits(&arch.rates, trace));
     trace
         .blocks
         .iter()
-        .map(|b| block_timeline(kernel, arch, &lr, b))
+        .enumerate()
+        .map(|(i, b)| block_timeline(kernel, arch, &lr, b, hits.as_ref().and_then(|h| h.get(i))))
         .collect()
+}
+
+/// The L2 model, as PTO-ISA's A2/A3 perf-sim has it (`include/pto/costmodel/perf_sim/
+/// cache_model.hpp`): an LRU of `l2_line_bytes` lines holding `l2_bytes`, filled by DMA reads
+/// of GM (loads and gathers; perf-sim caches reads only). Hits are decided in a fixed order:
+/// block by block in index order, in each block the AIC's events, then AIV0's, then AIV1's,
+/// each in trace order (the device interleaves the blocks of a wave; the order decides only
+/// which of two readers of a line pays the miss). A line is a hit when it is in L2 before the
+/// event (perf-sim looks at a DMA's first line only; we count every line). Returns, per block,
+/// per core and event, the hit bytes.
+pub fn l2_hits(r: &Rates, trace: &Trace) -> Vec<[Vec<f64>; 3]> {
+    let line = r.l2_line_bytes.value.max(1.0) as usize;
+    let capacity = (r.l2_bytes.value / line as f64).max(1.0) as usize;
+    let mut lru = Lru::new(capacity);
+    let mut out = Vec::with_capacity(trace.blocks.len());
+    for b in &trace.blocks {
+        let mut per_core: [Vec<f64>; 3] = Default::default();
+        for (ci, core) in b.cores.iter().enumerate() {
+            per_core[ci] = core
+                .events
+                .iter()
+                .map(|e| {
+                    if !matches!(e.op, Op::Load { .. } | Op::GatherInL1 { .. }) {
+                        return 0.0;
+                    }
+                    let reads = e.accesses.iter().filter(|a| is_gm(a) && !a.write);
+                    let mut touched = Vec::new();
+                    let mut hit = 0usize;
+                    for a in reads {
+                        let Mem::Gm(p) = a.mem else { continue };
+                        for l in a.start / line..a.end.div_ceil(line) {
+                            let (s, t) = ((l * line).max(a.start), ((l + 1) * line).min(a.end));
+                            if lru.contains(&(p, l)) {
+                                hit += t - s;
+                            }
+                            touched.push((p, l));
+                        }
+                    }
+                    for k in touched {
+                        lru.touch(k);
+                    }
+                    hit as f64
+                })
+                .collect();
+        }
+        out.push(per_core);
+    }
+    out
+}
+
+/// A least-recently-used set of `(tensor, line)` keys with a fixed capacity.
+struct Lru {
+    capacity: usize,
+    stamp: u64,
+    at: HashMap<(u32, usize), u64>,
+    order: std::collections::VecDeque<(u64, (u32, usize))>,
+}
+
+impl Lru {
+    fn new(capacity: usize) -> Self {
+        Lru {
+            capacity,
+            stamp: 0,
+            at: HashMap::new(),
+            order: Default::default(),
+        }
+    }
+
+    fn contains(&self, k: &(u32, usize)) -> bool {
+        self.at.contains_key(k)
+    }
+
+    /// Marks `k` most recently used (inserting it), evicting the least recently used keys
+    /// beyond the capacity.
+    fn touch(&mut self, k: (u32, usize)) {
+        self.stamp += 1;
+        self.at.insert(k, self.stamp);
+        self.order.push_back((self.stamp, k));
+        while self.at.len() > self.capacity {
+            let Some((s, old)) = self.order.pop_front() else {
+                break;
+            };
+            if self.at.get(&old) == Some(&s) {
+                self.at.remove(&old);
+            }
+        }
+        // Drop stale entries at the front so the queue stays near the set's size.
+        while let Some(&(s, old)) = self.order.front() {
+            if self.at.get(&old) == Some(&s) {
+                break;
+            }
+            self.order.pop_front();
+        }
+    }
 }

@@ -45,15 +45,22 @@ impl Rows {
     }
 }
 
-impl std::fmt::Display for Rows {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl Rows {
+    /// The rows and their stride in words; a variable or a scalar argument by its name (`mv`,
+    /// not `v2`).
+    fn describe(&self, kernel: &crate::ir::Kernel) -> String {
         match self {
-            Rows::Const(r) => write!(f, "{} rows (stride {})", r, r.div_ceil(16) * 16),
-            Rows::Dyn(e) => write!(
-                f,
-                "`{e}` rows (stride ceil16 of it, known only at run time)"
-            ),
-            Rows::Unset => f.write_str("unset rows"),
+            Rows::Const(r) => format!("{} rows (stride {})", r, r.div_ceil(16) * 16),
+            Rows::Dyn(e) => {
+                let name = match e {
+                    Expr::Var(v) => kernel.vars.get(v.0 as usize).map(|d| d.name.clone()),
+                    Expr::Param(p) => kernel.try_param(*p).map(|d| d.name.clone()),
+                    _ => None,
+                };
+                let name = name.unwrap_or_else(|| e.to_string());
+                format!("`{name}` rows (stride ceil16 of it, known only at run time)")
+            }
+            Rows::Unset => "unset rows".to_string(),
         }
     }
 }
@@ -161,7 +168,9 @@ pub(super) fn check(cx: &mut Ctx<'_>) {
                     Rule::AccStride,
                     format!(
                         "{} of Acc `{acc}` reads L0C at the stride of {}, but a matmul into it wrote column blocks of {} (the Left tile's valid rows rounded up to 16): keep the Acc's valid rows equal to the rows the matmul wrote, or give the matmul the Acc's valid rows",
-                        read.name, read.rows, w
+                        read.name,
+                        read.rows.describe(kernel),
+                        w.describe(kernel)
                     ),
                 );
             }
