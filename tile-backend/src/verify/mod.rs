@@ -3,13 +3,15 @@
 //! Each violation is a [`Diagnostic`] naming the rule, the op and the numbers involved. Rules live
 //! in one file per family: `memory` (tile shapes, capacity, alignment, loads and stores),
 //! `moves`, `matmul`, `quant`, `gather`, `reinterpret`, `vector`, `scalar`, `sync` and
-//! `structure` (ids, scopes and which core may touch which space).
+//! `structure` (ids, scopes and which core may touch which space), and `ranges` (every number
+//! in range: run first, and alone when it finds an error).
 
 mod gather;
 mod matmul;
 mod memory;
 mod moves;
 mod quant;
+mod ranges;
 mod reinterpret;
 mod scalar;
 mod structure;
@@ -108,6 +110,13 @@ pub enum Rule {
     CrossFlag,
     ChannelSide,
     ChannelDepth,
+    // ranges (static validity of the numbers)
+    ParamShape,
+    ParamRange,
+    ConstExpr,
+    TileRange,
+    TileSlot,
+    ViewRange,
 }
 
 impl Rule {
@@ -238,6 +247,12 @@ pub fn verify_with(kernel: &Kernel, arch: &Arch) -> Report {
         loc: None,
         subject: String::new(),
     };
+    // The other families compute with these numbers: they run only when all are in range.
+    if !ranges::check(&mut cx) {
+        return Report {
+            diagnostics: cx.diags,
+        };
+    }
     memory::check_declarations(&mut cx);
     reinterpret::check_declarations(&mut cx);
     structure::check_channels(&mut cx);
@@ -258,9 +273,9 @@ pub fn verify_with(kernel: &Kernel, arch: &Arch) -> Report {
 pub(crate) struct Ctx<'a> {
     pub kernel: &'a Kernel,
     pub arch: &'a Arch,
-    diags: Vec<Diagnostic>,
-    loc: Option<OpLoc>,
-    subject: String,
+    pub(super) diags: Vec<Diagnostic>,
+    pub(super) loc: Option<OpLoc>,
+    pub(super) subject: String,
 }
 
 impl<'a> Ctx<'a> {
