@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 pub const MAX_SLOTS: usize = tileops_ops::MAX_POSITION as usize + 1;
 
 /// Errors of the cache manager. A call that returns one has changed nothing.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum CacheError {
     /// The pool has fewer free blocks than the request needs (nothing was allocated).
     #[error("out of KV-cache blocks: need {needed}, {free} free of {total}")]

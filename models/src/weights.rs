@@ -10,6 +10,7 @@ use candle_core::{Device, Tensor};
 use safetensors::{tensor::TensorView, Dtype, SafeTensors};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use tileops_ops::quant_matmul::round_scale_19;
 use tileops_ops::{quantize_per_channel, QuantizedWeight};
 
 /// A weight-file error. Every error of [`Weights::load`] names the file, and the tensor
@@ -419,6 +420,16 @@ impl File<'_> {
                 &sname,
                 format!(
                     "scale {i} (row {i} of `{}`) is {}; scales must be positive",
+                    s.name, scales[i]
+                ),
+            ));
+        }
+        if let Some(i) = scales.iter().position(|v| round_scale_19(*v) <= 0.0) {
+            return Err(self.bad(
+                &sname,
+                format!(
+                    "scale {i} (row {i} of `{}`) is {:e}, which the Fixpipe's 19 bits round to 0; \
+                     scales must be finite and positive",
                     s.name, scales[i]
                 ),
             ));

@@ -159,7 +159,7 @@ fn check_tiles(cx: &mut Ctx<'_>) {
                 cx.error(
                     Rule::TileRange,
                     format!(
-                        "{what} {n} is more than {} holds in bytes ({cap} B): no {} tile can have it",
+                        "{what} {n} is more than the capacity of {} ({cap} B): no {} tile can have it",
                         ty.space, ty.space
                     ),
                 );
