@@ -16,7 +16,6 @@ use tileops_models::deepseek::config::Config;
 use tileops_models::engine::{
     check_pool, check_request, estimate_950, pin_thread_count, v32_attention_call, Engine, Sampling,
 };
-use tileops_models::kv_cache::MAX_SLOTS;
 use tileops_models::progress::Progress;
 use tileops_models::tokenizer::Tokenizer;
 use tileops_models::weights::{cache_dir, load_or_generate};

@@ -44,7 +44,7 @@ fn load_slot(k: &mut Kernel) -> &mut Expr {
     }
 }
 
-fn shape(k: &mut Kernel) -> &mut Vec<Expr> {
+fn shape(k: &mut Kernel) -> &mut std::vec::Vec<Expr> {
     match &mut k.params[0].kind {
         ParamKind::Tensor { shape, .. } => shape,
         ParamKind::Scalar { .. } => unreachable!("x is a tensor"),

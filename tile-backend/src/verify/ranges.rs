@@ -275,13 +275,14 @@ fn check_op(cx: &mut Ctx<'_>, op: &Op) {
     }
 }
 
-/// Elements of tensor argument `v.tensor` when its shape is constant.
+/// Elements of tensor argument `v.tensor` when its shape is constant and positive (another
+/// shape is `param-shape`'s finding).
 fn tensor_elems(kernel: &Kernel, v: &GmView) -> Option<i64> {
     let ParamKind::Tensor { shape, .. } = &kernel.try_param(v.tensor)?.kind else {
         return None;
     };
     shape.iter().try_fold(1i64, |acc, d| {
-        let n = fold(d).ok()??;
+        let n = fold(d).ok()?.filter(|&n| n > 0)?;
         acc.checked_mul(n)
     })
 }
