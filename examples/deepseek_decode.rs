@@ -97,10 +97,7 @@ fn main() -> Result<()> {
     let dir = a.weights.clone().unwrap_or_else(cache_dir);
     let blocks_per_seq = cfg.max_seq_len.div_ceil(BLOCK);
     // Room for the batch twice: the warm-up's scratch sequences are freed before the run.
-    let num_blocks = a
-        .batch
-        .checked_mul(2 * blocks_per_seq)
-        .unwrap_or(usize::MAX);
+    let num_blocks = a.batch.saturating_mul(2 * blocks_per_seq);
     check_pool(&cfg, num_blocks, BLOCK).with_context(|| {
         format!(
             "--batch {}: the cache (2 x batch x {blocks_per_seq} blocks of {BLOCK})",

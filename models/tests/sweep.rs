@@ -167,7 +167,9 @@ fn engine(s: &mut Sweep) {
     };
     // Requests: boundary lengths and ids.
     let v = cfg.vocab_size as u32;
-    let requests: Vec<(&str, Vec<Vec<u32>>, usize, Sampling, bool)> = vec![
+    /// Name, prompts, new tokens, sampling, whether it is a valid request.
+    type Request = (&'static str, Vec<Vec<u32>>, usize, Sampling, bool);
+    let requests: Vec<Request> = vec![
         ("no prompt", vec![], 1, Sampling::Greedy, false),
         ("empty prompt", vec![vec![]], 1, Sampling::Greedy, false),
         ("fits exactly", vec![vec![1; 31]], 1, Sampling::Greedy, true),
