@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use tileops::ops::Backend;
 use tileops_models::deepseek::config::Config;
 use tileops_models::engine::{
-    estimate_950, pin_thread_count, v32_attention_call, Engine, Sampling,
+    check_pool, check_request, estimate_950, pin_thread_count, v32_attention_call, Engine, Sampling,
 };
 use tileops_models::progress::Progress;
 use tileops_models::tokenizer::Tokenizer;
@@ -95,12 +95,43 @@ fn main() -> Result<()> {
     }
     let cfg = Config::default();
     let dir = a.weights.clone().unwrap_or_else(cache_dir);
+    let blocks_per_seq = cfg.max_seq_len.div_ceil(BLOCK);
+    // Room for the batch twice: the warm-up's scratch sequences are freed before the run.
+    let num_blocks = a.batch.saturating_mul(2 * blocks_per_seq);
+    check_pool(&cfg, num_blocks, BLOCK).with_context(|| {
+        format!(
+            "--batch {}: the cache (2 x batch x {blocks_per_seq} blocks of {BLOCK})",
+            a.batch
+        )
+    })?;
+    let sampling = if a.temperature == 0.0 {
+        Sampling::Greedy
+    } else {
+        Sampling::TopP {
+            temperature: a.temperature,
+            top_p: a.top_p,
+            seed: a.seed,
+        }
+    };
 
     let tok = match &a.tokenizer {
         Some(f) => Tokenizer::from_file(f)?,
         None => Tokenizer::load_or_train(&dir.join("tokenizer.json"))?,
     };
     tok.check_fits(cfg.vocab_size)?;
+    let mut texts: Vec<String> = (0..a.batch)
+        .map(|i| PROMPTS[i % PROMPTS.len()].to_string())
+        .collect();
+    if let Some(p) = &a.prompt {
+        texts[0] = p.clone();
+    }
+    let prompts: Vec<Vec<u32>> = texts
+        .iter()
+        .map(|t| tok.encode(t))
+        .collect::<Result<_, _>>()?;
+    // Every argument is checked before the weights load and the warm-up runs.
+    check_request(&cfg, &prompts, a.max_new_tokens, &sampling).context("arguments")?;
+
     let t = std::time::Instant::now();
     let (weights, path) = load_or_generate(&cfg, a.seed, &dir)?;
     println!(
@@ -117,19 +148,7 @@ fn main() -> Result<()> {
         ms(t.elapsed())
     );
 
-    let mut texts: Vec<String> = (0..a.batch)
-        .map(|i| PROMPTS[i % PROMPTS.len()].to_string())
-        .collect();
-    if let Some(p) = &a.prompt {
-        texts[0] = p.clone();
-    }
-    let prompts: Vec<Vec<u32>> = texts
-        .iter()
-        .map(|t| tok.encode(t))
-        .collect::<Result<_, _>>()?;
-    let blocks_per_seq = cfg.max_seq_len.div_ceil(BLOCK);
-    // Room for the batch twice: the warm-up's scratch sequences are freed before the run.
-    let mut engine = Engine::new(&cfg, &weights, backend, 2 * a.batch * blocks_per_seq, BLOCK)?;
+    let mut engine = Engine::new(&cfg, &weights, backend, num_blocks, BLOCK)?;
     println!(
         "backend: {}; batch {} prompts of {:?} tokens, {} new tokens each, cache {} blocks of {}; {threads} threads",
         backend.name(),
@@ -148,15 +167,6 @@ fn main() -> Result<()> {
         ms(warm)
     );
 
-    let sampling = if a.temperature == 0.0 {
-        Sampling::Greedy
-    } else {
-        Sampling::TopP {
-            temperature: a.temperature,
-            top_p: a.top_p,
-            seed: a.seed,
-        }
-    };
     // With the progress line on, sequence 0's text streams inside it (stdout and stderr share
     // the terminal); otherwise it streams on stdout.
     let streamed = !progress.is_on();

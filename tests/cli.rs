@@ -1016,3 +1016,142 @@ fn check_rejects_a_tile_whose_byte_size_overflows() {
     expect_exit(&out, 1, &["capacity"]);
     expect_exit(&sim_file(&file, &[]), 1, &["does not compile"]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// statically invalid kernels (issue #37 item 10): `check` exits 1 naming the rule, `emit`
+// refuses what `check` refuses, a key twice is unreadable
+
+/// `tileops example attention` as JSON, edited by `edit`.
+fn edited_attention(edit: impl FnOnce(&mut serde_json::Value)) -> String {
+    let out = tileops(&["example", "attention"]);
+    assert_eq!(out.status.code(), Some(0));
+    let mut k: serde_json::Value = serde_json::from_slice(&out.stdout).expect("example is JSON");
+    edit(&mut k);
+    k.to_string()
+}
+
+#[test]
+fn check_and_emit_refuse_statically_invalid_kernels_naming_the_rule() {
+    use serde_json::json;
+    type Edit = fn(&mut serde_json::Value);
+    let cases: [(&str, Edit, &str); 12] = [
+        (
+            "shape-0",
+            |k| k["params"][0]["kind"]["Tensor"]["shape"][1] = json!({"Const": 0}),
+            "error[param-shape]",
+        ),
+        (
+            "shape-neg",
+            |k| k["params"][0]["kind"]["Tensor"]["shape"][1] = json!({"Const": -64}),
+            "error[param-shape]",
+        ),
+        (
+            "rows-2-63",
+            |k| k["tiles"][0]["ty"]["rows"] = json!(1u64 << 63),
+            "error[tile-range]",
+        ),
+        (
+            "slot-neg",
+            |k| k["cube"][0]["Op"]["Load"]["dst"]["slot"] = json!({"Const": -1}),
+            "error[tile-slot]",
+        ),
+        (
+            "slot-2-62",
+            |k| k["cube"][0]["Op"]["Load"]["dst"]["slot"] = json!({"Const": 1i64 << 62}),
+            "error[tile-slot]",
+        ),
+        (
+            "offset-neg",
+            |k| k["cube"][0]["Op"]["Load"]["src"]["offset"] = json!({"Const": -8}),
+            "error[view-range]",
+        ),
+        (
+            "offset-huge",
+            |k| k["cube"][0]["Op"]["Load"]["src"]["offset"] = json!({"Const": 1i64 << 62}),
+            "error[view-range]",
+        ),
+        (
+            "stride-neg",
+            |k| k["cube"][0]["Op"]["Load"]["src"]["stride"] = json!({"Const": -64}),
+            "error[view-range]",
+        ),
+        (
+            "extent-overflow",
+            |k| {
+                let src = &mut k["cube"][0]["Op"]["Load"]["src"];
+                src["offset"] = json!({"Const": 0});
+                src["stride"] = json!({"Const": 1i64 << 62});
+            },
+            "error[view-range]",
+        ),
+        (
+            "div-0",
+            |k| {
+                k["cube"][0]["Op"]["Load"]["src"]["offset"] =
+                    json!({"Bin": ["Div", {"Const": 1}, {"Const": 0}]})
+            },
+            "error[const-expr]",
+        ),
+        (
+            "mul-overflow",
+            |k| {
+                k["cube"][0]["Op"]["Load"]["src"]["offset"] =
+                    json!({"Bin": ["Mul", {"Const": 1i64 << 62}, {"Const": 4}]})
+            },
+            "error[const-expr]",
+        ),
+        (
+            "range-empty",
+            |k| k["params"][4]["range"] = json!({"min": 1.0, "max": 0.0}),
+            "error[param-range]",
+        ),
+    ];
+    for (name, edit, code) in cases {
+        let file = TempFile::new(name, &edited_attention(edit));
+        let path = file.0.to_str().expect("utf-8 temp path");
+        let out = tileops(&["check", path]);
+        expect_exit(&out, 1, &[code]);
+        let dir = TempDir::new(name);
+        let out = tileops(&["emit", path, "-o", dir.path()]);
+        expect_exit(&out, 1, &["does not compile", &code["error".len()..]]);
+        assert!(!dir.0.exists(), "{name}: emit wrote files");
+    }
+    // The unedited example passes both.
+    let file = TempFile::new("clean", &edited_attention(|_| {}));
+    let out = tileops(&["check", file.0.to_str().expect("utf-8 temp path")]);
+    expect_exit(&out, 0, &["0 errors"]);
+}
+
+#[test]
+fn emit_op_with_zero_tokens_exits_1() {
+    let dir = TempDir::new("tokens-0");
+    let out = tileops(&[
+        "emit",
+        "--op",
+        "gather-matmul",
+        "--tokens",
+        "0",
+        "-o",
+        dir.path(),
+    ]);
+    expect_exit(&out, 1, &["error[param-shape]", "dimension 0 is 0"]);
+    assert!(!dir.0.exists());
+}
+
+#[test]
+fn a_json_key_twice_is_unreadable() {
+    let clean = edited_attention(|_| {});
+    for (from, to) in [
+        (r#""name":"#, r#""name":"x","name":"#),
+        (r#"{"Const":64}"#, r#"{"Const":64,"Const":65}"#),
+    ] {
+        assert!(clean.contains(from), "{from}");
+        let file = TempFile::new("dup", &clean.replacen(from, to, 1));
+        let path = file.0.to_str().expect("utf-8 temp path");
+        for args in [vec!["check", path], vec!["sim", path]] {
+            let out = tileops(&args);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stdout(&out));
+            assert!(stderr(&out).contains("duplicate key"), "{}", stderr(&out));
+        }
+    }
+}

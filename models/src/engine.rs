@@ -83,8 +83,28 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
-/// Top-p sampling of `logits` at `temperature` with a uniform draw `u` in `[0, 1)`.
-pub fn sample_top_p(logits: &[f32], temperature: f32, top_p: f32, u: f32) -> u32 {
+/// Top-p sampling of `logits` at `temperature` with a uniform draw `u` in `[0, 1)`. Errors
+/// (naming the argument) on empty or non-finite logits, a temperature that is not finite and
+/// positive, `top_p` outside `(0, 1]` and `u` outside `[0, 1)`.
+pub fn sample_top_p(logits: &[f32], temperature: f32, top_p: f32, u: f32) -> Result<u32> {
+    let bad = |what: &str| Err(ModelError::Invalid(format!("sample_top_p: {what}")));
+    if logits.is_empty() {
+        return bad("logits must not be empty");
+    }
+    if let Some(i) = logits.iter().position(|l| !l.is_finite()) {
+        return bad(&format!("logits[{i}] = {} is not finite", logits[i]));
+    }
+    if !(temperature.is_finite() && temperature > 0.0) {
+        return bad(&format!(
+            "temperature must be finite and > 0 (got {temperature})"
+        ));
+    }
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return bad(&format!("top_p must be in (0, 1] (got {top_p})"));
+    }
+    if !(0.0..1.0).contains(&u) {
+        return bad(&format!("u must be in [0, 1) (got {u})"));
+    }
     let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut p: Vec<(usize, f32)> = logits
         .iter()
@@ -92,6 +112,7 @@ pub fn sample_top_p(logits: &[f32], temperature: f32, top_p: f32, u: f32) -> u32
         .map(|(i, &l)| (i, ((l - m) / temperature).exp()))
         .collect();
     p.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    // The largest term is e^0 = 1, so the total is in [1, len] and finite.
     let total: f32 = p.iter().map(|x| x.1).sum();
     let mut keep = 0;
     let mut mass = 0.0;
@@ -107,10 +128,94 @@ pub fn sample_top_p(logits: &[f32], temperature: f32, top_p: f32, u: f32) -> u32
     for &(i, w) in &p[..keep] {
         acc += w;
         if acc > target {
-            return i as u32;
+            return Ok(i as u32);
         }
     }
-    p[keep - 1].0 as u32
+    // `keep >= 1`: the loop ran at least once on non-empty logits.
+    Ok(p[keep.max(1) - 1].0 as u32)
+}
+
+/// Longest context [`v32_attention_call`] builds (V3.2's 128K tokens): its cache tensor is
+/// `context x 576` f32.
+pub const MAX_V32_CONTEXT: usize = 128 * 1024;
+
+/// Checks a cache pool for `cfg` without making its tensors, and returns its (empty)
+/// manager: the manager's limits ([`crate::kv_cache::MAX_SLOTS`]), and each layer's cache
+/// tensor (`num_blocks x block_size x` the latent row or the indexer key) at most
+/// [`tileops_ops::MAX_ELEMENTS`] elements, the most an op's tensor argument may have.
+pub fn check_pool(cfg: &Config, num_blocks: usize, block_size: usize) -> Result<PagedKvCache> {
+    let cache = PagedKvCache::new(num_blocks, block_size)?;
+    let row = (cfg.kv_lora_rank + cfg.qk_rope_head_dim).max(cfg.index_head_dim);
+    if cache
+        .capacity()
+        .checked_mul(row)
+        .is_none_or(|n| n > tileops_ops::MAX_ELEMENTS)
+    {
+        return Err(ModelError::Invalid(format!(
+            "a cache of {num_blocks} blocks x {block_size} slots x {row} values exceeds the \
+             {} elements a tensor argument may have",
+            tileops_ops::MAX_ELEMENTS
+        )));
+    }
+    Ok(cache)
+}
+
+/// Checks a generation request against `cfg` before anything runs: every prompt non-empty
+/// with ids below `vocab_size`, `prompt.len() + max_new <= max_seq_len` (checked, so a huge
+/// `max_new` is an error, not a wrap), valid sampling parameters, and forced tokens covering
+/// every sequence and step with ids below `vocab_size`. [`Engine::generate`] calls it; the
+/// demo calls it before its warm-up.
+pub fn check_request(
+    cfg: &Config,
+    prompts: &[Vec<u32>],
+    max_new: usize,
+    sampling: &Sampling,
+) -> Result<()> {
+    let (max_len, vocab) = (cfg.max_seq_len, cfg.vocab_size);
+    if prompts.is_empty() {
+        return Err(ModelError::Invalid("no prompt to generate from".into()));
+    }
+    for (i, p) in prompts.iter().enumerate() {
+        if p.is_empty() {
+            return Err(ModelError::Invalid(format!("prompt {i} is empty")));
+        }
+        if p.len().checked_add(max_new).is_none_or(|n| n > max_len) {
+            return Err(ModelError::Invalid(format!(
+                "prompt {i} has {} tokens; with {max_new} new ones that exceeds max_seq_len {max_len}",
+                p.len()
+            )));
+        }
+        if let Some(t) = p.iter().find(|&&t| t as usize >= vocab) {
+            return Err(ModelError::Invalid(format!(
+                "prompt {i}: token {t} is outside the vocabulary of {vocab}"
+            )));
+        }
+    }
+    if let Sampling::TopP {
+        temperature, top_p, ..
+    } = sampling
+    {
+        if !(temperature.is_finite() && *temperature > 0.0 && *top_p > 0.0 && *top_p <= 1.0) {
+            return Err(ModelError::Invalid(format!(
+                "sampling needs a finite temperature > 0 (got {temperature}) and top_p in (0, 1] (got {top_p})"
+            )));
+        }
+    }
+    if let Sampling::Forced(f) = sampling {
+        if f.len() < prompts.len() || f.iter().any(|s| s.len() < max_new) {
+            return Err(ModelError::Invalid(
+                "forced tokens must cover every sequence and step".into(),
+            ));
+        }
+        for (i, s) in f.iter().enumerate() {
+            if let Some(t) = s.iter().find(|&&t| t as usize >= vocab) {
+                return Err(ModelError::Invalid(format!(
+                    "forced tokens of sequence {i}: token {t} is outside the vocabulary of {vocab}"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The engine.
@@ -124,7 +229,8 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// An engine for `cfg` with a pool of `num_blocks` blocks of `block_size`.
+    /// An engine for `cfg` with a pool of `num_blocks` blocks of `block_size`, checked by
+    /// [`check_pool`] before any cache tensor is made.
     pub fn new(
         cfg: &Config,
         weights: &Weights,
@@ -132,11 +238,29 @@ impl Engine {
         num_blocks: usize,
         block_size: usize,
     ) -> Result<Engine> {
+        let cache = check_pool(cfg, num_blocks, block_size)?;
         Ok(Engine {
             model: Model::new(cfg, weights, num_blocks, block_size)?,
-            cache: PagedKvCache::new(num_blocks, block_size)?,
+            cache,
             backend,
         })
+    }
+
+    /// `n` new sequences, or none (the ones made are freed) on an error.
+    fn add_sequences(&mut self, n: usize) -> Result<Vec<SeqId>> {
+        let mut seqs = Vec::with_capacity(n);
+        for _ in 0..n {
+            match self.cache.add_sequence() {
+                Ok(id) => seqs.push(id),
+                Err(e) => {
+                    for id in seqs {
+                        self.cache.free(id)?;
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(seqs)
     }
 
     /// Reserves slots for `tokens[i]` in `seqs[i]` and lays out their batch.
@@ -149,10 +273,7 @@ impl Engine {
                 self.model.copy_block(c, self.backend)?;
             }
             let table = self.cache.block_table(id)?.to_vec();
-            let bs = self.cache.block_size();
-            let slots = (0..start + toks.len())
-                .map(|t| table[t / bs] as i64 * bs as i64 + (t % bs) as i64)
-                .collect();
+            let slots = self.cache.slots(id)?;
             b.seqs.push(SeqRows {
                 table,
                 slots,
@@ -177,10 +298,12 @@ impl Engine {
     }
 
     /// Prefills `prompts` and runs one decode step on scratch sequences, then frees them: the
-    /// first calls compile the kernels of these shapes. Returns its wall time.
+    /// first calls compile the kernels of these shapes. Returns its wall time. The prompts are
+    /// checked first ([`check_request`] with one new token).
     pub fn warm_up(&mut self, prompts: &[Vec<u32>]) -> Result<Duration> {
+        check_request(self.model.config(), prompts, 1, &Sampling::Greedy)?;
         let t = Instant::now();
-        let seqs: Vec<SeqId> = prompts.iter().map(|_| self.cache.add_sequence()).collect();
+        let seqs = self.add_sequences(prompts.len())?;
         let r = self.step(&seqs, prompts).and_then(|l| {
             let next: Vec<Vec<u32>> = l.iter().map(|l| vec![argmax(l)]).collect();
             self.step(&seqs, &next)
@@ -194,7 +317,8 @@ impl Engine {
     }
 
     /// Generates `max_new` tokens for every prompt, calling `on_token(sequence, token)` as
-    /// each one is chosen. The sequences are freed at the end.
+    /// each one is chosen. The request is checked first ([`check_request`]); a step whose
+    /// logits are not finite is an error. The sequences are freed at the end, also on an error.
     pub fn generate(
         &mut self,
         prompts: &[Vec<u32>],
@@ -202,36 +326,8 @@ impl Engine {
         sampling: &Sampling,
         mut on_token: impl FnMut(usize, u32),
     ) -> Result<Generation> {
-        let max_len = self.model.config().max_seq_len;
-        for (i, p) in prompts.iter().enumerate() {
-            if p.is_empty() {
-                return Err(ModelError::Invalid(format!("prompt {i} is empty")));
-            }
-            if p.len() + max_new > max_len {
-                return Err(ModelError::Invalid(format!(
-                    "prompt {i} has {} tokens; with {max_new} new ones that exceeds max_seq_len {max_len}",
-                    p.len()
-                )));
-            }
-        }
-        if let Sampling::TopP {
-            temperature, top_p, ..
-        } = sampling
-        {
-            if !(temperature.is_finite() && *temperature > 0.0 && *top_p > 0.0 && *top_p <= 1.0) {
-                return Err(ModelError::Invalid(format!(
-                    "sampling needs a finite temperature > 0 (got {temperature}) and top_p in (0, 1] (got {top_p})"
-                )));
-            }
-        }
-        if let Sampling::Forced(f) = sampling {
-            if f.len() < prompts.len() || f.iter().any(|s| s.len() < max_new) {
-                return Err(ModelError::Invalid(
-                    "forced tokens must cover every sequence and step".into(),
-                ));
-            }
-        }
-        let seqs: Vec<SeqId> = prompts.iter().map(|_| self.cache.add_sequence()).collect();
+        check_request(self.model.config(), prompts, max_new, sampling)?;
+        let seqs = self.add_sequences(prompts.len())?;
         let r = self.run(&seqs, prompts, max_new, sampling, &mut on_token);
         for &id in &seqs {
             self.cache.free(id)?;
@@ -262,11 +358,17 @@ impl Engine {
         for step in 0..max_new {
             let mut next = Vec::with_capacity(seqs.len());
             for (i, l) in logits.iter().enumerate() {
+                if let Some(j) = l.iter().position(|v| !v.is_finite()) {
+                    return Err(ModelError::Invalid(format!(
+                        "step {step}: logit {j} of sequence {i} is {}, not finite",
+                        l[j]
+                    )));
+                }
                 let tok = match sampling {
                     Sampling::Greedy => argmax(l),
                     Sampling::TopP {
                         temperature, top_p, ..
-                    } => sample_top_p(l, *temperature, *top_p, rng.uniform()),
+                    } => sample_top_p(l, *temperature, *top_p, rng.uniform())?,
                     Sampling::Forced(f) => f[i][step],
                 };
                 on_token(i, tok);
@@ -305,12 +407,13 @@ pub fn estimate_950(call: &AttentionCall) -> Result<f64> {
 
 /// One decode step of sparse attention at DeepSeek-V3.2's real per-layer shape: B = 1,
 /// H = 128, Dqk = 576 (latent 512 + rope 64), v_dim = 512, top-k 2048 of `context` cached
-/// tokens (block 64), deterministic inputs from `seed`.
+/// tokens (block 64), deterministic inputs from `seed`. `context` must be in
+/// `2048..=`[`MAX_V32_CONTEXT`].
 pub fn v32_attention_call(context: usize, seed: u64) -> Result<AttentionCall> {
     let (h, d, v, topk, bs) = (128, 576, 512, 2048, 64);
-    if context < topk {
+    if !(topk..=MAX_V32_CONTEXT).contains(&context) {
         return Err(ModelError::Invalid(format!(
-            "context {context} < top-k {topk}"
+            "context {context} must be in {topk}..={MAX_V32_CONTEXT} (top-k {topk}, at most V3.2's 128K tokens)"
         )));
     }
     let dev = &Device::Cpu;

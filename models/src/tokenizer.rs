@@ -21,11 +21,15 @@ pub enum TokenizerError {
     /// The `tokenizers` crate failed (training, file, encoding).
     #[error("tokenizer: {0}")]
     Hf(String),
-    /// The vocabulary does not fit the model.
-    #[error("tokenizer has {found} tokens, more than the model's vocab_size {max}")]
+    /// A token id does not fit the model's vocabulary (ids must be below `vocab_size`).
+    #[error(
+        "tokenizer token `{token}` has id {id}, but the model's vocab_size is {max} (ids 0..{max})"
+    )]
     TooLarge {
-        /// The tokenizer's vocabulary size.
-        found: usize,
+        /// The token with the largest id (an added token counts too).
+        token: String,
+        /// Its id.
+        id: u32,
         /// The model's `vocab_size`.
         max: usize,
     },
@@ -92,10 +96,23 @@ impl Tokenizer {
         self.inner.get_vocab_size(true)
     }
 
-    /// An error unless every token id is below `max`.
+    /// The largest token id and its token (added tokens included), `None` for an empty
+    /// vocabulary.
+    pub fn max_id(&self) -> Option<(String, u32)> {
+        self.inner
+            .get_vocab(true)
+            .into_iter()
+            .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
+    }
+
+    /// An error unless every token id (added tokens included) is below `max`: the ids index
+    /// the model's embedding, so the largest id counts, not the number of tokens (a
+    /// tokenizer.json of 10 tokens with an id of 5000 does not fit a 1024-token model).
     pub fn check_fits(&self, max: usize) -> Result<(), TokenizerError> {
-        match self.vocab_size() {
-            found if found > max => Err(TokenizerError::TooLarge { found, max }),
+        match self.max_id() {
+            Some((token, id)) if id as usize >= max => {
+                Err(TokenizerError::TooLarge { token, id, max })
+            }
             _ => Ok(()),
         }
     }

@@ -10,25 +10,46 @@ use candle_core::{Device, Tensor};
 use safetensors::{tensor::TensorView, Dtype, SafeTensors};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use tileops_ops::quant_matmul::round_scale_19;
 use tileops_ops::{quantize_per_channel, QuantizedWeight};
 
-/// A weight-file error, naming the tensor or the file.
+/// A weight-file error. Every error of [`Weights::load`] names the file, and the tensor
+/// whenever one is involved (only a file that cannot be opened or whose header cannot be
+/// read names none).
 #[derive(Debug, thiserror::Error)]
 pub enum WeightError {
     /// A tensor the config needs is not in the file.
-    #[error("weights: tensor `{0}` is missing")]
-    Missing(String),
+    #[error("weights {path}: tensor `{name}` is missing")]
+    Missing {
+        /// The tensor.
+        name: String,
+        /// The file.
+        path: String,
+    },
     /// A tensor has the wrong shape or dtype.
-    #[error("weights: tensor `{name}` is {found}, but the config needs {want}")]
+    #[error("weights {path}: tensor `{name}` is {found}, but the config needs {want}")]
     Mismatch {
         /// The tensor.
         name: String,
+        /// The file.
+        path: String,
         /// What the file holds.
         found: String,
         /// What the config needs.
         want: String,
     },
-    /// File or format trouble.
+    /// A tensor's data is unusable: a non-finite value, a scale that is not positive, bytes
+    /// cut off by a truncated file.
+    #[error("weights {path}: tensor `{name}`: {msg}")]
+    BadValue {
+        /// The tensor.
+        name: String,
+        /// The file.
+        path: String,
+        /// What is wrong, with the element and its value.
+        msg: String,
+    },
+    /// File or format trouble that no single tensor is to blame for.
     #[error("weights {path}: {msg}")]
     Io {
         /// The file.
@@ -36,6 +57,9 @@ pub enum WeightError {
         /// What went wrong.
         msg: String,
     },
+    /// A tensor is not among loaded weights ([`Weights::get`]).
+    #[error("weights: tensor `{0}` is not among the loaded weights")]
+    NotLoaded(String),
     /// A tensor operation failed.
     #[error("weights: {0}")]
     Op(#[from] Box<tileops_ops::OpError>),
@@ -269,10 +293,12 @@ impl Weights {
     }
 
     /// Loads a checkpoint for `cfg`: memory-maps `path`, checks every tensor of [`specs`] (name,
-    /// dtype, shape) and copies it out.
+    /// dtype, shape, values) and copies it out. F32 values must be finite, int8 scales finite
+    /// and positive; every error names the file and the tensor ([`WeightError`]).
     pub fn load(cfg: &Config, path: &Path) -> Result<Weights, WeightError> {
+        let file_name = path.display().to_string();
         let io = |msg: String| WeightError::Io {
-            path: path.display().to_string(),
+            path: file_name.clone(),
             msg,
         };
         let file = std::fs::File::open(path).map_err(|e| io(e.to_string()))?;
@@ -281,35 +307,22 @@ impl Weights {
         // writes it once, before loading, and nothing else in this process touches it (another
         // process rewriting it meanwhile is the usual, documented hazard of mmap'd checkpoints).
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| io(e.to_string()))?;
-        let st = SafeTensors::deserialize(&map).map_err(|e| io(e.to_string()))?;
-        let names: std::collections::HashSet<String> =
-            st.names().into_iter().map(str::to_string).collect();
+        let st = SafeTensors::deserialize(&map)
+            .map_err(|e| diagnose_unreadable(&map, &file_name, &e.to_string()))?;
+        let f = File {
+            st: &st,
+            path: &file_name,
+        };
         let mut w = Weights::default();
         for s in specs(cfg) {
-            if !names.contains(&s.name) {
-                return Err(WeightError::Missing(s.name));
-            }
             if s.kind == Kind::Int8 {
-                let q = QuantizedWeight::from_safetensors(&st, &s.name)?;
-                if [q.n(), q.k()] != s.shape[..] {
-                    return Err(mismatch(&s, format!("I8 {:?}", [q.n(), q.k()])));
-                }
+                let q = f.int8(&s)?;
                 w.quant.insert(s.name, q);
                 continue;
             }
-            let view = st.tensor(&s.name).map_err(|e| io(e.to_string()))?;
-            if view.dtype() != Dtype::F32 || view.shape() != s.shape.as_slice() {
-                return Err(mismatch(
-                    &s,
-                    format!("{:?} {:?}", view.dtype(), view.shape()),
-                ));
-            }
-            let data: Vec<f32> = view
-                .data()
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
-            let t = Tensor::from_vec(data, s.shape.as_slice(), &Device::Cpu)?;
+            let data = f.f32s(&s.name, &s.shape)?;
+            let t = Tensor::from_vec(data, s.shape.as_slice(), &Device::Cpu)
+                .map_err(|e| f.bad(&s.name, e.to_string()))?;
             w.dense.insert(s.name, t);
         }
         Ok(w)
@@ -320,7 +333,7 @@ impl Weights {
         self.dense
             .get(name)
             .cloned()
-            .ok_or_else(|| WeightError::Missing(name.to_string()))
+            .ok_or_else(|| WeightError::NotLoaded(name.to_string()))
     }
 
     /// The int8 tensor `name`.
@@ -328,22 +341,163 @@ impl Weights {
         self.quant
             .get(name)
             .cloned()
-            .ok_or_else(|| WeightError::Missing(name.to_string()))
+            .ok_or_else(|| WeightError::NotLoaded(name.to_string()))
+    }
+}
+
+/// A deserialized checkpoint and its file name, for errors.
+struct File<'a> {
+    st: &'a SafeTensors<'a>,
+    path: &'a str,
+}
+
+impl File<'_> {
+    fn bad(&self, name: &str, msg: String) -> WeightError {
+        WeightError::BadValue {
+            name: name.to_string(),
+            path: self.path.to_string(),
+            msg,
+        }
+    }
+
+    fn view(&self, name: &str) -> Result<TensorView<'_>, WeightError> {
+        self.st.tensor(name).map_err(|e| match e {
+            safetensors::SafeTensorError::TensorNotFound(_) => WeightError::Missing {
+                name: name.to_string(),
+                path: self.path.to_string(),
+            },
+            other => self.bad(name, other.to_string()),
+        })
+    }
+
+    /// A tensor of `dtype` and `shape`, else [`WeightError::Mismatch`] wanting `want`.
+    fn checked_view(
+        &self,
+        name: &str,
+        dtype: Dtype,
+        shape: &[usize],
+        want: &str,
+    ) -> Result<TensorView<'_>, WeightError> {
+        let view = self.view(name)?;
+        if view.dtype() != dtype || view.shape() != shape {
+            return Err(WeightError::Mismatch {
+                name: name.to_string(),
+                path: self.path.to_string(),
+                found: format!("{:?} {:?}", view.dtype(), view.shape()),
+                want: want.to_string(),
+            });
+        }
+        Ok(view)
+    }
+
+    /// The finite F32 values of tensor `name` of `shape`.
+    fn f32s(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, WeightError> {
+        let want = format!("F32 {shape:?}");
+        let view = self.checked_view(name, Dtype::F32, shape, &want)?;
+        let data: Vec<f32> = view
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        if let Some(i) = data.iter().position(|v| !v.is_finite()) {
+            return Err(self.bad(
+                name,
+                format!("element {i} is {}; weights must be finite", data[i]),
+            ));
+        }
+        Ok(data)
+    }
+
+    /// The int8 weight `s.name` (I8 `[N, K]`) with its scales `{name}_scale` (F32 `[N]`, finite
+    /// and positive).
+    fn int8(&self, s: &Spec) -> Result<QuantizedWeight, WeightError> {
+        self.checked_view(&s.name, Dtype::I8, &s.shape, &want_of(s))?;
+        let n = s.shape.first().copied().unwrap_or(0);
+        let sname = format!("{}_scale", s.name);
+        let scales = self.f32s(&sname, &[n])?;
+        if let Some(i) = scales.iter().position(|v| *v <= 0.0) {
+            return Err(self.bad(
+                &sname,
+                format!(
+                    "scale {i} (row {i} of `{}`) is {}; scales must be positive",
+                    s.name, scales[i]
+                ),
+            ));
+        }
+        if let Some(i) = scales.iter().position(|v| round_scale_19(*v) <= 0.0) {
+            return Err(self.bad(
+                &sname,
+                format!(
+                    "scale {i} (row {i} of `{}`) is {:e}, which the Fixpipe's 19 bits round to 0; \
+                     scales must be finite and positive",
+                    s.name, scales[i]
+                ),
+            ));
+        }
+        // Anything the quantised weight still refuses (a scale that rounds to 0 in the
+        // Fixpipe's 19 bits) is named too.
+        QuantizedWeight::from_safetensors(self.st, &s.name)
+            .map_err(|e| self.bad(&s.name, e.to_string()))
+    }
+}
+
+fn want_of(s: &Spec) -> String {
+    let dt = if s.kind == Kind::Int8 { "I8" } else { "F32" };
+    format!("{dt} {:?}", s.shape)
+}
+
+/// The error for a file safetensors refuses: a truncated file names the first tensor whose
+/// bytes are cut off (the header gives every tensor's byte range), else the header's trouble.
+fn diagnose_unreadable(bytes: &[u8], path: &str, why: &str) -> WeightError {
+    let io = |msg: String| WeightError::Io {
+        path: path.to_string(),
+        msg,
+    };
+    let len = bytes.len() as u64;
+    let Some(head) = bytes.get(..8) else {
+        return io(format!(
+            "{len} bytes: too short for a safetensors header ({why})"
+        ));
+    };
+    let n = u64::from_le_bytes([
+        head[0], head[1], head[2], head[3], head[4], head[5], head[6], head[7],
+    ]);
+    let Some(end) = n.checked_add(8).filter(|&e| e <= len) else {
+        return io(format!(
+            "the header says it takes {n} bytes, but the file has {len} bytes in all: truncated or not safetensors ({why})"
+        ));
+    };
+    let header: Option<serde_json::Map<String, serde_json::Value>> = bytes
+        .get(8..end as usize)
+        .and_then(|h| serde_json::from_slice(h).ok());
+    let Some(header) = header else {
+        return io(format!("the header is not valid JSON ({why})"));
+    };
+    let data = len - end;
+    let mut cut: Vec<(u64, &String)> = header
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .filter_map(|(k, v)| {
+            let stop = v.get("data_offsets")?.get(1)?.as_u64()?;
+            (stop > data).then_some((stop, k))
+        })
+        .collect();
+    cut.sort();
+    match cut.first() {
+        Some((stop, name)) => WeightError::BadValue {
+            name: (*name).clone(),
+            path: path.to_string(),
+            msg: format!(
+                "its bytes end at {stop} of the data section, but the file holds only {data} bytes of data: the file is truncated ({why})"
+            ),
+        },
+        None => io(why.to_string()),
     }
 }
 
 impl From<tileops_ops::OpError> for WeightError {
     fn from(e: tileops_ops::OpError) -> Self {
         WeightError::Op(Box::new(e))
-    }
-}
-
-fn mismatch(s: &Spec, found: String) -> WeightError {
-    let dt = if s.kind == Kind::Int8 { "I8" } else { "F32" };
-    WeightError::Mismatch {
-        name: s.name.clone(),
-        found,
-        want: format!("{dt} {:?}", s.shape),
     }
 }
 

@@ -90,9 +90,9 @@ fn absorbed_decode_equals_naive_attention() {
     let width = cfg.kv_lora_rank + cfg.qk_rope_head_dim;
     let latent = rand(&mut rng, &[t, width]);
     let mut mgr = PagedKvCache::new(8, bs).unwrap();
-    let _other = mgr.add_sequence();
+    let _other = mgr.add_sequence().unwrap();
     mgr.append(_other, 3).unwrap(); // the sequence's blocks do not start at 0
-    let id = mgr.add_sequence();
+    let id = mgr.add_sequence().unwrap();
     let slots = mgr.append(id, t).unwrap().slots;
     let cache = Tensor::zeros((8, bs, width), candle_core::DType::F32, &Device::Cpu).unwrap();
     let slots_t = Tensor::from_vec(slots, t, &Device::Cpu).unwrap();

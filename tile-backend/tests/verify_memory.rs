@@ -328,9 +328,12 @@ fn load(gm: DType, gm_layout: Layout, tile: TileType) -> Report {
     let mut kb = KernelBuilder::new("load");
     let x = kb.input("x", gm, [rows, cols]);
     let dst = kb.tile("dst", tile.clone());
+    // A DN window steps `rows` elements per column (a stride of `cols` would read past the
+    // `rows x cols` tensor: `view-range`).
+    let stride = if gm_layout == DN { rows } else { cols };
     let view = GmView {
         layout: gm_layout,
-        ..GmView::nd(x, 0, rows, cols, cols)
+        ..GmView::nd(x, 0, rows, cols, stride)
     };
     if tile.space == Vec {
         kb.vector(|v| v.load(dst, view));

@@ -351,6 +351,9 @@ fn covered_in(rule: Rule) -> &'static str {
         FlagEvent | FlagPipe | CrossFlag | ChannelSide | ChannelDepth => {
             include_str!("verify_sync.rs")
         }
+        ParamShape | ParamRange | ConstExpr | TileRange | TileSlot | ViewRange => {
+            include_str!("verify_ranges.rs")
+        }
     }
 }
 
@@ -421,6 +424,12 @@ fn every_rule_is_exercised_by_its_family_file() {
         CrossFlag,
         ChannelSide,
         ChannelDepth,
+        ParamShape,
+        ParamRange,
+        ConstExpr,
+        TileRange,
+        TileSlot,
+        ViewRange,
     ];
     let codes: std::collections::HashSet<String> = all.iter().map(|r| r.code()).collect();
     assert_eq!(codes.len(), all.len(), "rule codes are unique");

@@ -223,9 +223,71 @@ impl Kernel {
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
 
-    /// Parses a kernel from JSON.
+    /// Parses a kernel from JSON. A document with a key twice in one object is refused
+    /// (`duplicate key`, with its line and column), wherever it is: JSON leaves duplicates'
+    /// meaning open, so a kernel file must not have any.
     pub fn from_json(text: &str) -> Result<Kernel, serde_json::Error> {
+        use serde::de::DeserializeSeed;
+        let mut de = serde_json::Deserializer::from_str(text);
+        UniqueKeys.deserialize(&mut de)?;
+        de.end()?;
         serde_json::from_str(text)
+    }
+}
+
+/// A pass over a JSON document that fails on the first object holding a key twice.
+struct UniqueKeys;
+
+impl<'de> serde::de::DeserializeSeed<'de> for UniqueKeys {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeys {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(UniqueKeys)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !seen.insert(key.clone()) {
+                return Err(serde::de::Error::custom(format!(
+                    "duplicate key `{key}` in one object"
+                )));
+            }
+            map.next_value_seed(UniqueKeys)?;
+        }
+        Ok(())
     }
 }
 

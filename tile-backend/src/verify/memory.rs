@@ -151,15 +151,16 @@ fn check_capacity(cx: &mut Ctx<'_>) {
             if decl.storage != Storage::Alloc {
                 continue;
             }
-            let size = aligned_bytes(&decl.ty, spec.plan_align) * decl.buffers as u64;
+            // Saturating: a sum past u64 is past every capacity, never a small wrapped size.
+            let size = aligned_bytes(&decl.ty, spec.plan_align).saturating_mul(decl.buffers as u64);
             let end = match decl.addr {
-                Some(a) => a + size,
+                Some(a) => a.saturating_add(size),
                 None => size,
             };
             if decl.addr.is_some() {
                 total = total.max(end);
             } else {
-                total += size;
+                total = total.saturating_add(size);
             }
             parts.push(format!("`{}` {} B", decl.name, size));
         }

@@ -4,7 +4,8 @@
 //! in one file per family: `memory` (tile shapes, capacity, alignment, loads and stores),
 //! `moves`, `acc_stride` (the L0C stride of a Fixpipe read against the matmul's), `matmul`,
 //! `quant`, `gather`, `reinterpret`, `vector`, `scalar`, `sync` and `structure` (ids, scopes
-//! and which core may touch which space).
+//! and which core may touch which space), and `ranges` (every number in range: run first, and
+//! alone when it finds an error).
 
 mod acc_stride;
 mod gather;
@@ -12,6 +13,7 @@ mod matmul;
 mod memory;
 mod moves;
 mod quant;
+mod ranges;
 mod reinterpret;
 mod scalar;
 mod structure;
@@ -112,6 +114,13 @@ pub enum Rule {
     CrossFlag,
     ChannelSide,
     ChannelDepth,
+    // ranges (static validity of the numbers)
+    ParamShape,
+    ParamRange,
+    ConstExpr,
+    TileRange,
+    TileSlot,
+    ViewRange,
 }
 
 impl Rule {
@@ -242,6 +251,12 @@ pub fn verify_with(kernel: &Kernel, arch: &Arch) -> Report {
         loc: None,
         subject: String::new(),
     };
+    // The other families compute with these numbers: they run only when all are in range.
+    if !ranges::check(&mut cx) {
+        return Report {
+            diagnostics: cx.diags,
+        };
+    }
     memory::check_declarations(&mut cx);
     reinterpret::check_declarations(&mut cx);
     structure::check_channels(&mut cx);
@@ -263,9 +278,9 @@ pub fn verify_with(kernel: &Kernel, arch: &Arch) -> Report {
 pub(crate) struct Ctx<'a> {
     pub kernel: &'a Kernel,
     pub arch: &'a Arch,
-    diags: Vec<Diagnostic>,
-    loc: Option<OpLoc>,
-    subject: String,
+    pub(super) diags: Vec<Diagnostic>,
+    pub(super) loc: Option<OpLoc>,
+    pub(super) subject: String,
 }
 
 impl<'a> Ctx<'a> {
