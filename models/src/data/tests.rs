@@ -1,0 +1,410 @@
+//! Tests of the data generator, its parser and the tokenizer trained on its text.
+
+use super::*;
+use crate::tokenizer::{Tokenizer, GENERATED_VOCAB, SPECIAL_TOKENS};
+use proptest::prelude::*;
+use std::sync::OnceLock;
+
+/// Words of `text` that are names of `split`.
+fn names_in(text: &str, split: Split) -> Vec<String> {
+    text.split(|c: char| !c.is_alphabetic())
+        .filter(|w| split.has_name(w))
+        .map(String::from)
+        .collect()
+}
+
+/// The words of `sentence` (speaker and final mark removed) shuffled into a new order,
+/// re-capitalised like a sentence; `None` when no other order exists.
+fn shuffled(sentence: &str, seed: u64) -> Option<String> {
+    let body = match sentence.split_once(": ") {
+        Some((speaker, rest))
+            if Split::Train.has_name(speaker) || Split::Heldout.has_name(speaker) =>
+        {
+            rest
+        }
+        _ => sentence,
+    };
+    let mark = body.chars().last()?;
+    let words: Vec<String> = body[..body.len() - mark.len_utf8()]
+        .split_whitespace()
+        .map(|w| {
+            let named = Split::Train.has_name(w.trim_end_matches(',').trim_end_matches("'s"))
+                || Split::Heldout.has_name(w.trim_end_matches(',').trim_end_matches("'s"));
+            if named || w == "I" {
+                w.to_string()
+            } else {
+                w.to_lowercase()
+            }
+        })
+        .collect();
+    let mut rng = rng::Rng::new(seed, 7);
+    for _ in 0..20 {
+        let mut s = words.clone();
+        rng.shuffle(&mut s);
+        if s != words {
+            let mut out = s.join(" ");
+            if let Some(first) = out.get(..1) {
+                let upper = first.to_uppercase();
+                out.replace_range(..1, &upper);
+            }
+            out.push(mark);
+            return Some(out);
+        }
+    }
+    None
+}
+
+#[test]
+fn grammar_text_is_deterministic_per_seed() {
+    assert_eq!(grammar_text(7, 500), grammar_text(7, 500));
+    assert_ne!(grammar_text(7, 500), grammar_text(8, 500));
+    assert_eq!(
+        grammar_text_in(7, Split::Heldout, 200),
+        grammar_text_in(7, Split::Heldout, 200)
+    );
+    let t = grammar_text(3, 1000);
+    let words = t.split_whitespace().count();
+    assert!((1000..1300).contains(&words), "{words} words");
+}
+
+#[test]
+fn grammar_text_has_stories_dialogue_and_every_mark() {
+    let t = grammar_text(11, 3000);
+    assert!(t.contains("In the end,") || t.contains("After that,") || t.contains("smiled."));
+    assert!(t.lines().any(|l| l
+        .split_once(": ")
+        .is_some_and(|(n, _)| Split::Train.has_name(n))));
+    for mark in ['.', '?', '!'] {
+        assert!(
+            sentences(&t).iter().any(|s| s.ends_with(mark)),
+            "no sentence ends with {mark}"
+        );
+    }
+    let vocab: std::collections::HashSet<&str> = t
+        .split(|c: char| !c.is_alphanumeric() && c != '\'')
+        .filter(|w| !w.is_empty())
+        .collect();
+    assert!(vocab.len() > 250, "only {} distinct words", vocab.len());
+}
+
+#[test]
+fn sentences_split_marks_lines_and_special_tokens() {
+    let text = "Anna: Where is the cup?\nBen: It is here. Oh no! A\n\n<|user|>Why?<|assistant|>4821<|end|>";
+    assert_eq!(
+        sentences(text),
+        [
+            "Anna: Where is the cup?",
+            "Ben: It is here.",
+            "Oh no!",
+            "A",
+            "Why?",
+            "4821"
+        ]
+    );
+    assert!(sentences("").is_empty());
+}
+
+#[test]
+fn accepts_hand_written_sentences_of_the_grammar() {
+    for s in [
+        "The cat runs.",
+        "Anna and Ben played together every day.",
+        "Where is the red ball?",
+        "Yes, I do.",
+        "The code of the blue door is 4821.",
+        "What is the code of the blue door?",
+        "Ben: It is under an old table.",
+        "There was a little fox named Leo in the garden.",
+        "One day, Thea found a shiny box near the river.",
+        "What a funny owl!",
+        "Please bring the cup!",
+        "I do not know.",
+    ] {
+        assert!(accepts(s), "rejected {s:?}");
+    }
+}
+
+#[test]
+fn rejects_hand_written_word_salad() {
+    for s in [
+        "Dog the runs.",
+        "The runs dog.",
+        "The cat run.",
+        "A apple is red.",
+        "An cat sleeps.",
+        "the cat runs.",
+        "The cat runs",
+        "Where is the cat.",
+        "Cat the is where?",
+        "The code of the blue door is 482.",
+        "The Cat runs.",
+        "Anna: ",
+        "",
+        "Runs quickly the ball happily cat.",
+    ] {
+        assert!(!accepts(s), "accepted {s:?}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Every sentence the generator emits parses, both splits, retrieval documents too.
+    #[test]
+    fn accepts_every_generated_sentence(seed in any::<u64>()) {
+        let grammar = grammar_text(seed, 400);
+        let held = grammar_text_in(seed, Split::Heldout, 200);
+        let doc = retrieval_doc(seed, Split::Train, 200, 3);
+        let questions: Vec<&str> = doc.questions.iter().map(|q| q.prompt.as_str()).collect();
+        for s in sentences(&grammar).into_iter().chain(sentences(&held)).chain(sentences(&doc.context)).chain(questions) {
+            prop_assert!(accepts(s), "rejected {:?} (seed {})", s, seed);
+        }
+    }
+
+    /// Shuffling a sentence's words makes word salad the parser rejects (a shuffle can land
+    /// on another grammatical order, "Ben sees Anna.", so the bar is 90% of sentences).
+    #[test]
+    fn rejects_shuffled_sentences(seed in any::<u64>()) {
+        let t = grammar_text(seed, 600);
+        let (mut tried, mut rejected) = (0, 0);
+        for (i, s) in sentences(&t).into_iter().enumerate() {
+            if s.split_whitespace().count() < 4 {
+                continue;
+            }
+            if let Some(salad) = shuffled(s, seed ^ i as u64) {
+                tried += 1;
+                rejected += usize::from(!accepts(&salad));
+            }
+        }
+        prop_assert!(tried >= 20, "only {} sentences tried", tried);
+        prop_assert!(rejected * 10 >= tried * 9, "rejected {}/{} (seed {})", rejected, tried, seed);
+    }
+
+    /// Each key is stated once, its span holds the answer, the answer's code belongs to the
+    /// split, and the questions are unique.
+    #[test]
+    fn key_span_points_at_the_answer(seed in any::<u64>(), held in any::<bool>(), n in 1usize..8) {
+        let split = if held { Split::Heldout } else { Split::Train };
+        let doc = retrieval_doc(seed, split, 300, n);
+        prop_assert_eq!(doc.questions.len(), n);
+        for q in &doc.questions {
+            prop_assert_eq!(&doc.context[q.key_span.clone()], q.answer.as_str());
+            prop_assert_eq!(doc.context.matches(q.answer.as_str()).count(), 1);
+            let code: u32 = q.answer.parse().map_err(|e| TestCaseError::fail(format!("{e}")))?;
+            prop_assert!(split.has_code(code));
+            let key = &doc.context[..q.key_span.end];
+            let sentence = &key[key.rfind(". ").or_else(|| key.rfind('\n')).map_or(0, |i| i + 1)..];
+            let words: Vec<&str> = q.prompt.trim_end_matches('?').split(' ').collect();
+            let (color, object) = (words[words.len() - 2], words[words.len() - 1]);
+            prop_assert!(sentence.contains(&format!("{color} {object}")), "{:?} vs {:?}", sentence, q.prompt);
+            prop_assert!(split.has_key(color, object));
+        }
+        let mut prompts: Vec<&str> = doc.questions.iter().map(|q| q.prompt.as_str()).collect();
+        prompts.sort();
+        prompts.dedup();
+        prop_assert_eq!(prompts.len(), n);
+    }
+}
+
+#[test]
+fn train_and_heldout_are_disjoint() {
+    assert_eq!(Split::Train.max_keys() + Split::Heldout.max_keys(), 12 * 12);
+    assert!(Split::Heldout.max_keys() >= 16);
+    let held: Vec<u32> = (1000..=9999)
+        .filter(|&c| Split::Heldout.has_code(c))
+        .collect();
+    assert!(
+        (1800..2700).contains(&held.len()),
+        "{} held-out codes",
+        held.len()
+    );
+    assert!(held.iter().all(|&c| !Split::Train.has_code(c)));
+    for seed in 0..40 {
+        let t = retrieval_doc(seed, Split::Train, 300, 4).text();
+        let h = retrieval_doc(seed, Split::Heldout, 300, 4).text();
+        assert!(names_in(&t, Split::Heldout).is_empty());
+        assert!(
+            names_in(&h, Split::Train).is_empty(),
+            "{:?}",
+            names_in(&h, Split::Train)
+        );
+        assert!(!names_in(&h, Split::Heldout).is_empty());
+        assert!(names_in(&grammar_text(seed, 300), Split::Heldout).is_empty());
+    }
+    let corpus = tokenizer_corpus();
+    assert!(names_in(&corpus, Split::Heldout).is_empty());
+    let held_pairs: Vec<String> = (0..12 * 12)
+        .map(|i| (lexicon::COLORS[i / 12], lexicon::KEY_OBJECTS[i % 12]))
+        .filter(|(c, o)| Split::Heldout.has_key(c, o))
+        .map(|(c, o)| format!("the {c} {o} "))
+        .collect();
+    assert!(held_pairs.iter().all(|p| !corpus.contains(p.as_str())));
+}
+
+#[test]
+fn retrieval_doc_is_deterministic_and_reaches_length() {
+    let a = retrieval_doc(5, Split::Heldout, 800, 4);
+    assert_eq!(a, retrieval_doc(5, Split::Heldout, 800, 4));
+    assert_ne!(a, retrieval_doc(6, Split::Heldout, 800, 4));
+    assert!(a.context.split_whitespace().count() >= 800);
+    let text = a.text();
+    assert!(text.starts_with(&a.context));
+    assert_eq!(text.matches(crate::tokenizer::ASSISTANT).count(), 4);
+}
+
+#[test]
+fn retrieval_doc_at_places_the_key_at_its_depth() {
+    let mut last = 0;
+    for (i, depth) in [0.0, 0.25, 0.5, 0.75, 1.0].into_iter().enumerate() {
+        let doc = retrieval_doc_at(9, Split::Heldout, 1000, depth);
+        let q = &doc.questions[0];
+        assert_eq!(&doc.context[q.key_span.clone()], q.answer);
+        let before = doc.context[..q.key_span.start].split_whitespace().count() as f64;
+        let total = doc.context.split_whitespace().count() as f64;
+        assert!(
+            (before / total - depth).abs() < 0.05,
+            "depth {depth}: {}",
+            before / total
+        );
+        assert!(i == 0 || q.key_span.start > last);
+        last = q.key_span.start;
+    }
+    let end = retrieval_doc_at(9, Split::Heldout, 1000, 1.0);
+    assert!(end
+        .context
+        .ends_with(&format!("{}.", end.questions[0].answer)));
+    let spec = RetrievalSpec {
+        seed: 1,
+        split: Split::Train,
+        approx_words: 500,
+        depths: vec![0.9, 0.1],
+    };
+    let doc = retrieval_doc_with(&spec);
+    assert!(doc.questions[0].key_span.start > doc.questions[1].key_span.start);
+    assert_eq!(doc.questions[0].depth, 0.9);
+}
+
+#[test]
+fn training_text_mixes_documents_between_special_tokens() {
+    let t = training_text(1, 5000);
+    assert_eq!(t, training_text(1, 5000));
+    assert!(t.starts_with(crate::tokenizer::BOS) && t.ends_with(crate::tokenizer::EOS));
+    let docs = t.matches(crate::tokenizer::BOS).count();
+    assert_eq!(docs, t.matches(crate::tokenizer::EOS).count());
+    let retrieval = t
+        .split(crate::tokenizer::BOS)
+        .filter(|d| d.contains(crate::tokenizer::USER))
+        .count();
+    assert!(retrieval > 0 && retrieval < docs, "{retrieval} of {docs}");
+    for s in sentences(&t) {
+        let is_answer = s.len() == 4 && s.bytes().all(|b| b.is_ascii_digit());
+        assert!(is_answer || accepts(s), "rejected {s:?}");
+    }
+}
+
+fn tokenizer() -> &'static Tokenizer {
+    static TOK: OnceLock<Tokenizer> = OnceLock::new();
+    TOK.get_or_init(|| Tokenizer::train_generated().unwrap())
+}
+
+#[test]
+fn generated_tokenizer_has_specials_first_and_fits_the_target() {
+    let t = tokenizer();
+    assert!(
+        (512..=GENERATED_VOCAB).contains(&t.vocab_size()),
+        "{}",
+        t.vocab_size()
+    );
+    let ids = t.special_ids().unwrap();
+    assert_eq!(
+        [ids.bos, ids.eos, ids.user, ids.assistant, ids.end],
+        [0, 1, 2, 3, 4]
+    );
+    for (i, s) in SPECIAL_TOKENS.iter().enumerate() {
+        assert_eq!(t.encode(s).unwrap(), [i as u32]);
+    }
+    let doc = retrieval_doc(3, Split::Train, 100, 1);
+    let ids = t.encode(&format!("<|bos|>{}<|eos|>", doc.text())).unwrap();
+    assert_eq!(ids.first(), Some(&0));
+    assert_eq!(ids.last(), Some(&1));
+    assert_eq!(ids.iter().filter(|&&i| i == 3).count(), 1);
+    // A legacy tokenizer has no special tokens: an error, not a panic.
+    assert!(Tokenizer::train().unwrap().special_ids().is_err());
+}
+
+#[test]
+fn generated_tokenizer_splits_digits_and_round_trips() {
+    let t = tokenizer();
+    let text = training_text(4, 600);
+    let ids = t.encode(&text).unwrap();
+    assert_eq!(t.decode(&ids).unwrap(), text);
+    let words = text.split_whitespace().count();
+    assert!(
+        ids.len() < words * 2,
+        "{} tokens for {words} words",
+        ids.len()
+    );
+    for &id in &ids {
+        let piece = t.decode(&[id]).unwrap();
+        if piece.chars().any(|c| c.is_ascii_digit()) {
+            assert_eq!(piece.len(), 1, "token {piece:?} holds more than one digit");
+        }
+    }
+    let again = Tokenizer::train_generated().unwrap();
+    assert_eq!(
+        again.encode(&text).unwrap(),
+        ids,
+        "training is not deterministic"
+    );
+    let path = std::env::temp_dir().join(format!("tileops-gen-tok-{}.json", std::process::id()));
+    t.save(&path).unwrap();
+    let back = Tokenizer::from_file(&path).unwrap();
+    assert_eq!(back.special_ids().unwrap(), t.special_ids().unwrap());
+    assert_eq!(back.encode(&text).unwrap(), ids);
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn token_span_covers_the_code_digit_by_digit() {
+    let t = tokenizer();
+    for seed in 0..8 {
+        let doc = retrieval_doc(seed, Split::Heldout, 400, 3);
+        for q in &doc.questions {
+            let span = t.token_span(&doc.context, q.key_span.clone()).unwrap();
+            assert_eq!(span.len(), 4);
+            let ids = t.encode(&doc.context).unwrap();
+            assert_eq!(t.decode(&ids[span]).unwrap(), q.answer);
+        }
+    }
+    assert!(t.token_span("abc", 10..12).is_err());
+}
+
+#[test]
+fn stream_never_yields_half_a_character() {
+    let t = tokenizer();
+    let text = "Anna sang: Grüße, café 🙂 and 你好! The code is 4821.";
+    let ids = t.encode(text).unwrap();
+    let mut stream = t.stream(false);
+    let (mut out, mut held) = (String::new(), 0);
+    for &id in &ids {
+        match stream.step(id).unwrap() {
+            Some(chunk) => {
+                assert!(!chunk.contains('\u{fffd}'), "half a character in {chunk:?}");
+                out.push_str(&chunk);
+            }
+            None => held += 1,
+        }
+    }
+    assert_eq!(out, text);
+    assert!(
+        held >= 3,
+        "the 4-byte emoji should take several byte tokens, held {held}"
+    );
+    let special = t.encode("<|user|>Hi").unwrap();
+    let mut skip = t.stream(true);
+    let shown: String = special
+        .iter()
+        .filter_map(|&id| skip.step(id).unwrap())
+        .collect();
+    assert_eq!(shown, "Hi");
+}
