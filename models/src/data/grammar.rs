@@ -144,7 +144,9 @@ impl Gen {
 
     /// Determiner, adjectives and noun from `pool`.
     fn det_np(&mut self, pool: &[Noun], plural: bool) -> Words {
-        let animate = std::ptr::eq(pool, lx::ANIMATE);
+        let animate = pool
+            .first()
+            .is_some_and(|n| lx::ANIMATE.iter().any(|a| a.sg == n.sg));
         let mut adjs: Vec<&str> = Vec::new();
         let n_adj = match self.rng.below(20) {
             0..=9 => 0,
@@ -176,9 +178,16 @@ impl Gen {
         w
     }
 
-    fn simple_subject(&mut self) -> (Words, Agr) {
+    /// A name, a pronoun (when `pronouns`) or an animate noun phrase, and its agreement.
+    fn simple_subject(&mut self, pronouns: bool) -> (Words, Agr) {
         let mut w = Words::default();
-        let agr = match self.rng.below(20) {
+        let r = self.rng.below(20);
+        let r = if !pronouns && (8..=10).contains(&r) {
+            0
+        } else {
+            r
+        };
+        let agr = match r {
             0..=7 => {
                 w.push(self.name().word);
                 Agr::Sg3
@@ -210,9 +219,10 @@ impl Gen {
     }
 
     fn subject(&mut self) -> (Words, Agr) {
-        let (mut w, agr) = self.simple_subject();
-        if self.rng.chance(0.1) {
-            let (b, _) = self.simple_subject();
+        let pair = self.rng.chance(0.1);
+        let (mut w, agr) = self.simple_subject(!pair);
+        if pair {
+            let (b, _) = self.simple_subject(false);
             w.push("and");
             w.extend(b);
             return (w, Agr::Pl);
@@ -220,6 +230,38 @@ impl Gen {
         (w, agr)
     }
 
+    /// An object that suits `verb`: a thing, a person or animal, or either.
+    fn object_of(&mut self, verb: &Verb) -> Words {
+        if lx::ANIMATE_OBJECT_VERBS.contains(&verb.base) {
+            let mut w = Words::default();
+            match self.rng.below(10) {
+                0..=3 => w.push(self.name().word),
+                4..=7 => {
+                    let plural = self.rng.chance(0.2);
+                    w = self.det_np(lx::ANIMATE, plural);
+                }
+                _ => w.push(*self.rng.pick(&["me", "you", "him", "her", "us", "them"])),
+            }
+            w
+        } else if lx::ANY_OBJECT_VERBS.contains(&verb.base) {
+            self.object()
+        } else {
+            self.thing()
+        }
+    }
+
+    /// A thing: a noun phrase, "it" or "them".
+    fn thing(&mut self) -> Words {
+        if self.rng.chance(0.1) {
+            let mut w = Words::default();
+            w.push(*self.rng.pick(&["it", "them"]));
+            return w;
+        }
+        let plural = self.rng.chance(0.2);
+        self.det_np(lx::THINGS, plural)
+    }
+
+    /// Any object: a thing, a person or animal, a name or a pronoun.
     fn object(&mut self) -> Words {
         match self.rng.below(20) {
             0..=11 => {
@@ -244,11 +286,22 @@ impl Gen {
         }
     }
 
+    /// "in the park", "on the table": a preposition of place that suits its noun.
     fn place_pp(&mut self) -> Words {
         let mut w = Words::default();
-        w.push(*self.rng.pick(lx::PLACE_PREPOSITIONS));
-        w.extend(self.det_np(lx::PLACES, false));
+        if self.rng.chance(0.5) {
+            w.push(*self.rng.pick(lx::AREA_PREPOSITIONS));
+            w.extend(self.area());
+        } else {
+            w.push(*self.rng.pick(lx::SURFACE_PREPOSITIONS));
+            w.extend(self.det_np(&lx::PLACES[lx::AREAS..], false));
+        }
         w
+    }
+
+    /// An area ("the park").
+    fn area(&mut self) -> Words {
+        self.det_np(&lx::PLACES[..lx::AREAS], false)
     }
 
     fn pp(&mut self) -> Words {
@@ -264,7 +317,7 @@ impl Gen {
             _ => {
                 let mut w = Words::default();
                 w.push(*self.rng.pick(&["to", "into", "from", "at"]));
-                w.extend(self.det_np(lx::PLACES, false));
+                w.extend(self.area());
                 w
             }
         }
@@ -326,7 +379,7 @@ impl Gen {
             0..=7 => {
                 let verb = *self.rng.pick(lx::TRANSITIVE);
                 w.push(finite(&verb, agr, tense));
-                w.extend(self.object());
+                w.extend(self.object_of(&verb));
                 w.extend(self.tail());
             }
             8..=12 => {
@@ -334,7 +387,7 @@ impl Gen {
                 w.push(finite(&verb, agr, tense));
                 if verb.base == "go" {
                     w.push("to");
-                    w.extend(self.det_np(lx::PLACES, false));
+                    w.extend(self.area());
                     w.extend(self.tail_of(1));
                 } else {
                     w.extend(self.tail());
@@ -355,8 +408,9 @@ impl Gen {
                 w.push(do_(agr, tense));
                 w.push("not");
                 if self.rng.chance(0.5) {
-                    w.push(self.rng.pick(lx::TRANSITIVE).base);
-                    w.extend(self.object());
+                    let verb = *self.rng.pick(lx::TRANSITIVE);
+                    w.push(verb.base);
+                    w.extend(self.object_of(&verb));
                 } else {
                     w.push(self.rng.pick(lx::INTRANSITIVE).base);
                 }
@@ -372,7 +426,12 @@ impl Gen {
         let plural = self.rng.chance(0.3);
         let animate = self.rng.chance(0.5);
         w.push(be(if plural { Agr::Pl } else { Agr::Sg3 }, tense));
-        w.extend(self.det_np(if animate { lx::ANIMATE } else { lx::THINGS }, plural));
+        let pool = if animate {
+            &lx::ANIMATE[..lx::ANIMALS]
+        } else {
+            lx::THINGS
+        };
+        w.extend(self.det_np(pool, plural));
         if animate && !plural && self.rng.chance(0.5) {
             w.push("named");
             w.push(self.name().word);
@@ -456,8 +515,9 @@ impl Gen {
                 w.push(do_(agr, tense));
                 w.extend(s);
                 if self.rng.chance(0.6) {
-                    w.push(self.rng.pick(lx::TRANSITIVE).base);
-                    w.extend(self.object());
+                    let verb = *self.rng.pick(lx::TRANSITIVE);
+                    w.push(verb.base);
+                    w.extend(self.object_of(&verb));
                 } else {
                     w.push(self.rng.pick(lx::INTRANSITIVE).base);
                 }
@@ -468,7 +528,7 @@ impl Gen {
                 if self.rng.chance(0.6) {
                     let verb = *self.rng.pick(lx::TRANSITIVE);
                     w.push(finite(&verb, Agr::Sg3, tense));
-                    w.extend(self.object());
+                    w.extend(self.object_of(&verb));
                 } else {
                     let verb = *self.rng.pick(lx::INTRANSITIVE);
                     w.push(finite(&verb, Agr::Sg3, tense));
@@ -523,8 +583,9 @@ impl Gen {
             w.push("please");
         }
         if self.rng.chance(0.6) {
-            w.push(self.rng.pick(lx::TRANSITIVE).base);
-            w.extend(self.object());
+            let verb = *self.rng.pick(lx::TRANSITIVE);
+            w.push(verb.base);
+            w.extend(self.object_of(&verb));
         } else {
             w.push(self.rng.pick(lx::INTRANSITIVE).base);
         }
@@ -572,8 +633,9 @@ impl Gen {
             1 => {
                 let mut q = Words::default();
                 q.push("do you");
-                q.push(self.rng.pick(lx::TRANSITIVE).base);
-                q.extend(self.object());
+                let verb = *self.rng.pick(lx::TRANSITIVE);
+                q.push(verb.base);
+                q.extend(self.object_of(&verb));
                 let r = if self.rng.chance(0.6) {
                     "Yes, I do."
                 } else {
@@ -600,7 +662,7 @@ impl Gen {
                 q.push("want");
                 let mut r = Words::default();
                 r.push(if who.she { "she wants" } else { "he wants" });
-                r.extend(self.object());
+                r.extend(self.thing());
                 (q.finish('?'), r.finish('.'))
             }
             4 => {
@@ -660,7 +722,7 @@ impl Gen {
         let adj = self.adjective(kind != 1);
         let opening = match kind {
             0 => {
-                let pet = self.rng.pick(lx::ANIMATE).sg;
+                let pet = self.rng.pick(&lx::ANIMATE[..lx::ANIMALS]).sg;
                 format!(
                     "There was {} {adj} {pet} named {}.",
                     lx::article(adj),
@@ -679,7 +741,7 @@ impl Gen {
                 w.finish('.')
             }
             _ => {
-                let pet = self.rng.pick(lx::ANIMATE).sg;
+                let pet = self.rng.pick(&lx::ANIMATE[..lx::ANIMALS]).sg;
                 format!("{} had {} {adj} {pet}.", hero.word, lx::article(adj))
             }
         };
@@ -698,19 +760,25 @@ impl Gen {
                     w.push(hero.word);
                     w.push("and");
                     w.push(friend.word);
-                    w.push(self.rng.pick(lx::INTRANSITIVE).past);
+                    let v = *self
+                        .rng
+                        .pick(&["played", "sang", "danced", "walked", "swam"]);
+                    w.push(v);
                     w.push("together");
                 }
                 1 => {
                     w.push(friend.word);
-                    w.push(self.rng.pick(lx::TRANSITIVE).past);
+                    let v = *self
+                        .rng
+                        .pick(&["helped", "followed", "hugged", "found", "saw", "watched"]);
+                    w.push(v);
                     w.push(hero.word);
                     w.extend(self.tail());
                 }
                 2 => {
                     w.push(hero.word);
                     w.push("went to");
-                    w.extend(self.det_np(lx::PLACES, false));
+                    w.extend(self.area());
                 }
                 _ => {
                     w.push(if self.rng.chance(0.5) {

@@ -84,7 +84,7 @@ const fn nn(sg: &'static str, pl: &'static str) -> Noun {
     Noun { sg, pl }
 }
 
-/// Animals and people: subjects of verbs of action.
+/// Animals (the first [`ANIMALS`] entries) and people: subjects of verbs of action.
 pub(crate) const ANIMATE: &[Noun] = &[
     nn("cat", "cats"),
     nn("dog", "dogs"),
@@ -107,6 +107,9 @@ pub(crate) const ANIMATE: &[Noun] = &[
     nn("brother", "brothers"),
     nn("neighbour", "neighbours"),
 ];
+
+/// How many of [`ANIMATE`] are animals (the rest are people).
+pub(crate) const ANIMALS: usize = 11;
 
 /// Things that can be held, found, or lost.
 pub(crate) const THINGS: &[Noun] = &[
@@ -136,7 +139,7 @@ pub(crate) const THINGS: &[Noun] = &[
     nn("spoon", "spoons"),
 ];
 
-/// Places: objects of prepositions of place.
+/// Places: the first [`AREAS`] are areas ("in the park"), the rest surfaces ("on the table").
 pub(crate) const PLACES: &[Noun] = &[
     nn("park", "parks"),
     nn("garden", "gardens"),
@@ -146,15 +149,19 @@ pub(crate) const PLACES: &[Noun] = &[
     nn("house", "houses"),
     nn("school", "schools"),
     nn("market", "markets"),
-    nn("hill", "hills"),
     nn("field", "fields"),
     nn("barn", "barns"),
     nn("room", "rooms"),
+    nn("hill", "hills"),
     nn("table", "tables"),
     nn("bed", "beds"),
     nn("tree", "trees"),
-    nn("window", "windows"),
+    nn("bench", "benches"),
+    nn("bridge", "bridges"),
 ];
+
+/// How many of [`PLACES`] are areas.
+pub(crate) const AREAS: usize = 11;
 
 /// Adjectives of people and animals.
 pub(crate) const ANIMATE_ADJECTIVES: &[&str] = &[
@@ -220,6 +227,12 @@ pub(crate) const TRANSITIVE: &[Verb] = &[
     v("have", "has", "had"),
 ];
 
+/// Transitive verbs whose object is a person or an animal.
+pub(crate) const ANIMATE_OBJECT_VERBS: &[&str] = &["help", "follow", "hug"];
+
+/// Transitive verbs whose object may be a person, an animal or a thing.
+pub(crate) const ANY_OBJECT_VERBS: &[&str] = &["see", "like", "find", "watch", "paint", "need"];
+
 /// Verbs without an object.
 pub(crate) const INTRANSITIVE: &[Verb] = &[
     v("run", "runs", "ran"),
@@ -247,8 +260,11 @@ pub(crate) const PREPOSITIONS: &[&str] = &[
     "in", "on", "under", "near", "behind", "beside", "with", "to", "into", "at", "from",
 ];
 
-/// Prepositions of place only (what "where" questions are answered with).
-pub(crate) const PLACE_PREPOSITIONS: &[&str] = &["in", "on", "under", "near", "behind", "beside"];
+/// Prepositions before an area ("in the park").
+pub(crate) const AREA_PREPOSITIONS: &[&str] = &["in", "near", "behind", "beside"];
+
+/// Prepositions before a surface ("on the table").
+pub(crate) const SURFACE_PREPOSITIONS: &[&str] = &["on", "under", "near", "beside", "behind"];
 
 /// Adverbs and adverbial phrases that end a verb phrase.
 pub(crate) const ADVERBS: &[&str] = &[
