@@ -838,6 +838,29 @@ impl Gen {
     }
 }
 
+impl Gen {
+    /// Pieces until at least `target` words, stopping early rather than pass `cap` words
+    /// (cut at a sentence end; at least one sentence).
+    pub(crate) fn units_capped(&mut self, target: usize, cap: usize) -> Vec<Unit> {
+        let mut units: Vec<Unit> = Vec::new();
+        let mut words = 0;
+        while words < target.max(1) {
+            for u in self.piece() {
+                let w = u.text.split_whitespace().count();
+                if words + w > cap && !units.is_empty() {
+                    if let Some(last) = units.last_mut() {
+                        last.sep = "\n\n";
+                    }
+                    return units;
+                }
+                words += w;
+                units.push(u);
+            }
+        }
+        units
+    }
+}
+
 /// Joins units into text (the last separator dropped).
 pub(crate) fn join(units: &[Unit]) -> String {
     let mut s = String::new();

@@ -182,19 +182,36 @@ pub struct RetrievalSpec {
 
 /// The document `spec` describes (see [`RetrievalSpec`]).
 pub fn retrieval_doc_with(spec: &RetrievalSpec) -> RetrievalDoc {
-    retrieval::build(spec.seed, spec.split, spec.approx_words, &spec.depths)
+    retrieval::build(
+        spec.seed,
+        spec.split,
+        spec.approx_words,
+        &spec.depths,
+        false,
+    )
 }
 
 /// A document of about `approx_words` words of filler holding `n_keys` keys (at most
 /// [`Split::max_keys`]) at spread depths (key `i` uniformly within the `i`-th of `n_keys`
 /// equal slices), then one question per key in random order.
 pub fn retrieval_doc(seed: u64, split: Split, approx_words: usize, n_keys: usize) -> RetrievalDoc {
+    spread_doc(seed, split, approx_words, n_keys, false)
+}
+
+/// [`retrieval_doc`], the filler capped at `approx_words` words when `cap`.
+fn spread_doc(
+    seed: u64,
+    split: Split,
+    approx_words: usize,
+    n_keys: usize,
+    cap: bool,
+) -> RetrievalDoc {
     let mut rng = Rng::new(seed, 0x6465_7074);
     let n = n_keys.max(1) as f64;
     let depths: Vec<f64> = (0..n_keys)
         .map(|i| (i as f64 + rng.below(1001) as f64 / 1000.0) / n)
         .collect();
-    let mut doc = retrieval::build(seed, split, approx_words, &depths);
+    let mut doc = retrieval::build(seed, split, approx_words, &depths, cap);
     rng.shuffle(&mut doc.questions);
     doc
 }
@@ -206,7 +223,7 @@ pub fn retrieval_doc_at(
     approx_words: usize,
     depth_fraction: f64,
 ) -> RetrievalDoc {
-    retrieval::build(seed, split, approx_words, &[depth_fraction])
+    retrieval::build(seed, split, approx_words, &[depth_fraction], false)
 }
 
 /// What a training stream is made of.
@@ -220,6 +237,9 @@ pub struct Mix {
     pub context_words: (usize, usize),
     /// Keys in a retrieval document (inclusive range).
     pub keys: (usize, usize),
+    /// Whether the word counts are maxima (documents cut at a sentence end), as a training
+    /// window needs; otherwise minima (documents end at the end of a piece).
+    pub cap: bool,
 }
 
 impl Default for Mix {
@@ -231,8 +251,46 @@ impl Default for Mix {
             grammar_words: (60, 400),
             context_words: (100, 900),
             keys: (1, 6),
+            cap: false,
         }
     }
+}
+
+/// Tokens a word of Train-split text takes with [`crate::tokenizer::Tokenizer::train_generated`]
+/// (measured on 20 000 words of [`training_text`]: 1.46; rounded up).
+pub const TOKENS_PER_WORD: f64 = 1.5;
+
+impl Mix {
+    /// A mix whose documents fit a training window of `tokens` tokens (so a retrieval
+    /// document's questions are seen with their keys): documents capped at about 80% of the
+    /// window, questions included.
+    pub fn for_window(tokens: usize) -> Mix {
+        let words = (tokens as f64 * 0.8 / TOKENS_PER_WORD) as usize;
+        let max_keys = (words / 60).clamp(1, 6);
+        // Each question's turn is about 17 tokens; keep them inside the window too.
+        let context = words.saturating_sub(max_keys * 12).max(20);
+        Mix {
+            retrieval_share: 0.5,
+            grammar_words: ((words / 6).max(10), words.max(10)),
+            context_words: ((context / 6).max(10), context),
+            keys: (1, max_keys),
+            cap: true,
+        }
+    }
+}
+
+/// The documents of [`training_text_with`] (same seeds, same order), without special tokens,
+/// for a trainer that batches whole documents.
+pub fn training_docs(seed: u64, approx_words: usize, mix: &Mix) -> Vec<String> {
+    let mut rng = Rng::new(seed, 0x7374_7265);
+    let mut docs = Vec::new();
+    let mut words = 0;
+    while words < approx_words.max(1) {
+        let doc = training_doc(rng.fork(), mix);
+        words += doc.split_whitespace().count();
+        docs.push(doc);
+    }
+    docs
 }
 
 /// One training document for `seed` (Train split), without special tokens: grammar text, or a
@@ -243,10 +301,15 @@ pub fn training_doc(seed: u64, mix: &Mix) -> String {
     if rng.chance(mix.retrieval_share) {
         let words = rng.range(mix.context_words.0, mix.context_words.1);
         let keys = rng.range(mix.keys.0, mix.keys.1);
-        retrieval_doc(doc_seed, Split::Train, words, keys).text()
+        spread_doc(doc_seed, Split::Train, words, keys, mix.cap).text()
     } else {
         let words = rng.range(mix.grammar_words.0, mix.grammar_words.1);
-        grammar_text(doc_seed, words)
+        let mut gen = Gen::new(doc_seed, Split::Train.names());
+        if mix.cap {
+            join(&gen.units_capped(words, words))
+        } else {
+            join(&gen.units(words))
+        }
     }
 }
 
@@ -258,12 +321,8 @@ pub fn training_text(seed: u64, approx_words: usize) -> String {
 
 /// [`training_text`] with a chosen [`Mix`].
 pub fn training_text_with(seed: u64, approx_words: usize, mix: &Mix) -> String {
-    let mut rng = Rng::new(seed, 0x7374_7265);
     let mut s = String::new();
-    let mut words = 0;
-    while words < approx_words.max(1) {
-        let doc = training_doc(rng.fork(), mix);
-        words += doc.split_whitespace().count();
+    for doc in training_docs(seed, approx_words, mix) {
         s.push_str(BOS);
         s.push_str(&doc);
         s.push_str(EOS);

@@ -72,10 +72,21 @@ fn words(u: &Unit) -> usize {
 }
 
 /// A document with one key per entry of `depths` (fractions of the filler's words before the
-/// key, clamped to 0..=1), questions in the order of `depths`.
-pub(crate) fn build(seed: u64, split: Split, approx_words: usize, depths: &[f64]) -> RetrievalDoc {
+/// key, clamped to 0..=1), questions in the order of `depths`; with `cap`, the filler has at
+/// most `approx_words` words.
+pub(crate) fn build(
+    seed: u64,
+    split: Split,
+    approx_words: usize,
+    depths: &[f64],
+    cap: bool,
+) -> RetrievalDoc {
     let mut gen = Gen::new(seed, split.names());
-    let filler = gen.units(approx_words);
+    let filler = if cap {
+        gen.units_capped(approx_words, approx_words)
+    } else {
+        gen.units(approx_words)
+    };
     let rng = gen.rng();
     let mut pool = pairs(split);
     rng.shuffle(&mut pool);

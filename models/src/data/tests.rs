@@ -408,3 +408,44 @@ fn stream_never_yields_half_a_character() {
         .collect();
     assert_eq!(shown, "Hi");
 }
+
+#[test]
+fn mix_for_window_keeps_documents_inside_the_window() {
+    let t = tokenizer();
+    for window in [256, 512, 1024] {
+        let mix = Mix::for_window(window);
+        let docs: Vec<String> = (0..4).flat_map(|s| training_docs(s, 6000, &mix)).collect();
+        assert!(docs.iter().any(|d| d.contains(crate::tokenizer::USER)));
+        for d in &docs {
+            let n = t.encode(&format!("<|bos|>{d}<|eos|>")).unwrap().len();
+            assert!(
+                n <= window,
+                "a {n}-token document for a {window}-token window"
+            );
+        }
+        let docs = training_docs(3, 6000, &mix);
+        let joined: String = docs.iter().map(|d| format!("<|bos|>{d}<|eos|>")).collect();
+        assert_eq!(joined, training_text_with(3, 6000, &mix));
+    }
+}
+
+/// FNV-1a, 64 bits: a hash that stays the same across Rust versions.
+fn fnv(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The shipped checkpoint was trained on these texts (its replay test needs them bit for bit):
+/// a change to the generator must be deliberate, with a retrained model and new hashes.
+#[test]
+fn training_stream_and_tokenizer_corpus_are_frozen() {
+    let got = [fnv(&training_text(1, 20_000)), fnv(&tokenizer_corpus())];
+    assert_eq!(
+        got,
+        [0x14f3_7d33_d285_1b15, 0x0c73_dc11_5581_19d3],
+        "got {:#018x} {:#018x}",
+        got[0],
+        got[1]
+    );
+}
