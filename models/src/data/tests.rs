@@ -449,3 +449,122 @@ fn training_stream_and_tokenizer_corpus_are_frozen() {
         got[1]
     );
 }
+
+#[test]
+fn parser_checks_agreement() {
+    for (good, bad) in [
+        ("They run.", "They runs."),
+        ("I am happy.", "I is happy."),
+        ("The cats are big.", "The cats is big."),
+        ("There was a dog.", "There were a dog."),
+        ("She does not run.", "She do not run."),
+        ("Does Anna like the cake?", "Do Anna like the cake?"),
+        ("Anna and Ben were tired.", "Anna and Ben was tired."),
+        ("Where are my shoes?", "Where is my shoes?"),
+        ("An old cat sleeps.", "A old cat sleeps."),
+        ("Yes, I am.", "Yes, I is."),
+        ("How tall the boys are!", "How tall the boys is!"),
+    ] {
+        assert!(accepts(good), "rejected {good:?}");
+        assert!(!accepts(bad), "accepted {bad:?}");
+    }
+}
+
+/// Every form of the grammar shows up in generated text (the generator is not stuck on a few).
+#[test]
+fn generator_uses_every_form() {
+    let text: String = (0..30).map(|s| grammar_text(s, 1500) + "\n\n").collect();
+    let starts = |p: &str| sentences(&text).iter().any(|s| s.starts_with(p));
+    let has = |p: &str| text.contains(p);
+    for p in [
+        "Where is",
+        "Where do",
+        "Who ",
+        "What does",
+        "What is",
+        "Is ",
+        "Does ",
+        "Did ",
+    ] {
+        assert!(starts(p), "no question starting {p:?}");
+    }
+    for p in [
+        "There was",
+        "There are",
+        "Please ",
+        "Yes, I do.",
+        "No, I am not.",
+        "Thank you!",
+    ] {
+        assert!(has(p), "no {p:?}");
+    }
+    for p in [
+        " and ",
+        ", but ",
+        " because ",
+        " not ",
+        "'s ",
+        " named ",
+        "!\n",
+    ] {
+        assert!(has(p), "no {p:?}");
+    }
+    let keys: String = (0..40)
+        .map(|s| retrieval_doc(s, Split::Train, 50, 3).text())
+        .collect();
+    for p in [
+        "The code of the ",
+        " has the code ",
+        "What is the code of",
+        "Which code opens",
+    ] {
+        assert!(keys.contains(p), "no {p:?}");
+    }
+}
+
+#[test]
+fn retrieval_doc_spreads_keys_and_caps_their_number() {
+    for seed in 0..20 {
+        let doc = retrieval_doc(seed, Split::Train, 600, 5);
+        let mut depths: Vec<f64> = doc.questions.iter().map(|q| q.depth).collect();
+        depths.sort_by(f64::total_cmp);
+        for (i, d) in depths.iter().enumerate() {
+            assert!(
+                (i as f64 / 5.0..=(i + 1) as f64 / 5.0).contains(d),
+                "{depths:?}"
+            );
+        }
+    }
+    let all = retrieval_doc(1, Split::Heldout, 300, 1000);
+    assert_eq!(all.questions.len(), Split::Heldout.max_keys());
+    assert!(retrieval_doc(1, Split::Train, 100, 0).questions.is_empty());
+}
+
+#[test]
+fn training_text_never_states_a_heldout_code() {
+    let t = training_text(2, 30_000);
+    let codes: Vec<u32> = t
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|w| w.len() == 4)
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(codes.len() > 200, "{} codes", codes.len());
+    assert!(codes.iter().all(|&c| Split::Train.has_code(c)));
+}
+
+proptest! {
+    /// Model output is arbitrary text: splitting and parsing it never panics, and random
+    /// words are not sentences (3-8 random words of 1-6 letters all being lexicon words in a
+    /// grammatical order is far too unlikely to happen in 256 cases).
+    #[test]
+    fn arbitrary_text_never_panics(text in "\\PC{0,80}", words in proptest::collection::vec("[a-z]{1,6}", 3..9)) {
+        for s in sentences(&text) {
+            let _ = accepts(s);
+        }
+        let mut salad = words.join(" ");
+        salad.push('.');
+        let upper = salad[..1].to_uppercase();
+        salad.replace_range(..1, &upper);
+        prop_assert!(!accepts(&salad), "{}", salad);
+    }
+}
