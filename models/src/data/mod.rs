@@ -113,6 +113,41 @@ pub fn sentences(text: &str) -> Vec<&str> {
     out
 }
 
+/// How much of a text the grammar accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Acceptance {
+    /// Complete sentences (those ending in '.', '?' or '!').
+    pub sentences: usize,
+    /// Of those, how many [`accepts`] accepts.
+    pub accepted: usize,
+}
+
+impl Acceptance {
+    /// The accepted share (1 for a text without a complete sentence).
+    pub fn rate(&self) -> f64 {
+        if self.sentences == 0 {
+            1.0
+        } else {
+            self.accepted as f64 / self.sentences as f64
+        }
+    }
+}
+
+/// Scores a model's continuation: every sentence of `text` counts except a last one cut off
+/// before its final mark (a continuation stops mid-sentence); a piece without a final mark
+/// elsewhere counts as a rejected sentence.
+pub fn acceptance(text: &str) -> Acceptance {
+    let mut parts = sentences(text);
+    let cut = !text.trim_end().ends_with(['.', '?', '!']);
+    if cut {
+        parts.pop();
+    }
+    Acceptance {
+        sentences: parts.len(),
+        accepted: parts.iter().filter(|s| accepts(s)).count(),
+    }
+}
+
 fn push_trimmed<'a>(out: &mut Vec<&'a str>, s: &'a str) {
     let s = s.trim();
     if !s.is_empty() {

@@ -568,3 +568,22 @@ proptest! {
         prop_assert!(!accepts(&salad), "{}", salad);
     }
 }
+
+#[test]
+fn acceptance_scores_a_continuation() {
+    let a = acceptance("The cat runs. Dog the runs. Anna: Where is the cup?\nBen: It is und");
+    assert_eq!(
+        a,
+        Acceptance {
+            sentences: 3,
+            accepted: 2
+        }
+    );
+    assert!((a.rate() - 2.0 / 3.0).abs() < 1e-12);
+    assert_eq!(acceptance("The cat runs\nThe dog sleeps.").sentences, 2);
+    assert_eq!(acceptance("").rate(), 1.0);
+    let t = grammar_text(5, 500);
+    let full = acceptance(&t);
+    assert_eq!(full.accepted, full.sentences);
+    assert_eq!(full.sentences, sentences(&t).len());
+}
