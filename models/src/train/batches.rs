@@ -45,3 +45,17 @@ impl Windows {
             .collect())
     }
 }
+
+/// The training stream of a run: [`crate::data::training_text`] of `seed` and `words`,
+/// tokenised by `tok`, cut at offsets from `seed`.
+pub fn training_windows(
+    tok: &crate::tokenizer::Tokenizer,
+    seed: u64,
+    words: usize,
+) -> Result<Windows> {
+    let text = crate::data::training_text(seed, words);
+    let ids = tok
+        .encode(&text)
+        .map_err(|e| super::TrainError::Invalid(e.to_string()))?;
+    Ok(Windows::new(ids, seed))
+}

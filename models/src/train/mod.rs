@@ -33,16 +33,16 @@ use std::time::Instant;
 pub enum TrainError {
     /// A tensor operation failed.
     #[error("train: tensor: {0}")]
-    Candle(#[from] candle_core::Error),
+    Candle(Box<candle_core::Error>),
     /// The model code failed.
     #[error("train: {0}")]
-    Model(#[from] ModelError),
+    Model(Box<ModelError>),
     /// Weights could not be read, written or quantised.
     #[error("train: {0}")]
-    Weights(#[from] WeightError),
+    Weights(Box<WeightError>),
     /// An operator failed (quantisation).
     #[error("train: {0}")]
-    Op(#[from] tileops_ops::OpError),
+    Op(Box<tileops_ops::OpError>),
     /// A file could not be read or written.
     #[error("train: {path}: {msg}")]
     Io {
@@ -55,6 +55,18 @@ pub enum TrainError {
     #[error("train: {0}")]
     Invalid(String),
 }
+
+macro_rules! boxed_from {
+    ($($t:ty => $v:ident),*) => {$(
+        impl From<$t> for TrainError {
+            fn from(e: $t) -> Self {
+                TrainError::$v(Box::new(e))
+            }
+        }
+    )*};
+}
+boxed_from!(candle_core::Error => Candle, ModelError => Model, WeightError => Weights,
+    tileops_ops::OpError => Op);
 
 /// The training result type.
 pub type Result<T> = std::result::Result<T, TrainError>;
@@ -121,6 +133,8 @@ pub struct TrainConfig {
     pub model: Config,
     /// Seed of the initial weights and of the data.
     pub seed: u64,
+    /// Words of generated training text ([`batches::training_windows`]).
+    pub words: usize,
     /// Sequences per step.
     pub batch: usize,
     /// Tokens per sequence.

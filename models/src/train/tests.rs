@@ -139,6 +139,7 @@ fn tiny_run(dense: u64, warmup: u64, sparse: u64) -> TrainConfig {
     TrainConfig {
         model: tiny(),
         seed: 3,
+        words: 0,
         batch: 2,
         seq_len: 24,
         dense_steps: dense,
