@@ -164,7 +164,8 @@ pub struct Question {
     pub answer: String,
     /// Byte range, in the document's `context`, of the code where the key states it.
     pub key_span: std::ops::Range<usize>,
-    /// Where the key sits: the fraction of the filler's words before it (0 = first sentence).
+    /// The key's requested depth: a fraction of the filler's words (0 = before the first
+    /// sentence, 1 = after the last); the key sits at the first sentence end reaching it.
     pub depth: f64,
 }
 

@@ -399,87 +399,72 @@ impl Parser {
         [a, b].into_iter().flatten().collect()
     }
 
+    /// Ends of `aux(a) subject(a)` at `i` (`aux` is "be" or "do"), the subject agreeing.
+    fn inverted(&self, i: Option<usize>, agr: Agr, aux: fn(Agr, Tense) -> &'static str) -> Ends {
+        let Some(k) = i.and_then(|i| self.aux(i, agr, aux)) else {
+            return Vec::new();
+        };
+        self.subject(k)
+            .into_iter()
+            .filter(|&(_, a)| a == agr)
+            .map(|(e, _)| e)
+            .collect()
+    }
+
+    /// Ends of `verbs.base tail` at `i`.
+    fn base_tail(&self, i: usize, verbs: &[lx::Verb]) -> Ends {
+        self.base(i, verbs).map_or_else(Vec::new, |v| self.tail(v))
+    }
+
     fn question(&self, i: usize) -> Ends {
         let mut ends = Vec::new();
+        let mut add = |es: Ends| es.into_iter().for_each(|e| push(&mut ends, e));
+        let (where_, what) = (self.word(i, "where"), self.word(i, "what"));
         for agr in AGRS {
-            // where be(a) subject(a) / where do(a) subject(a) verb_i.base tail
-            if let Some(j) = self.word(i, "where") {
-                if let Some(k) = self.aux(j, agr, be) {
-                    for (e, a) in self.subject(k) {
-                        if a == agr {
-                            push(&mut ends, e);
-                        }
-                    }
-                }
-                if let Some(k) = self.aux(j, agr, do_) {
-                    for (s, a) in self.subject(k) {
-                        if let (true, Some(v)) = (a == agr, self.base(s, lx::INTRANSITIVE)) {
-                            for e in self.tail(v) {
-                                push(&mut ends, e);
-                            }
-                        }
-                    }
-                }
+            // where be(a) subject(a)
+            add(self.inverted(where_, agr, be));
+            // where do(a) subject(a) verb_i.base tail
+            for s in self.inverted(where_, agr, do_) {
+                add(self.base_tail(s, lx::INTRANSITIVE));
             }
             // be(a) subject(a) (adjs | pp)
-            if let Some(k) = self.aux(i, agr, be) {
-                for (s, a) in self.subject(k) {
-                    if a == agr {
-                        for e in self.adjs(s).into_iter().chain(self.pp(s)) {
-                            push(&mut ends, e);
-                        }
-                    }
-                }
+            for s in self.inverted(Some(i), agr, be) {
+                add(self.adjs(s));
+                add(self.pp(s));
             }
-            // do(a) subject(a) base_vp
-            if let Some(k) = self.aux(i, agr, do_) {
-                for (s, a) in self.subject(k) {
-                    if a == agr {
-                        for e in self.base_vp(s) {
-                            push(&mut ends, e);
-                        }
-                    }
-                }
+            // do(a) subject(a) (verb_t.base object | verb_i.base) tail
+            for s in self.inverted(Some(i), agr, do_) {
+                add(self.base_vp(s));
             }
             // what do(a) subject(a) verb_t.base tail
-            if let Some(k) = self.word(i, "what").and_then(|j| self.aux(j, agr, do_)) {
-                for (s, a) in self.subject(k) {
-                    if let (true, Some(v)) = (a == agr, self.base(s, lx::TRANSITIVE)) {
-                        for e in self.tail(v) {
-                            push(&mut ends, e);
-                        }
-                    }
-                }
+            for s in self.inverted(what, agr, do_) {
+                add(self.base_tail(s, lx::TRANSITIVE));
             }
         }
+        // who (verb_t(3sg) object | verb_i(3sg)) tail
         if let Some(j) = self.word(i, "who") {
-            let mut heads = Vec::new();
             if let Some(k) = self.verb(j, lx::TRANSITIVE, Agr::Sg3) {
-                heads.extend(self.object(k));
+                for o in self.object(k) {
+                    add(self.tail(o));
+                }
             }
             if let Some(k) = self.verb(j, lx::INTRANSITIVE, Agr::Sg3) {
-                heads.push(k);
-            }
-            for h in heads {
-                for e in self.tail(h) {
-                    push(&mut ends, e);
-                }
+                add(self.tail(k));
             }
         }
-        if let Some(j) = self.word(i, "what").and_then(|j| self.aux(j, Agr::Sg3, be)) {
-            for e in self.pp(j) {
-                push(&mut ends, e);
-            }
+        // what be(3sg) pp
+        if let Some(j) = what.and_then(|j| self.aux(j, Agr::Sg3, be)) {
+            add(self.pp(j));
         }
         let keyq = [
-            self.phrase(i, "what is the code of the")
-                .and_then(|j| self.key_np(j)),
-            self.phrase(i, "which code opens the")
-                .and_then(|j| self.key_np(j)),
+            self.phrase(i, "what is the code of the"),
+            self.phrase(i, "which code opens the"),
         ];
-        for e in keyq.into_iter().flatten() {
-            push(&mut ends, e);
-        }
+        add(keyq
+            .into_iter()
+            .flatten()
+            .filter_map(|j| self.key_np(j))
+            .collect());
         ends
     }
 
