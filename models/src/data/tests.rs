@@ -587,3 +587,64 @@ fn acceptance_scores_a_continuation() {
     assert_eq!(full.accepted, full.sentences);
     assert_eq!(full.sentences, sentences(&t).len());
 }
+
+/// The figures docs/models.md quotes ("Training data"), printed:
+/// `cargo test --workspace --lib -p tileops-models -- data::tests::print_data_figures --ignored --nocapture`.
+#[test]
+#[ignore = "prints the figures of docs/models.md; run by hand"]
+fn print_data_figures() {
+    let t0 = std::time::Instant::now();
+    let tok = Tokenizer::train_generated().unwrap();
+    println!(
+        "train_generated: {:?}, {} tokens",
+        t0.elapsed(),
+        tok.vocab_size()
+    );
+    let c = tokenizer_corpus();
+    println!(
+        "tokenizer_corpus: {} words, {} bytes",
+        c.split_whitespace().count(),
+        c.len()
+    );
+    let tt = training_text(1, 20_000);
+    let n = tok.encode(&tt).unwrap().len();
+    let w = tt.split_whitespace().count();
+    println!(
+        "training_text(1, 20000): {w} words, {n} tokens, {:.3}/word",
+        n as f64 / w as f64
+    );
+    let g = grammar_text_in(99, Split::Heldout, 5000);
+    let n = tok.encode(&g).unwrap().len();
+    let w = g.split_whitespace().count();
+    println!(
+        "held-out grammar: {w} words, {n} tokens, {:.3}/word",
+        n as f64 / w as f64
+    );
+    let (mut tried, mut rejected) = (0, 0);
+    for seed in 0..200u64 {
+        for (i, s) in sentences(&grammar_text(seed, 600)).into_iter().enumerate() {
+            if s.split_whitespace().count() < 4 {
+                continue;
+            }
+            if let Some(salad) = shuffled(s, seed ^ i as u64) {
+                tried += 1;
+                rejected += usize::from(!accepts(&salad));
+            }
+        }
+    }
+    println!("shuffled sentences rejected: {rejected}/{tried}");
+    let mut vocab = std::collections::HashSet::new();
+    for seed in 0..50 {
+        let t = grammar_text(seed, 2000);
+        for w in t.split(|c: char| !c.is_alphanumeric() && c != '\'') {
+            if !w.is_empty() {
+                vocab.insert(w.to_lowercase());
+            }
+        }
+    }
+    println!(
+        "distinct words over 50 documents of 2000 words: {}",
+        vocab.len()
+    );
+    assert!(tried > 0 && !vocab.is_empty());
+}
