@@ -648,3 +648,19 @@ fn print_data_figures() {
     );
     assert!(tried > 0 && !vocab.is_empty());
 }
+
+#[test]
+fn stream_of_a_document_equals_its_decoding() {
+    let t = tokenizer();
+    let held = retrieval_doc(8, Split::Heldout, 400, 3).text();
+    for text in [training_text(6, 800), held] {
+        let ids = t.encode(&text).unwrap();
+        assert_eq!(t.decode(&ids).unwrap(), text);
+        let mut stream = t.stream(false);
+        let mut out = String::new();
+        for &id in &ids {
+            out.extend(stream.step(id).unwrap());
+        }
+        assert_eq!(out, text);
+    }
+}
