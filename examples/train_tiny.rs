@@ -74,6 +74,10 @@ struct Args {
     /// Held-out retrieval documents of the closing evaluation.
     #[arg(long, default_value_t = 24)]
     eval_docs: usize,
+    /// The evaluation's grammar stories use the Train split's names (new seeds) instead of
+    /// the held-out names.
+    #[arg(long)]
+    eval_train_names: bool,
 }
 
 /// Greedy continuation of `prompt` by the training forward in `mode`, up to `max` tokens or
@@ -108,6 +112,7 @@ fn evaluate(
     m: &tileops_models::train::model::TrainModel,
     tok: &Tokenizer,
     docs: usize,
+    train_names: bool,
 ) -> Result<()> {
     use tileops_models::data::{retrieval_doc, Split};
     use tileops_models::tokenizer::BOS;
@@ -122,6 +127,47 @@ fn evaluate(
         let prompt = tok.encode(&format!("{BOS}{p}"))?;
         let out = greedy(m, &prompt, 40, &[ids.eos], Mode::Sparse)?;
         println!("sample: {p}|{}", tok.decode(&out)?.replace('\n', " / "));
+    }
+    // Next-token loss on held-out grammar stories of 512 tokens, past 4 x top-k: within the
+    // training window (256) and beyond it.
+    let from = 4 * m.cfg.index_topk;
+    let spans = [(from, 256), (256, 512)];
+    let mut acc = [[0f64; 2]; 2];
+    let mut n = 0usize;
+    let split = if train_names {
+        Split::Train
+    } else {
+        Split::Heldout
+    };
+    for seed in 0..8u64 {
+        let text = tileops_models::data::grammar_text_in(2_000_000 + seed, split, 600);
+        let ids = tok.encode(&format!("{BOS}{text}"))?;
+        if ids.len() < 513 {
+            continue;
+        }
+        for (mi, mode) in [Mode::Sparse, Mode::Dense].into_iter().enumerate() {
+            let f = m.forward(&[ids[..512].to_vec()], mode)?;
+            for (si, &(a, b)) in spans.iter().enumerate() {
+                let targets = candle_core::Tensor::from_slice(
+                    &ids[a + 1..b + 1],
+                    b - a,
+                    &candle_core::Device::Cpu,
+                )?;
+                let logits = f.logits.narrow(0, a, b - a)?;
+                let l = candle_nn::loss::cross_entropy(&logits, &targets)?;
+                acc[si][mi] += l.to_scalar::<f32>()? as f64;
+            }
+        }
+        n += 1;
+    }
+    for (si, &(a, b)) in spans.iter().enumerate() {
+        let (s, d) = (acc[si][0] / n.max(1) as f64, acc[si][1] / n.max(1) as f64);
+        println!(
+            "grammar stories ({split:?} names, {n} x 512 tokens), next-token loss at positions {a}-{b}: \
+             {s:.4} with the top-{}, {d:.4} dense ({:+.1}%)",
+            m.cfg.index_topk,
+            100.0 * (s / d - 1.0)
+        );
     }
     let (mut right_sparse, mut right_dense, mut total) = (0, 0, 0);
     for d in 0..docs {
@@ -215,7 +261,7 @@ fn main() -> Result<()> {
     );
     let total = cfg.total_steps();
     if args.minutes == Some(0.0) {
-        evaluate(&tr.model, &tok, args.eval_docs)?;
+        evaluate(&tr.model, &tok, args.eval_docs, args.eval_train_names)?;
         return Ok(());
     }
     let bar = ProgressBar::new(total);
@@ -321,6 +367,6 @@ fn main() -> Result<()> {
         serde_json::to_string_pretty(&replay)?,
     )?;
     println!("wrote {}", args.out.display());
-    evaluate(&tr.model, &tok, args.eval_docs)?;
+    evaluate(&tr.model, &tok, args.eval_docs, args.eval_train_names)?;
     Ok(())
 }
