@@ -117,7 +117,10 @@ fn evaluate(
     use tileops_models::data::{retrieval_doc, Split};
     use tileops_models::tokenizer::BOS;
     let ids = tok.special_ids()?;
-    for seed in 1..=3u64 {
+    // Greedy continuations of 8 prompts (a grammar text's first 4 words), their sentences
+    // (the prompt's first one included, a cut-off last one left out) scored by the parser.
+    let (mut sentences, mut accepted) = (0, 0);
+    for seed in 1..=8u64 {
         let text = tileops_models::data::grammar_text(900 + seed, 20);
         let p: String = text
             .split_whitespace()
@@ -126,8 +129,18 @@ fn evaluate(
             .join(" ");
         let prompt = tok.encode(&format!("{BOS}{p}"))?;
         let out = greedy(m, &prompt, 40, &[ids.eos], Mode::Sparse)?;
-        println!("sample: {p}|{}", tok.decode(&out)?.replace('\n', " / "));
+        let cont = tok.decode(&out)?;
+        let a = tileops_models::data::acceptance(&format!("{p}{cont}"));
+        sentences += a.sentences;
+        accepted += a.accepted;
+        if seed <= 3 {
+            println!("sample: {p}|{}", cont.replace('\n', " / "));
+        }
     }
+    println!(
+        "greedy continuations of 8 prompts: {accepted}/{sentences} sentences accepted by the \
+         grammar parser"
+    );
     // Next-token loss on held-out grammar stories of 512 tokens, past 4 x top-k: within the
     // training window (256) and beyond it.
     let from = 4 * m.cfg.index_topk;
