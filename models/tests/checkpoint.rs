@@ -55,3 +55,49 @@ fn the_shipped_checkpoint_loads_and_the_ops_model_matches_the_training_forward()
         / scale;
     assert!(diff < 2e-2, "max |diff| / max |logit| = {diff}");
 }
+
+/// Greedy continuations of 8 fixed prompts by the shipped checkpoint are the same tokens on
+/// Reference and TileSim, and the grammar parser accepts at least 90% of their sentences.
+#[test]
+fn the_shipped_checkpoint_decodes_the_same_parsable_text_on_both_backends() {
+    use tileops_models::engine::{Engine, Sampling};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("checkpoints/tiny");
+    let cfg = Config::from_file(&dir.join("config.json")).expect("config");
+    let w = Weights::load(&cfg, &dir.join("model.safetensors")).expect("weights");
+    let tok = Tokenizer::from_file(&dir.join("tokenizer.json")).expect("tokenizer");
+    let texts: Vec<String> = (1..=8u64)
+        .map(|s| {
+            let t = tileops_models::data::grammar_text(900 + s, 20);
+            t.split_whitespace().take(4).collect::<Vec<_>>().join(" ")
+        })
+        .collect();
+    let prompts: Vec<Vec<u32>> = texts
+        .iter()
+        .map(|t| {
+            tok.encode(&format!("{}{t}", tileops_models::tokenizer::BOS))
+                .expect("encode")
+        })
+        .collect();
+    let mut outs = Vec::new();
+    for backend in [Backend::Reference, Backend::TileSim] {
+        let mut e = Engine::new(&cfg, &w, backend, 8 * 8, 16).expect("engine");
+        let g = e
+            .generate(&prompts, 40, &Sampling::Greedy, |_, _| {})
+            .expect("generate");
+        outs.push(g.tokens);
+    }
+    assert_eq!(outs[0], outs[1], "the backends' greedy tokens differ");
+    let (mut sentences, mut accepted) = (0, 0);
+    for (p, toks) in texts.iter().zip(&outs[0]) {
+        let a =
+            tileops_models::data::acceptance(&format!("{p}{}", tok.decode(toks).expect("decode")));
+        sentences += a.sentences;
+        accepted += a.accepted;
+    }
+    eprintln!("{accepted}/{sentences} sentences accepted");
+    assert!(sentences >= 16, "{sentences} sentences");
+    assert!(
+        accepted * 10 >= sentences * 9,
+        "{accepted}/{sentences} sentences accepted"
+    );
+}
