@@ -1,4 +1,5 @@
-//! The end-to-end demo: a tiny DeepSeek-V3.2-style model (random weights, so the text is
+//! The end-to-end demo: a tiny DeepSeek-V3.2-style model (by default the trained checkpoint in
+//! models/checkpoints/tiny; `--random-weights` for generated weights, whose text is
 //! meaningless) prefills a batch of prompts of different lengths and decodes them through the
 //! tileops operators, on the Reference backend (candle) or on the tile kernels in the Ascend 950
 //! simulator (TileSim).
@@ -10,15 +11,15 @@
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use tileops::ops::Backend;
 use tileops_models::deepseek::config::Config;
 use tileops_models::engine::{
     check_pool, check_request, estimate_950, pin_thread_count, v32_attention_call, Engine, Sampling,
 };
 use tileops_models::progress::Progress;
-use tileops_models::tokenizer::Tokenizer;
-use tileops_models::weights::{cache_dir, load_or_generate};
+use tileops_models::tokenizer::{Tokenizer, BOS};
+use tileops_models::weights::{cache_dir, load_or_generate, Weights};
 
 /// Prompts of different lengths; `--batch` takes the first N (cycling).
 const PROMPTS: [&str; 4] = [
@@ -64,7 +65,19 @@ struct Args {
     /// No progress line on stderr (it is drawn only when stderr is a terminal).
     #[arg(long)]
     quiet: bool,
+    /// Today's generated random weights (`Config::default()`, `--seed`) instead of the trained
+    /// checkpoint in models/checkpoints/tiny.
+    #[arg(long)]
+    random_weights: bool,
 }
+
+/// Prompts in the trained model's style (its data generator's), after `<|bos|>`.
+const TRAINED_PROMPTS: [&str; 4] = [
+    "One day, Jonah found",
+    "There was a loud owl named",
+    "The next morning, the children",
+    "Anna: Are you tired?",
+];
 
 fn backend(name: Option<&str>) -> Result<Backend> {
     Ok(match name {
@@ -93,7 +106,12 @@ fn main() -> Result<()> {
     if !(a.top_p > 0.0 && a.top_p <= 1.0) {
         bail!("--top-p must be in (0, 1]");
     }
-    let cfg = Config::default();
+    let trained = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/checkpoints/tiny");
+    let cfg = if a.random_weights {
+        Config::default()
+    } else {
+        Config::from_file(&trained.join("config.json"))?
+    };
     let dir = a.weights.clone().unwrap_or_else(cache_dir);
     let blocks_per_seq = cfg.max_seq_len.div_ceil(BLOCK);
     // Room for the batch twice: the warm-up's scratch sequences are freed before the run.
@@ -114,26 +132,39 @@ fn main() -> Result<()> {
         }
     };
 
-    let tok = match &a.tokenizer {
-        Some(f) => Tokenizer::from_file(f)?,
-        None => Tokenizer::load_or_train(&dir.join("tokenizer.json"))?,
+    let tok = match (&a.tokenizer, a.random_weights) {
+        (Some(f), _) => Tokenizer::from_file(f)?,
+        (None, true) => Tokenizer::load_or_train(&dir.join("tokenizer.json"))?,
+        (None, false) => Tokenizer::from_file(&trained.join("tokenizer.json"))?,
     };
     tok.check_fits(cfg.vocab_size)?;
+    let list: &[&str] = if a.random_weights {
+        &PROMPTS
+    } else {
+        &TRAINED_PROMPTS
+    };
     let mut texts: Vec<String> = (0..a.batch)
-        .map(|i| PROMPTS[i % PROMPTS.len()].to_string())
+        .map(|i| list[i % list.len()].to_string())
         .collect();
     if let Some(p) = &a.prompt {
         texts[0] = p.clone();
     }
+    // The trained model saw every document after `<|bos|>`.
+    let bos = if a.random_weights { "" } else { BOS };
     let prompts: Vec<Vec<u32>> = texts
         .iter()
-        .map(|t| tok.encode(t))
+        .map(|t| tok.encode(&format!("{bos}{t}")))
         .collect::<Result<_, _>>()?;
     // Every argument is checked before the weights load and the warm-up runs.
     check_request(&cfg, &prompts, a.max_new_tokens, &sampling).context("arguments")?;
 
     let t = std::time::Instant::now();
-    let (weights, path) = load_or_generate(&cfg, a.seed, &dir)?;
+    let (weights, path) = if a.random_weights {
+        load_or_generate(&cfg, a.seed, &dir)?
+    } else {
+        let path = trained.join("model.safetensors");
+        (Weights::load(&cfg, &path)?, path)
+    };
     println!(
         "model: DeepSeek-V3.2-style, dim {} x {} layers ({} dense), {} heads, MLA kv_lora {} + rope {}, \
          indexer {} heads top-{}, {} routed experts (top-{}, int8) + {} shared; vocab {} ({} used by the tokenizer)",
@@ -141,10 +172,14 @@ fn main() -> Result<()> {
         cfg.qk_rope_head_dim, cfg.index_n_heads, cfg.index_topk, cfg.n_routed_experts,
         cfg.n_activated_experts, cfg.n_shared_experts, cfg.vocab_size, tok.vocab_size()
     );
+    let what = if a.random_weights {
+        format!("random, seed {}: the generated text is meaningless", a.seed)
+    } else {
+        "trained by examples/train_tiny.rs, see docs/models.md's model card".into()
+    };
     println!(
-        "weights: {} (random, seed {}: the generated text is meaningless)  [{:.0} ms]",
+        "weights: {} ({what})  [{:.0} ms]",
         path.display(),
-        a.seed,
         ms(t.elapsed())
     );
 

@@ -7,9 +7,11 @@
 //! ([`engine`]) and a progress line for the demo ([`progress`]). It uses only the public
 //! `tileops_ops` API.
 
+pub mod data;
 pub mod deepseek;
 pub mod engine;
 pub mod kv_cache;
 pub mod progress;
 pub mod tokenizer;
+pub mod train;
 pub mod weights;

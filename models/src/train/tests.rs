@@ -1,0 +1,252 @@
+//! Tests of the training path: finite-difference gradients, loss going down, and the training
+//! forward against the ops model on the same weights.
+
+use super::model::{Mode, TrainModel};
+use super::optim::{AdamParams, Schedule};
+use super::*;
+use crate::deepseek::model::{Batch, Model, SeqRows};
+use candle_core::{DType, Device, Tensor};
+use tileops_ops::Backend;
+
+/// A tiny config on which every path runs.
+fn tiny() -> Config {
+    Config {
+        vocab_size: 64,
+        dim: 32,
+        inter_dim: 64,
+        moe_inter_dim: 16,
+        n_heads: 2,
+        q_lora_rank: 16,
+        kv_lora_rank: 16,
+        qk_nope_head_dim: 8,
+        qk_rope_head_dim: 8,
+        v_head_dim: 8,
+        index_n_heads: 2,
+        index_head_dim: 16,
+        index_topk: 8,
+        original_seq_len: 16,
+        max_seq_len: 64,
+        ..tiny_config(64)
+    }
+}
+
+fn seqs(b: usize, t: usize, seed: u64) -> Vec<Vec<u32>> {
+    let mut r = crate::weights::Rng(seed);
+    (0..b)
+        .map(|_| (0..t).map(|_| (r.next_u64() % 64) as u32).collect())
+        .collect()
+}
+
+/// LM + 0.01 balance (+ the indexer's KL when `with_kl`).
+fn total_loss(
+    m: &TrainModel,
+    inputs: &[Vec<u32>],
+    targets: &Tensor,
+    mode: Mode,
+    with_kl: bool,
+) -> Tensor {
+    let f = m.forward(inputs, mode).expect("forward");
+    let lm = candle_nn::loss::cross_entropy(&f.logits, targets).expect("ce");
+    let mut l = lm;
+    if let Some(b) = f.balance {
+        l = (l + (b * 0.01).expect("b")).expect("add");
+    }
+    if let (true, Some(k)) = (with_kl, f.index_kl) {
+        l = (l + k).expect("add");
+    }
+    l
+}
+
+fn scalar(t: &Tensor) -> f64 {
+    t.to_scalar::<f64>().expect("scalar")
+}
+
+/// The analytic gradients of the LM + balance + indexer-KL loss match central differences
+/// (f64), in the dense and the sparse mode, on parameters of every block. The indexer's input
+/// and its KL target are detached, so a main-model parameter's gradient is that of LM +
+/// balance alone and an indexer parameter's that of the KL: the finite differences are taken
+/// of those losses (the full loss's would differ for the main model; that is the detach).
+#[test]
+fn gradients_match_finite_differences() {
+    let cfg = tiny();
+    let m = TrainModel::new(&cfg, 5, DType::F64).expect("model");
+    let all = seqs(2, 21, 9);
+    let inputs: Vec<Vec<u32>> = all.iter().map(|s| s[..20].to_vec()).collect();
+    let tg: Vec<u32> = all.iter().flat_map(|s| s[1..].to_vec()).collect();
+    let targets = Tensor::from_vec(tg, 40, &Device::Cpu).expect("t");
+    let names = [
+        "embed.weight",
+        "layers.0.attn.wq_a.weight",
+        "layers.0.attn.wkv_b.weight",
+        "layers.0.attn.kv_norm.weight",
+        "layers.0.ffn.w2.weight",
+        "layers.1.attn.wq_b.weight",
+        "layers.1.attn.indexer.wq_b.weight",
+        "layers.1.attn.indexer.k_norm.bias",
+        "layers.1.ffn.gate.weight",
+        "layers.1.ffn.experts.2.w1.weight",
+        "layers.1.ffn.shared_experts.w3.weight",
+        "head.weight",
+    ];
+    for mode in [Mode::Dense, Mode::Sparse] {
+        let grads = total_loss(&m, &inputs, &targets, mode, true)
+            .backward()
+            .expect("backward");
+        let mut checked = 0;
+        for name in names {
+            let var = m.var(name).expect("var");
+            let base = var
+                .as_tensor()
+                .flatten_all()
+                .expect("flat")
+                .to_vec1::<f64>()
+                .expect("v");
+            let g = match grads.get(var.as_tensor()) {
+                Some(g) => g.flatten_all().expect("flat").to_vec1::<f64>().expect("g"),
+                None => {
+                    // Only the indexer may lack a gradient, and only in the dense mode.
+                    assert!(mode == Mode::Dense && name.contains("indexer"), "{name}");
+                    continue;
+                }
+            };
+            let shape = var.as_tensor().dims().to_vec();
+            for j in [0, base.len() / 3, base.len() - 1] {
+                let eps = 1e-5;
+                let f = |d: f64| {
+                    let mut v = base.clone();
+                    v[j] += d;
+                    var.set(&Tensor::from_vec(v, shape.as_slice(), &Device::Cpu).expect("t"))
+                        .expect("set");
+                    let kl = name.contains("indexer");
+                    scalar(&total_loss(&m, &inputs, &targets, mode, kl))
+                };
+                let fd = (f(eps) - f(-eps)) / (2.0 * eps);
+                f(0.0);
+                let err = (fd - g[j]).abs();
+                assert!(
+                    err <= 1e-6 + 1e-4 * g[j].abs().max(fd.abs()),
+                    "{mode:?} {name}[{j}]: analytic {} vs finite difference {fd}",
+                    g[j]
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 30, "{checked}");
+    }
+}
+
+fn tiny_run(dense: u64, warmup: u64, sparse: u64) -> TrainConfig {
+    TrainConfig {
+        model: tiny(),
+        seed: 3,
+        words: 0,
+        batch: 2,
+        seq_len: 24,
+        dense_steps: dense,
+        warmup_steps: warmup,
+        sparse_steps: sparse,
+        lr: Schedule {
+            peak: 3e-3,
+            floor: 3e-4,
+            warmup: 3,
+            total: dense,
+        },
+        warmup_lr: 3e-3,
+        adam: AdamParams::default(),
+        clip: 1.0,
+        balance_weight: 1e-4,
+        bias_rate: 1e-3,
+    }
+}
+
+/// A few steps on a fixed batch lower the LM loss (dense stage), then the indexer's KL
+/// (warm-up); a run saved and resumed takes the same next step as one never stopped.
+#[test]
+fn a_few_steps_lower_the_loss_and_a_resumed_run_continues_identically() {
+    let data = seqs(2, 25, 11);
+    let mut tr = Trainer::new(tiny_run(25, 15, 2), 1).expect("trainer");
+    let logs: Vec<StepLog> = (0..40).map(|_| tr.step(&data).expect("step")).collect();
+    let (first, last) = (&logs[0], &logs[24]);
+    assert!(last.lm < first.lm - 0.5, "lm {} -> {}", first.lm, last.lm);
+    let kl0 = logs[25].index_kl.expect("kl");
+    let kl1 = logs[39].index_kl.expect("kl");
+    assert!(kl1 < 0.8 * kl0, "kl {kl0} -> {kl1}");
+    // The warm-up leaves the main model alone.
+    assert!((logs[39].lm - logs[25].lm).abs() < 1e-6);
+    let dir = std::env::temp_dir().join(format!("tileops-train-{}", std::process::id()));
+    tr.save(&dir).expect("save");
+    let mut back = Trainer::resume(&dir).expect("resume");
+    let a = tr.step(&data).expect("step");
+    let b = back.step(&data).expect("step");
+    assert_eq!(a.stage, Stage::Sparse);
+    assert_eq!(a.lm, b.lm);
+    assert_eq!(a.index_kl, b.index_kl);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The training forward and the ops model (Reference backend) give the same logits on the
+/// same (exported, int8-expert) weights: dense prefill within the top-k, and the sparse
+/// path past it. The ops model quantises expert activations per token (W8A8), hence the
+/// tolerance; a changed weight breaks it.
+#[test]
+fn training_forward_matches_the_ops_model() {
+    let cfg = tiny();
+    let m = TrainModel::new(&cfg, 21, DType::F32).expect("model");
+    m.snap_experts().expect("snap");
+    let w = m.export().expect("export");
+    let run_ops = |tokens: &[u32], dense_prefill: bool, w: &crate::weights::Weights| {
+        let bs = 16;
+        let t = tokens.len();
+        let nb = t.div_ceil(bs);
+        let mut model = Model::new(&cfg, w, nb, bs).expect("ops model");
+        model.dense_prefill = dense_prefill;
+        let slots: Vec<i64> = (0..t as i64).collect();
+        let batch = Batch {
+            tokens: tokens.to_vec(),
+            positions: (0..t).collect(),
+            slots: slots.clone(),
+            seqs: vec![SeqRows {
+                table: (0..nb as u32).collect(),
+                slots,
+                first_row: 0,
+                rows: t,
+            }],
+        };
+        let rows: Vec<usize> = (0..t).collect();
+        let y = model
+            .forward(&batch, &rows, Backend::Reference)
+            .expect("forward");
+        y.flatten_all().expect("f").to_vec1::<f32>().expect("v")
+    };
+    let max_diff = |a: &[f32], b: &[f32]| {
+        let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+        a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+    };
+    for (t, mode, dense) in [(8, Mode::Dense, true), (40, Mode::Sparse, false)] {
+        let tokens = seqs(1, t, 77 + t as u64).remove(0);
+        let train = m
+            .forward(std::slice::from_ref(&tokens), mode)
+            .expect("train forward");
+        let a = train
+            .logits
+            .flatten_all()
+            .expect("f")
+            .to_vec1::<f32>()
+            .expect("v");
+        let b = run_ops(&tokens, dense, &w);
+        let d = max_diff(&a, &b);
+        eprintln!("{mode:?} T={t}: max |diff| / max |logit| = {d:.2e}");
+        assert!(d < 1.5e-2, "{mode:?}: max |diff| / max |logit| = {d}");
+        if t == 40 {
+            let mut w2 = w.clone();
+            let name = "layers.1.attn.wkv_b.weight";
+            let t2 = (w2.get(name).expect("w") * 1.5).expect("scale");
+            w2.dense.insert(name.into(), t2);
+            let c = run_ops(&tokens, dense, &w2);
+            assert!(
+                max_diff(&a, &c) > 4.0 * d.max(1e-3),
+                "a changed weight must show"
+            );
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! The shipped trained checkpoint (models/checkpoints/tiny/) loads through the existing loader
+//! and its tokenizer, and the ops model (Reference) gives the training forward's logits on it.
+
+use candle_core::DType;
+use std::path::Path;
+use tileops_models::deepseek::config::Config;
+use tileops_models::deepseek::model::{Batch, Model, SeqRows};
+use tileops_models::tokenizer::Tokenizer;
+use tileops_models::train::model::{Mode, TrainModel};
+use tileops_models::weights::Weights;
+use tileops_ops::Backend;
+
+#[test]
+fn the_shipped_checkpoint_loads_and_the_ops_model_matches_the_training_forward() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("checkpoints/tiny");
+    let cfg = Config::from_file(&dir.join("config.json")).expect("config");
+    assert!(cfg.yarn() && cfg.index_head_dim > cfg.qk_rope_head_dim);
+    let w = Weights::load(&cfg, &dir.join("model.safetensors")).expect("weights");
+    let tok = Tokenizer::from_file(&dir.join("tokenizer.json")).expect("tokenizer");
+    tok.check_fits(cfg.vocab_size).expect("fits");
+    let text = tileops_models::data::grammar_text(4242, 60);
+    let mut ids = tok.encode(&text).expect("encode");
+    ids.truncate(80);
+    assert!(ids.len() > cfg.index_topk, "the prompt must pass the top-k");
+    let t = ids.len();
+    let bs = 16;
+    let nb = t.div_ceil(bs);
+    let mut model = Model::new(&cfg, &w, nb, bs).expect("ops model");
+    model.dense_prefill = false;
+    let slots: Vec<i64> = (0..t as i64).collect();
+    let batch = Batch {
+        tokens: ids.clone(),
+        positions: (0..t).collect(),
+        slots: slots.clone(),
+        seqs: vec![SeqRows {
+            table: (0..nb as u32).collect(),
+            slots,
+            first_row: 0,
+            rows: t,
+        }],
+    };
+    let rows: Vec<usize> = (0..t).collect();
+    let ops = model
+        .forward(&batch, &rows, Backend::Reference)
+        .expect("forward");
+    let ops: Vec<f32> = ops.flatten_all().expect("f").to_vec1().expect("v");
+    let train = TrainModel::from_weights(&cfg, &w, DType::F32).expect("train model");
+    let f = train.forward(&[ids], Mode::Sparse).expect("train forward");
+    let tr: Vec<f32> = f.logits.flatten_all().expect("f").to_vec1().expect("v");
+    let scale = tr.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let diff = tr
+        .iter()
+        .zip(&ops)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()))
+        / scale;
+    assert!(diff < 2e-2, "max |diff| / max |logit| = {diff}");
+}
+
+/// Greedy continuations of 8 fixed prompts by the shipped checkpoint are the same tokens on
+/// Reference and TileSim, and the grammar parser accepts at least 90% of their sentences.
+#[test]
+fn the_shipped_checkpoint_decodes_the_same_parsable_text_on_both_backends() {
+    use tileops_models::engine::{Engine, Sampling};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("checkpoints/tiny");
+    let cfg = Config::from_file(&dir.join("config.json")).expect("config");
+    let w = Weights::load(&cfg, &dir.join("model.safetensors")).expect("weights");
+    let tok = Tokenizer::from_file(&dir.join("tokenizer.json")).expect("tokenizer");
+    let texts: Vec<String> = (1..=8u64)
+        .map(|s| {
+            let t = tileops_models::data::grammar_text(900 + s, 20);
+            t.split_whitespace().take(4).collect::<Vec<_>>().join(" ")
+        })
+        .collect();
+    let prompts: Vec<Vec<u32>> = texts
+        .iter()
+        .map(|t| {
+            tok.encode(&format!("{}{t}", tileops_models::tokenizer::BOS))
+                .expect("encode")
+        })
+        .collect();
+    let mut outs = Vec::new();
+    for backend in [Backend::Reference, Backend::TileSim] {
+        let mut e = Engine::new(&cfg, &w, backend, 8 * 8, 16).expect("engine");
+        let g = e
+            .generate(&prompts, 40, &Sampling::Greedy, |_, _| {})
+            .expect("generate");
+        outs.push(g.tokens);
+    }
+    assert_eq!(outs[0], outs[1], "the backends' greedy tokens differ");
+    let (mut sentences, mut accepted) = (0, 0);
+    for (p, toks) in texts.iter().zip(&outs[0]) {
+        let a =
+            tileops_models::data::acceptance(&format!("{p}{}", tok.decode(toks).expect("decode")));
+        sentences += a.sentences;
+        accepted += a.accepted;
+    }
+    eprintln!("{accepted}/{sentences} sentences accepted");
+    assert!(sentences >= 16, "{sentences} sentences");
+    assert!(
+        accepted * 10 >= sentences * 9,
+        "{accepted}/{sentences} sentences accepted"
+    );
+}
