@@ -371,21 +371,21 @@ pub fn exp_f32(x: f32) -> f32 {
     }
 }
 
-/// [`exp_f32`] over a slice in place. On x86-64 CPUs with AVX2 (chosen at run time) the loop is
-/// compiled for 8-lane vectors instead of the baseline's 4; the arithmetic is the same
+/// [`exp_f32`] over a slice in place. Where the host level allows AVX2 ([`crate::sim::host::host_isa`])
+/// the loop is compiled for 8-lane vectors (16 with AVX-512F) instead of the baseline's 4; the arithmetic is the same
 /// (separate multiplies and adds, no fused multiply-add), so the results are bit-identical.
 pub fn exp_f32_in_place(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
+    if crate::sim::host::host_isa().avx512f() {
         // SAFETY: `exp_f32_in_place_avx512` requires only that the CPU supports AVX-512F, which
-        // was checked just above; it indexes its slice safely.
+        // `host_isa()` allows only when the CPU runs it; it indexes its slice safely.
         unsafe { exp_f32_in_place_avx512(x) };
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: `exp_f32_in_place_avx2` requires only that the CPU supports AVX2, which was
-        // checked just above; it indexes its slice safely.
+    if crate::sim::host::host_isa().avx2_fma() {
+        // SAFETY: `exp_f32_in_place_avx2` requires only that the CPU supports AVX2, which
+        // `host_isa()` allows only when the CPU runs it; it indexes its slice safely.
         unsafe { exp_f32_in_place_avx2(x) };
         return;
     }
@@ -416,14 +416,14 @@ unsafe fn exp_f32_in_place_avx512(x: &mut [f32]) {
 /// Decodes one bf16 ZN box (16 x 16, column-major: element `(i, j)` at `bx[j * 16 + i]`, as
 /// K^T is seen in a gathered bf16 NZ K tile) into 16 panel rows of 16 f32 (row `i` at
 /// `block[i * 16..]`), each value `f32::from_bits((h as u32) << 16)` as [`decode_f32`] gives:
-/// widened and transposed in AVX-512 registers where the CPU has AVX-512F (chosen at run
-/// time), element by element elsewhere. Only moves bits, so both give the same values.
+/// widened and transposed in AVX-512 registers where the host level allows AVX-512F
+/// (`host::host_isa`), element by element elsewhere. Only moves bits, so both give the same values.
 #[inline]
 pub(crate) fn bf16_zn_box_to_panel_rows(bx: &[u16; 256], block: &mut [f32; 256]) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
+    if crate::sim::host::host_isa().avx512f() {
         // SAFETY: `bf16_zn_box_to_panel_rows_avx512` requires only that the CPU supports
-        // AVX-512F, which was checked just above.
+        // AVX-512F, which `host_isa()` allows only when the CPU runs it.
         unsafe { bf16_zn_box_to_panel_rows_avx512(bx, block) };
         return;
     }
@@ -813,8 +813,10 @@ mod tests {
             assert_eq!(g, w, "box round {round}");
         }
         #[cfg(target_arch = "x86_64")]
-        if !std::arch::is_x86_feature_detected!("avx512f") {
-            println!("bf16_zn_box_decode: no AVX-512F on this CPU, only the portable path ran");
+        if !crate::sim::host::host_isa().avx512f() {
+            println!(
+                "bf16_zn_box_decode: AVX-512F not selected or absent, only the portable path ran"
+            );
         }
     }
 

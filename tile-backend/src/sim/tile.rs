@@ -936,14 +936,14 @@ fn decode_panels_half(
 
 /// Transposes one f32 ZN box (8 rows x 16 columns, column-major: element `(i, j)` at
 /// `bx[j * 8 + i]`) into 8 panel rows of 16 (row `i` at `block[i * 16..]`): two 8 x 8
-/// register transposes where the CPU has AVX (chosen at run time), element by element
+/// register transposes where the host level allows AVX (`host::host_isa`), element by element
 /// elsewhere. Only moves values, so both give the same bits.
 #[inline]
 fn zn_box_to_panel_rows(bx: &[f32; 128], block: &mut [f32; 128]) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx") {
-        // SAFETY: `zn_box_to_panel_rows_avx` requires only that the CPU supports AVX, which was
-        // checked just above.
+    if crate::sim::host::host_isa().avx() {
+        // SAFETY: `zn_box_to_panel_rows_avx` requires only that the CPU supports AVX, which
+        // `host_isa()` allows only when the CPU runs it.
         unsafe { zn_box_to_panel_rows_avx(bx, block) };
         return;
     }
@@ -981,14 +981,14 @@ unsafe fn zn_box_to_panel_rows_avx(bx: &[f32; 128], block: &mut [f32; 128]) {
 
 /// Copies an 8 x 8 block of 4-byte elements from eight 32-byte pieces of `src` (at `base +
 /// at[k]`) to eight 32-byte pieces of `dst`, transposed (element `i` of source piece `k` becomes
-/// element `k` of destination piece `i`), in registers where the CPU has AVX; false (nothing
-/// done) where it has not or a piece lies outside its buffer.
+/// element `k` of destination piece `i`), in registers where the host level allows AVX; false
+/// (nothing done) where it does not or a piece lies outside its buffer.
 fn transpose_8x8_bytes(
     (src, s_base, s_at): (&[u8], usize, [usize; 8]),
     (dst, d_base, d_at): (&mut [u8], usize, [usize; 8]),
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx") {
+    if crate::sim::host::host_isa().avx() {
         let inside = |base: usize, o: usize, len: usize| {
             base.checked_add(o)
                 .and_then(|b| b.checked_add(32))
@@ -998,7 +998,7 @@ fn transpose_8x8_bytes(
             && d_at.iter().all(|&o| inside(d_base, o, dst.len()))
         {
             let (s, d) = (s_at.map(|o| s_base + o), d_at.map(|o| d_base + o));
-            // SAFETY: AVX was checked just above, every piece read or written was checked to
+            // SAFETY: the CPU runs AVX (`host_isa()` allows it only then), every piece read or written was checked to
             // lie inside its buffer (32 bytes from `base + at[k]`), and `src` and `dst` are
             // distinct borrows, so they do not overlap.
             unsafe { transpose_8x8_pieces(src.as_ptr(), s, dst.as_mut_ptr(), d) };

@@ -3,7 +3,8 @@
 //! tile (32 x 16 boxes, each column's 32 k contiguous), accumulated into the 16-column strips of
 //! an NZ Acc tile (16 x 16 boxes: a strip is a row-major `[rows, 16]` int32 matrix).
 //!
-//! Three builds of the same integers, chosen at run time by CPU feature:
+//! Three builds of the same integers, chosen at run time by the host level
+//! ([`crate::sim::host::host_isa`], the switch `TILEOPS_SIM_ISA`):
 //!
 //! - **AVX-512 VNNI** (`vpdpbusd`): one 64-byte load is two columns' 32 k of a B box; A's 32 k
 //!   are broadcast to both halves. `vpdpbusd` multiplies unsigned by signed bytes, so B is
@@ -20,6 +21,8 @@
 //! a fractal's 16 rows).
 //!
 //! The AVX-512 intrinsics are stable since Rust 1.89, the workspace's `rust-version`.
+
+use crate::sim::host::{host_isa, HostIsa};
 
 /// Rows and columns of a B (ZN, int8) box, and its bytes.
 const BOX_K: usize = 32;
@@ -63,34 +66,24 @@ pub(super) enum Int8Path {
 }
 
 impl Int8Path {
-    /// The fastest build this CPU runs (detected at run time, cached by std).
+    /// The fastest build the host level ([`host_isa`], `TILEOPS_SIM_ISA`) allows.
     pub fn best() -> Int8Path {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512bw")
-                && std::arch::is_x86_feature_detected!("avx512vnni")
-            {
-                return Int8Path::Avx512Vnni;
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                return Int8Path::Avx2;
-            }
+        let isa = host_isa();
+        if isa.avx512_vnni() {
+            Int8Path::Avx512Vnni
+        } else if isa.avx2_fma() {
+            Int8Path::Avx2
+        } else {
+            Int8Path::Portable
         }
-        Int8Path::Portable
     }
 
-    /// Whether this CPU runs the build.
+    /// Whether this CPU runs the build (whatever the switch selects).
     pub fn available(self) -> bool {
         match self {
             Int8Path::Portable => true,
-            Int8Path::Avx2 => {
-                #[cfg(target_arch = "x86_64")]
-                return std::arch::is_x86_feature_detected!("avx2");
-                #[cfg(not(target_arch = "x86_64"))]
-                return false;
-            }
-            Int8Path::Avx512Vnni => Int8Path::best() == Int8Path::Avx512Vnni,
+            Int8Path::Avx2 => HostIsa::Avx2.supported(),
+            Int8Path::Avx512Vnni => HostIsa::Avx512.supported() && HostIsa::Avx512.avx512_vnni(),
         }
     }
 }
@@ -126,7 +119,7 @@ pub(super) fn int8_gemm(
     match path {
         Int8Path::Portable => portable(c, c_strip, ops, &live, accumulate),
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `path.available()` checked AVX2 above; the operands and C were checked to
+        // SAFETY: `path.available()` checked that the CPU has AVX2 above; the operands and C were checked to
         // hold every byte and element the kernel reads or writes.
         Int8Path::Avx2 => unsafe { avx2(c, c_strip, ops, &live, accumulate) },
         #[cfg(target_arch = "x86_64")]

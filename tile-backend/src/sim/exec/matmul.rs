@@ -5,6 +5,7 @@ use super::moves;
 use super::ExecCtx;
 use crate::ir::{c0, DType, Layout, MemSpace, Op};
 use crate::sim::gm::PrefetchQueue;
+use crate::sim::host::host_isa;
 use crate::sim::numeric;
 use crate::sim::state::mark_bits;
 use crate::sim::tile::{self, Order, TileLoc};
@@ -545,20 +546,22 @@ fn panels_gemm(
     ahead: &mut PrefetchQueue<'_>,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if has_avx512() {
+    if host_isa().avx512f() {
         // SAFETY: `panels_gemm_avx512` requires only that the CPU supports AVX-512F, AVX2 and
-        // FMA, which was checked just above; its arguments are ordinary slices.
+        // FMA; `host_isa()` allows AVX-512F builds only at a level the CPU runs, which includes
+        // all three. Its arguments are ordinary slices.
         unsafe { panels_gemm_avx512(c, c_strip, a, panels, dims, accumulate, ahead) };
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if has_avx2_fma() {
-        // SAFETY: `panels_gemm_fma` requires only that the CPU supports AVX2 and FMA, which was
-        // checked just above; its arguments are ordinary slices it indexes with bounds checks.
+    if host_isa().avx2_fma() {
+        // SAFETY: `panels_gemm_fma` requires only that the CPU supports AVX2 and FMA, which
+        // `host_isa()` allows only when the CPU runs them; its arguments are ordinary slices it
+        // indexes with bounds checks.
         unsafe { panels_gemm_fma(c, c_strip, a, panels, dims, accumulate, ahead) };
         return;
     }
-    panels_gemm_body::<false>(c, c_strip, a, panels, dims, accumulate, ahead);
+    panels_gemm_body::<PORTABLE_FUSED>(c, c_strip, a, panels, dims, accumulate, ahead);
 }
 
 /// `c [m, n] += a [m, k] · b [k, n]` in wrapping i32 arithmetic (the int8 x int8 -> int32
@@ -568,9 +571,10 @@ fn panels_gemm(
 /// emulation), chosen at run time; elsewhere the portable build.
 fn int_gemm(c: &mut [i32], a: &[i32], b: &[i32], dims: (usize, usize, usize)) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: `int_gemm_avx2` requires only that the CPU supports AVX2, checked just above;
-        // its arguments are ordinary slices it indexes with bounds checks.
+    if host_isa().avx2_fma() {
+        // SAFETY: `int_gemm_avx2` requires only that the CPU supports AVX2, which `host_isa()`
+        // allows only when the CPU runs it; its arguments are ordinary slices it indexes with
+        // bounds checks.
         unsafe { int_gemm_avx2(c, a, b, dims) };
         return;
     }
@@ -607,17 +611,18 @@ fn int_gemm_body(c: &mut [i32], a: &[i32], b: &[i32], (m, k, n): (usize, usize, 
     }
 }
 
-/// Whether this CPU runs the AVX2 + FMA kernels (detected at run time, cached by std).
-#[cfg(target_arch = "x86_64")]
+/// Whether this CPU runs the AVX2 + FMA kernels (whatever the switch selects: the tests'
+/// question).
+#[cfg(all(test, target_arch = "x86_64"))]
 fn has_avx2_fma() -> bool {
-    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    crate::sim::host::HostIsa::Avx2.supported()
 }
 
-/// Whether this CPU runs the AVX-512 kernels (AVX-512F beside AVX2 and FMA; detected at run
-/// time, cached by std).
-#[cfg(target_arch = "x86_64")]
+/// Whether this CPU runs the AVX-512 kernels (AVX-512F beside AVX2 and FMA; the tests'
+/// question, whatever the switch selects).
+#[cfg(all(test, target_arch = "x86_64"))]
 fn has_avx512() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f") && has_avx2_fma()
+    crate::sim::host::HostIsa::Avx512.supported()
 }
 
 /// Whether the slices of a register group of `R` rows and `S` strips hold what it reads and
@@ -927,6 +932,12 @@ unsafe fn rows_times_panels_fma<const R: usize, const S: usize>(
     }
 }
 
+/// Whether the portable build of [`panels_gemm`] (`TILEOPS_SIM_ISA=portable`, or a CPU without
+/// AVX2 and FMA) makes fused multiply-adds (`f32::mul_add`, one rounding each) like the
+/// register builds, so that every host path gives the same bits (the behaviour digests hold
+/// under each). On a CPU without FMA `mul_add` is a library call: slow, but exact.
+const PORTABLE_FUSED: bool = true;
+
 /// Lines of a later gather's rows hinted after each six-row group of the panel kernels: a
 /// 64-row f32 chunk of 576 columns is 2304 lines, and one chunk's matmuls run about 1500 row
 /// groups.
@@ -1233,7 +1244,7 @@ mod tests {
                 int_gemm(&mut chosen, &a, &b, (m, k, n));
                 assert_eq!(chosen, want, "dispatched {m}x{k}x{n}");
                 #[cfg(target_arch = "x86_64")]
-                if std::arch::is_x86_feature_detected!("avx2") {
+                if has_avx2_fma() {
                     let mut avx2 = c0.clone();
                     // SAFETY: AVX2 was checked just above.
                     unsafe { int_gemm_avx2(&mut avx2, &a, &b, (m, k, n)) };
