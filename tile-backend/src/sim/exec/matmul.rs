@@ -1307,8 +1307,8 @@ mod tests {
         check::<1, 1>();
     }
 
-    /// Every fused build of [`panels_gemm`] (AVX2 + FMA, AVX-512, and the one chosen at run
-    /// time) gives bit for bit the portable fused sums (`f32::mul_add` over `k` in order, one row
+    /// Every build of [`panels_gemm`] (portable, AVX2 + FMA, AVX-512, and the one the host
+    /// level selects) gives bit for bit the portable fused sums (`f32::mul_add` over `k` in order, one row
     /// and one strip at a time), on row counts around each build's groups (8/6/4/2/1 rows), odd
     /// strip counts, strips a tile apart and depths around the unrolling. A build this CPU lacks
     /// is skipped with a printed notice.
@@ -1324,7 +1324,10 @@ mod tests {
             bool,
             &mut PrefetchQueue<'_>,
         );
-        let mut builds: Vec<(&str, Kernel)> = Vec::new();
+        // The portable build first: the one `TILEOPS_SIM_ISA=portable` (or a CPU without AVX2
+        // and FMA) runs must give the fused bits too.
+        let mut builds: Vec<(&str, Kernel)> =
+            vec![("portable", panels_gemm_body::<PORTABLE_FUSED>)];
         if has_avx2_fma() {
             builds.push(("avx2+fma", panels_gemm_fma));
             if has_avx512() {
