@@ -1,11 +1,10 @@
 //! Cube matmul (TMATMUL / TMATMUL_ACC): whole fractals, f32 accumulation (int32 for int8).
 
-use super::int8_gemm;
 use super::moves;
 use super::ExecCtx;
 use crate::ir::{c0, DType, Layout, MemSpace, Op};
 use crate::sim::gm::PrefetchQueue;
-use crate::sim::host::host_isa;
+use crate::sim::host::{host_isa, int8_gemm};
 use crate::sim::numeric;
 use crate::sim::state::mark_bits;
 use crate::sim::tile::{self, Order, TileLoc};

@@ -22,6 +22,8 @@
 
 use std::sync::OnceLock;
 
+pub(crate) mod int8_gemm;
+
 /// The environment variable that selects the host paths.
 pub const ISA_VAR: &str = "TILEOPS_SIM_ISA";
 

@@ -1,4 +1,5 @@
-//! The cube's int8 x int8 -> int32 product on the operands' own bytes: A's rows (k contiguous,
+//! Host speed for the cube's int8 x int8 -> int32 product (its meaning: `exec::matmul`, the
+//! wrapping i32 sums), on the operands' own bytes: A's rows (k contiguous,
 //! as an NZ Left tile holds them inside its 16 x 32 boxes) times B as it lies in a ZN Right
 //! tile (32 x 16 boxes, each column's 32 k contiguous), accumulated into the 16-column strips of
 //! an NZ Acc tile (16 x 16 boxes: a strip is a row-major `[rows, 16]` int32 matrix).
@@ -22,7 +23,7 @@
 //!
 //! The AVX-512 intrinsics are stable since Rust 1.89, the workspace's `rust-version`.
 
-use crate::sim::host::{host_isa, HostIsa};
+use super::{host_isa, HostIsa};
 
 /// Rows and columns of a B (ZN, int8) box, and its bytes.
 const BOX_K: usize = 32;
@@ -33,7 +34,7 @@ const BOX_BYTES: usize = BOX_K * BOX_N;
 /// `strips` columns of ZN boxes: box `(bk, s)` (k `32 bk ..`, columns `16 s ..`) at
 /// `b[bk * b_pitch + s * 512 ..]`, its column `j` at `+ 32 j`.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Int8Operands<'a> {
+pub(crate) struct Int8Operands<'a> {
     pub a: &'a [i8],
     pub b: &'a [i8],
     pub b_pitch: usize,
@@ -56,7 +57,7 @@ impl Int8Operands<'_> {
 
 /// Which build of the product runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Int8Path {
+pub(crate) enum Int8Path {
     /// Plain wrapping i32 loops.
     Portable,
     /// `vpmaddwd` on sign-extended i16 (x86-64 with AVX2).
@@ -92,7 +93,7 @@ impl Int8Path {
 /// row-major `[m, 16]` matrix at `c[s * c_strip ..]`, with the build `path` (which must be
 /// [`Int8Path::available`]; an unavailable one, or operands out of bounds, returns false having
 /// done nothing).
-pub(super) fn int8_gemm(
+pub(crate) fn int8_gemm(
     path: Int8Path,
     c: &mut [i32],
     c_strip: usize,
