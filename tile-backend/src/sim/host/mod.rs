@@ -22,6 +22,7 @@
 
 use std::sync::OnceLock;
 
+pub(crate) mod exp;
 pub(crate) mod int8_gemm;
 
 /// The environment variable that selects the host paths.
