@@ -24,6 +24,7 @@ use std::sync::OnceLock;
 
 pub(crate) mod exp;
 pub(crate) mod int8_gemm;
+pub(crate) mod transpose;
 
 /// The environment variable that selects the host paths.
 pub const ISA_VAR: &str = "TILEOPS_SIM_ISA";
