@@ -324,26 +324,15 @@ fn the_report_brackets_the_estimate_at_half_and_double_the_dma_latency() {
     assert_eq!(rep.seconds, plain.seconds);
     assert_eq!(plain.dma_latency_sensitivity, None);
     let [half, double] = rep.dma_latency_sensitivity.expect("computed");
-    assert!(
-        half < rep.seconds && rep.seconds < double,
-        "{half} {} {double}",
-        rep.seconds
-    );
+    assert!(half < rep.seconds && rep.seconds < double, "{half} {} {double}", rep.seconds);
     // At least the load's and the store's latency are exposed: 2 x 250 cycles saved at half,
     // 2 x 500 added at double.
     let cycle = 1.0 / (arch.rates.clock_ghz.value * 1e9);
     let lat = arch.rates.dma_latency_cycles.value;
-    assert!(
-        rep.seconds - half >= lat * cycle - 1e-12,
-        "{}",
-        rep.seconds - half
-    );
+    assert!(rep.seconds - half >= lat * cycle - 1e-12, "{}", rep.seconds - half);
     assert!(double - rep.seconds >= 2.0 * lat * cycle - 1e-12);
     // Summing launches sums the bracket.
     let two = cost::CostReport::sum(&[rep.clone(), rep.clone()]).unwrap();
-    assert_eq!(
-        two.dma_latency_sensitivity,
-        Some([2.0 * half, 2.0 * double])
-    );
+    assert_eq!(two.dma_latency_sensitivity, Some([2.0 * half, 2.0 * double]));
     assert!(rep.to_string().contains("DMA latency x0.5"));
 }
