@@ -23,6 +23,7 @@
 use std::sync::OnceLock;
 
 pub(crate) mod exp;
+pub(crate) mod gemm;
 pub(crate) mod int8_gemm;
 pub(crate) mod transpose;
 
