@@ -19,6 +19,7 @@ pub mod cost;
 mod exec;
 mod gm;
 pub mod hazards;
+pub mod host;
 mod interp;
 pub mod io;
 pub mod numeric;

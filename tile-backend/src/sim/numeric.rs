@@ -371,140 +371,11 @@ pub fn exp_f32(x: f32) -> f32 {
     }
 }
 
-/// [`exp_f32`] over a slice in place. On x86-64 CPUs with AVX2 (chosen at run time) the loop is
-/// compiled for 8-lane vectors instead of the baseline's 4; the arithmetic is the same
-/// (separate multiplies and adds, no fused multiply-add), so the results are bit-identical.
+/// [`exp_f32`] over a slice in place, element by element: the same bits as `exp_f32` one by
+/// one, run as wide as the host level allows (`sim::host::exp`).
 pub fn exp_f32_in_place(x: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        // SAFETY: `exp_f32_in_place_avx512` requires only that the CPU supports AVX-512F, which
-        // was checked just above; it indexes its slice safely.
-        unsafe { exp_f32_in_place_avx512(x) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: `exp_f32_in_place_avx2` requires only that the CPU supports AVX2, which was
-        // checked just above; it indexes its slice safely.
-        unsafe { exp_f32_in_place_avx2(x) };
-        return;
-    }
-    x.iter_mut().for_each(|v| *v = exp_f32(*v));
+    crate::sim::host::exp::exp_in_place(x);
 }
-
-/// [`exp_f32_in_place`] compiled for AVX2.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn exp_f32_in_place_avx2(x: &mut [f32]) {
-    x.iter_mut().for_each(|v| *v = exp_f32(*v));
-}
-
-/// [`exp_f32_in_place`] compiled for AVX-512F (16 lanes; the same separate multiplies and
-/// adds, so the same bits).
-///
-/// # Safety
-/// The CPU must support AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn exp_f32_in_place_avx512(x: &mut [f32]) {
-    x.iter_mut().for_each(|v| *v = exp_f32(*v));
-}
-
-/// Decodes one bf16 ZN box (16 x 16, column-major: element `(i, j)` at `bx[j * 16 + i]`, as
-/// K^T is seen in a gathered bf16 NZ K tile) into 16 panel rows of 16 f32 (row `i` at
-/// `block[i * 16..]`), each value `f32::from_bits((h as u32) << 16)` as [`decode_f32`] gives:
-/// widened and transposed in AVX-512 registers where the CPU has AVX-512F (chosen at run
-/// time), element by element elsewhere. Only moves bits, so both give the same values.
-#[inline]
-pub(crate) fn bf16_zn_box_to_panel_rows(bx: &[u16; 256], block: &mut [f32; 256]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        // SAFETY: `bf16_zn_box_to_panel_rows_avx512` requires only that the CPU supports
-        // AVX-512F, which was checked just above.
-        unsafe { bf16_zn_box_to_panel_rows_avx512(bx, block) };
-        return;
-    }
-    bf16_zn_box_to_panel_rows_portable(bx, block);
-}
-
-/// [`bf16_zn_box_to_panel_rows`] one element at a time.
-fn bf16_zn_box_to_panel_rows_portable(bx: &[u16; 256], block: &mut [f32; 256]) {
-    for j in 0..16 {
-        for i in 0..16 {
-            block[i * 16 + j] = f32::from_bits((bx[j * 16 + i] as u32) << 16);
-        }
-    }
-}
-
-/// [`bf16_zn_box_to_panel_rows`] in AVX-512 registers: each column's 16 bf16 widened to f32
-/// bits (zero-extend, shift by 16), then a 16 x 16 transpose of 32-bit lanes (unpacks of 32-
-/// and 64-bit pairs, then two rounds of 128-bit lane shuffles).
-///
-/// # Safety
-/// The CPU must support AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn bf16_zn_box_to_panel_rows_avx512(bx: &[u16; 256], block: &mut [f32; 256]) {
-    use std::arch::x86_64::*;
-    let (src, dst) = (bx.as_ptr(), block.as_mut_ptr());
-    // Column j: 16 bf16 at `src + 16 j` (32 bytes), as 16 f32 bit patterns.
-    // SAFETY: 16 j + 16 <= 256 elements of `bx` for j < 16; unaligned loads need no alignment.
-    let c: [__m512i; 16] = std::array::from_fn(|j| unsafe {
-        let h = _mm256_loadu_si256(src.add(16 * j).cast());
-        _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h))
-    });
-    // Pairs of columns interleaved by 32-bit lanes, then by 64-bit pairs: in each 128-bit lane
-    // `l` of `u[4 q + t]`, rows 4 l + t of columns 4 q .. 4 q + 4.
-    let t: [__m512i; 16] = std::array::from_fn(|k| {
-        let (a, b) = (c[2 * (k / 2)], c[2 * (k / 2) + 1]);
-        if k % 2 == 0 {
-            _mm512_unpacklo_epi32(a, b)
-        } else {
-            _mm512_unpackhi_epi32(a, b)
-        }
-    });
-    let u: [__m512i; 16] = std::array::from_fn(|k| {
-        let q = k / 4;
-        let (a, b) = (t[4 * q + (k % 4) / 2], t[4 * q + (k % 4) / 2 + 2]);
-        if k % 2 == 0 {
-            _mm512_unpacklo_epi64(a, b)
-        } else {
-            _mm512_unpackhi_epi64(a, b)
-        }
-    });
-    // 128-bit lanes: first gather lanes {0, 2} / {1, 3} of column groups (q, q + 1), then again
-    // across the pairs of groups, so that row `r` ends up whole in one register.
-    let v: [__m512i; 16] = std::array::from_fn(|k| {
-        let (q, t, hi) = (2 * (k / 8), k % 4, (k / 4) % 2 == 1);
-        let (a, b) = (u[4 * q + t], u[4 * (q + 1) + t]);
-        if hi {
-            _mm512_shuffle_i32x4::<0xdd>(a, b)
-        } else {
-            _mm512_shuffle_i32x4::<0x88>(a, b)
-        }
-    });
-    for k in 0..8 {
-        let (a, b) = (v[k], v[k + 8]);
-        let lo = _mm512_shuffle_i32x4::<0x88>(a, b);
-        let hi = _mm512_shuffle_i32x4::<0xdd>(a, b);
-        // SAFETY: rows `k` and `k + 8` are 16 f32 at `dst + 16 row`, inside the 256 of `block`;
-        // `bx` and `block` are distinct borrows; unaligned stores need no alignment.
-        unsafe {
-            _mm512_storeu_si512(dst.add(16 * ROW_LO[k]).cast(), lo);
-            _mm512_storeu_si512(dst.add(16 * ROW_HI[k]).cast(), hi);
-        }
-    }
-}
-
-/// The panel rows the transpose of [`bf16_zn_box_to_panel_rows_avx512`] leaves in its final
-/// low and high shuffles.
-#[cfg(target_arch = "x86_64")]
-const ROW_LO: [usize; 8] = [0, 1, 2, 3, 4, 5, 6, 7];
-#[cfg(target_arch = "x86_64")]
-const ROW_HI: [usize; 8] = [8, 9, 10, 11, 12, 13, 14, 15];
 
 /// The bf16 bits of `x` rounded to nearest even (overflow to infinity; a NaN stays a NaN with
 /// its top payload bits and the quiet bit set): the same bits as `half::bf16::from_f32`, written
@@ -786,7 +657,9 @@ mod tests {
 
     #[test]
     fn bf16_zn_box_decode_gives_the_portable_bits() {
-        use super::{bf16_zn_box_to_panel_rows, bf16_zn_box_to_panel_rows_portable};
+        use crate::sim::host::transpose::{
+            bf16_zn_box_to_panel_rows, bf16_zn_box_to_panel_rows_portable,
+        };
         // Distinct patterns in every element (both bytes vary), then pseudo-random boxes.
         let mut seed = 0x9e37_79b9_u32;
         for round in 0..64 {
@@ -813,8 +686,10 @@ mod tests {
             assert_eq!(g, w, "box round {round}");
         }
         #[cfg(target_arch = "x86_64")]
-        if !std::arch::is_x86_feature_detected!("avx512f") {
-            println!("bf16_zn_box_decode: no AVX-512F on this CPU, only the portable path ran");
+        if !crate::sim::host::host_isa().avx512f() {
+            println!(
+                "bf16_zn_box_decode: AVX-512F not selected or absent, only the portable path ran"
+            );
         }
     }
 

@@ -1,6 +1,7 @@
 //! Resolving tile references to bytes, and copying regions between a tile's stored layout and
 //! row-major scratch.
 
+use super::host::transpose::{transpose_8x8_bytes, zn_box_to_panel_rows};
 use super::numeric::{copy_fixed, copy_lines};
 use super::SimError;
 use crate::arch::Arch;
@@ -906,7 +907,7 @@ fn decode_panels_half(
                 ) else {
                     return false;
                 };
-                super::numeric::bf16_zn_box_to_panel_rows(bx, block);
+                super::host::transpose::bf16_zn_box_to_panel_rows(bx, block);
             }
         }
         return true;
@@ -932,135 +933,6 @@ fn decode_panels_half(
         }
     }
     true
-}
-
-/// Transposes one f32 ZN box (8 rows x 16 columns, column-major: element `(i, j)` at
-/// `bx[j * 8 + i]`) into 8 panel rows of 16 (row `i` at `block[i * 16..]`): two 8 x 8
-/// register transposes where the CPU has AVX (chosen at run time), element by element
-/// elsewhere. Only moves values, so both give the same bits.
-#[inline]
-fn zn_box_to_panel_rows(bx: &[f32; 128], block: &mut [f32; 128]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx") {
-        // SAFETY: `zn_box_to_panel_rows_avx` requires only that the CPU supports AVX, which was
-        // checked just above.
-        unsafe { zn_box_to_panel_rows_avx(bx, block) };
-        return;
-    }
-    zn_box_to_panel_rows_portable(bx, block);
-}
-
-/// [`zn_box_to_panel_rows`] one element at a time.
-fn zn_box_to_panel_rows_portable(bx: &[f32; 128], block: &mut [f32; 128]) {
-    for j in 0..16 {
-        for i in 0..8 {
-            block[i * 16 + j] = bx[j * 8 + i];
-        }
-    }
-}
-
-/// [`zn_box_to_panel_rows`] with AVX: each half of the box's columns is eight 8-value
-/// columns, transposed in registers into the eight rows' halves.
-///
-/// # Safety
-/// The CPU must support AVX.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx")]
-unsafe fn zn_box_to_panel_rows_avx(bx: &[f32; 128], block: &mut [f32; 128]) {
-    for h in 0..2 {
-        // Column 8h + k of the box is 32 bytes at (8h + k) * 32; row i's half h of the panel is
-        // 32 bytes at i * 64 + 32h.
-        let cols: [usize; 8] = std::array::from_fn(|k| (8 * h + k) * 32);
-        let rows: [usize; 8] = std::array::from_fn(|i| i * 64 + 32 * h);
-        // SAFETY: AVX is the caller's promise; (8h + k) * 32 + 32 <= 512 and i * 64 + 32h + 32
-        // <= 512 bytes, the size of `bx` and of `block`, for h < 2 and i, k < 8, and the two
-        // arrays are distinct borrows, so they do not overlap.
-        unsafe { transpose_8x8_pieces(bx.as_ptr().cast(), cols, block.as_mut_ptr().cast(), rows) };
-    }
-}
-
-/// Copies an 8 x 8 block of 4-byte elements from eight 32-byte pieces of `src` (at `base +
-/// at[k]`) to eight 32-byte pieces of `dst`, transposed (element `i` of source piece `k` becomes
-/// element `k` of destination piece `i`), in registers where the CPU has AVX; false (nothing
-/// done) where it has not or a piece lies outside its buffer.
-fn transpose_8x8_bytes(
-    (src, s_base, s_at): (&[u8], usize, [usize; 8]),
-    (dst, d_base, d_at): (&mut [u8], usize, [usize; 8]),
-) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx") {
-        let inside = |base: usize, o: usize, len: usize| {
-            base.checked_add(o)
-                .and_then(|b| b.checked_add(32))
-                .is_some_and(|end| end <= len)
-        };
-        if s_at.iter().all(|&o| inside(s_base, o, src.len()))
-            && d_at.iter().all(|&o| inside(d_base, o, dst.len()))
-        {
-            let (s, d) = (s_at.map(|o| s_base + o), d_at.map(|o| d_base + o));
-            // SAFETY: AVX was checked just above, every piece read or written was checked to
-            // lie inside its buffer (32 bytes from `base + at[k]`), and `src` and `dst` are
-            // distinct borrows, so they do not overlap.
-            unsafe { transpose_8x8_pieces(src.as_ptr(), s, dst.as_mut_ptr(), d) };
-            return true;
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (src, s_base, s_at, dst, d_base, d_at);
-    false
-}
-
-/// Loads eight 32-byte pieces (8 f32 lanes each) at `src + s_at[k]`, transposes them
-/// ([`transpose8x8`]) and stores the results at `dst + d_at[i]`.
-///
-/// # Safety
-/// The CPU must support AVX; every source piece must be readable and every destination piece
-/// writable (32 bytes from its offset), and no destination piece may overlap a source piece.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx")]
-unsafe fn transpose_8x8_pieces(src: *const u8, s_at: [usize; 8], dst: *mut u8, d_at: [usize; 8]) {
-    use std::arch::x86_64::*;
-    // SAFETY (both blocks): the pieces are readable / writable as the caller promises; unaligned
-    // loads and stores need no alignment.
-    let c: [__m256; 8] =
-        std::array::from_fn(|k| unsafe { _mm256_loadu_ps(src.add(s_at[k]).cast()) });
-    for (i, row) in transpose8x8(c).into_iter().enumerate() {
-        unsafe { _mm256_storeu_ps(dst.add(d_at[i]).cast(), row) };
-    }
-}
-
-/// The 8 x 8 transpose of eight 8-lane registers: lane `k` of result `i` is lane `i` of `c[k]`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx")]
-fn transpose8x8(c: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
-    use std::arch::x86_64::*;
-    let t0 = _mm256_unpacklo_ps(c[0], c[1]);
-    let t1 = _mm256_unpackhi_ps(c[0], c[1]);
-    let t2 = _mm256_unpacklo_ps(c[2], c[3]);
-    let t3 = _mm256_unpackhi_ps(c[2], c[3]);
-    let t4 = _mm256_unpacklo_ps(c[4], c[5]);
-    let t5 = _mm256_unpackhi_ps(c[4], c[5]);
-    let t6 = _mm256_unpacklo_ps(c[6], c[7]);
-    let t7 = _mm256_unpackhi_ps(c[6], c[7]);
-    // s_q holds rows q (low 128 bits) and q + 4 (high) of columns 0..4 (or 4..8).
-    let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-    let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-    let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-    let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-    let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-    let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-    let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-    let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-    [
-        _mm256_permute2f128_ps::<0x20>(s0, s4),
-        _mm256_permute2f128_ps::<0x20>(s1, s5),
-        _mm256_permute2f128_ps::<0x20>(s2, s6),
-        _mm256_permute2f128_ps::<0x20>(s3, s7),
-        _mm256_permute2f128_ps::<0x31>(s0, s4),
-        _mm256_permute2f128_ps::<0x31>(s1, s5),
-        _mm256_permute2f128_ps::<0x31>(s2, s6),
-        _mm256_permute2f128_ps::<0x31>(s3, s7),
-    ]
 }
 
 /// Element order of a dense f32 scratch matrix.

@@ -12,6 +12,7 @@
 
 use super::*;
 use crate::ir::{c0, DType, Layout, MemSpace, TileType};
+use crate::sim::host::transpose::zn_box_to_panel_rows_portable;
 use crate::sim::numeric::{decode_f32, encode_f32};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;

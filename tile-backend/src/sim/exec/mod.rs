@@ -1,7 +1,6 @@
 //! Execution of each op family, one file per family (as in verify/ and codegen/).
 
 mod gather;
-mod int8_gemm;
 mod load_store;
 mod matmul;
 mod moves;

@@ -1,9 +1,11 @@
-//! The cube's int8 x int8 -> int32 product on the operands' own bytes: A's rows (k contiguous,
+//! Host speed for the cube's int8 x int8 -> int32 product (its meaning: `exec::matmul`, the
+//! wrapping i32 sums), on the operands' own bytes: A's rows (k contiguous,
 //! as an NZ Left tile holds them inside its 16 x 32 boxes) times B as it lies in a ZN Right
 //! tile (32 x 16 boxes, each column's 32 k contiguous), accumulated into the 16-column strips of
 //! an NZ Acc tile (16 x 16 boxes: a strip is a row-major `[rows, 16]` int32 matrix).
 //!
-//! Three builds of the same integers, chosen at run time by CPU feature:
+//! Three builds of the same integers, chosen at run time by the host level
+//! ([`crate::sim::host::host_isa`], the switch `TILEOPS_SIM_ISA`):
 //!
 //! - **AVX-512 VNNI** (`vpdpbusd`): one 64-byte load is two columns' 32 k of a B box; A's 32 k
 //!   are broadcast to both halves. `vpdpbusd` multiplies unsigned by signed bytes, so B is
@@ -21,6 +23,8 @@
 //!
 //! The AVX-512 intrinsics are stable since Rust 1.89, the workspace's `rust-version`.
 
+use super::{host_isa, HostIsa};
+
 /// Rows and columns of a B (ZN, int8) box, and its bytes.
 const BOX_K: usize = 32;
 const BOX_N: usize = 16;
@@ -30,7 +34,7 @@ const BOX_BYTES: usize = BOX_K * BOX_N;
 /// `strips` columns of ZN boxes: box `(bk, s)` (k `32 bk ..`, columns `16 s ..`) at
 /// `b[bk * b_pitch + s * 512 ..]`, its column `j` at `+ 32 j`.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Int8Operands<'a> {
+pub(crate) struct Int8Operands<'a> {
     pub a: &'a [i8],
     pub b: &'a [i8],
     pub b_pitch: usize,
@@ -53,7 +57,7 @@ impl Int8Operands<'_> {
 
 /// Which build of the product runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Int8Path {
+pub(crate) enum Int8Path {
     /// Plain wrapping i32 loops.
     Portable,
     /// `vpmaddwd` on sign-extended i16 (x86-64 with AVX2).
@@ -63,34 +67,24 @@ pub(super) enum Int8Path {
 }
 
 impl Int8Path {
-    /// The fastest build this CPU runs (detected at run time, cached by std).
+    /// The fastest build the host level ([`host_isa`], `TILEOPS_SIM_ISA`) allows.
     pub fn best() -> Int8Path {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512bw")
-                && std::arch::is_x86_feature_detected!("avx512vnni")
-            {
-                return Int8Path::Avx512Vnni;
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                return Int8Path::Avx2;
-            }
+        let isa = host_isa();
+        if isa.avx512_vnni() {
+            Int8Path::Avx512Vnni
+        } else if isa.avx2_fma() {
+            Int8Path::Avx2
+        } else {
+            Int8Path::Portable
         }
-        Int8Path::Portable
     }
 
-    /// Whether this CPU runs the build.
+    /// Whether this CPU runs the build (whatever the switch selects).
     pub fn available(self) -> bool {
         match self {
             Int8Path::Portable => true,
-            Int8Path::Avx2 => {
-                #[cfg(target_arch = "x86_64")]
-                return std::arch::is_x86_feature_detected!("avx2");
-                #[cfg(not(target_arch = "x86_64"))]
-                return false;
-            }
-            Int8Path::Avx512Vnni => Int8Path::best() == Int8Path::Avx512Vnni,
+            Int8Path::Avx2 => HostIsa::Avx2.supported(),
+            Int8Path::Avx512Vnni => HostIsa::Avx512.supported() && HostIsa::Avx512.avx512_vnni(),
         }
     }
 }
@@ -99,7 +93,7 @@ impl Int8Path {
 /// row-major `[m, 16]` matrix at `c[s * c_strip ..]`, with the build `path` (which must be
 /// [`Int8Path::available`]; an unavailable one, or operands out of bounds, returns false having
 /// done nothing).
-pub(super) fn int8_gemm(
+pub(crate) fn int8_gemm(
     path: Int8Path,
     c: &mut [i32],
     c_strip: usize,
@@ -126,7 +120,7 @@ pub(super) fn int8_gemm(
     match path {
         Int8Path::Portable => portable(c, c_strip, ops, &live, accumulate),
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `path.available()` checked AVX2 above; the operands and C were checked to
+        // SAFETY: `path.available()` checked that the CPU has AVX2 above; the operands and C were checked to
         // hold every byte and element the kernel reads or writes.
         Int8Path::Avx2 => unsafe { avx2(c, c_strip, ops, &live, accumulate) },
         #[cfg(target_arch = "x86_64")]
