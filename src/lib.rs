@@ -28,3 +28,6 @@
 pub use tile_backend;
 pub use tileops_models as models;
 pub use tileops_ops as ops;
+
+#[cfg(feature = "server")]
+pub mod serve;

@@ -11,5 +11,6 @@ pub mod deepseek;
 pub mod engine;
 pub mod kv_cache;
 pub mod progress;
+pub mod serving;
 pub mod tokenizer;
 pub mod weights;

@@ -1,0 +1,710 @@
+//! The OpenAI-compatible HTTP server over the serving engine (`tileops_models::serving`).
+//!
+//! The HTTP layer only translates: it parses and checks a request, turns it into a
+//! [`GenerateRequest`], submits it to the engine and turns the engine's events into OpenAI
+//! responses or server-sent-event chunks. The engine decides everything else (batching,
+//! admission, preemption, stopping). Routes: `POST /v1/completions`,
+//! `POST /v1/chat/completions`, `GET /v1/models`, `GET /health`, `GET /metrics`.
+
+pub mod openai;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::stream::{self, Stream};
+use openai::{ChatRequest, CompletionRequest, ErrorBody, ErrorObject, Prompt, Usage};
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tileops_models::serving::request::{Event, FinishReason, GenerateRequest, RequestId};
+use tileops_models::serving::sampler::SamplingParams;
+use tileops_models::serving::{EngineHandle, ServingError};
+use tileops_models::tokenizer::Tokenizer;
+use tokio::sync::mpsc;
+
+/// Request bodies larger than this get a 413.
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// `max_tokens` of a completion request that gives none (OpenAI's default).
+pub const DEFAULT_COMPLETION_MAX_TOKENS: usize = 16;
+
+/// What the handlers share.
+pub struct AppState {
+    /// The engine.
+    pub engine: EngineHandle,
+    /// The tokenizer (prompts in, the engine decodes text out).
+    pub tokenizer: Arc<Tokenizer>,
+    /// The model id clients must name.
+    pub model_name: String,
+    /// A request that runs longer than this is cancelled (`None`: no limit).
+    pub request_timeout: Option<Duration>,
+    created: u64,
+    next: AtomicU64,
+}
+
+impl AppState {
+    /// The state of a server for `engine`.
+    pub fn new(
+        engine: EngineHandle,
+        tokenizer: Arc<Tokenizer>,
+        model_name: String,
+        request_timeout: Option<Duration>,
+    ) -> Arc<AppState> {
+        Arc::new(AppState {
+            engine,
+            tokenizer,
+            model_name,
+            request_timeout,
+            created: unix_now(),
+            next: AtomicU64::new(0),
+        })
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The router of every route.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found_error",
+                "no such route",
+                None,
+            )
+        })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// An OpenAI-style error response.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    body: ErrorBody,
+    retry_after: Option<u64>,
+}
+
+impl ApiError {
+    fn new(
+        status: StatusCode,
+        kind: &str,
+        message: impl Into<String>,
+        param: Option<&str>,
+    ) -> Self {
+        ApiError {
+            status,
+            body: ErrorBody {
+                error: ErrorObject {
+                    message: message.into(),
+                    kind: kind.into(),
+                    param: param.map(str::to_string),
+                    code: None,
+                },
+            },
+            retry_after: None,
+        }
+    }
+
+    fn bad(message: impl Into<String>, param: Option<&str>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            message,
+            param,
+        )
+    }
+
+    fn code(mut self, code: &str) -> Self {
+        self.body.error.code = Some(code.into());
+        self
+    }
+
+    fn from_serving(e: ServingError, prompt_param: &str) -> Self {
+        match e {
+            ServingError::Invalid { param, msg } => {
+                let p = if param == "prompt" {
+                    prompt_param
+                } else {
+                    param
+                };
+                let code = if msg.contains("context length") || msg.contains("KV blocks") {
+                    "context_length_exceeded"
+                } else {
+                    "invalid_value"
+                };
+                Self::bad(msg, Some(p)).code(code)
+            }
+            ServingError::QueueFull(_) => {
+                let mut e = Self::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limit_error",
+                    e.to_string(),
+                    None,
+                );
+                e.retry_after = Some(1);
+                e
+            }
+            ServingError::ShuttingDown => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                e.to_string(),
+                None,
+            ),
+            ServingError::Model(_) => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                e.to_string(),
+                None,
+            ),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (self.status, Json(self.body)).into_response();
+        if let Some(s) = self.retry_after {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        r
+    }
+}
+
+/// Parses a JSON body: a syntax error is a 400, an unknown field a 400 naming it.
+fn parse<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let body =
+        body.map_err(|e| ApiError::new(e.status(), "invalid_request_error", e.body_text(), None))?;
+    serde_json::from_slice(&body).map_err(|e| {
+        let msg = e.to_string();
+        if let Some(rest) = msg.strip_prefix("unknown field `") {
+            let field = rest.split('`').next().unwrap_or_default().to_string();
+            return ApiError::bad(
+                format!("unsupported parameter `{field}` (see docs/serving.md for the fields this server implements)"),
+                Some(&field),
+            )
+            .code("unsupported_parameter");
+        }
+        ApiError::bad(format!("could not parse the JSON body: {msg}"), None)
+    })
+}
+
+/// The fields both endpoints turn into a [`GenerateRequest`].
+struct Params<'a> {
+    model: &'a str,
+    max_tokens: Option<usize>,
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<usize>,
+    seed: Option<u64>,
+    stop: Option<openai::Stop>,
+    n: Option<usize>,
+}
+
+impl AppState {
+    fn request(
+        &self,
+        prompt: Vec<u32>,
+        p: Params<'_>,
+        default_max: usize,
+    ) -> Result<GenerateRequest, ApiError> {
+        if p.model != self.model_name {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                format!(
+                    "the model `{}` does not exist; this server serves `{}`",
+                    p.model, self.model_name
+                ),
+                Some("model"),
+            )
+            .code("model_not_found"));
+        }
+        if let Some(n) = p.n {
+            if n != 1 {
+                return Err(
+                    ApiError::bad(format!("n = {n} is not supported (only 1)"), Some("n"))
+                        .code("unsupported_value"),
+                );
+            }
+        }
+        let sampling = SamplingParams {
+            temperature: p.temperature.unwrap_or(1.0),
+            top_p: p.top_p.unwrap_or(1.0),
+            top_k: p.top_k.unwrap_or(0),
+            seed: p.seed.unwrap_or(0),
+        };
+        let max_model_len = self.engine.config().max_model_len;
+        let max_tokens = match p.max_tokens {
+            Some(m) => m,
+            None => default_max
+                .min(max_model_len.saturating_sub(prompt.len()))
+                .max(1),
+        };
+        let req = GenerateRequest {
+            prompt,
+            max_tokens,
+            sampling,
+            stop: p.stop.map(openai::Stop::into_vec).unwrap_or_default(),
+        };
+        Ok(req)
+    }
+
+    fn encode(&self, text: &str, param: &str) -> Result<Vec<u32>, ApiError> {
+        self.tokenizer
+            .encode(text)
+            .map_err(|e| ApiError::bad(format!("cannot tokenize the prompt: {e}"), Some(param)))
+    }
+
+    fn id(&self, prefix: &str) -> String {
+        format!("{prefix}-{}", self.next.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// Cancels a request when dropped before its end (the client went away, or timed out).
+struct Guard {
+    engine: EngineHandle,
+    id: RequestId,
+    done: bool,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if !self.done {
+            self.engine.cancel(self.id);
+        }
+    }
+}
+
+/// Submits `req`; events arrive on the returned receiver.
+fn submit(
+    state: &AppState,
+    req: GenerateRequest,
+    prompt_param: &str,
+) -> Result<(Guard, mpsc::UnboundedReceiver<Event>), ApiError> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let id = state
+        .engine
+        .submit(req, Box::new(move |e| tx.send(e).is_ok()))
+        .map_err(|e| ApiError::from_serving(e, prompt_param))?;
+    let guard = Guard {
+        engine: state.engine.clone(),
+        id,
+        done: false,
+    };
+    Ok((guard, rx))
+}
+
+/// Which response shape to produce.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Completion,
+    Chat,
+}
+
+/// Everything a response needs besides the text.
+struct Meta {
+    kind: Kind,
+    id: String,
+    created: u64,
+    model: String,
+    include_usage: bool,
+}
+
+impl Meta {
+    fn object(&self, stream: bool) -> &'static str {
+        match (self.kind, stream) {
+            (Kind::Completion, _) => "text_completion",
+            (Kind::Chat, false) => "chat.completion",
+            (Kind::Chat, true) => "chat.completion.chunk",
+        }
+    }
+
+    fn chunk(&self, text: Option<&str>, finish: Option<&str>, first: bool) -> Value {
+        let choice = match self.kind {
+            Kind::Completion => json!({
+                "index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish
+            }),
+            Kind::Chat => {
+                let mut delta = serde_json::Map::new();
+                if first {
+                    delta.insert("role".into(), json!("assistant"));
+                }
+                if let Some(t) = text {
+                    delta.insert("content".into(), json!(t));
+                }
+                json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
+            }
+        };
+        let mut v = json!({
+            "id": self.id, "object": self.object(true), "created": self.created,
+            "model": self.model, "choices": [choice],
+        });
+        if self.include_usage {
+            v["usage"] = Value::Null;
+        }
+        v
+    }
+
+    fn whole(&self, text: &str, finish: &str, usage: Usage) -> Value {
+        let choice = match self.kind {
+            Kind::Completion => json!({
+                "index": 0, "text": text, "logprobs": null, "finish_reason": finish
+            }),
+            Kind::Chat => json!({
+                "index": 0, "message": {"role": "assistant", "content": text},
+                "logprobs": null, "finish_reason": finish
+            }),
+        };
+        json!({
+            "id": self.id, "object": self.object(false), "created": self.created,
+            "model": self.model, "choices": [choice], "usage": usage,
+        })
+    }
+}
+
+fn usage(prompt: usize, completion: usize) -> Usage {
+    Usage {
+        prompt_tokens: prompt,
+        completion_tokens: completion,
+        total_tokens: prompt + completion,
+    }
+}
+
+async fn completions(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let r: CompletionRequest = parse(body)?;
+    let prompt = match &r.prompt {
+        Prompt::Text(t) => state.encode(t, "prompt")?,
+        Prompt::Texts(v) if v.len() == 1 => state.encode(&v[0], "prompt")?,
+        Prompt::Texts(v) => {
+            return Err(ApiError::bad(
+                format!(
+                    "{} prompts in one request are not supported (only one)",
+                    v.len()
+                ),
+                Some("prompt"),
+            ))
+        }
+        Prompt::Tokens(t) => t.clone(),
+    };
+    let include_usage = stream_usage(r.stream, r.stream_options.as_ref())?;
+    let req = state.request(
+        prompt,
+        Params {
+            model: &r.model,
+            max_tokens: r.max_tokens,
+            temperature: r.temperature,
+            top_p: r.top_p,
+            top_k: r.top_k,
+            seed: r.seed,
+            stop: r.stop.clone(),
+            n: r.n,
+        },
+        DEFAULT_COMPLETION_MAX_TOKENS,
+    )?;
+    let meta = Meta {
+        kind: Kind::Completion,
+        id: state.id("cmpl"),
+        created: unix_now(),
+        model: state.model_name.clone(),
+        include_usage,
+    };
+    respond(&state, req, meta, r.stream, "prompt").await
+}
+
+async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let r: ChatRequest = parse(body)?;
+    if r.messages.is_empty() {
+        return Err(ApiError::bad(
+            "messages must not be empty",
+            Some("messages"),
+        ));
+    }
+    let text = openai::chat_prompt(&r.messages).map_err(|i| {
+        ApiError::bad(
+            format!("messages[{i}].role must be system, user or assistant"),
+            Some("messages"),
+        )
+    })?;
+    let prompt = state.encode(&text, "messages")?;
+    let include_usage = stream_usage(r.stream, r.stream_options.as_ref())?;
+    let default_max = usize::MAX;
+    let req = state.request(
+        prompt,
+        Params {
+            model: &r.model,
+            max_tokens: r.max_completion_tokens.or(r.max_tokens),
+            temperature: r.temperature,
+            top_p: r.top_p,
+            top_k: r.top_k,
+            seed: r.seed,
+            stop: r.stop.clone(),
+            n: r.n,
+        },
+        default_max,
+    )?;
+    let meta = Meta {
+        kind: Kind::Chat,
+        id: state.id("chatcmpl"),
+        created: unix_now(),
+        model: state.model_name.clone(),
+        include_usage,
+    };
+    respond(&state, req, meta, r.stream, "messages").await
+}
+
+fn stream_usage(stream: bool, o: Option<&openai::StreamOptions>) -> Result<bool, ApiError> {
+    match o {
+        Some(_) if !stream => Err(ApiError::bad(
+            "stream_options is only allowed with stream: true",
+            Some("stream_options"),
+        )),
+        Some(o) => Ok(o.include_usage),
+        None => Ok(false),
+    }
+}
+
+async fn respond(
+    state: &Arc<AppState>,
+    req: GenerateRequest,
+    meta: Meta,
+    stream: bool,
+    prompt_param: &str,
+) -> Result<Response, ApiError> {
+    tracing::info!(
+        id = %meta.id,
+        prompt_tokens = req.prompt.len(),
+        max_tokens = req.max_tokens,
+        stream,
+        "request"
+    );
+    let (guard, rx) = submit(state, req, prompt_param).inspect_err(|e| {
+        tracing::info!(id = %meta.id, status = e.status.as_u16(), "refused");
+    })?;
+    let deadline = state
+        .request_timeout
+        .map(|t| tokio::time::Instant::now() + t);
+    if stream {
+        return Ok(Sse::new(sse_stream(meta, guard, rx, deadline)).into_response());
+    }
+    let mut guard = guard;
+    let mut rx = rx;
+    let mut text = String::new();
+    loop {
+        let ev = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, rx.recv()).await {
+                Ok(e) => e,
+                Err(_) => {
+                    return Err(ApiError::new(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        "timeout_error",
+                        "the request ran past the server's request timeout",
+                        None,
+                    ))
+                }
+            },
+            None => rx.recv().await,
+        };
+        match ev {
+            Some(Event::Token { text: t, .. }) => text.push_str(&t),
+            Some(Event::Finished {
+                reason,
+                text: t,
+                prompt_tokens,
+                completion_tokens,
+            }) => {
+                guard.done = true;
+                text.push_str(&t);
+                if reason == FinishReason::Cancelled {
+                    return Err(ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "server_error",
+                        "the request was cancelled (server shutting down)",
+                        None,
+                    ));
+                }
+                let u = usage(prompt_tokens, completion_tokens);
+                return Ok(Json(meta.whole(&text, reason.as_openai(), u)).into_response());
+            }
+            Some(Event::Error(m)) => {
+                guard.done = true;
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "server_error",
+                    m,
+                    None,
+                ));
+            }
+            None => {
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "server_error",
+                    "the engine stopped",
+                    None,
+                ))
+            }
+        }
+    }
+}
+
+struct StreamState {
+    meta: Meta,
+    guard: Guard,
+    rx: mpsc::UnboundedReceiver<Event>,
+    deadline: Option<tokio::time::Instant>,
+    first: bool,
+    pending: Vec<String>,
+    finished: bool,
+}
+
+fn sse_stream(
+    meta: Meta,
+    guard: Guard,
+    rx: mpsc::UnboundedReceiver<Event>,
+    deadline: Option<tokio::time::Instant>,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    let st = StreamState {
+        meta,
+        guard,
+        rx,
+        deadline,
+        first: true,
+        pending: Vec::new(),
+        finished: false,
+    };
+    stream::unfold(st, |mut st| async move {
+        loop {
+            if !st.pending.is_empty() {
+                let data = st.pending.remove(0);
+                return Some((Ok(SseEvent::default().data(data)), st));
+            }
+            if st.finished {
+                return None;
+            }
+            let ev = match st.deadline {
+                Some(d) => tokio::time::timeout_at(d, st.rx.recv())
+                    .await
+                    .unwrap_or(None),
+                None => st.rx.recv().await,
+            };
+            match ev {
+                Some(Event::Token { text, .. }) => {
+                    if text.is_empty() && !st.first {
+                        continue;
+                    }
+                    let c = st.meta.chunk(Some(&text), None, st.first);
+                    st.first = false;
+                    st.pending.push(c.to_string());
+                }
+                Some(Event::Finished {
+                    reason,
+                    text,
+                    prompt_tokens,
+                    completion_tokens,
+                }) => {
+                    st.guard.done = true;
+                    let t = (!text.is_empty()).then_some(text.as_str());
+                    let c = st.meta.chunk(t, Some(reason.as_openai()), st.first);
+                    st.pending.push(c.to_string());
+                    if st.meta.include_usage {
+                        let u = usage(prompt_tokens, completion_tokens);
+                        let v = json!({
+                            "id": st.meta.id, "object": st.meta.object(true),
+                            "created": st.meta.created, "model": st.meta.model,
+                            "choices": [], "usage": u,
+                        });
+                        st.pending.push(v.to_string());
+                    }
+                    st.pending.push("[DONE]".into());
+                    st.finished = true;
+                }
+                Some(Event::Error(m)) => {
+                    st.guard.done = true;
+                    let e = json!({"error": {"message": m, "type": "server_error", "param": null, "code": null}});
+                    st.pending.push(e.to_string());
+                    st.pending.push("[DONE]".into());
+                    st.finished = true;
+                }
+                None => {
+                    // The engine went away or the timeout passed: end the stream (the guard
+                    // cancels the request).
+                    let c = st.meta.chunk(None, Some("length"), st.first);
+                    st.pending.push(c.to_string());
+                    st.pending.push("[DONE]".into());
+                    st.finished = true;
+                }
+            }
+        }
+    })
+}
+
+async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": state.model_name, "object": "model", "created": state.created,
+            "owned_by": "tileops", "max_model_len": state.engine.config().max_model_len,
+        }],
+    }))
+}
+
+async fn health(State(state): State<Arc<AppState>>) -> Response {
+    if state.engine.is_accepting() {
+        (StatusCode::OK, Json(json!({"status": "ok"}))).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "shutting down"})),
+        )
+            .into_response()
+    }
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.engine.metrics().render(),
+    )
+        .into_response()
+}
+
+/// Serves `state` on `listener` until `shutdown` resolves, then drains the open connections
+/// (running streams finish) and returns.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
