@@ -80,7 +80,7 @@ fn concurrent_requests_under_preemption_get_their_alone_tokens_and_cancel_frees(
         .iter()
         .map(|p| {
             alone
-                .generate(&[p.clone()], n, &Sampling::Greedy, |_, _| {})
+                .generate(std::slice::from_ref(p), n, &Sampling::Greedy, |_, _| {})
                 .unwrap()
                 .tokens
                 .remove(0)

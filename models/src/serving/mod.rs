@@ -505,7 +505,7 @@ impl EngineHandle {
                 "max_tokens must be at least 1".into(),
             ));
         }
-        let total = n.checked_add(req.max_tokens).unwrap_or(usize::MAX);
+        let total = n.saturating_add(req.max_tokens);
         if total > cfg.max_model_len {
             return Err(invalid(
                 "max_tokens",
