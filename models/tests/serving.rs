@@ -55,7 +55,7 @@ fn wait_idle(e: &EngineHandle) {
     let t = Instant::now();
     loop {
         let m = e.metrics().snapshot();
-        if m.running == 0 && m.waiting == 0 && m.kv_blocks_used == 0 {
+        if m.running == 0 && m.waiting == 0 && m.kv_blocks_used == m.prefix_cache_evictable_blocks {
             return;
         }
         assert!(t.elapsed() < Duration::from_secs(20), "{m:?}");
@@ -109,7 +109,20 @@ fn concurrent_requests_under_preemption_get_their_alone_tokens_and_cancel_frees(
     wait_idle(&e);
     let m = e.metrics().snapshot();
     assert!(m.preemptions > 0, "{m:?}");
+    // Prefix sharing gives the same tokens as none: the last prompt again finds its blocks.
+    let mut hits = vec![];
+    for _ in 0..2 {
+        let (_, rx) = submit(&e, prompts[3].clone(), n);
+        assert_eq!(collect(&rx).0, want[3]);
+        hits.push(e.metrics().snapshot().prefix_cache_hit_tokens);
+    }
+    // The second run reuses all 8 full blocks of its 33-token prompt.
+    assert_eq!(hits[1] - hits[0], 32, "{hits:?}");
     assert_eq!(m.finished[1], 12);
+    assert_eq!(
+        m.prompt_tokens,
+        3 * prompts.iter().map(Vec::len).sum::<usize>() as u64
+    );
     assert_eq!(m.generated_tokens, 12 * n as u64);
 
     // Cancelling mid-generation frees the blocks.

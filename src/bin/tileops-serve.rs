@@ -62,6 +62,9 @@ struct Args {
     /// Longest sequence (prompt + generated); capped at the model's max_seq_len.
     #[arg(long)]
     max_model_len: Option<usize>,
+    /// Turn off prefix caching (sharing full prompt blocks between requests).
+    #[arg(long)]
+    no_prefix_caching: bool,
     /// Seconds a request may run before it is cancelled (0: no limit).
     #[arg(long, default_value_t = 600)]
     request_timeout: u64,
@@ -132,6 +135,7 @@ fn main() -> Result<()> {
         eos_token: None,
         backend,
         dense_prefill: false,
+        prefix_caching: !a.no_prefix_caching,
     };
     let tok = Arc::new(tok);
     let engine = Engine::spawn(&cfg, &weights, engine_cfg, tok.clone())?;

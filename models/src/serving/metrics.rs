@@ -58,6 +58,14 @@ pub struct MetricsSnapshot {
     pub generated_tokens: u64,
     /// Preemptions.
     pub preemptions: u64,
+    /// Blocks in the prefix cache.
+    pub prefix_cache_blocks: usize,
+    /// Of those, blocks only the cache holds (evictable).
+    pub prefix_cache_evictable_blocks: usize,
+    /// Prompt tokens found in the prefix cache at admission.
+    pub prefix_cache_hit_tokens: u64,
+    /// Prompt tokens looked up at admission.
+    pub prefix_cache_query_tokens: u64,
     /// Requests finished, by reason: stop, length, cancelled, error.
     pub finished: [u64; 4],
     /// Forward passes run.
@@ -143,6 +151,41 @@ impl Metrics {
             "Forward passes run.",
             "counter",
             s.steps.to_string(),
+        );
+        gauge(
+            "prefix_cache_blocks",
+            "KV blocks in the prefix cache.",
+            "gauge",
+            s.prefix_cache_blocks.to_string(),
+        );
+        gauge(
+            "prefix_cache_evictable_blocks",
+            "Prefix-cache blocks no sequence holds.",
+            "gauge",
+            s.prefix_cache_evictable_blocks.to_string(),
+        );
+        gauge(
+            "prefix_cache_hit_tokens_total",
+            "Prompt tokens found in the prefix cache.",
+            "counter",
+            s.prefix_cache_hit_tokens.to_string(),
+        );
+        gauge(
+            "prefix_cache_query_tokens_total",
+            "Prompt tokens looked up in the prefix cache.",
+            "counter",
+            s.prefix_cache_query_tokens.to_string(),
+        );
+        let rate = if s.prefix_cache_query_tokens == 0 {
+            0.0
+        } else {
+            s.prefix_cache_hit_tokens as f64 / s.prefix_cache_query_tokens as f64
+        };
+        gauge(
+            "prefix_cache_hit_rate",
+            "Prompt tokens found cached / looked up.",
+            "gauge",
+            rate.to_string(),
         );
         let _ = writeln!(
             out,

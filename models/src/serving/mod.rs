@@ -13,6 +13,7 @@
 //! sampler, and report tokens, stops and ends. See [`scheduler`] for the policy.
 
 pub mod metrics;
+pub mod prefix;
 pub mod request;
 pub mod sampler;
 pub mod scheduler;
@@ -60,6 +61,8 @@ pub struct EngineConfig {
     /// path whatever else is in its step, so a request's tokens do not depend on whether its
     /// prompt was prefilled alone, in chunks, or recomputed after a preemption.
     pub dense_prefill: bool,
+    /// Share full prompt blocks between requests through the prefix cache ([`prefix`]).
+    pub prefix_caching: bool,
 }
 
 impl Default for EngineConfig {
@@ -75,6 +78,7 @@ impl Default for EngineConfig {
             eos_token: None,
             backend: Backend::Reference,
             dense_prefill: false,
+            prefix_caching: true,
         }
     }
 }
@@ -185,6 +189,7 @@ impl Engine {
             SchedulerConfig {
                 max_running: cfg.max_running,
                 max_batch_tokens: cfg.max_batch_tokens,
+                prefix_caching: cfg.prefix_caching,
             },
             cache,
         );
@@ -284,7 +289,13 @@ impl Engine {
         if !admitted {
             self.shared.queued.fetch_sub(1, Ordering::AcqRel);
         }
-        // The metrics show the blocks free before the client hears of the end.
+        let slot = match reason {
+            FinishReason::Stop => 0,
+            FinishReason::Length => 1,
+            FinishReason::Cancelled => 2,
+        };
+        self.shared.metrics.update(|m| m.finished[slot] += 1);
+        // The metrics show the end and the blocks free before the client hears of it.
         self.publish();
         if let Some(mut r) = self.reqs.remove(&id) {
             (r.sink)(Event::Finished {
@@ -294,12 +305,6 @@ impl Engine {
                 completion_tokens: completion,
             });
         }
-        let slot = match reason {
-            FinishReason::Stop => 0,
-            FinishReason::Length => 1,
-            FinishReason::Cancelled => 2,
-        };
-        self.shared.metrics.update(|m| m.finished[slot] += 1);
     }
 
     fn fail(&mut self, id: RequestId, msg: String) {
@@ -308,10 +313,11 @@ impl Engine {
                 self.shared.queued.fetch_sub(1, Ordering::AcqRel);
             }
         }
+        self.shared.metrics.update(|m| m.finished[3] += 1);
+        self.publish();
         if let Some(mut r) = self.reqs.remove(&id) {
             (r.sink)(Event::Error(msg));
         }
-        self.shared.metrics.update(|m| m.finished[3] += 1);
     }
 
     fn step(&mut self) {
@@ -449,7 +455,14 @@ impl Engine {
         let c = self.sched.cache();
         let (running, waiting) = (self.sched.num_running(), self.sched.num_waiting());
         let pre = self.sched.preemptions();
+        let p = self.sched.prefix_cache();
+        let (cached, evictable) = (p.len(), p.evictable(c));
+        let (hits, queries) = (p.hit_tokens, p.query_tokens);
         self.shared.metrics.update(|m| {
+            m.prefix_cache_blocks = cached;
+            m.prefix_cache_evictable_blocks = evictable;
+            m.prefix_cache_hit_tokens = hits;
+            m.prefix_cache_query_tokens = queries;
             m.running = running;
             m.waiting = waiting;
             m.kv_blocks_free = c.free_blocks();

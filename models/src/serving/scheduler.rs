@@ -17,6 +17,7 @@
 //! sequence always goes first and may preempt all others, and a request is only accepted if it
 //! fits the whole pool alone, every request finishes.
 
+use super::prefix::{chain_hash, PrefixCache};
 use super::request::RequestId;
 use crate::deepseek::model::{Batch, SeqRows};
 use crate::kv_cache::{CacheError, CopyBlock, PagedKvCache, SeqId};
@@ -29,6 +30,8 @@ pub struct SchedulerConfig {
     pub max_running: usize,
     /// Tokens in one step at most (decodes and prefill chunks together), at least 1.
     pub max_batch_tokens: usize,
+    /// Share full prompt blocks between requests through the prefix cache.
+    pub prefix_caching: bool,
 }
 
 /// One sequence the scheduler tracks: its tokens (prompt, then output) and how many of them
@@ -41,6 +44,8 @@ struct Seq {
     computed: usize,
     cache: Option<SeqId>,
     admitted_once: bool,
+    /// Prefix-cache keys of its first full, computed blocks.
+    keys: Vec<u64>,
 }
 
 /// A sequence's part of a step.
@@ -81,6 +86,7 @@ pub struct Scheduler {
     waiting: VecDeque<Seq>,
     running: Vec<Seq>,
     preemptions: u64,
+    prefix: PrefixCache,
 }
 
 impl Scheduler {
@@ -90,11 +96,13 @@ impl Scheduler {
             cfg: SchedulerConfig {
                 max_running: cfg.max_running.max(1),
                 max_batch_tokens: cfg.max_batch_tokens.max(1),
+                ..cfg
             },
             cache,
             waiting: VecDeque::new(),
             running: Vec::new(),
             preemptions: 0,
+            prefix: PrefixCache::default(),
         }
     }
 
@@ -116,6 +124,16 @@ impl Scheduler {
     /// Requests running (holding blocks).
     pub fn num_running(&self) -> usize {
         self.running.len()
+    }
+
+    /// The prefix cache.
+    pub fn prefix_cache(&self) -> &PrefixCache {
+        &self.prefix
+    }
+
+    /// Empties the prefix cache (its blocks only it held return to the pool).
+    pub fn clear_prefix_cache(&mut self) {
+        self.prefix.clear(&mut self.cache);
     }
 
     /// Preemptions so far.
@@ -142,6 +160,7 @@ impl Scheduler {
             computed: 0,
             cache: None,
             admitted_once: false,
+            keys: Vec::new(),
         });
     }
 
@@ -193,6 +212,7 @@ impl Scheduler {
                 let _ = self.cache.free(c);
             }
             s.computed = 0;
+            s.keys.clear();
             step.preempted.push(s.id);
             self.preemptions += 1;
             self.waiting.push_front(s);
@@ -231,7 +251,11 @@ impl Scheduler {
                     i += 1;
                 }
                 Err(CacheError::OutOfBlocks { .. }) => {
-                    // Free room by preempting the newest; if that is this sequence, stop.
+                    // Free room by evicting an unused cached prefix, else by preempting the
+                    // newest sequence; if that is this one, stop.
+                    if self.prefix.evict_one(&mut self.cache) {
+                        continue;
+                    }
                     let last = self.running.len() - 1;
                     self.preempt_newest(&mut step);
                     if last == i {
@@ -248,8 +272,18 @@ impl Scheduler {
             let Some(head) = self.waiting.front() else {
                 break;
             };
-            let n = (head.tokens.len() - head.computed).min(budget);
-            let cseq = self.cache.add_sequence();
+            let bs = self.cache.block_size();
+            let (blocks, keys) = if self.cfg.prefix_caching {
+                self.prefix.lookup(&head.tokens, bs)
+            } else {
+                (Vec::new(), Vec::new())
+            };
+            let start = blocks.len() * bs;
+            let n = (head.tokens.len() - start).min(budget);
+            let total = head.tokens.len();
+            let Some(cseq) = self.cache.add_sequence_with_blocks(&blocks) else {
+                break;
+            };
             match self.cache.append(cseq, n) {
                 Ok(a) => {
                     let Some(mut s) = self.waiting.pop_front() else {
@@ -258,22 +292,29 @@ impl Scheduler {
                     if !s.admitted_once {
                         s.admitted_once = true;
                         step.admitted.push(s.id);
+                        self.prefix.query_tokens += total as u64;
+                        self.prefix.hit_tokens += start as u64;
                     }
                     s.cache = Some(cseq);
+                    s.computed = start;
+                    s.keys = keys;
                     step.copies.extend(a.copy);
                     step.seqs.push(Scheduled {
                         id: s.id,
                         cache_seq: cseq,
-                        start: 0,
-                        tokens: s.tokens[..n].to_vec(),
+                        start,
+                        tokens: s.tokens[start..start + n].to_vec(),
                         slots: a.slots,
-                        samples: n == s.tokens.len(),
+                        samples: start + n == s.tokens.len(),
                     });
                     budget -= n;
                     self.running.push(s);
                 }
                 Err(_) => {
                     let _ = self.cache.free(cseq);
+                    if self.prefix.evict_one(&mut self.cache) {
+                        continue;
+                    }
                     break;
                 }
             }
@@ -316,6 +357,27 @@ impl Scheduler {
         for &(id, tok) in sampled {
             if let Some(s) = self.running.iter_mut().find(|s| s.id == id) {
                 s.tokens.push(tok);
+            }
+        }
+        if !self.cfg.prefix_caching {
+            return;
+        }
+        // Newly full, computed blocks join the prefix cache.
+        let bs = self.cache.block_size();
+        for s in &mut self.running {
+            let Some(cs) = s.cache else { continue };
+            let Ok(table) = self.cache.block_table(cs) else {
+                continue;
+            };
+            let table = table.to_vec();
+            while s.keys.len() < s.computed / bs {
+                let i = s.keys.len();
+                let parent = s.keys.last().copied().unwrap_or(0);
+                let tokens = &s.tokens[i * bs..(i + 1) * bs];
+                let key = chain_hash(parent, tokens);
+                self.prefix
+                    .insert(&mut self.cache, key, parent, tokens, table[i]);
+                s.keys.push(key);
             }
         }
     }
@@ -363,6 +425,20 @@ impl Scheduler {
             for &b in table {
                 held[b as usize] += 1;
             }
+            // Only full blocks are shared: the block a sequence still writes is its own.
+            if len % c.block_size() != 0 {
+                if let Some(&last) = table.last() {
+                    if c.refcount(last) != 1 {
+                        return Err(format!(
+                            "request {}: its partial last block {last} is shared",
+                            s.id
+                        ));
+                    }
+                }
+            }
+        }
+        for b in self.prefix.blocks() {
+            held[b as usize] += 1;
         }
         let used = held.iter().filter(|&&h| h > 0).count();
         if used + c.free_blocks() != c.num_blocks() {
@@ -416,9 +492,10 @@ mod tests {
             bs in 1usize..6,
             max_running in 1usize..6,
             budget in 1usize..24,
+            prefix_caching in any::<bool>(),
         ) {
             let cache = PagedKvCache::new(blocks, bs).unwrap();
-            let mut s = Scheduler::new(SchedulerConfig { max_running, max_batch_tokens: budget }, cache);
+            let mut s = Scheduler::new(SchedulerConfig { max_running, max_batch_tokens: budget, prefix_caching }, cache);
             let mut next = 0u64;
             let mut added = Vec::new();
             let mut admitted = Vec::new();
@@ -480,6 +557,11 @@ mod tests {
                 guard += 1;
                 prop_assert!(guard < 10_000, "the scheduler made no progress");
             }
+            // Idle: every block is free or held only by the prefix cache (evictable).
+            let held = blocks - s.cache().free_blocks();
+            prop_assert_eq!(held, s.prefix_cache().evictable(s.cache()));
+            prop_assert!(prefix_caching || held == 0);
+            s.clear_prefix_cache();
             prop_assert_eq!(s.cache().free_blocks(), blocks);
         }
     }
@@ -491,6 +573,7 @@ mod tests {
             SchedulerConfig {
                 max_running: 4,
                 max_batch_tokens: 16,
+                prefix_caching: false,
             },
             PagedKvCache::new(4, 2).unwrap(),
         );
@@ -520,5 +603,50 @@ mod tests {
         assert_eq!(st.seqs[0].id, 1);
         assert_eq!(st.seqs[0].tokens, vec![4, 5, 6, 9, 8]);
         assert!(st.seqs[0].samples);
+    }
+
+    #[test]
+    fn a_shared_prompt_prefix_is_reused_and_evicted_when_needed() {
+        let mut s = Scheduler::new(
+            SchedulerConfig {
+                max_running: 4,
+                max_batch_tokens: 64,
+                prefix_caching: true,
+            },
+            PagedKvCache::new(6, 4).unwrap(),
+        );
+        let prompt: Vec<u32> = (0..10).collect();
+        s.add(0, prompt.clone());
+        let st = s.schedule();
+        s.commit(&st, &[(0, 99)]);
+        // Two full blocks (tokens 0..8) are cached.
+        assert_eq!(s.prefix_cache().len(), 2);
+        let mut other = prompt[..8].to_vec();
+        other.extend([50, 51, 52]);
+        s.add(1, other);
+        let st = s.schedule();
+        // Request 0 decodes; request 1 starts after the 8 cached tokens, on the same blocks.
+        let one = st.seqs.iter().find(|x| x.id == 1).unwrap();
+        assert_eq!((one.start, &one.tokens[..]), (8, &[50, 51, 52][..]));
+        let t0 = s.cache().block_table(s.cache_seq(0).unwrap()).unwrap()[..2].to_vec();
+        let t1 = s.cache().block_table(one.cache_seq).unwrap()[..2].to_vec();
+        assert_eq!(t0, t1);
+        s.commit(&st, &[(0, 97), (1, 98)]);
+        s.check_invariants().unwrap();
+        assert_eq!(
+            (s.prefix_cache().hit_tokens, s.prefix_cache().query_tokens),
+            (8, 21)
+        );
+        s.finish(0);
+        s.finish(1);
+        // The shared blocks stay cached, evictable; a request that needs the room evicts them.
+        assert_eq!(s.prefix_cache().evictable(s.cache()), 2);
+        s.add(2, (100..123).collect());
+        let st = s.schedule();
+        assert_eq!(st.seqs[0].tokens.len(), 23);
+        assert_eq!(s.prefix_cache().len(), 0);
+        s.commit(&st, &[(2, 1)]);
+        s.check_invariants().unwrap();
+        assert_eq!(s.prefix_cache().len(), 5);
     }
 }
