@@ -231,6 +231,35 @@ async fn routes_answer_in_openai_format() {
         "length"
     );
 
+    // n = 2: two choices, each the greedy text; streamed, both indices before one [DONE].
+    let body =
+        json!({"model": MODEL, "prompt": prompt, "max_tokens": 12, "temperature": 0, "n": 2});
+    let (st, r) = post(&s, "/v1/completions", &body).await;
+    assert_eq!(st, 200, "{r}");
+    for i in 0..2 {
+        assert_eq!(r["choices"][i]["index"], i);
+        assert_eq!(r["choices"][i]["text"], want.as_str());
+    }
+    assert_eq!(r["usage"]["completion_tokens"], 24);
+    let body = json!({"model": MODEL, "prompt": prompt, "max_tokens": 12, "temperature": 0, "n": 2,
+                      "stream": true, "stream_options": {"include_usage": true}});
+    let (events, _) = stream(&s, "/v1/completions", &body).await;
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let parsed: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert_eq!(parsed.last().unwrap()["usage"]["completion_tokens"], 24);
+    for i in 0..2u64 {
+        let text: String = parsed
+            .iter()
+            .filter_map(|c| c["choices"].get(0))
+            .filter(|c| c["index"] == i)
+            .map(|c| c["text"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(text, want, "choice {i}");
+    }
+
     // Chat, whole and streamed.
     let msgs = json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is a block?"}]);
     let body =
@@ -397,7 +426,7 @@ async fn bad_inputs_get_openai_errors() {
             Some("top_p"),
         ),
         (
-            json!({"model": MODEL, "prompt": "hi", "n": 2}).to_string(),
+            json!({"model": MODEL, "prompt": "hi", "n": 9}).to_string(),
             400,
             "invalid_request_error",
             Some("n"),

@@ -111,6 +111,7 @@ fn main() -> Result<()> {
     let a = Args::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
     let backend = backend(a.backend.as_deref())?;

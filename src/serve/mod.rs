@@ -19,6 +19,7 @@ use axum::{Json, Router};
 use futures_util::stream::{self, Stream};
 use openai::{ChatRequest, CompletionRequest, ErrorBody, ErrorObject, Prompt, Usage};
 use serde_json::{json, Value};
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,6 +32,9 @@ use tokio::sync::mpsc;
 
 /// Request bodies larger than this get a 413.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// Most choices (`n`) one request may ask for.
+pub const MAX_CHOICES: usize = 8;
 
 /// `max_tokens` of a completion request that gives none (OpenAI's default).
 pub const DEFAULT_COMPLETION_MAX_TOKENS: usize = 16;
@@ -227,7 +231,7 @@ impl AppState {
         prompt: Vec<u32>,
         p: Params<'_>,
         default_max: usize,
-    ) -> Result<GenerateRequest, ApiError> {
+    ) -> Result<(GenerateRequest, usize), ApiError> {
         if p.model != self.model_name {
             return Err(ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -240,13 +244,12 @@ impl AppState {
             )
             .code("model_not_found"));
         }
-        if let Some(n) = p.n {
-            if n != 1 {
-                return Err(
-                    ApiError::bad(format!("n = {n} is not supported (only 1)"), Some("n"))
-                        .code("unsupported_value"),
-                );
-            }
+        let n = p.n.unwrap_or(1);
+        if !(1..=MAX_CHOICES).contains(&n) {
+            return Err(
+                ApiError::bad(format!("n = {n} is not in [1, {MAX_CHOICES}]"), Some("n"))
+                    .code("invalid_value"),
+            );
         }
         let sampling = SamplingParams {
             temperature: p.temperature.unwrap_or(1.0),
@@ -267,7 +270,7 @@ impl AppState {
             sampling,
             stop: p.stop.map(openai::Stop::into_vec).unwrap_or_default(),
         };
-        Ok(req)
+        Ok((req, n))
     }
 
     fn encode(&self, text: &str, param: &str) -> Result<Vec<u32>, ApiError> {
@@ -296,23 +299,35 @@ impl Drop for Guard {
     }
 }
 
-/// Submits `req`; events arrive on the returned receiver.
+/// The events of a request's choices, tagged with the choice's index.
+type Events = mpsc::UnboundedReceiver<(usize, Event)>;
+
+/// Submits `n` copies of `req` (choice `i` samples with seed `seed + i`); every event arrives on
+/// the returned receiver tagged with its choice. If one submission fails, the ones before it are
+/// cancelled (their guards drop).
 fn submit(
     state: &AppState,
     req: GenerateRequest,
+    n: usize,
     prompt_param: &str,
-) -> Result<(Guard, mpsc::UnboundedReceiver<Event>), ApiError> {
+) -> Result<(Vec<Guard>, Events), ApiError> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let id = state
-        .engine
-        .submit(req, Box::new(move |e| tx.send(e).is_ok()))
-        .map_err(|e| ApiError::from_serving(e, prompt_param))?;
-    let guard = Guard {
-        engine: state.engine.clone(),
-        id,
-        done: false,
-    };
-    Ok((guard, rx))
+    let mut guards = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut r = req.clone();
+        r.sampling.seed = r.sampling.seed.wrapping_add(i as u64);
+        let tx = tx.clone();
+        let id = state
+            .engine
+            .submit(r, Box::new(move |e| tx.send((i, e)).is_ok()))
+            .map_err(|e| ApiError::from_serving(e, prompt_param))?;
+        guards.push(Guard {
+            engine: state.engine.clone(),
+            id,
+            done: false,
+        });
+    }
+    Ok((guards, rx))
 }
 
 /// Which response shape to produce.
@@ -329,6 +344,8 @@ struct Meta {
     created: u64,
     model: String,
     include_usage: bool,
+    /// Choices.
+    n: usize,
 }
 
 impl Meta {
@@ -340,10 +357,10 @@ impl Meta {
         }
     }
 
-    fn chunk(&self, text: Option<&str>, finish: Option<&str>, first: bool) -> Value {
+    fn chunk(&self, index: usize, text: Option<&str>, finish: Option<&str>, first: bool) -> Value {
         let choice = match self.kind {
             Kind::Completion => json!({
-                "index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish
+                "index": index, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish
             }),
             Kind::Chat => {
                 let mut delta = serde_json::Map::new();
@@ -353,7 +370,7 @@ impl Meta {
                 if let Some(t) = text {
                     delta.insert("content".into(), json!(t));
                 }
-                json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
+                json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": finish})
             }
         };
         let mut v = json!({
@@ -366,19 +383,30 @@ impl Meta {
         v
     }
 
-    fn whole(&self, text: &str, finish: &str, usage: Usage) -> Value {
-        let choice = match self.kind {
-            Kind::Completion => json!({
-                "index": 0, "text": text, "logprobs": null, "finish_reason": finish
-            }),
-            Kind::Chat => json!({
-                "index": 0, "message": {"role": "assistant", "content": text},
-                "logprobs": null, "finish_reason": finish
-            }),
-        };
+    fn whole(&self, choices: &[(String, &'static str)], usage: Usage) -> Value {
+        let choices: Vec<Value> = choices
+            .iter()
+            .enumerate()
+            .map(|(i, (text, finish))| match self.kind {
+                Kind::Completion => json!({
+                    "index": i, "text": text, "logprobs": null, "finish_reason": finish
+                }),
+                Kind::Chat => json!({
+                    "index": i, "message": {"role": "assistant", "content": text},
+                    "logprobs": null, "finish_reason": finish
+                }),
+            })
+            .collect();
         json!({
             "id": self.id, "object": self.object(false), "created": self.created,
-            "model": self.model, "choices": [choice], "usage": usage,
+            "model": self.model, "choices": choices, "usage": usage,
+        })
+    }
+
+    fn usage_chunk(&self, usage: Usage) -> Value {
+        json!({
+            "id": self.id, "object": self.object(true), "created": self.created,
+            "model": self.model, "choices": [], "usage": usage,
         })
     }
 }
@@ -411,7 +439,7 @@ async fn completions(
         Prompt::Tokens(t) => t.clone(),
     };
     let include_usage = stream_usage(r.stream, r.stream_options.as_ref())?;
-    let req = state.request(
+    let (req, n) = state.request(
         prompt,
         Params {
             model: &r.model,
@@ -431,6 +459,7 @@ async fn completions(
         created: unix_now(),
         model: state.model_name.clone(),
         include_usage,
+        n,
     };
     respond(&state, req, meta, r.stream, "prompt").await
 }
@@ -455,7 +484,7 @@ async fn chat_completions(
     let prompt = state.encode(&text, "messages")?;
     let include_usage = stream_usage(r.stream, r.stream_options.as_ref())?;
     let default_max = usize::MAX;
-    let req = state.request(
+    let (req, n) = state.request(
         prompt,
         Params {
             model: &r.model,
@@ -475,6 +504,7 @@ async fn chat_completions(
         created: unix_now(),
         model: state.model_name.clone(),
         include_usage,
+        n,
     };
     respond(&state, req, meta, r.stream, "messages").await
 }
@@ -501,22 +531,24 @@ async fn respond(
         id = %meta.id,
         prompt_tokens = req.prompt.len(),
         max_tokens = req.max_tokens,
+        n = meta.n,
         stream,
         "request"
     );
-    let (guard, rx) = submit(state, req, prompt_param).inspect_err(|e| {
+    let (guards, rx) = submit(state, req, meta.n, prompt_param).inspect_err(|e| {
         tracing::info!(id = %meta.id, status = e.status.as_u16(), "refused");
     })?;
     let deadline = state
         .request_timeout
         .map(|t| tokio::time::Instant::now() + t);
     if stream {
-        return Ok(Sse::new(sse_stream(meta, guard, rx, deadline)).into_response());
+        return Ok(Sse::new(sse_stream(meta, guards, rx, deadline)).into_response());
     }
-    let mut guard = guard;
-    let mut rx = rx;
-    let mut text = String::new();
-    loop {
+    let (mut guards, mut rx) = (guards, rx);
+    let mut texts = vec![String::new(); meta.n];
+    let mut finish: Vec<Option<&'static str>> = vec![None; meta.n];
+    let (mut prompt, mut completion) = (0, 0);
+    while finish.iter().any(Option::is_none) {
         let ev = match deadline {
             Some(d) => match tokio::time::timeout_at(d, rx.recv()).await {
                 Ok(e) => e,
@@ -532,15 +564,18 @@ async fn respond(
             None => rx.recv().await,
         };
         match ev {
-            Some(Event::Token { text: t, .. }) => text.push_str(&t),
-            Some(Event::Finished {
-                reason,
-                text: t,
-                prompt_tokens,
-                completion_tokens,
-            }) => {
-                guard.done = true;
-                text.push_str(&t);
+            Some((i, Event::Token { text: t, .. })) => texts[i].push_str(&t),
+            Some((
+                i,
+                Event::Finished {
+                    reason,
+                    text: t,
+                    prompt_tokens,
+                    completion_tokens,
+                },
+            )) => {
+                guards[i].done = true;
+                texts[i].push_str(&t);
                 if reason == FinishReason::Cancelled {
                     return Err(ApiError::new(
                         StatusCode::SERVICE_UNAVAILABLE,
@@ -549,11 +584,12 @@ async fn respond(
                         None,
                     ));
                 }
-                let u = usage(prompt_tokens, completion_tokens);
-                return Ok(Json(meta.whole(&text, reason.as_openai(), u)).into_response());
+                prompt = prompt_tokens;
+                completion += completion_tokens;
+                finish[i] = Some(reason.as_openai());
             }
-            Some(Event::Error(m)) => {
-                guard.done = true;
+            Some((i, Event::Error(m))) => {
+                guards[i].done = true;
                 return Err(ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "server_error",
@@ -571,37 +607,49 @@ async fn respond(
             }
         }
     }
+    let choices: Vec<(String, &'static str)> = texts
+        .into_iter()
+        .zip(finish)
+        .map(|(t, f)| (t, f.unwrap_or("stop")))
+        .collect();
+    Ok(Json(meta.whole(&choices, usage(prompt, completion))).into_response())
 }
 
 struct StreamState {
     meta: Meta,
-    guard: Guard,
-    rx: mpsc::UnboundedReceiver<Event>,
+    guards: Vec<Guard>,
+    rx: Events,
     deadline: Option<tokio::time::Instant>,
-    first: bool,
-    pending: Vec<String>,
+    first: Vec<bool>,
+    open: usize,
+    prompt: usize,
+    completion: usize,
+    pending: VecDeque<String>,
     finished: bool,
 }
 
 fn sse_stream(
     meta: Meta,
-    guard: Guard,
-    rx: mpsc::UnboundedReceiver<Event>,
+    guards: Vec<Guard>,
+    rx: Events,
     deadline: Option<tokio::time::Instant>,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    let n = meta.n;
     let st = StreamState {
         meta,
-        guard,
+        guards,
         rx,
         deadline,
-        first: true,
-        pending: Vec::new(),
+        first: vec![true; n],
+        open: n,
+        prompt: 0,
+        completion: 0,
+        pending: VecDeque::new(),
         finished: false,
     };
     stream::unfold(st, |mut st| async move {
         loop {
-            if !st.pending.is_empty() {
-                let data = st.pending.remove(0);
+            if let Some(data) = st.pending.pop_front() {
                 return Some((Ok(SseEvent::default().data(data)), st));
             }
             if st.finished {
@@ -614,49 +662,57 @@ fn sse_stream(
                 None => st.rx.recv().await,
             };
             match ev {
-                Some(Event::Token { text, .. }) => {
-                    if text.is_empty() && !st.first {
+                Some((i, Event::Token { text, .. })) => {
+                    if text.is_empty() && !st.first[i] {
                         continue;
                     }
-                    let c = st.meta.chunk(Some(&text), None, st.first);
-                    st.first = false;
-                    st.pending.push(c.to_string());
+                    let c = st.meta.chunk(i, Some(&text), None, st.first[i]);
+                    st.first[i] = false;
+                    st.pending.push_back(c.to_string());
                 }
-                Some(Event::Finished {
-                    reason,
-                    text,
-                    prompt_tokens,
-                    completion_tokens,
-                }) => {
-                    st.guard.done = true;
+                Some((
+                    i,
+                    Event::Finished {
+                        reason,
+                        text,
+                        prompt_tokens,
+                        completion_tokens,
+                    },
+                )) => {
+                    st.guards[i].done = true;
                     let t = (!text.is_empty()).then_some(text.as_str());
-                    let c = st.meta.chunk(t, Some(reason.as_openai()), st.first);
-                    st.pending.push(c.to_string());
-                    if st.meta.include_usage {
-                        let u = usage(prompt_tokens, completion_tokens);
-                        let v = json!({
-                            "id": st.meta.id, "object": st.meta.object(true),
-                            "created": st.meta.created, "model": st.meta.model,
-                            "choices": [], "usage": u,
-                        });
-                        st.pending.push(v.to_string());
+                    let c = st.meta.chunk(i, t, Some(reason.as_openai()), st.first[i]);
+                    st.first[i] = false;
+                    st.pending.push_back(c.to_string());
+                    st.prompt = prompt_tokens;
+                    st.completion += completion_tokens;
+                    st.open -= 1;
+                    if st.open == 0 {
+                        if st.meta.include_usage {
+                            let u = usage(st.prompt, st.completion);
+                            st.pending.push_back(st.meta.usage_chunk(u).to_string());
+                        }
+                        st.pending.push_back("[DONE]".into());
+                        st.finished = true;
                     }
-                    st.pending.push("[DONE]".into());
-                    st.finished = true;
                 }
-                Some(Event::Error(m)) => {
-                    st.guard.done = true;
+                Some((i, Event::Error(m))) => {
+                    st.guards[i].done = true;
                     let e = json!({"error": {"message": m, "type": "server_error", "param": null, "code": null}});
-                    st.pending.push(e.to_string());
-                    st.pending.push("[DONE]".into());
+                    st.pending.push_back(e.to_string());
+                    st.pending.push_back("[DONE]".into());
                     st.finished = true;
                 }
                 None => {
-                    // The engine went away or the timeout passed: end the stream (the guard
-                    // cancels the request).
-                    let c = st.meta.chunk(None, Some("length"), st.first);
-                    st.pending.push(c.to_string());
-                    st.pending.push("[DONE]".into());
+                    // The engine went away or the timeout passed: end the stream (the guards
+                    // cancel the requests still open).
+                    for i in 0..st.meta.n {
+                        if !st.guards[i].done {
+                            let c = st.meta.chunk(i, None, Some("length"), st.first[i]);
+                            st.pending.push_back(c.to_string());
+                        }
+                    }
+                    st.pending.push_back("[DONE]".into());
                     st.finished = true;
                 }
             }
