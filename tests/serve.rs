@@ -260,6 +260,37 @@ async fn routes_answer_in_openai_format() {
         assert_eq!(text, want, "choice {i}");
     }
 
+    // Log-probabilities: greedy picks the most likely token, offsets follow the token strings.
+    let body = json!({"model": MODEL, "prompt": prompt, "max_tokens": 12, "temperature": 0, "logprobs": 2});
+    let (st, r) = post(&s, "/v1/completions", &body).await;
+    assert_eq!(st, 200, "{r}");
+    let lp = &r["choices"][0]["logprobs"];
+    let toks = lp["tokens"].as_array().unwrap();
+    assert_eq!(toks.len(), 12);
+    assert_eq!(
+        toks.iter().map(|t| t.as_str().unwrap()).collect::<String>(),
+        want
+    );
+    let offs = lp["text_offset"].as_array().unwrap();
+    for k in 0..12 {
+        let l = lp["token_logprobs"][k].as_f64().unwrap();
+        assert!(l <= 0.0);
+        let top = lp["top_logprobs"][k].as_object().unwrap();
+        assert!(!top.is_empty() && top.len() <= 2);
+        // Greedy picks the most likely token (two tokens may spell alike and share a key).
+        assert!(
+            top.values().all(|v| v.as_f64().unwrap() <= l),
+            "token {k}: {l} below {top:?}"
+        );
+        if k > 0 {
+            let prev = toks[k - 1].as_str().unwrap().len() as u64;
+            assert_eq!(
+                offs[k].as_u64().unwrap(),
+                offs[k - 1].as_u64().unwrap() + prev
+            );
+        }
+    }
+
     // Chat, whole and streamed.
     let msgs = json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is a block?"}]);
     let body =
@@ -273,7 +304,8 @@ async fn routes_answer_in_openai_format() {
         .as_str()
         .unwrap()
         .to_string();
-    let body = json!({"model": MODEL, "messages": msgs, "max_tokens": 6, "temperature": 0, "stream": true});
+    let body = json!({"model": MODEL, "messages": msgs, "max_tokens": 6, "temperature": 0, "stream": true,
+                      "logprobs": true, "top_logprobs": 1});
     let (events, _) = stream(&s, "/v1/chat/completions", &body).await;
     assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
     let parsed: Vec<Value> = events[..events.len() - 1]
@@ -288,6 +320,16 @@ async fn routes_answer_in_openai_format() {
         .collect();
     assert_eq!(streamed, chat_text);
     assert!(parsed.iter().all(|c| c.get("usage").is_none()));
+    // Each of the 6 tokens came with its log-probability.
+    let lps: Vec<&Value> = parsed
+        .iter()
+        .filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array())
+        .flatten()
+        .collect();
+    assert_eq!(lps.len(), 6);
+    assert!(lps
+        .iter()
+        .all(|e| e["top_logprobs"].as_array().unwrap().len() == 1));
 
     // A stop string cuts the text before it and finishes with "stop".
     let stop: String = want
@@ -384,7 +426,13 @@ async fn bad_inputs_get_openai_errors() {
     let cases: Vec<(String, u16, &str, Option<&str>)> = vec![
         ("{not json".into(), 400, "invalid_request_error", None),
         (
-            json!({"model": MODEL, "prompt": "hi", "logprobs": 2}).to_string(),
+            json!({"model": MODEL, "prompt": "hi", "echo": true}).to_string(),
+            400,
+            "invalid_request_error",
+            Some("echo"),
+        ),
+        (
+            json!({"model": MODEL, "prompt": "hi", "logprobs": 6}).to_string(),
             400,
             "invalid_request_error",
             Some("logprobs"),
@@ -454,6 +502,16 @@ async fn bad_inputs_get_openai_errors() {
     )
     .await;
     assert_eq!((st, e["error"]["param"].as_str()), (400, Some("messages")));
+    let (st, e) = post(
+        &s,
+        "/v1/chat/completions",
+        &json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}),
+    )
+    .await;
+    assert_eq!(
+        (st, e["error"]["param"].as_str()),
+        (400, Some("top_logprobs"))
+    );
 
     // A full queue: one running (long), one waiting, the third gets a 429 with Retry-After.
     let long = json!({"model": MODEL, "prompt": "hello", "max_tokens": 120, "stream": true});

@@ -33,6 +33,7 @@ fn submit(e: &EngineHandle, prompt: Vec<u32>, max_tokens: usize) -> (u64, mpsc::
         max_tokens,
         sampling: SamplingParams::greedy(),
         stop: vec![],
+        logprobs: Some(2),
     };
     let id = e
         .submit(req, Box::new(move |ev| tx.send(ev).is_ok()))
@@ -44,7 +45,14 @@ fn collect(rx: &mpsc::Receiver<Event>) -> (Vec<u32>, FinishReason) {
     let mut toks = Vec::new();
     loop {
         match rx.recv_timeout(Duration::from_secs(30)).unwrap() {
-            Event::Token { token, .. } => toks.push(token),
+            Event::Token { token, logprob, .. } => {
+                // The greedy token is the most likely one.
+                let lp = logprob.unwrap();
+                assert_eq!(lp.top.len(), 2);
+                assert_eq!(lp.top[0], (token, lp.logprob));
+                assert!(lp.logprob <= 0.0 && lp.top[1].1 <= lp.logprob);
+                toks.push(token)
+            }
             Event::Finished { reason, .. } => return (toks, reason),
             Event::Error(m) => panic!("{m}"),
         }

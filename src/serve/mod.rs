@@ -24,7 +24,9 @@ use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tileops_models::serving::request::{Event, FinishReason, GenerateRequest, RequestId};
+use tileops_models::serving::request::{
+    Event, FinishReason, GenerateRequest, RequestId, TokenLogprob,
+};
 use tileops_models::serving::sampler::SamplingParams;
 use tileops_models::serving::{EngineHandle, ServingError};
 use tileops_models::tokenizer::Tokenizer;
@@ -223,6 +225,7 @@ struct Params<'a> {
     seed: Option<u64>,
     stop: Option<openai::Stop>,
     n: Option<usize>,
+    logprobs: Option<usize>,
 }
 
 impl AppState {
@@ -269,6 +272,7 @@ impl AppState {
             max_tokens,
             sampling,
             stop: p.stop.map(openai::Stop::into_vec).unwrap_or_default(),
+            logprobs: p.logprobs,
         };
         Ok((req, n))
     }
@@ -346,6 +350,8 @@ struct Meta {
     include_usage: bool,
     /// Choices.
     n: usize,
+    /// To spell tokens in log-probabilities.
+    tok: Arc<Tokenizer>,
 }
 
 impl Meta {
@@ -357,10 +363,70 @@ impl Meta {
         }
     }
 
-    fn chunk(&self, index: usize, text: Option<&str>, finish: Option<&str>, first: bool) -> Value {
+    /// OpenAI's `logprobs` object of `items` (token, its log-probabilities); `offset` is the
+    /// completion format's running text offset (the token strings' lengths so far).
+    fn logprobs(&self, items: &[(u32, TokenLogprob)], offset: &mut usize) -> Value {
+        let spell = |t: u32| self.tok.decode(&[t]).unwrap_or_default();
+        match self.kind {
+            Kind::Completion => {
+                let mut tokens = Vec::new();
+                let mut offsets = Vec::new();
+                for (t, _) in items {
+                    let s = spell(*t);
+                    offsets.push(*offset);
+                    *offset += s.len();
+                    tokens.push(s);
+                }
+                let top: Vec<Value> = items
+                    .iter()
+                    .map(|(_, lp)| {
+                        let m: serde_json::Map<String, Value> =
+                            lp.top.iter().map(|&(t, l)| (spell(t), json!(l))).collect();
+                        Value::Object(m)
+                    })
+                    .collect();
+                json!({
+                    "tokens": tokens,
+                    "token_logprobs": items.iter().map(|(_, lp)| lp.logprob).collect::<Vec<_>>(),
+                    "top_logprobs": top,
+                    "text_offset": offsets,
+                })
+            }
+            Kind::Chat => {
+                let entry = |t: u32, l: f32| {
+                    let s = spell(t);
+                    json!({"token": s, "logprob": l, "bytes": s.as_bytes()})
+                };
+                let content: Vec<Value> = items
+                    .iter()
+                    .map(|(t, lp)| {
+                        let mut e = entry(*t, lp.logprob);
+                        e["top_logprobs"] = lp
+                            .top
+                            .iter()
+                            .map(|&(t, l)| entry(t, l))
+                            .collect::<Vec<_>>()
+                            .into();
+                        e
+                    })
+                    .collect();
+                json!({ "content": content })
+            }
+        }
+    }
+
+    fn chunk(
+        &self,
+        index: usize,
+        text: Option<&str>,
+        finish: Option<&str>,
+        first: bool,
+        logprobs: Option<Value>,
+    ) -> Value {
+        let logprobs = logprobs.unwrap_or(Value::Null);
         let choice = match self.kind {
             Kind::Completion => json!({
-                "index": index, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish
+                "index": index, "text": text.unwrap_or(""), "logprobs": logprobs, "finish_reason": finish
             }),
             Kind::Chat => {
                 let mut delta = serde_json::Map::new();
@@ -370,7 +436,7 @@ impl Meta {
                 if let Some(t) = text {
                     delta.insert("content".into(), json!(t));
                 }
-                json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": finish})
+                json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish})
             }
         };
         let mut v = json!({
@@ -383,17 +449,17 @@ impl Meta {
         v
     }
 
-    fn whole(&self, choices: &[(String, &'static str)], usage: Usage) -> Value {
+    fn whole(&self, choices: &[(String, &'static str, Option<Value>)], usage: Usage) -> Value {
         let choices: Vec<Value> = choices
             .iter()
             .enumerate()
-            .map(|(i, (text, finish))| match self.kind {
+            .map(|(i, (text, finish, lp))| match self.kind {
                 Kind::Completion => json!({
-                    "index": i, "text": text, "logprobs": null, "finish_reason": finish
+                    "index": i, "text": text, "logprobs": lp, "finish_reason": finish
                 }),
                 Kind::Chat => json!({
                     "index": i, "message": {"role": "assistant", "content": text},
-                    "logprobs": null, "finish_reason": finish
+                    "logprobs": lp, "finish_reason": finish
                 }),
             })
             .collect();
@@ -450,6 +516,16 @@ async fn completions(
             seed: r.seed,
             stop: r.stop.clone(),
             n: r.n,
+            logprobs: match r.logprobs {
+                Some(k) if k > 5 => {
+                    return Err(ApiError::bad(
+                        format!("logprobs = {k} is not in [0, 5]"),
+                        Some("logprobs"),
+                    )
+                    .code("invalid_value"))
+                }
+                k => k,
+            },
         },
         DEFAULT_COMPLETION_MAX_TOKENS,
     )?;
@@ -460,6 +536,7 @@ async fn completions(
         model: state.model_name.clone(),
         include_usage,
         n,
+        tok: state.tokenizer.clone(),
     };
     respond(&state, req, meta, r.stream, "prompt").await
 }
@@ -495,6 +572,23 @@ async fn chat_completions(
             seed: r.seed,
             stop: r.stop.clone(),
             n: r.n,
+            logprobs: match (r.logprobs, r.top_logprobs) {
+                (_, Some(k)) if k > 20 => {
+                    return Err(ApiError::bad(
+                        format!("top_logprobs = {k} is not in [0, 20]"),
+                        Some("top_logprobs"),
+                    )
+                    .code("invalid_value"))
+                }
+                (Some(true), k) => Some(k.unwrap_or(0)),
+                (_, Some(_)) => {
+                    return Err(ApiError::bad(
+                        "top_logprobs needs logprobs: true",
+                        Some("top_logprobs"),
+                    ))
+                }
+                _ => None,
+            },
         },
         default_max,
     )?;
@@ -505,6 +599,7 @@ async fn chat_completions(
         model: state.model_name.clone(),
         include_usage,
         n,
+        tok: state.tokenizer.clone(),
     };
     respond(&state, req, meta, r.stream, "messages").await
 }
@@ -535,6 +630,7 @@ async fn respond(
         stream,
         "request"
     );
+    let req_logprobs = req.logprobs.is_some();
     let (guards, rx) = submit(state, req, meta.n, prompt_param).inspect_err(|e| {
         tracing::info!(id = %meta.id, status = e.status.as_u16(), "refused");
     })?;
@@ -546,6 +642,7 @@ async fn respond(
     }
     let (mut guards, mut rx) = (guards, rx);
     let mut texts = vec![String::new(); meta.n];
+    let mut lps: Vec<Vec<(u32, TokenLogprob)>> = vec![Vec::new(); meta.n];
     let mut finish: Vec<Option<&'static str>> = vec![None; meta.n];
     let (mut prompt, mut completion) = (0, 0);
     while finish.iter().any(Option::is_none) {
@@ -564,7 +661,19 @@ async fn respond(
             None => rx.recv().await,
         };
         match ev {
-            Some((i, Event::Token { text: t, .. })) => texts[i].push_str(&t),
+            Some((
+                i,
+                Event::Token {
+                    text: t,
+                    token,
+                    logprob,
+                },
+            )) => {
+                texts[i].push_str(&t);
+                if let Some(lp) = logprob {
+                    lps[i].push((token, lp));
+                }
+            }
             Some((
                 i,
                 Event::Finished {
@@ -607,10 +716,15 @@ async fn respond(
             }
         }
     }
-    let choices: Vec<(String, &'static str)> = texts
+    let wants_lp = req_logprobs;
+    let choices: Vec<(String, &'static str, Option<Value>)> = texts
         .into_iter()
         .zip(finish)
-        .map(|(t, f)| (t, f.unwrap_or("stop")))
+        .zip(lps)
+        .map(|((t, f), lp)| {
+            let lp = wants_lp.then(|| meta.logprobs(&lp, &mut 0));
+            (t, f.unwrap_or("stop"), lp)
+        })
         .collect();
     Ok(Json(meta.whole(&choices, usage(prompt, completion))).into_response())
 }
@@ -621,6 +735,7 @@ struct StreamState {
     rx: Events,
     deadline: Option<tokio::time::Instant>,
     first: Vec<bool>,
+    offsets: Vec<usize>,
     open: usize,
     prompt: usize,
     completion: usize,
@@ -641,6 +756,7 @@ fn sse_stream(
         rx,
         deadline,
         first: vec![true; n],
+        offsets: vec![0; n],
         open: n,
         prompt: 0,
         completion: 0,
@@ -662,11 +778,19 @@ fn sse_stream(
                 None => st.rx.recv().await,
             };
             match ev {
-                Some((i, Event::Token { text, .. })) => {
-                    if text.is_empty() && !st.first[i] {
+                Some((
+                    i,
+                    Event::Token {
+                        text,
+                        token,
+                        logprob,
+                    },
+                )) => {
+                    if text.is_empty() && !st.first[i] && logprob.is_none() {
                         continue;
                     }
-                    let c = st.meta.chunk(i, Some(&text), None, st.first[i]);
+                    let lp = logprob.map(|lp| st.meta.logprobs(&[(token, lp)], &mut st.offsets[i]));
+                    let c = st.meta.chunk(i, Some(&text), None, st.first[i], lp);
                     st.first[i] = false;
                     st.pending.push_back(c.to_string());
                 }
@@ -681,7 +805,9 @@ fn sse_stream(
                 )) => {
                     st.guards[i].done = true;
                     let t = (!text.is_empty()).then_some(text.as_str());
-                    let c = st.meta.chunk(i, t, Some(reason.as_openai()), st.first[i]);
+                    let c = st
+                        .meta
+                        .chunk(i, t, Some(reason.as_openai()), st.first[i], None);
                     st.first[i] = false;
                     st.pending.push_back(c.to_string());
                     st.prompt = prompt_tokens;
@@ -708,7 +834,7 @@ fn sse_stream(
                     // cancel the requests still open).
                     for i in 0..st.meta.n {
                         if !st.guards[i].done {
-                            let c = st.meta.chunk(i, None, Some("length"), st.first[i]);
+                            let c = st.meta.chunk(i, None, Some("length"), st.first[i], None);
                             st.pending.push_back(c.to_string());
                         }
                     }

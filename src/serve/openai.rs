@@ -56,6 +56,8 @@ pub struct CompletionRequest {
     pub model: String,
     /// Tokens to generate at most (default 16, as OpenAI).
     pub max_tokens: Option<usize>,
+    /// Each token's log-probability and this many alternatives (0 to 5).
+    pub logprobs: Option<usize>,
     /// Temperature in `[0, 2]` (default 1).
     pub temperature: Option<f32>,
     /// Nucleus in `(0, 1]` (default 1).
@@ -101,6 +103,10 @@ pub struct ChatRequest {
     pub max_tokens: Option<usize>,
     /// The newer name of `max_tokens` (wins when both are given).
     pub max_completion_tokens: Option<usize>,
+    /// Report each token's log-probability.
+    pub logprobs: Option<bool>,
+    /// With `logprobs`, this many alternatives per token (0 to 20).
+    pub top_logprobs: Option<usize>,
     /// Temperature in `[0, 2]` (default 1).
     pub temperature: Option<f32>,
     /// Nucleus in `(0, 1]` (default 1).

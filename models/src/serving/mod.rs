@@ -24,7 +24,9 @@ use crate::deepseek::ops::{to_vec_f32, ModelError};
 use crate::kv_cache::PagedKvCache;
 use crate::weights::Weights;
 use metrics::Metrics;
-use request::{Detokenize, Event, EventSink, FinishReason, GenerateRequest, RequestId, TextState};
+use request::{
+    Detokenize, Event, EventSink, FinishReason, GenerateRequest, RequestId, TextState, TokenLogprob,
+};
 use sampler::Sampler;
 use scheduler::{Scheduler, SchedulerConfig};
 use std::collections::HashMap;
@@ -164,6 +166,7 @@ struct ReqState {
     sink: EventSink,
     max_tokens: usize,
     prompt_len: usize,
+    logprobs: Option<usize>,
     arrival: Instant,
     last_token: Option<Instant>,
 }
@@ -261,6 +264,7 @@ impl Engine {
                         sink,
                         max_tokens: req.max_tokens,
                         prompt_len: req.prompt.len(),
+                        logprobs: req.logprobs,
                         arrival,
                         last_token: None,
                     },
@@ -357,10 +361,15 @@ impl Engine {
             }
         };
         let mut sampled = Vec::new();
+        let mut logprobs = HashMap::new();
         let mut rows = logits.iter();
         for s in step.seqs.iter().filter(|s| s.samples) {
             if let (Some(l), Some(r)) = (rows.next(), self.reqs.get_mut(&s.id)) {
-                sampled.push((s.id, r.sampler.sample(l)));
+                let tok = r.sampler.sample(l);
+                if let Some(k) = r.logprobs {
+                    logprobs.insert(s.id, TokenLogprob::new(l, tok, k));
+                }
+                sampled.push((s.id, tok));
             }
         }
         self.sched.commit(&step, &sampled);
@@ -413,6 +422,7 @@ impl Engine {
             let alive = (r.sink)(Event::Token {
                 token: tok,
                 text: t.text,
+                logprob: logprobs.remove(&id),
             });
             match (alive, reason) {
                 (false, _) => self.end(id, FinishReason::Cancelled, String::new()),

@@ -16,6 +16,41 @@ pub struct GenerateRequest {
     pub sampling: SamplingParams,
     /// Stop strings: generation ends before the first occurrence of any of them in the text.
     pub stop: Vec<String>,
+    /// Report each token's log-probability and this many most likely alternatives
+    /// (`None`: no log-probabilities).
+    pub logprobs: Option<usize>,
+}
+
+/// A generated token's log-probability under the model's distribution (the raw logits'
+/// log-softmax, before temperature, top-k and top-p), and the most likely tokens'.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    /// The chosen token's.
+    pub logprob: f32,
+    /// The most likely tokens and theirs, most likely first (ties by id).
+    pub top: Vec<(u32, f32)>,
+}
+
+impl TokenLogprob {
+    /// The log-probability of `token` and of the `top` most likely tokens in `logits`.
+    pub fn new(logits: &[f32], token: u32, top: usize) -> Self {
+        let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f64 = logits.iter().map(|&l| ((l - m) as f64).exp()).sum();
+        let lse = m as f64 + sum.ln();
+        let lp = |l: f32| (l as f64 - lse) as f32;
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        let k = top.min(logits.len());
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+        TokenLogprob {
+            logprob: logits
+                .get(token as usize)
+                .map_or(f32::NEG_INFINITY, |&l| lp(l)),
+            top: order[..k]
+                .iter()
+                .map(|&i| (i as u32, lp(logits[i])))
+                .collect(),
+        }
+    }
 }
 
 /// Why a request ended.
@@ -50,6 +85,8 @@ pub enum Event {
         token: u32,
         /// New text.
         text: String,
+        /// Its log-probabilities, if the request asked.
+        logprob: Option<TokenLogprob>,
     },
     /// The request is done; its blocks are free.
     Finished {
