@@ -63,8 +63,12 @@ impl Drop for Server {
 }
 
 async fn start(ec: EngineConfig) -> Server {
+    start_with_timeout(ec, None).await
+}
+
+async fn start_with_timeout(ec: EngineConfig, timeout: Option<Duration>) -> Server {
     let engine = Engine::spawn(&cfg(), weights(), ec, tokenizer()).unwrap();
-    let state = AppState::new(engine.clone(), tokenizer(), MODEL.into(), None);
+    let state = AppState::new(engine.clone(), tokenizer(), MODEL.into(), timeout);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -569,6 +573,17 @@ async fn a_client_that_disconnects_frees_its_blocks() {
     assert!(m.contains("tileops_requests_finished_total{reason=\"cancelled\"} 1"));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_past_the_timeout_is_cancelled() {
+    let s = start_with_timeout(engine_cfg(), Some(Duration::from_millis(50))).await;
+    let body = json!({"model": MODEL, "prompt": "The keeper", "max_tokens": 120, "temperature": 0});
+    let (st, e) = post(&s, "/v1/completions", &body).await;
+    assert_eq!(st, 504, "{e}");
+    assert_eq!(e["error"]["type"], "timeout_error");
+    let m = wait_idle(&s).await;
+    assert!(metric(&m, "tileops_generation_tokens_total") < 120.0);
+}
+
 #[test]
 fn sigterm_exits_zero() {
     use std::io::{BufRead, BufReader};
@@ -602,21 +617,36 @@ fn sigterm_exits_zero() {
         .unwrap();
     let addr = line.trim().rsplit("http://").next().unwrap().to_string();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let body = rt.block_on(async {
+    let pid = child.id().to_string();
+    let tail = rt.block_on(async {
         let r = client()
             .post(format!("http://{addr}/v1/completions"))
             .body(json!({"model": "deepseek-tiny", "prompt": "hi", "max_tokens": 3}).to_string())
             .send()
             .await
             .unwrap();
-        r.text().await.unwrap()
+        let body = r.text().await.unwrap();
+        assert!(body.contains("text_completion"), "{body}");
+        // A stream running when SIGTERM arrives still finishes, with its [DONE].
+        let mut r = client()
+            .post(format!("http://{addr}/v1/completions"))
+            .body(
+                json!({"model": "deepseek-tiny", "prompt": "hi", "max_tokens": 40, "stream": true})
+                    .to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert!(r.chunk().await.unwrap().is_some());
+        let st = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(st.success());
+        let mut tail = String::new();
+        while let Some(c) = r.chunk().await.unwrap() {
+            tail.push_str(std::str::from_utf8(&c).unwrap());
+        }
+        tail
     });
-    assert!(body.contains("text_completion"), "{body}");
-    let st = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    assert!(tail.trim_end().ends_with("data: [DONE]"), "{tail}");
     let t = Instant::now();
     let code = loop {
         if let Some(c) = child.try_wait().unwrap() {
