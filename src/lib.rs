@@ -28,7 +28,12 @@
 //!   the `deepseek_decode` example runs.
 //!
 //! The `tileops` binary checks, simulates and emits serialized kernels (`check`, `sim`, `emit`).
+//! With the default `server` feature, [`serve`] is the OpenAI-compatible HTTP layer over
+//! `tileops_models::serving` and `tileops-serve` its binary (docs/serving.md).
 
 pub use tile_backend;
 pub use tileops_models as models;
 pub use tileops_ops as ops;
+
+#[cfg(feature = "server")]
+pub mod serve;

@@ -378,6 +378,65 @@ impl PagedKvCache {
         }
         Ok((out, width))
     }
+
+    /// Takes one more reference on `block` for an owner outside any sequence (a prefix cache),
+    /// which keeps it out of the pool. Only a held block (reference count >= 1) can be retained;
+    /// returns whether it was.
+    pub fn retain_block(&mut self, block: u32) -> bool {
+        match self.refcount.get_mut(block as usize) {
+            Some(r) if *r > 0 => match r.checked_add(1) {
+                Some(n) => {
+                    *r = n;
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// Drops a reference taken by [`PagedKvCache::retain_block`]; the block returns to the pool
+    /// when no one holds it any more. Returns whether `block` was held.
+    pub fn release_block(&mut self, block: u32) -> bool {
+        match self.refcount.get_mut(block as usize) {
+            Some(r) if *r > 0 => {
+                *r -= 1;
+                if *r == 0 {
+                    self.free.push(block);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A new sequence whose first `blocks.len() * block_size` tokens are the given full,
+    /// already written blocks (prefix sharing: each block's reference count goes up, and a
+    /// later append writes only new blocks). `None`, with nothing changed, if a block is not
+    /// held or the length overflows.
+    pub fn add_sequence_with_blocks(&mut self, blocks: &[u32]) -> Option<SeqId> {
+        let len = blocks.len().checked_mul(self.block_size)?;
+        let held = |b: &u32| {
+            self.refcount
+                .get(*b as usize)
+                .is_some_and(|&r| r > 0 && r < u32::MAX)
+        };
+        if !blocks.iter().all(held) {
+            return None;
+        }
+        let id = self.take_id().ok()?;
+        for &b in blocks {
+            self.refcount[b as usize] += 1;
+        }
+        self.seqs.insert(
+            id,
+            Sequence {
+                blocks: blocks.to_vec(),
+                len,
+            },
+        );
+        Some(id)
+    }
 }
 
 #[cfg(test)]
@@ -522,5 +581,30 @@ mod tests {
         assert_eq!(c, before);
         assert_eq!(c.append(99, 1), Err(CacheError::UnknownSequence(99)));
         assert_eq!(c, before);
+    }
+
+    #[test]
+    fn retained_blocks_outlive_their_sequence_and_seed_new_ones() {
+        let mut c = PagedKvCache::new(4, 2).unwrap();
+        let a = c.add_sequence().unwrap();
+        c.append(a, 3).unwrap();
+        let full = c.block_table(a).unwrap()[0];
+        assert!(c.retain_block(full));
+        c.free(a).unwrap();
+        // The retained block stays out of the pool; the partial one came back.
+        assert_eq!((c.free_blocks(), c.refcount(full)), (3, 1));
+        let b = c.add_sequence_with_blocks(&[full]).unwrap();
+        assert_eq!((c.len(b).unwrap(), c.refcount(full)), (2, 2));
+        // Appending after a shared full block copies nothing.
+        let w = c.append(b, 1).unwrap();
+        assert_eq!(w.copy, None);
+        assert_ne!(c.block_table(b).unwrap()[1], full);
+        // Free blocks cannot be shared or retained.
+        let spare = (0..4).find(|&x| c.refcount(x) == 0).unwrap();
+        assert_eq!(c.add_sequence_with_blocks(&[spare]), None);
+        assert!(!c.retain_block(spare) && !c.release_block(spare));
+        c.free(b).unwrap();
+        assert!(c.release_block(full));
+        assert_eq!(c.free_blocks(), 4);
     }
 }

@@ -4,7 +4,9 @@
 //! in the absorbed decode form and a flash prefill, a lightning indexer picking top-k, int8 MoE
 //! experts), a safetensors weight generator and loader ([`weights`]), a BPE tokenizer
 //! ([`tokenizer`]), an engine that prefills and decodes a batch of prompts through the ops
-//! ([`engine`]) and a progress line for the demo ([`progress`]). It uses only the public
+//! ([`engine`]), the continuous-batching serving engine ([`serving`]: scheduler, prefix cache,
+//! per-request sampling, metrics, on a thread of its own) and a progress line for the demo
+//! ([`progress`]). It uses only the public
 //! `tileops_ops` API.
 
 pub mod data;
@@ -12,6 +14,7 @@ pub mod deepseek;
 pub mod engine;
 pub mod kv_cache;
 pub mod progress;
+pub mod serving;
 pub mod tokenizer;
 pub mod train;
 pub mod weights;
