@@ -2,14 +2,37 @@
 //! `tileops emit --op` serves them like the ops.
 
 use super::Launch;
-use crate::registry::{OpShape, Param, ParamValue};
+use crate::registry::{OpShape, Param, ParamValue, MAX_DIM, MAX_WIDTH};
 use crate::OpError;
 use tile_backend::kernels::{AttentionParams, GatherMatmulParams, MatmulParams};
+
+/// Refuses a size outside `1..=max` before a builder computes with it (the builders multiply
+/// sizes and tile counts in u64): `sizes` are `(parameter, value, max)`, `max` being
+/// [`MAX_DIM`] for counts and [`MAX_WIDTH`] for static tile dimensions.
+fn check_sizes(op: &'static str, sizes: &[(&'static str, u64, usize)]) -> Result<(), OpError> {
+    for &(arg, value, max) in sizes {
+        if value == 0 || value > max as u64 {
+            return Err(OpError::invalid(
+                op,
+                arg,
+                format!("{value} is outside 1..={max}"),
+            ));
+        }
+    }
+    Ok(())
+}
 
 crate::op_shape! {
     MatmulParams = "matmul",
     "tiled double-buffered C = A B (tile_backend::kernels::matmul), one output tile per block",
-    |p| Ok(vec![Launch::new(tile_backend::kernels::matmul(p), p.block_dim())]);
+    |p| {
+        check_sizes("matmul", &[
+            ("m", p.m, MAX_DIM), ("k", p.k, MAX_DIM), ("n", p.n, MAX_DIM),
+            ("tile_m", p.tile_m, MAX_WIDTH), ("tile_n", p.tile_n, MAX_WIDTH),
+            ("tile_k", p.tile_k, MAX_WIDTH),
+        ])?;
+        Ok(vec![Launch::new(tile_backend::kernels::matmul(p), p.block_dim())])
+    };
     m: "rows of A and C",
     k: "columns of A, rows of B",
     n: "columns of B and C",
@@ -22,7 +45,13 @@ crate::op_shape! {
 crate::op_shape! {
     AttentionParams = "attention",
     "one-tile flash-attention core, Q K^T -> softmax -> P V the 950 way (kernels::attention_tile)",
-    |p| Ok(vec![Launch::new(tile_backend::kernels::attention_tile(p), p.block_dim())]);
+    |p| {
+        check_sizes("attention", &[
+            ("ts", p.ts, MAX_WIDTH), ("tkv", p.tkv, MAX_WIDTH), ("d", p.d, MAX_WIDTH),
+            ("batch", p.batch, MAX_DIM),
+        ])?;
+        Ok(vec![Launch::new(tile_backend::kernels::attention_tile(p), p.block_dim())])
+    };
     ts: "queries per tile (multiple of 32)",
     tkv: "keys per tile (multiple of 16)",
     d: "head dimension (multiple of 16)",
@@ -141,6 +170,20 @@ impl OpShape for GatherMatmulShape {
     }
 
     fn launches(&self) -> Result<Vec<Launch>, OpError> {
+        let p = &self.params;
+        check_sizes(
+            Self::NAME,
+            &[
+                ("m", p.m, MAX_WIDTH),
+                ("size", p.size, MAX_WIDTH),
+                ("cols", p.cols, MAX_WIDTH),
+                ("tokens", p.tokens, MAX_DIM),
+                ("block_size", p.block_size, MAX_DIM),
+                ("table_len", p.table_len, MAX_DIM),
+                ("n", p.n, MAX_DIM),
+                ("tile_n", p.tile_n, MAX_WIDTH),
+            ],
+        )?;
         Ok(vec![Launch::new(
             tile_backend::kernels::gather_matmul(&self.params),
             self.params.block_dim(),
