@@ -19,16 +19,22 @@ use tileops_models::deepseek::config::Config;
 use tileops_models::engine::pin_thread_count;
 use tileops_models::serving::{Engine, EngineConfig};
 use tileops_models::tokenizer::Tokenizer;
-use tileops_models::weights::{cache_dir, load_or_generate};
+use tileops_models::weights::{cache_dir, load_or_generate, Weights};
 
 #[derive(Parser, Debug)]
 #[command(about = "OpenAI-compatible server over the tileops continuous-batching engine")]
 struct Args {
-    /// Model folder: `config.json` (optional; default the demo's config), the checkpoint
-    /// (generated there on first use, like the demo's) and `tokenizer.json` (trained there on
-    /// first use). Default: the demo's folder, target/tileops-models.
+    /// Model folder. A trained checkpoint is `config.json`, `model.safetensors` and
+    /// `tokenizer.json` (as models/checkpoints/tiny); a folder without `model.safetensors` gets
+    /// generated random weights (config.json optional: default the demo's config) and a trained
+    /// tokenizer on first use, like the demo's `--random-weights`. Default: the shipped trained
+    /// checkpoint, models/checkpoints/tiny.
     #[arg(long)]
     model: Option<PathBuf>,
+    /// Serve generated random weights (in target/tileops-models, or the `--model` folder)
+    /// instead of the trained checkpoint.
+    #[arg(long)]
+    random_weights: bool,
     /// Seed of the generated checkpoint (the demo's default is 0).
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -115,17 +121,32 @@ fn main() -> Result<()> {
         .with_target(false)
         .init();
     let backend = backend(a.backend.as_deref())?;
-    let dir = a.model.clone().unwrap_or_else(cache_dir);
+    let trained = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/checkpoints/tiny");
+    let dir = match (&a.model, a.random_weights) {
+        (Some(d), _) => d.clone(),
+        (None, true) => cache_dir(),
+        (None, false) => trained,
+    };
     let cfg_file = dir.join("config.json");
     let cfg = if cfg_file.exists() {
         Config::from_file(&cfg_file)?
     } else {
         Config::default()
     };
-    let tok = Tokenizer::load_or_train(&dir.join("tokenizer.json"))?;
+    let checkpoint = dir.join("model.safetensors");
+    let (tok, weights, path) = if checkpoint.exists() && !a.random_weights {
+        let tok = Tokenizer::from_file(&dir.join("tokenizer.json"))?;
+        let w = Weights::load(&cfg, &checkpoint)?;
+        (tok, w, checkpoint)
+    } else {
+        let tok = Tokenizer::load_or_train(&dir.join("tokenizer.json"))?;
+        let (w, path) = load_or_generate(&cfg, a.seed, &dir)
+            .with_context(|| format!("loading the checkpoint in {}", dir.display()))?;
+        (tok, w, path)
+    };
     tok.check_fits(cfg.vocab_size)?;
-    let (weights, path) = load_or_generate(&cfg, a.seed, &dir)
-        .with_context(|| format!("loading the checkpoint in {}", dir.display()))?;
+    // A tokenizer with the trained model's special tokens ends a sequence at `<|eos|>`.
+    let eos_token = tok.special_ids().ok().map(|s| s.eos);
     let engine_cfg = EngineConfig {
         kv_blocks: a.kv_blocks,
         block_size: a.block_size,
@@ -133,7 +154,7 @@ fn main() -> Result<()> {
         max_batch_tokens: a.max_batch_tokens,
         max_waiting: a.max_waiting,
         max_model_len: a.max_model_len.unwrap_or(cfg.max_seq_len),
-        eos_token: None,
+        eos_token,
         backend,
         dense_prefill: false,
         prefix_caching: !a.no_prefix_caching,
