@@ -149,3 +149,24 @@ fn concurrent_requests_under_preemption_get_their_alone_tokens_and_cancel_frees(
     e.shutdown(false);
     assert!(!e.is_accepting());
 }
+
+/// A pool past the cache's limits is an error from `spawn`, before any cache tensor is
+/// allocated (it used to reach the allocator: an abort for a huge `kv_blocks`).
+#[test]
+fn spawn_refuses_pools_past_the_limits() {
+    let w = Weights::generate(&cfg(), 0).unwrap();
+    for (kv_blocks, block_size) in [(0, 16), (1 << 40, 16), (1 << 26, 64), (4, 0)] {
+        let ec = EngineConfig {
+            kv_blocks,
+            block_size,
+            backend: Backend::Reference,
+            ..EngineConfig::default()
+        };
+        let tok = Arc::new(Tokenizer::train().unwrap());
+        let r = Engine::spawn(&cfg(), &w, ec, tok);
+        assert!(
+            r.is_err(),
+            "kv_blocks {kv_blocks} x {block_size} was accepted"
+        );
+    }
+}

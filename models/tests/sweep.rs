@@ -11,6 +11,10 @@ use tileops_models::engine::{
     argmax, check_pool, check_request, sample_top_p, v32_attention_call, Engine, Sampling,
 };
 use tileops_models::kv_cache::{PagedKvCache, MAX_SLOTS};
+use tileops_models::serving::prefix::PrefixCache;
+use tileops_models::serving::request::{GenerateRequest, TextState, TokenLogprob};
+use tileops_models::serving::sampler::{sample_from, Sampler, SamplingParams};
+use tileops_models::serving::{Engine as ServingEngine, EngineConfig, MAX_STOP_STRINGS};
 use tileops_models::tokenizer::Tokenizer;
 use tileops_models::weights::{specs, Kind, Weights};
 use tileops_ops::Backend;
@@ -331,6 +335,373 @@ fn engine(s: &mut Sweep) {
     });
 }
 
+/// The serving engine's public functions: `Engine::spawn`'s configuration, `validate` of hostile
+/// requests, the sampler, the logprobs, the text state and the prefix cache.
+fn serving(s: &mut Sweep) {
+    let cfg = Config {
+        n_layers: 2,
+        max_seq_len: 64,
+        ..Config::default()
+    };
+    let w = match Weights::generate(&cfg, 0) {
+        Ok(w) => w,
+        Err(e) => {
+            s.failures.push(format!("Weights::generate: {e}"));
+            return;
+        }
+    };
+    let tok: std::sync::Arc<Tokenizer> = match Tokenizer::train() {
+        Ok(t) => std::sync::Arc::new(t),
+        Err(e) => {
+            s.failures.push(format!("Tokenizer::train: {e}"));
+            return;
+        }
+    };
+    let base = EngineConfig {
+        kv_blocks: 8,
+        block_size: 8,
+        ..EngineConfig::default()
+    };
+    let v = cfg.vocab_size as u32;
+    // Spawn: every count at 0, pools past the limits, an EOS outside the vocabulary.
+    type Spawn = (&'static str, EngineConfig, Option<&'static str>);
+    let spawns: Vec<Spawn> = vec![
+        ("the default pool", base.clone(), None),
+        (
+            "kv_blocks 0",
+            EngineConfig {
+                kv_blocks: 0,
+                ..base.clone()
+            },
+            Some("block"),
+        ),
+        (
+            "block_size 0",
+            EngineConfig {
+                block_size: 0,
+                ..base.clone()
+            },
+            Some("block"),
+        ),
+        (
+            "kv_blocks usize::MAX",
+            EngineConfig {
+                kv_blocks: usize::MAX,
+                ..base.clone()
+            },
+            Some("block"),
+        ),
+        (
+            "2^40 blocks",
+            EngineConfig {
+                kv_blocks: 1 << 40,
+                ..base.clone()
+            },
+            Some("block"),
+        ),
+        (
+            "max_running 0",
+            EngineConfig {
+                max_running: 0,
+                ..base.clone()
+            },
+            Some("max_running"),
+        ),
+        (
+            "max_batch_tokens 0",
+            EngineConfig {
+                max_batch_tokens: 0,
+                ..base.clone()
+            },
+            Some("max_batch_tokens"),
+        ),
+        (
+            "max_waiting 0",
+            EngineConfig {
+                max_waiting: 0,
+                ..base.clone()
+            },
+            Some("max_waiting"),
+        ),
+        (
+            "max_model_len 0",
+            EngineConfig {
+                max_model_len: 0,
+                ..base.clone()
+            },
+            Some("max_model_len"),
+        ),
+        (
+            "eos = vocab",
+            EngineConfig {
+                eos_token: Some(v),
+                ..base.clone()
+            },
+            Some("eos"),
+        ),
+        (
+            "eos u32::MAX",
+            EngineConfig {
+                eos_token: Some(u32::MAX),
+                ..base.clone()
+            },
+            Some("eos"),
+        ),
+        (
+            "eos the last id, counts usize::MAX",
+            EngineConfig {
+                eos_token: Some(v - 1),
+                max_running: usize::MAX,
+                max_batch_tokens: usize::MAX,
+                max_waiting: usize::MAX,
+                max_model_len: usize::MAX,
+                ..base.clone()
+            },
+            None,
+        ),
+    ];
+    for (name, ec, frag) in spawns {
+        let want = match frag {
+            None => Want::Ok,
+            Some(f) => err(&[f]),
+        };
+        s.case(format!("serving::Engine::spawn: {name}"), want, || {
+            let e = ServingEngine::spawn(&cfg, &w, ec, tok.clone()).map_err(|e| e.to_string())?;
+            e.shutdown(true);
+            Ok(())
+        });
+    }
+    // Requests against a running engine (64 tokens, 8 blocks of 8).
+    let e = match ServingEngine::spawn(&cfg, &w, base.clone(), tok.clone()) {
+        Ok(e) => e,
+        Err(e) => {
+            s.failures.push(format!("serving::Engine::spawn: {e}"));
+            return;
+        }
+    };
+    let req = |prompt: Vec<u32>, max_tokens: usize| GenerateRequest {
+        prompt,
+        max_tokens,
+        sampling: SamplingParams::default(),
+        stop: vec![],
+        logprobs: None,
+    };
+    let sampling = |temperature: f32, top_p: f32, top_k: usize| GenerateRequest {
+        sampling: SamplingParams {
+            temperature,
+            top_p,
+            top_k,
+            seed: u64::MAX,
+        },
+        ..req(vec![1], 1)
+    };
+    let mut requests: Vec<(String, GenerateRequest, Option<&str>)> = vec![
+        ("empty prompt".into(), req(vec![], 1), Some("prompt")),
+        ("fits exactly".into(), req(vec![1; 63], 1), None),
+        (
+            "one past the length".into(),
+            req(vec![1; 63], 2),
+            Some("max_tokens"),
+        ),
+        (
+            "prompt past the length".into(),
+            req(vec![1; 65], 1),
+            Some("prompt"),
+        ),
+        ("max_tokens 0".into(), req(vec![1], 0), Some("max_tokens")),
+        (
+            "max_tokens usize::MAX".into(),
+            req(vec![1], usize::MAX),
+            Some("max_tokens"),
+        ),
+        ("id = vocab".into(), req(vec![v], 1), Some("vocabulary")),
+        (
+            "id u32::MAX".into(),
+            req(vec![u32::MAX], 1),
+            Some("vocabulary"),
+        ),
+        ("last id".into(), req(vec![v - 1], 1), None),
+        (
+            "stop strings past the limit".into(),
+            GenerateRequest {
+                stop: vec!["x".into(); MAX_STOP_STRINGS + 1],
+                ..req(vec![1], 1)
+            },
+            Some("stop"),
+        ),
+        (
+            "empty and long stop strings, logprobs usize::MAX".into(),
+            GenerateRequest {
+                stop: vec![String::new(), "\u{fffd}".repeat(1000)],
+                logprobs: Some(usize::MAX),
+                ..req(vec![1], 1)
+            },
+            None,
+        ),
+    ];
+    for t in [
+        0.0,
+        2.0,
+        -0.0,
+        -1.0,
+        2.5,
+        f32::NAN,
+        f32::INFINITY,
+        f32::MIN_POSITIVE,
+    ] {
+        for p in [1.0, f32::MIN_POSITIVE, 0.0, -1.0, 1.5, f32::NAN] {
+            let t_ok = t.is_finite() && (0.0..=2.0).contains(&t);
+            let p_ok = p.is_finite() && p > 0.0 && p <= 1.0;
+            let frag = match (t_ok, p_ok) {
+                (true, true) => None,
+                (false, _) => Some("temperature"),
+                (true, false) => Some("top_p"),
+            };
+            for k in [0, 1, usize::MAX] {
+                requests.push((format!("t={t} p={p} k={k}"), sampling(t, p, k), frag));
+            }
+        }
+    }
+    for (name, r, frag) in requests {
+        let want = match frag {
+            None => Want::Ok,
+            Some(f) => err(&[f]),
+        };
+        s.case(format!("serving::Engine::validate: {name}"), want, || {
+            e.validate(&r).map_err(|e| e.to_string())
+        });
+    }
+    s.case("serving: bad submits then a good one", Want::Ok, || {
+        for r in [
+            req(vec![], 1),
+            req(vec![u32::MAX], 1),
+            req(vec![1], usize::MAX),
+        ] {
+            if e.submit(r, Box::new(|_| true)).is_ok() {
+                return Err("a bad request was queued".into());
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        e.submit(req(vec![1, 2], 2), Box::new(move |ev| tx.send(ev).is_ok()))
+            .map_err(|e| e.to_string())?;
+        let deadline = std::time::Duration::from_secs(60);
+        let mut tokens = 0;
+        loop {
+            match rx.recv_timeout(deadline).map_err(|e| e.to_string())? {
+                tileops_models::serving::request::Event::Token { .. } => tokens += 1,
+                tileops_models::serving::request::Event::Finished { .. } => break,
+                tileops_models::serving::request::Event::Error(m) => return Err(m),
+            }
+        }
+        (tokens == 2)
+            .then_some(())
+            .ok_or(format!("{tokens} tokens, not 2"))
+    });
+    e.shutdown(true);
+    s.case(
+        "serving: submit after shutdown",
+        err(&["shutting down"]),
+        || {
+            e.submit(req(vec![1], 1), Box::new(|_| true))
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+    );
+    // The sampler, the logprobs and the text state on extreme logits and text.
+    let logit_sets: Vec<(&str, Vec<f32>)> = vec![
+        ("empty", vec![]),
+        ("one", vec![0.0]),
+        ("all NaN", vec![f32::NAN; 4]),
+        (
+            "infinities",
+            vec![f32::INFINITY, f32::NEG_INFINITY, 0.0, f32::INFINITY],
+        ),
+        ("all -inf", vec![f32::NEG_INFINITY; 4]),
+        (
+            "extremes",
+            vec![f32::MAX, f32::MIN, f32::MIN_POSITIVE, -0.0],
+        ),
+    ];
+    for (name, logits) in &logit_sets {
+        for (t, p, k) in [
+            (1.0, 1.0, 0),
+            (f32::MIN_POSITIVE, 0.5, 1),
+            (2.0, f32::MIN_POSITIVE, usize::MAX),
+        ] {
+            s.case(
+                format!("sample_from {name} t={t} p={p} k={k}"),
+                Want::Ok,
+                || {
+                    let params = SamplingParams {
+                        temperature: t,
+                        top_p: p,
+                        top_k: k,
+                        seed: 7,
+                    };
+                    let mut sampler = Sampler::new(params.clone());
+                    for u in [0.0, 0.5, 1.0 - f32::EPSILON, 1.0] {
+                        let id = sample_from(logits, &params, u) as usize;
+                        if id >= logits.len().max(1) {
+                            return Err(format!("token {id} of {} logits", logits.len()));
+                        }
+                    }
+                    let id = sampler.sample(logits) as usize;
+                    (id < logits.len().max(1))
+                        .then_some(())
+                        .ok_or(format!("token {id} of {} logits", logits.len()))
+                },
+            );
+        }
+        s.case(format!("TokenLogprob::new {name}"), Want::Ok, || {
+            for (token, top) in [(0, 0), (u32::MAX, usize::MAX), (1, 2)] {
+                let lp = TokenLogprob::new(logits, token, top);
+                if lp.top.len() > logits.len() {
+                    return Err(format!("{} alternatives of {}", lp.top.len(), logits.len()));
+                }
+            }
+            Ok(())
+        });
+    }
+    s.case(
+        "TextState on multi-byte text and stop strings",
+        Want::Ok,
+        || {
+            let mut st = TextState::new(&["é\u{fffd}".into(), String::new(), "日本".into()]);
+            let mut out = String::new();
+            let mut text = String::new();
+            for piece in ["a", "é", "\u{fffd}", "日", "本", "z"] {
+                text.push_str(piece);
+                let step = st.advance(&text, false);
+                out.push_str(&step.text);
+                if step.stopped {
+                    break;
+                }
+            }
+            // A shorter text than was already released, then a flush.
+            out.push_str(&st.advance("", true).text);
+            (out == "a")
+                .then_some(())
+                .ok_or(format!("released {out:?}"))
+        },
+    );
+    s.case(
+        "PrefixCache::lookup with block size 0 and 1",
+        Want::Ok,
+        || {
+            let mut p = PrefixCache::default();
+            for bs in [0, 1, usize::MAX] {
+                for tokens in [&[][..], &[1][..], &[1, 2, 3][..]] {
+                    let (blocks, keys) = p.lookup(tokens, bs);
+                    if !blocks.is_empty() || !keys.is_empty() {
+                        return Err(format!("an empty cache found {blocks:?}"));
+                    }
+                }
+            }
+            Ok(())
+        },
+    );
+}
+
 const MAX_V32: usize = tileops_models::engine::MAX_V32_CONTEXT;
 
 fn tokenizer(s: &mut Sweep) {
@@ -492,6 +863,7 @@ fn hostile_inputs_give_errors_not_panics_or_wrong_results() {
     engine(&mut s);
     tokenizer(&mut s);
     weights(&mut s);
+    serving(&mut s);
     println!("sweep: {} cases, {} failures", s.cases, s.failures.len());
     assert!(s.cases > 250, "the sweep shrank to {} cases", s.cases);
     assert!(

@@ -21,7 +21,6 @@ pub mod scheduler;
 use crate::deepseek::config::Config;
 use crate::deepseek::model::Model;
 use crate::deepseek::ops::{to_vec_f32, ModelError};
-use crate::kv_cache::PagedKvCache;
 use crate::weights::Weights;
 use metrics::Metrics;
 use request::{
@@ -46,15 +45,15 @@ pub struct EngineConfig {
     pub kv_blocks: usize,
     /// Tokens per block.
     pub block_size: usize,
-    /// Sequences in one step at most.
+    /// Sequences in one step at most (at least 1).
     pub max_running: usize,
-    /// Tokens in one step at most (the chunked-prefill budget).
+    /// Tokens in one step at most (the chunked-prefill budget; at least 1).
     pub max_batch_tokens: usize,
-    /// New requests queued at most before [`ServingError::QueueFull`].
+    /// New requests queued at most before [`ServingError::QueueFull`] (at least 1).
     pub max_waiting: usize,
     /// Longest sequence (prompt + generated); capped at the model's `max_seq_len`.
     pub max_model_len: usize,
-    /// The end-of-sequence token, if the vocabulary has one.
+    /// The end-of-sequence token, if the vocabulary has one (inside the model's vocabulary).
     pub eos_token: Option<u32>,
     /// The backend of every op call.
     pub backend: Backend,
@@ -88,8 +87,9 @@ impl Default for EngineConfig {
 /// Why the engine refused or failed something.
 #[derive(Debug, thiserror::Error)]
 pub enum ServingError {
-    /// A request parameter is out of range (`param` names it).
-    #[error("{msg}")]
+    /// A request or configuration parameter is out of range (`param` names it; the display is
+    /// `param: msg`, the HTTP error's message `msg` alone).
+    #[error("{param}: {msg}")]
     Invalid {
         /// The parameter.
         param: &'static str,
@@ -184,10 +184,31 @@ impl Engine {
         if cfg.max_model_len == 0 {
             return Err(invalid("max_model_len", "must be at least 1".into()));
         }
+        for (param, v) in [
+            ("max_running", cfg.max_running),
+            ("max_batch_tokens", cfg.max_batch_tokens),
+            ("max_waiting", cfg.max_waiting),
+        ] {
+            if v == 0 {
+                return Err(invalid(param, "must be at least 1".into()));
+            }
+        }
+        if let Some(eos) = cfg.eos_token {
+            if eos as usize >= model_cfg.vocab_size {
+                return Err(invalid(
+                    "eos_token",
+                    format!(
+                        "token {eos} is outside the vocabulary of {}",
+                        model_cfg.vocab_size
+                    ),
+                ));
+            }
+        }
+        // The pool's limits (slots, cache tensor elements) before any cache tensor is made: a
+        // huge `kv_blocks` is an error, not an allocation failure.
+        let cache = crate::engine::check_pool(model_cfg, cfg.kv_blocks, cfg.block_size)?;
         let mut model = Model::new(model_cfg, weights, cfg.kv_blocks, cfg.block_size)?;
         model.dense_prefill = cfg.dense_prefill;
-        let cache = PagedKvCache::new(cfg.kv_blocks, cfg.block_size)
-            .map_err(|e| ServingError::Model(e.into()))?;
         let sched = Scheduler::new(
             SchedulerConfig {
                 max_running: cfg.max_running,

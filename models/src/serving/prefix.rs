@@ -45,9 +45,13 @@ pub struct PrefixCache {
 impl PrefixCache {
     /// The cached full blocks that begin `tokens`, at most `(tokens.len() - 1) / block_size`
     /// of them (at least one token is always left to compute, for its logits), and their keys.
+    /// A `block_size` of 0 finds nothing.
     pub fn lookup(&mut self, tokens: &[u32], block_size: usize) -> (Vec<u32>, Vec<u64>) {
-        let most = tokens.len().saturating_sub(1) / block_size.max(1);
         let (mut blocks, mut keys) = (Vec::new(), Vec::new());
+        if block_size == 0 {
+            return (blocks, keys);
+        }
+        let most = tokens.len().saturating_sub(1) / block_size;
         let mut parent = 0;
         self.tick += 1;
         for chunk in tokens.chunks_exact(block_size).take(most) {
