@@ -130,14 +130,95 @@ fn invalid(field: &'static str, msg: impl Into<String>) -> ConfigError {
 }
 
 impl Config {
-    /// Reads and validates a JSON config.
+    /// Reads and validates a JSON config: this crate's own files, and DeepSeek-V3.2's
+    /// `config_671B_v3.2.json` as DeepSeek ships it.
+    ///
+    /// DeepSeek's files omit the YaRN fields and `max_seq_len`; a missing one takes V3.2's
+    /// `ModelArgs` default ([`Config::V32_DEFAULTS`]). They also carry fields that describe
+    /// DeepSeek's own weight files and runtime, which are checked and then dropped:
+    /// `score_func` (must be `"sigmoid"`, the V3 router this model implements), `dtype`
+    /// (`"bf16"` or `"fp8"`), `scale_fmt` (`null` or `"ue8m0"`) and `max_batch_size` (a positive
+    /// integer). Any other unknown field is an error naming it (a misspelt field is not ignored).
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
         let read = |msg: String| ConfigError::Read {
             path: path.display().to_string(),
             msg,
         };
         let text = std::fs::read_to_string(path).map_err(|e| read(e.to_string()))?;
-        let cfg: Config = serde_json::from_str(&text).map_err(|e| read(e.to_string()))?;
+        let cfg = Config::from_json(&text).map_err(|e| match e {
+            ConfigError::Read { msg, .. } => read(msg),
+            e => e,
+        })?;
+        Ok(cfg)
+    }
+
+    /// The defaults V3.2's `ModelArgs` gives the fields its config files omit.
+    pub const V32_DEFAULTS: [(&'static str, f64); 7] = [
+        ("rope_theta", 10000.0),
+        ("rope_factor", 40.0),
+        ("original_seq_len", 4096.0),
+        ("beta_fast", 32.0),
+        ("beta_slow", 1.0),
+        ("mscale", 1.0),
+        ("max_seq_len", 16384.0),
+    ];
+
+    /// [`Config::from_file`] of a JSON text (a [`ConfigError::Read`] names no path).
+    pub fn from_json(text: &str) -> Result<Config, ConfigError> {
+        let read = |msg: String| ConfigError::Read {
+            path: "(text)".into(),
+            msg,
+        };
+        let mut v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| read(e.to_string()))?;
+        let obj = v
+            .as_object_mut()
+            .ok_or_else(|| read("the config is not a JSON object".into()))?;
+        if let Some(f) = obj.get("score_func") {
+            if f != "sigmoid" {
+                return Err(invalid(
+                    "score_func",
+                    format!("{f} is not supported: this model routes with \"sigmoid\" (V3)"),
+                ));
+            }
+        }
+        if let Some(d) = obj.get("dtype") {
+            if !(d == "bf16" || d == "fp8") {
+                return Err(invalid("dtype", format!("{d} is not \"bf16\" or \"fp8\"")));
+            }
+        }
+        if let Some(f) = obj.get("scale_fmt") {
+            if !(f.is_null() || f == "ue8m0") {
+                return Err(invalid(
+                    "scale_fmt",
+                    format!("{f} is not null or \"ue8m0\""),
+                ));
+            }
+        }
+        if let Some(b) = obj.get("max_batch_size") {
+            if b.as_u64().is_none_or(|b| b == 0) {
+                return Err(invalid(
+                    "max_batch_size",
+                    format!("{b} is not a positive integer"),
+                ));
+            }
+        }
+        for field in ["score_func", "dtype", "scale_fmt", "max_batch_size"] {
+            obj.remove(field);
+        }
+        for (field, default) in Config::V32_DEFAULTS {
+            if !obj.contains_key(field) {
+                let n = serde_json::Number::from_f64(default)
+                    .ok_or_else(|| read(format!("default of {field}")))?;
+                let value = if default.fract() == 0.0 && field.ends_with("_len") {
+                    serde_json::Value::from(default as u64)
+                } else {
+                    serde_json::Value::Number(n)
+                };
+                obj.insert(field.into(), value);
+            }
+        }
+        let cfg: Config = serde_json::from_value(v).map_err(|e| read(e.to_string()))?;
         cfg.validate()?;
         Ok(cfg)
     }
