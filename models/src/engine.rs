@@ -1,9 +1,11 @@
 //! The engine: a batch of prompts of different lengths, one prefill pass over all their
 //! tokens, then decode steps of one token per sequence, over the paged cache manager.
 
+use crate::batch::{Batch, StepRows};
 use crate::deepseek::config::Config;
-use crate::deepseek::model::{AttentionCall, Batch, Model, SeqRows};
-use crate::deepseek::ops::{to_vec_f32, ModelError, Result};
+use crate::deepseek::model::{AttentionCall, Model};
+use crate::deepseek::ops::to_vec_f32;
+use crate::error::{ModelError, Result};
 use crate::kv_cache::{PagedKvCache, SeqId};
 use crate::weights::{Rng, Weights};
 use candle_core::{Device, Tensor};
@@ -265,32 +267,26 @@ impl Engine {
 
     /// Reserves slots for `tokens[i]` in `seqs[i]` and lays out their batch.
     fn batch(&mut self, seqs: &[SeqId], tokens: &[Vec<u32>]) -> Result<Batch> {
-        let mut b = Batch::default();
+        let mut parts = Vec::with_capacity(seqs.len());
         for (&id, toks) in seqs.iter().zip(tokens) {
             let start = self.cache.len(id)?;
             let w = self.cache.append(id, toks.len())?;
             if let Some(c) = w.copy {
                 self.model.copy_block(c, self.backend)?;
             }
-            let table = self.cache.block_table(id)?.to_vec();
-            let slots = self.cache.slots(id)?;
-            b.seqs.push(SeqRows {
-                table,
-                slots,
-                first_row: b.tokens.len(),
-                rows: toks.len(),
+            parts.push(StepRows {
+                seq: id,
+                start,
+                tokens: toks,
             });
-            b.tokens.extend_from_slice(toks);
-            b.positions.extend(start..start + toks.len());
-            b.slots.extend(w.slots);
         }
-        Ok(b)
+        Ok(self.cache.batch(&parts)?)
     }
 
     /// Runs the new `tokens` of `seqs` and returns each sequence's last-row logits.
     fn step(&mut self, seqs: &[SeqId], tokens: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
         let b = self.batch(seqs, tokens)?;
-        let last: Vec<usize> = b.seqs.iter().map(|s| s.first_row + s.rows - 1).collect();
+        let last = b.last_rows();
         let logits = self.model.forward(&b, &last, self.backend)?;
         let v = to_vec_f32(&logits)?;
         let vocab = self.model.config().vocab_size;

@@ -81,6 +81,22 @@ pub enum CacheError {
     /// Memory for the request's slot list could not be reserved.
     #[error("cannot reserve memory for {0} slots")]
     NoMemory(usize),
+    /// A step's rows of a sequence are empty or lie past the tokens it holds
+    /// ([`PagedKvCache::batch`]: reserve them with `append` first).
+    #[error(
+        "sequence {id} holds {len} tokens; a step's {n} new rows from position {start} are empty \
+         or lie past them"
+    )]
+    RowsPastSequence {
+        /// The sequence.
+        id: SeqId,
+        /// The position of the first row.
+        start: usize,
+        /// Rows.
+        n: usize,
+        /// Tokens the sequence holds.
+        len: usize,
+    },
 }
 
 /// A sequence handle.

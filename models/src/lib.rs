@@ -6,12 +6,14 @@
 //! ([`tokenizer`]), an engine that prefills and decodes a batch of prompts through the ops
 //! ([`engine`]), the continuous-batching serving engine ([`serving`]: scheduler, prefix cache,
 //! per-request sampling, metrics, on a thread of its own) and a progress line for the demo
-//! ([`progress`]). It uses only the public
+//! ([`progress`]); their errors are all in [`error`]. It uses only the public
 //! `tileops_ops` API.
 
+pub mod batch;
 pub mod data;
 pub mod deepseek;
 pub mod engine;
+pub mod error;
 pub mod kv_cache;
 pub mod progress;
 pub mod serving;

@@ -3,8 +3,9 @@
 
 use candle_core::DType;
 use std::path::Path;
+use tileops_models::batch::prompt_batch;
 use tileops_models::deepseek::config::Config;
-use tileops_models::deepseek::model::{Batch, Model, SeqRows};
+use tileops_models::deepseek::model::Model;
 use tileops_models::tokenizer::Tokenizer;
 use tileops_models::train::model::{Mode, TrainModel};
 use tileops_models::weights::Weights;
@@ -27,18 +28,7 @@ fn the_shipped_checkpoint_loads_and_the_ops_model_matches_the_training_forward()
     let nb = t.div_ceil(bs);
     let mut model = Model::new(&cfg, &w, nb, bs).expect("ops model");
     model.dense_prefill = false;
-    let slots: Vec<i64> = (0..t as i64).collect();
-    let batch = Batch {
-        tokens: ids.clone(),
-        positions: (0..t).collect(),
-        slots: slots.clone(),
-        seqs: vec![SeqRows {
-            table: (0..nb as u32).collect(),
-            slots,
-            first_row: 0,
-            rows: t,
-        }],
-    };
+    let batch = prompt_batch(&ids, bs).expect("batch");
     let rows: Vec<usize> = (0..t).collect();
     let ops = model
         .forward(&batch, &rows, Backend::Reference)

@@ -5,7 +5,8 @@
 //! cache (this one is f32).
 
 use super::config::Config;
-use super::ops::{layer_norm, linear, rope, to_vec_f32, Result};
+use super::ops::{layer_norm, linear, rope, to_vec_f32};
+use crate::error::Result;
 use crate::weights::Weights;
 use candle_core::Tensor;
 

@@ -4,7 +4,8 @@
 //! through `tileops_ops::flash_attention_varlen` and the tests use as the naive reference.
 
 use super::config::Config;
-use super::ops::{linear, rms_norm, rope, Result};
+use super::ops::{linear, rms_norm, rope};
+use crate::error::Result;
 use crate::weights::Weights;
 use candle_core::{Tensor, D};
 

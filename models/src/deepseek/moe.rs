@@ -2,7 +2,8 @@
 //! int8 routed experts through `tileops_ops::quant_matmul`, and a shared expert.
 
 use super::config::Config;
-use super::ops::{linear, sigmoid, silu, to_vec_f32, Result, Timers};
+use super::ops::{linear, sigmoid, silu, to_vec_f32, Timers};
+use crate::error::Result;
 use crate::weights::Weights;
 use candle_core::{Device, Tensor};
 use tileops_ops::{quant_matmul, Backend, QuantMatmulParams, QuantizedWeight};

@@ -1,52 +1,11 @@
-//! Shared pieces of the model: errors, RMSNorm, LayerNorm, RoPE, linear layers, per-op timers.
+//! Shared pieces of the model: RMSNorm, LayerNorm, RoPE, linear layers, per-op timers.
 
-use crate::kv_cache::CacheError;
-use crate::weights::WeightError;
 use candle_core::{DType, Tensor, D};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-/// An error of the model or the engine.
-#[derive(Debug, thiserror::Error)]
-pub enum ModelError {
-    /// An operator refused its inputs or failed.
-    #[error(transparent)]
-    Op(Box<tileops_ops::OpError>),
-    /// A candle tensor operation failed.
-    #[error("tensor: {0}")]
-    Candle(Box<candle_core::Error>),
-    /// Weights are missing or misshapen.
-    #[error(transparent)]
-    Weights(Box<WeightError>),
-    /// The KV cache is out of blocks or the sequence is unknown.
-    #[error(transparent)]
-    Cache(#[from] CacheError),
-    /// A bad request (e.g. a prompt too long for `max_seq_len`).
-    #[error("{0}")]
-    Invalid(String),
-}
-
-impl From<tileops_ops::OpError> for ModelError {
-    fn from(e: tileops_ops::OpError) -> Self {
-        ModelError::Op(Box::new(e))
-    }
-}
-
-impl From<candle_core::Error> for ModelError {
-    fn from(e: candle_core::Error) -> Self {
-        ModelError::Candle(Box::new(e))
-    }
-}
-
-impl From<WeightError> for ModelError {
-    fn from(e: WeightError) -> Self {
-        ModelError::Weights(Box::new(e))
-    }
-}
-
-/// The model's result type.
-pub type Result<T> = std::result::Result<T, ModelError>;
+use crate::error::Result;
 
 /// Wall time per operation name, accumulated.
 #[derive(Debug, Default)]

@@ -20,7 +20,8 @@ pub mod scheduler;
 
 use crate::deepseek::config::Config;
 use crate::deepseek::model::Model;
-use crate::deepseek::ops::{to_vec_f32, ModelError};
+use crate::deepseek::ops::to_vec_f32;
+use crate::error::ModelError;
 use crate::weights::Weights;
 use metrics::Metrics;
 use request::{

@@ -19,7 +19,7 @@
 
 use super::prefix::{chain_hash, PrefixCache};
 use super::request::RequestId;
-use crate::deepseek::model::{Batch, SeqRows};
+use crate::batch::{Batch, StepRows};
 use crate::kv_cache::{CacheError, CopyBlock, PagedKvCache, SeqId};
 use std::collections::VecDeque;
 
@@ -323,27 +323,18 @@ impl Scheduler {
     }
 
     /// The model's batch of `step`: rows in step order, each sequence's block table and the
-    /// slots of all its cached positions.
+    /// slots of all its cached positions (the cache manager's [`PagedKvCache::batch`]).
     pub fn batch(&self, step: &Step) -> Result<Batch, CacheError> {
-        let bs = self.cache.block_size() as i64;
-        let mut b = Batch::default();
-        for s in &step.seqs {
-            let table = self.cache.block_table(s.cache_seq)?.to_vec();
-            let len = s.start + s.tokens.len();
-            let slots = (0..len)
-                .map(|t| table[t / bs as usize] as i64 * bs + (t as i64 % bs))
-                .collect();
-            b.seqs.push(SeqRows {
-                table,
-                slots,
-                first_row: b.tokens.len(),
-                rows: s.tokens.len(),
-            });
-            b.tokens.extend_from_slice(&s.tokens);
-            b.positions.extend(s.start..len);
-            b.slots.extend_from_slice(&s.slots);
-        }
-        Ok(b)
+        let parts: Vec<StepRows<'_>> = step
+            .seqs
+            .iter()
+            .map(|s| StepRows {
+                seq: s.cache_seq,
+                start: s.start,
+                tokens: &s.tokens,
+            })
+            .collect();
+        self.cache.batch(&parts)
     }
 
     /// Records that `step` ran: its tokens are cached, and each `(id, token)` in `sampled`

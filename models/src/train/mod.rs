@@ -18,7 +18,7 @@ pub mod model;
 pub mod optim;
 
 use crate::deepseek::config::Config;
-use crate::deepseek::ops::ModelError;
+use crate::error::ModelError;
 use crate::weights::WeightError;
 use candle_core::{DType, Device, Tensor};
 use model::{is_indexer, is_router_bias, Mode, TrainModel};

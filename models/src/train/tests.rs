@@ -4,7 +4,8 @@
 use super::model::{Mode, TrainModel};
 use super::optim::{AdamParams, Schedule};
 use super::*;
-use crate::deepseek::model::{Batch, Model, SeqRows};
+use crate::batch::prompt_batch;
+use crate::deepseek::model::Model;
 use candle_core::{DType, Device, Tensor};
 use tileops_ops::Backend;
 
@@ -200,18 +201,7 @@ fn training_forward_matches_the_ops_model() {
         let nb = t.div_ceil(bs);
         let mut model = Model::new(&cfg, w, nb, bs).expect("ops model");
         model.dense_prefill = dense_prefill;
-        let slots: Vec<i64> = (0..t as i64).collect();
-        let batch = Batch {
-            tokens: tokens.to_vec(),
-            positions: (0..t).collect(),
-            slots: slots.clone(),
-            seqs: vec![SeqRows {
-                table: (0..nb as u32).collect(),
-                slots,
-                first_row: 0,
-                rows: t,
-            }],
-        };
+        let batch = prompt_batch(tokens, bs).expect("batch");
         let rows: Vec<usize> = (0..t).collect();
         let y = model
             .forward(&batch, &rows, Backend::Reference)
