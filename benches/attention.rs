@@ -94,6 +94,7 @@ fn bench_sparse(c: &mut Criterion) {
         scale: 0.13523,
         topk_length: None,
         sink: None,
+        batch_invariant: false,
     };
     let mut g = configure(c, "sparse_paged_attention_b4_h128_topk2048");
     for dtype in [DType::F32, DType::BF16] {

@@ -131,6 +131,7 @@ fn step(x: &Inputs, backend: Backend) -> Result<(Tensor, Tensor)> {
         scale: SCALE,
         topk_length: None,
         sink: None,
+        batch_invariant: false,
     };
     Ok(sparse_paged_attention(
         &x.q,

@@ -49,6 +49,7 @@ fn every_op(seed: u64) {
         scale: 0.125,
         topk_length: None,
         sink: None,
+        batch_invariant: false,
     };
     let (o, lse) =
         sparse_paged_attention(&q, &kv, &ind, &bt, &params, Some(Backend::TileSim)).expect("sim");

@@ -157,6 +157,7 @@ fn main() -> Result<()> {
         eos_token,
         backend,
         dense_prefill: false,
+        batch_invariant: true,
         prefix_caching: !a.no_prefix_caching,
     };
     let tok = Arc::new(tok);

@@ -5,7 +5,7 @@
 //! cache (this one is f32).
 
 use super::config::Config;
-use super::ops::{layer_norm, linear, rope, to_vec_f32};
+use super::ops::{layer_norm, linear, matmul_rows, rope, to_vec_f32};
 use crate::error::Result;
 use crate::weights::Weights;
 use candle_core::Tensor;
@@ -78,9 +78,7 @@ impl Indexer {
     /// keys `[T, head_dim]`: `sum_h w_h · ReLU(q_h · k_t) · head_dim^-0.5`.
     pub fn scores(&self, q: &Tensor, w: &Tensor, keys: &Tensor) -> Result<Tensor> {
         let r = q.dim(0)?;
-        let s = q
-            .reshape((r * self.heads, self.head_dim))?
-            .matmul(&keys.t()?)?
+        let s = matmul_rows(&q.reshape((r * self.heads, self.head_dim))?, &keys.t()?)?
             .relu()?
             .reshape((r, self.heads, keys.dim(0)?))?;
         let s = s.broadcast_mul(&w.unsqueeze(2)?)?.sum(1)?;

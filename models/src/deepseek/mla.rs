@@ -4,7 +4,7 @@
 //! through `tileops_ops::flash_attention_varlen` and the tests use as the naive reference.
 
 use super::config::Config;
-use super::ops::{linear, rms_norm, rope};
+use super::ops::{linear, matmul_rows, rms_norm, rope};
 use crate::error::Result;
 use crate::weights::Weights;
 use candle_core::{Tensor, D};
@@ -88,7 +88,7 @@ impl Mla {
 
     /// The absorbed query rows `[N, H, kv_lora + qk_rope]`: `[q_nope[h] · W_UK[h] | q_pe[h]]`.
     pub fn absorb(&self, q: &Queries) -> Result<Tensor> {
-        let q_abs = q.nope.transpose(0, 1)?.contiguous()?.matmul(&self.w_uk)?;
+        let q_abs = matmul_rows(&q.nope.transpose(0, 1)?.contiguous()?, &self.w_uk)?;
         Ok(Tensor::cat(&[q_abs.transpose(0, 1)?, q.pe.clone()], 2)?.contiguous()?)
     }
 
@@ -96,7 +96,7 @@ impl Mla {
     /// `wo(o[h] · W_UV[h]^T)`.
     pub fn output(&self, o: &Tensor) -> Result<Tensor> {
         let uv_t = self.w_uv.transpose(1, 2)?;
-        let v = o.transpose(0, 1)?.contiguous()?.matmul(&uv_t)?;
+        let v = matmul_rows(&o.transpose(0, 1)?.contiguous()?, &uv_t)?;
         self.output_heads(&v.transpose(0, 1)?)
     }
 

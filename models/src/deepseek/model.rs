@@ -47,6 +47,7 @@ struct StepInputs<'a> {
     scale: f32,
     topk: usize,
     kv_lora_rank: usize,
+    batch_invariant: bool,
 }
 
 impl Layer {
@@ -113,7 +114,8 @@ impl Layer {
                     Ok(Tensor::from_vec(all, (batch.len(), topk), dev)?)
                 })?;
                 let qa = t.time("mla absorb (candle)", || self.mla.absorb(&q))?;
-                let params = SparseAttentionParams::new(step.kv_lora_rank, step.scale);
+                let mut params = SparseAttentionParams::new(step.kv_lora_rank, step.scale);
+                params.batch_invariant = step.batch_invariant;
                 let (o, _lse) = t.time("sparse_paged_attention", || {
                     sparse_paged_attention(
                         &qa,
@@ -191,6 +193,12 @@ pub struct Model {
     /// `flash_attention_varlen` (the default); `false` sends it through the indexer and
     /// `sparse_paged_attention` like longer prompts (the tests compare the two).
     pub dense_prefill: bool,
+    /// Sparse attention with the batch-invariant plan
+    /// (`SparseAttentionParams::batch_invariant`): with it (and `dense_prefill` off) a row's
+    /// logits have the same bits whatever else is in its batch, and a prompt prefilled in one
+    /// chunk or several, or recomputed, caches the same rows (every candle matmul of the model
+    /// is row-invariant already: `ops::matmul_rows`). Off by default.
+    pub batch_invariant: bool,
 }
 
 impl Model {
@@ -236,6 +244,7 @@ impl Model {
             timers: Timers::default(),
             last_attention: None,
             dense_prefill: true,
+            batch_invariant: false,
         })
     }
 
@@ -316,6 +325,7 @@ impl Model {
             scale: self.cfg.softmax_scale(),
             topk,
             kv_lora_rank: self.cfg.kv_lora_rank,
+            batch_invariant: self.batch_invariant,
         };
         for (li, (l, cache)) in self.layers.iter().zip(self.caches.layers()).enumerate() {
             let (y, call) = l.forward(x, &step, cache, backend, &self.timers)?;

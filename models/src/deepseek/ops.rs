@@ -59,9 +59,47 @@ pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
         .broadcast_add(b)?)
 }
 
-/// `x · w^T` for `x [.., K]` and `w [N, K]`.
+/// `x · w^T` for `x [.., K]` and `w [N, K]`, row-invariant ([`matmul_rows`]).
 pub fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    Ok(x.broadcast_matmul(&w.t()?)?)
+    matmul_rows(x, &w.t()?)
+}
+
+/// `a · b` (broadcast over the leading dims) for `a [.., M, K]` and `b [.., K, N]`, in which a
+/// row's result does not depend on the other rows, bit for bit.
+///
+/// candle's CPU matmul (the `gemm` crate) picks its kernel by size: a single row takes a
+/// matrix-vector kernel, products with `M * N <= 256` a horizontal kernel, and `M, N <= 64`
+/// another K blocking than larger ones, each summing in its own order, so the same row gets other
+/// bits inside a larger batch. Products with fewer than [`row_invariant_min_rows`] rows are padded
+/// with zero rows to that count (and the padding dropped), so every product of a given `N` runs
+/// the general kernel, whose result for a row is the same for every `M`. This is what makes a
+/// request's logits independent of the batch it runs in (the serving engine's batch invariance).
+pub fn matmul_rows(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let rank = a.rank();
+    if rank < 2 {
+        return Ok(a.broadcast_matmul(b)?);
+    }
+    let (m, n) = (a.dim(rank - 2)?, b.dim(b.rank().saturating_sub(1))?);
+    let min = row_invariant_min_rows(n);
+    if m == 0 || m >= min {
+        return Ok(a.broadcast_matmul(b)?);
+    }
+    let mut pad_shape = a.dims().to_vec();
+    pad_shape[rank - 2] = min - m;
+    let pad = Tensor::zeros(pad_shape, a.dtype(), a.device())?;
+    let padded = Tensor::cat(&[a, &pad], rank - 2)?;
+    Ok(padded.broadcast_matmul(b)?.narrow(rank - 2, 0, m)?)
+}
+
+/// The fewest rows with which a product of `n` columns takes `gemm`'s general kernel whatever
+/// the row count: at least 2 (no matrix-vector kernel), more than `256 / n` (no horizontal
+/// kernel), and more than 64 when `n <= 64` (the general K blocking).
+pub fn row_invariant_min_rows(n: usize) -> usize {
+    if n <= 64 {
+        65
+    } else {
+        (256 / n + 1).max(2)
+    }
 }
 
 /// SiLU.

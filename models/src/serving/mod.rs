@@ -63,6 +63,10 @@ pub struct EngineConfig {
     /// path whatever else is in its step, so a request's tokens do not depend on whether its
     /// prompt was prefilled alone, in chunks, or recomputed after a preemption.
     pub dense_prefill: bool,
+    /// Run the model's sparse attention with the batch-invariant plan (`Model::batch_invariant`):
+    /// with `dense_prefill` off, a request's logits have the same bits alone, in any batch,
+    /// after a preemption's recompute and on a shared prefix. On by default.
+    pub batch_invariant: bool,
     /// Share full prompt blocks between requests through the prefix cache ([`prefix`]).
     pub prefix_caching: bool,
 }
@@ -80,6 +84,7 @@ impl Default for EngineConfig {
             eos_token: None,
             backend: Backend::Reference,
             dense_prefill: false,
+            batch_invariant: true,
             prefix_caching: true,
         }
     }
@@ -210,6 +215,7 @@ impl Engine {
         let cache = crate::engine::check_pool(model_cfg, cfg.kv_blocks, cfg.block_size)?;
         let mut model = Model::new(model_cfg, weights, cfg.kv_blocks, cfg.block_size)?;
         model.dense_prefill = cfg.dense_prefill;
+        model.batch_invariant = cfg.batch_invariant;
         let sched = Scheduler::new(
             SchedulerConfig {
                 max_running: cfg.max_running,

@@ -65,6 +65,7 @@ fn attention_and_cache_launch_what_emit_plans() {
             topk: lens.iter().copied().max().unwrap_or(0),
             block_size: bs,
             sink,
+            batch_invariant: false,
         };
         assert_eq!(call.shape, shape);
         let got = launched(|| {

@@ -49,7 +49,7 @@ pub(crate) fn plan(shape: &PagedAttentionShape, target: PlanTarget) -> AttnPlan 
         tokens: s.context_len as u64,
         double_buffer: target.pipes_overlap(),
     });
-    attention::plan(cfg, s.batch, s.context_len, false, target)
+    attention::plan(cfg, s.batch, s.context_len, false, false, target)
 }
 
 /// Runs dense paged attention on `q [B, H, D]` and the caches `[num_blocks, block_size, Hkv,

@@ -34,7 +34,7 @@ pub(crate) fn plan(shape: &SparseAttentionShape, target: PlanTarget) -> AttnPlan
         tokens: s.topk as u64,
         double_buffer: target.pipes_overlap(),
     });
-    attention::plan(cfg, s.batch, s.topk, s.sink, target)
+    attention::plan(cfg, s.batch, s.topk, s.sink, s.batch_invariant, target)
 }
 
 /// Runs sparse attention on `q [B, H, Dqk]` and the cache `[num_blocks, block_size, Dqk]`

@@ -26,6 +26,12 @@ pub struct SparseAttentionParams {
     pub topk_length: Option<Tensor>,
     /// Optional per-head attention sink, f32 `[H]`: `out *= 1 / (1 + exp(sink[h] - lse))`.
     pub sink: Option<Tensor>,
+    /// Batch-invariant plan: a row's top-k split and chunking depend only on the shape of the
+    /// call's tensors per row (the `indices` width, heads, dims), never on the batch size or on
+    /// the other rows' valid counts, so a row's bits are the same alone and in any batch (what
+    /// a serving engine needs; docs/ops.md). Off by default: the plan then sizes its splits for
+    /// the batch and the fullest row, which is faster for short rows.
+    pub batch_invariant: bool,
 }
 
 impl SparseAttentionParams {
@@ -36,6 +42,15 @@ impl SparseAttentionParams {
             scale,
             topk_length: None,
             sink: None,
+            batch_invariant: false,
+        }
+    }
+
+    /// The same parameters with the batch-invariant plan ([`Self::batch_invariant`]).
+    pub fn batch_invariant(self) -> Self {
+        SparseAttentionParams {
+            batch_invariant: true,
+            ..self
         }
     }
 }
@@ -241,9 +256,15 @@ impl SparseCall {
             heads,
             dqk,
             v_dim: p.v_dim,
-            topk: counts.iter().copied().max().unwrap_or(0) as usize,
+            // The batch-invariant plan splits the full width for every row.
+            topk: if p.batch_invariant {
+                topk
+            } else {
+                counts.iter().copied().max().unwrap_or(0) as usize
+            },
             block_size,
             sink: sink.is_some(),
+            batch_invariant: p.batch_invariant,
         };
         shape::check(&shape, true).map_err(|e| {
             bridge::as_call_error(

@@ -34,6 +34,9 @@ pub struct SparseAttentionShape {
     pub block_size: usize,
     /// Whether a per-head attention sink is applied (the merge kernel takes a `sink` argument).
     pub sink: bool,
+    /// The batch-invariant plan: the top-k splits are chosen for one row, whatever `batch`
+    /// ([`crate::SparseAttentionParams::batch_invariant`]).
+    pub batch_invariant: bool,
 }
 
 impl Default for SparseAttentionShape {
@@ -47,6 +50,7 @@ impl Default for SparseAttentionShape {
             topk: 2048,
             block_size: 64,
             sink: false,
+            batch_invariant: false,
         }
     }
 }
@@ -64,6 +68,7 @@ crate::op_shape! {
     topk: "valid indices of the fullest row (sets the top-k splits)",
     block_size: "tokens per cache block",
     sink: "per-head attention sink: false or true",
+    batch_invariant: "splits chosen for one row whatever the batch: false or true",
 }
 
 /// The launches of [`crate::sparse_paged_attention`] for `shape`: the top-k split kernel on

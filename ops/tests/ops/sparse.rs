@@ -26,6 +26,8 @@ struct Case {
     table_dtype: DType,
     /// Pass q as a non-contiguous (transposed) view.
     strided_q: bool,
+    /// Run with the batch-invariant plan.
+    batch_invariant: bool,
 }
 
 impl Case {
@@ -73,6 +75,7 @@ impl Case {
             index_dtype: DType::I32,
             table_dtype: DType::I32,
             strided_q: false,
+            batch_invariant: false,
         }
     }
 
@@ -92,6 +95,7 @@ impl Case {
         let idx = ints(&self.indices, &[b, self.topk], self.index_dtype);
         let table = ints(&self.table, &[b, self.max_blocks], self.table_dtype);
         let mut params = SparseAttentionParams::new(self.v_dim, self.scale);
+        params.batch_invariant = self.batch_invariant;
         params.topk_length = self.topk_length.as_ref().map(|l| ints(l, &[b], DType::I64));
         params.sink = self
             .sink
@@ -240,6 +244,58 @@ fn i64_indices_u32_table_strided_q(backend: Backend) {
 fn shuffled_padded_table(backend: Backend) {
     Case::new(112, DType::F32, (4, 4, 32, 16), 4, 24, (6, 64, 32), 0.0).run(backend);
 }
+
+/// The batch-invariant plan: row 0's `out` and `lse` have the same bits alone and in a batch of
+/// 16 whose other rows hold other counts of valid indices (so the default plan, which sizes its
+/// top-k splits for the batch and the fullest row, would split row 0 differently), for f32 and
+/// bf16; the result still agrees with the scalar model.
+fn batch_invariant_rows(backend: Backend) {
+    let (b, h, d, v_dim, bs, topk) = (16usize, 4usize, 64usize, 32usize, 16usize, 512usize);
+    for dtype in [DType::F32, DType::BF16] {
+        let mut c = Case::new(301, dtype, (b, h, d, v_dim), bs, topk, (32, 32, 512), 0.0);
+        // Row r > 0 keeps its first 16 * r entries; row 0 all of them.
+        for r in 1..b {
+            for j in 16 * r..topk {
+                c.indices[r * topk + j] = -1;
+            }
+        }
+        let mut rng = Rng::new(302);
+        let (q, _) = rand_data(&mut rng, &[b, h, d], dtype);
+        let (kv, _) = rand_data(&mut rng, &[c.num_blocks, bs, d], dtype);
+        let idx = ints(&c.indices, &[b, topk], DType::I64);
+        let table = ints(&c.table, &[b, c.max_blocks], DType::I64);
+        let params = SparseAttentionParams::new(v_dim, 0.125).batch_invariant();
+        let bits = |t: &Tensor| -> Vec<u32> {
+            t.to_dtype(DType::F32)
+                .and_then(|t| t.flatten_all())
+                .and_then(|t| t.to_vec1::<f32>())
+                .expect("values")
+                .iter()
+                .map(|v| v.to_bits())
+                .collect()
+        };
+        let row0 = |t: &Tensor| t.narrow(0, 0, 1).expect("row 0");
+        let (out, lse) = sparse_paged_attention(&q, &kv, &idx, &table, &params, Some(backend))
+            .expect("the batch");
+        let (out1, lse1) = sparse_paged_attention(
+            &row0(&q),
+            &kv,
+            &row0(&idx),
+            &row0(&table),
+            &params,
+            Some(backend),
+        )
+        .expect("row 0 alone");
+        assert_eq!(bits(&row0(&out)), bits(&out1), "{dtype:?}: out of row 0");
+        assert_eq!(bits(&row0(&lse)), bits(&lse1), "{dtype:?}: lse of row 0");
+        // And the batch-invariant plan gives the op's usual result.
+        c.seed = 303;
+        c.batch_invariant = true;
+        c.run(backend);
+    }
+}
+
+for_each_backend!(simulated: batch_invariant_rows);
 
 for_each_backend!(
     deepseek_bf16,

@@ -304,16 +304,19 @@ pub(crate) struct SplitPlan {
     pub blocks: u64,
 }
 
-/// The [`SplitPlan`] of a call.
+/// The [`SplitPlan`] of a call; a `batch_invariant` one chooses its splits as for a single row
+/// (the blocks still cover every row), so a row's split and chunking do not depend on the batch.
 pub(crate) fn split_plan(
     cfg: &AttnCfg,
     batch: usize,
     longest: usize,
+    batch_invariant: bool,
     concurrent: usize,
 ) -> SplitPlan {
     let nht = cfg.nht as usize;
     let max_chunks = longest.div_ceil(cfg.chunk as usize);
-    let (splits, cps) = choose_splits(batch * nht, max_chunks, concurrent);
+    let items = if batch_invariant { nht } else { batch * nht };
+    let (splits, cps) = choose_splits(items, max_chunks, concurrent);
     SplitPlan {
         splits,
         cps,
@@ -363,15 +366,22 @@ pub(crate) static ONE_Q_ONLY: std::sync::Mutex<std::collections::BTreeSet<String
 
 /// The plan of an attention call of `batch` rows whose fullest row counts `longest` valid
 /// tokens, with or without a `sink`, on `target` (`cfg` is the kernel shape made for the same
-/// target).
+/// target); `batch_invariant` as in [`split_plan`].
 pub(crate) fn plan(
     mut cfg: AttnCfg,
     batch: usize,
     longest: usize,
     sink: bool,
+    batch_invariant: bool,
     target: PlanTarget,
 ) -> AttnPlan {
-    let mut split = split_plan(&cfg, batch, longest, target.concurrent_blocks());
+    let mut split = split_plan(
+        &cfg,
+        batch,
+        longest,
+        batch_invariant,
+        target.concurrent_blocks(),
+    );
     cfg.direct = merge_is_identity(target, &cfg, split.splits, sink);
     if target.pipes_overlap() {
         cfg.ipb = items_per_block(split.blocks, target.concurrent_blocks() as u64);

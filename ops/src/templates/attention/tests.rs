@@ -147,7 +147,7 @@ fn one_f32_split_on_the_cpu_plan_skips_the_merge_with_the_same_result() {
             ..latent_spec(DType::F32, heads, d, v_dim)
         });
         let mut runner = Runner::sim("test").plan_for(target);
-        let plan = plan(cfg, batch, topk, false, runner.plan_target());
+        let plan = plan(cfg, batch, topk, false, false, runner.plan_target());
         let splits = plan.split.splits;
         let inp = AttnInputs {
             q: GmInput {
@@ -391,7 +391,7 @@ fn device_items_agree_with_the_cpu_plan(
             ..latent_spec(DType::F32, heads, d, d)
         });
         let mut runner = Runner::sim("test").plan_for(target);
-        let plan = plan(cfg, batch, topk, false, runner.plan_target());
+        let plan = plan(cfg, batch, topk, false, false, runner.plan_target());
         let shape = (
             plan.cfg.ipb,
             plan.split.splits,
@@ -533,7 +533,7 @@ fn the_single_vector_core_head_tile_gives_the_split_tiles_bits_without_hazards()
             let kv = in_dtype(dtype, &vals(tokens * d as usize, 2));
             let run = |cfg: AttnCfg| {
                 let mut runner = Runner::sim("test").plan_for(PlanTarget::Cpu);
-                let plan = plan(cfg, batch, topk, false, runner.plan_target());
+                let plan = plan(cfg, batch, topk, false, false, runner.plan_target());
                 let inp = AttnInputs {
                     q: GmInput {
                         dtype,
@@ -599,7 +599,7 @@ fn the_device_plan_double_buffers_q_where_the_kernel_compiles() {
                     kv_cols: 8 * d,
                     ..latent_spec(dtype, 32, d, d)
                 });
-                let p = plan(cfg, batch, 2048, false, PlanTarget::Device);
+                let p = plan(cfg, batch, 2048, false, false, PlanTarget::Device);
                 assert!(p.cfg.ipb > 1, "{dtype} D {d}: several items per block");
                 let kernel = attn_split(&p.cfg);
                 if let Err(e) = tile_backend::passes::compile(&kernel, &arch) {
@@ -630,7 +630,10 @@ fn the_device_plan_double_buffers_q_where_the_kernel_compiles() {
         double_buffer: false,
         ..latent_spec(DType::BF16, 32, 128, 128)
     });
-    assert_eq!(plan(cfg, 8, 2048, false, PlanTarget::Cpu).cfg.qbufs, 1);
+    assert_eq!(
+        plan(cfg, 8, 2048, false, false, PlanTarget::Cpu).cfg.qbufs,
+        1
+    );
 }
 
 #[test]
@@ -661,7 +664,7 @@ fn a_direct_split_gives_the_merged_bits_without_hazards() {
             ..latent_spec(dtype, heads, d, d)
         });
         let mut runner = Runner::sim("test").plan_for(PlanTarget::Device);
-        let direct = plan(cfg, batch, topk, false, runner.plan_target());
+        let direct = plan(cfg, batch, topk, false, false, runner.plan_target());
         assert!(
             direct.cfg.direct && direct.merge.is_none(),
             "{dtype}: direct"
