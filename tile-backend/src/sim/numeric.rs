@@ -526,25 +526,34 @@ pub fn fp8_e5m2_to_f32(b: u8) -> f32 {
     f16::from_bits((b as u16) << 8).to_f32()
 }
 
-/// f32 to fp8 e4m3, nearest even, saturating to +-448 (NaN stays NaN).
+/// f32 to fp8 e4m3 (OCP), nearest even, saturating to +-448 (infinities too); NaN gives the
+/// NaN code with its sign (0x7f / 0xff); below 2^-10 gives a signed zero. The same bits as the
+/// `float8` crate's `F8E4M3::from_f32` (candle's FP8) for every f32 (tested).
 pub fn f32_to_fp8_e4m3(v: f32) -> u8 {
+    let bits = v.to_bits();
+    let sign = ((bits >> 24) & 0x80) as u8;
     if v.is_nan() {
-        return 0x7f;
+        return sign | 0x7f;
     }
-    let sign = if v.is_sign_negative() { 0x80u8 } else { 0 };
-    let a = v.abs().min(448.0);
-    // Candidates are enumerated: 127 magnitudes, pick the nearest (ties to even mantissa).
-    let mut best = 0u8;
-    let mut best_err = f32::INFINITY;
-    for code in 0u8..0x7f {
-        let c = fp8_e4m3_to_f32(code);
-        let err = (c - a).abs();
-        if err < best_err || (err == best_err && code & 1 == 0) {
-            best = code;
-            best_err = err;
-        }
+    let a = v.abs();
+    if a >= 448.0 {
+        // (448, 464] rounds to 448 anyway; above it the finite saturation.
+        return sign | 0x7e;
     }
-    sign | best
+    if a < 2f32.powi(-6) {
+        // Subnormal codes count steps of 2^-9 (8 steps is the smallest normal, code 0x08);
+        // a * 2^9 is exact (a power-of-two scale of a value far above f32's subnormals, or an
+        // f32 subnormal shifted left), so the rounding is the only one.
+        return sign | (a * 512.0).round_ties_even() as u8;
+    }
+    // Normal: the f32 exponent rebiased (7) and 3 of the 23 mantissa bits, nearest even; a
+    // carry out of the mantissa moves to the next exponent (never past 448: a < 448 here).
+    let exp = ((bits >> 23) & 0xff) + 7 - 127;
+    let mant = bits & 0x7f_ffff;
+    let (keep, rest) = (mant >> 20, mant & 0xf_ffff);
+    let up = rest > 0x8_0000 || (rest == 0x8_0000 && keep & 1 == 1);
+    let code = ((exp << 3) | keep) + u32::from(up);
+    sign | code as u8
 }
 
 /// f32 to fp8 e5m2, nearest even (overflow to inf as IEEE).
@@ -564,6 +573,78 @@ pub fn f32_to_fp8_e5m2(v: f32) -> u8 {
 
 #[cfg(test)]
 mod tests {
+    /// The e4m3 decoder equals the `float8` crate's (candle's FP8) on all 256 codes.
+    #[test]
+    fn e4m3_decodes_all_256_codes_as_float8_does() {
+        for code in 0..=255u8 {
+            let ours = super::fp8_e4m3_to_f32(code);
+            let theirs = float8::F8E4M3::from_bits(code).to_f32();
+            assert!(
+                ours.to_bits() == theirs.to_bits() || (ours.is_nan() && theirs.is_nan()),
+                "code {code:#04x}: {ours} vs {theirs}"
+            );
+        }
+    }
+
+    /// The e4m3 encoder equals `float8`'s `F8E4M3::from_f32` bit for bit on every f32 class:
+    /// both zeros, f32 subnormals, e4m3 subnormals and normals, every code value, every
+    /// midpoint between neighbouring codes and the f32 values either side of it, the
+    /// saturation edge (448, 464 and their neighbours), infinities and NaNs of both signs, and
+    /// a stride through all 2^32 bit patterns.
+    #[test]
+    fn e4m3_encodes_every_f32_class_as_float8_does() {
+        use super::{f32_to_fp8_e4m3, fp8_e4m3_to_f32};
+        let check = |v: f32| {
+            let ours = f32_to_fp8_e4m3(v);
+            let theirs = float8::F8E4M3::from_f32(v).to_bits();
+            assert_eq!(ours, theirs, "{v:e} ({:#010x})", v.to_bits());
+        };
+        let next = |v: f32, d: i32| f32::from_bits((v.to_bits() as i64 + d as i64) as u32);
+        for code in 0..0x7fu8 {
+            let c = fp8_e4m3_to_f32(code);
+            let n = fp8_e4m3_to_f32(code + 1);
+            let mid = if code + 1 == 0x7f {
+                464.0
+            } else {
+                (c + n) / 2.0
+            };
+            for v in [c, mid] {
+                for d in [-2, -1, 0, 1, 2] {
+                    if v == 0.0 && d < 0 {
+                        continue;
+                    }
+                    check(next(v, d));
+                    check(-next(v, d));
+                }
+            }
+        }
+        for v in [
+            0.0,
+            -0.0,
+            f32::MIN_POSITIVE,
+            f32::from_bits(1),
+            2f32.powi(-10),
+            2f32.powi(-9),
+            448.0,
+            464.0,
+            1e9,
+            f32::MAX,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+            f32::from_bits(0x7fc0_0001),
+            f32::from_bits(0xff80_0001),
+        ] {
+            check(v);
+        }
+        let mut b = 0u64;
+        while b <= u64::from(u32::MAX) {
+            check(f32::from_bits(b as u32));
+            b += 509;
+        }
+    }
+
     /// Units in the last place between `got` and the correctly rounded `want`.
     fn ulps(got: f32, want: f64) -> u64 {
         let w = want as f32;
