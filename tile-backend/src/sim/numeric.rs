@@ -556,19 +556,29 @@ pub fn f32_to_fp8_e4m3(v: f32) -> u8 {
     sign | code as u8
 }
 
-/// f32 to fp8 e5m2, nearest even (overflow to inf as IEEE).
+/// f32 to fp8 e5m2 (OCP), nearest even in one rounding, saturating to +-57344 (from 61440 up,
+/// infinities too, as candle's `float8` does); NaN gives a NaN code with its sign; below 2^-17 a
+/// signed zero. The same bits as `float8`'s `F8E5M2::from_f32` for every non-NaN f32 (tested).
 pub fn f32_to_fp8_e5m2(v: f32) -> u8 {
+    let bits = v.to_bits();
+    let sign = ((bits >> 24) & 0x80) as u8;
     if v.is_nan() {
-        return 0x7f;
+        return sign | 0x7f;
     }
-    let h = f16::from_f32(v).to_bits();
-    // Round the f16 to its top byte, nearest even.
-    let low = h & 0xff;
-    let mut top = h >> 8;
-    if low > 0x80 || (low == 0x80 && top & 1 == 1) {
-        top += 1;
+    let a = v.abs();
+    if a >= 61440.0 {
+        return sign | 0x7b;
     }
-    top as u8
+    if a < 2f32.powi(-14) {
+        // Subnormal codes count steps of 2^-16 (4 steps is the smallest normal, code 0x04).
+        return sign | (a * 65536.0).round_ties_even() as u8;
+    }
+    let exp = ((bits >> 23) & 0xff) + 15 - 127;
+    let mant = bits & 0x7f_ffff;
+    let (keep, rest) = (mant >> 21, mant & 0x1f_ffff);
+    let up = rest > 0x10_0000 || (rest == 0x10_0000 && keep & 1 == 1);
+    let code = ((exp << 2) | keep) + u32::from(up);
+    sign | code as u8
 }
 
 #[cfg(test)]
@@ -583,6 +593,66 @@ mod tests {
                 ours.to_bits() == theirs.to_bits() || (ours.is_nan() && theirs.is_nan()),
                 "code {code:#04x}: {ours} vs {theirs}"
             );
+        }
+    }
+
+    /// The e5m2 codec equals `float8`'s (candle's FP8): all 256 codes decode alike, and every
+    /// f32 class encodes alike (a NaN to a NaN code of its sign: the payloads differ).
+    #[test]
+    fn e5m2_codec_matches_float8() {
+        use super::{f32_to_fp8_e5m2, fp8_e5m2_to_f32};
+        for code in 0..=255u8 {
+            let ours = fp8_e5m2_to_f32(code);
+            let theirs = float8::F8E5M2::from_bits(code).to_f32();
+            assert!(
+                ours.to_bits() == theirs.to_bits() || (ours.is_nan() && theirs.is_nan()),
+                "code {code:#04x}: {ours} vs {theirs}"
+            );
+        }
+        let check = |v: f32| {
+            let ours = f32_to_fp8_e5m2(v);
+            let theirs = float8::F8E5M2::from_f32(v);
+            if v.is_nan() {
+                let back = fp8_e5m2_to_f32(ours);
+                assert!(
+                    back.is_nan()
+                        && theirs.to_f32().is_nan()
+                        && ours & 0x80 == theirs.to_bits() & 0x80,
+                    "{:#010x}: {ours:#04x} vs {:#04x}",
+                    v.to_bits(),
+                    theirs.to_bits()
+                );
+            } else {
+                assert_eq!(ours, theirs.to_bits(), "{v:e} ({:#010x})", v.to_bits());
+            }
+        };
+        let next = |v: f32, d: i32| f32::from_bits((v.to_bits() as i64 + d as i64) as u32);
+        for code in 0..0x7bu8 {
+            let (c, n) = (fp8_e5m2_to_f32(code), fp8_e5m2_to_f32(code + 1));
+            for v in [c, (c + n) / 2.0, 61440.0] {
+                for d in [-2, -1, 0, 1, 2] {
+                    if v == 0.0 && d < 0 {
+                        continue;
+                    }
+                    check(next(v, d));
+                    check(-next(v, d));
+                }
+            }
+        }
+        for v in [
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+            f32::MAX,
+            2f32.powi(-17),
+        ] {
+            check(v);
+        }
+        let mut b = 0u64;
+        while b <= u64::from(u32::MAX) {
+            check(f32::from_bits(b as u32));
+            b += 509;
         }
     }
 
