@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tileops_models::deepseek::config::Config;
 use tileops_models::engine::{Engine as StaticEngine, Sampling};
-use tileops_models::serving::request::{Event, FinishReason, GenerateRequest};
+use tileops_models::serving::request::{Event, EventSink, FinishReason, GenerateRequest};
 use tileops_models::serving::sampler::SamplingParams;
 use tileops_models::serving::{Engine, EngineConfig, EngineHandle};
 use tileops_models::tokenizer::Tokenizer;
@@ -168,5 +168,91 @@ fn spawn_refuses_pools_past_the_limits() {
             r.is_err(),
             "kv_blocks {kv_blocks} x {block_size} was accepted"
         );
+    }
+}
+
+/// `n` choices through `submit_choices`: the prompt is computed once and forked, and choice `i`
+/// gets the tokens of a request of its own seeded `seed + i` (sampled at temperature 0.9, so the
+/// choices differ), on both backends; the pool is whole afterwards, and `n` past `max_running`
+/// or 0 is refused.
+#[test]
+fn n_choices_fork_one_prompt_and_match_separate_requests() {
+    let w = Weights::generate(&cfg(), 6).unwrap();
+    let prompt: Vec<u32> = (0..37u32).map(|i| (i * 31 + 3) % 1000).collect();
+    let req = |seed: u64| GenerateRequest {
+        prompt: prompt.clone(),
+        max_tokens: 7,
+        sampling: SamplingParams {
+            temperature: 0.9,
+            top_p: 1.0,
+            top_k: 0,
+            seed,
+        },
+        stop: vec![],
+        logprobs: None,
+    };
+    let tokens = |rx: &mpsc::Receiver<Event>| -> Vec<u32> {
+        let mut t = vec![];
+        loop {
+            match rx.recv_timeout(Duration::from_secs(30)).unwrap() {
+                Event::Token { token, .. } => t.push(token),
+                Event::Finished { .. } => return t,
+                Event::Error(m) => panic!("{m}"),
+            }
+        }
+    };
+    for backend in [Backend::Reference, Backend::TileSim] {
+        let ec = EngineConfig {
+            backend,
+            kv_blocks: 32,
+            block_size: 8,
+            max_running: 4,
+            prefix_caching: false,
+            ..EngineConfig::default()
+        };
+        let e = spawn(&w, ec);
+        let alone: Vec<Vec<u32>> = (0..3)
+            .map(|i| {
+                let (tx, rx) = mpsc::channel();
+                e.submit(req(10 + i), Box::new(move |ev| tx.send(ev).is_ok()))
+                    .unwrap();
+                tokens(&rx)
+            })
+            .collect();
+        assert!(
+            alone[0] != alone[1] || alone[1] != alone[2],
+            "the seeds give one text"
+        );
+        let before = e.metrics().snapshot();
+        let mut rxs = vec![];
+        let sinks: Vec<EventSink> = (0..3)
+            .map(|_| {
+                let (tx, rx) = mpsc::channel();
+                rxs.push(rx);
+                Box::new(move |ev| tx.send(ev).is_ok()) as EventSink
+            })
+            .collect();
+        let ids = e.submit_choices(req(10), sinks).unwrap();
+        assert_eq!(ids.len(), 3);
+        let forked: Vec<Vec<u32>> = rxs.iter().map(tokens).collect();
+        assert_eq!(
+            forked, alone,
+            "{backend:?}: a forked choice differs from its own request"
+        );
+        // The prompt's 37 rows once, then 6 decode rows per choice (alone: 37 + 6 each).
+        wait_idle(&e);
+        let m = e.metrics().snapshot();
+        assert_eq!(
+            m.forward_tokens - before.forward_tokens,
+            37 + 3 * 6,
+            "{backend:?}"
+        );
+        assert_eq!(before.forward_tokens, 3 * (37 + 6), "{backend:?}");
+        assert_eq!(m.kv_blocks_used, 0);
+        for n in [0, 5] {
+            let sinks: Vec<EventSink> = (0..n).map(|_| Box::new(|_| true) as EventSink).collect();
+            assert!(e.submit_choices(req(1), sinks).is_err(), "n = {n} accepted");
+        }
+        e.shutdown(false);
     }
 }

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tileops_models::serving::request::{
-    Event, FinishReason, GenerateRequest, RequestId, TokenLogprob,
+    Event, EventSink, FinishReason, GenerateRequest, RequestId, TokenLogprob,
 };
 use tileops_models::serving::sampler::SamplingParams;
 use tileops_models::serving::{EngineHandle, ServingError};
@@ -306,9 +306,9 @@ impl Drop for Guard {
 /// The events of a request's choices, tagged with the choice's index.
 type Events = mpsc::UnboundedReceiver<(usize, Event)>;
 
-/// Submits `n` copies of `req` (choice `i` samples with seed `seed + i`); every event arrives on
-/// the returned receiver tagged with its choice. If one submission fails, the ones before it are
-/// cancelled (their guards drop).
+/// Submits the `n` choices of `req` as one group (the engine computes the prompt once and forks
+/// it; choice `i` samples with seed `seed + i`); every event arrives on the returned receiver
+/// tagged with its choice.
 fn submit(
     state: &AppState,
     req: GenerateRequest,
@@ -316,21 +316,24 @@ fn submit(
     prompt_param: &str,
 ) -> Result<(Vec<Guard>, Events), ApiError> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let mut guards = Vec::with_capacity(n);
-    for i in 0..n {
-        let mut r = req.clone();
-        r.sampling.seed = r.sampling.seed.wrapping_add(i as u64);
-        let tx = tx.clone();
-        let id = state
-            .engine
-            .submit(r, Box::new(move |e| tx.send((i, e)).is_ok()))
-            .map_err(|e| ApiError::from_serving(e, prompt_param))?;
-        guards.push(Guard {
+    let sinks: Vec<EventSink> = (0..n)
+        .map(|i| {
+            let tx = tx.clone();
+            Box::new(move |e| tx.send((i, e)).is_ok()) as EventSink
+        })
+        .collect();
+    let ids = state
+        .engine
+        .submit_choices(req, sinks)
+        .map_err(|e| ApiError::from_serving(e, prompt_param))?;
+    let guards = ids
+        .into_iter()
+        .map(|id| Guard {
             engine: state.engine.clone(),
             id,
             done: false,
-        });
-    }
+        })
+        .collect();
     Ok((guards, rx))
 }
 

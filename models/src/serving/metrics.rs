@@ -70,6 +70,8 @@ pub struct MetricsSnapshot {
     pub finished: [u64; 4],
     /// Forward passes run.
     pub steps: u64,
+    /// Token rows run through the model (prompt chunks, recomputes and decodes).
+    pub forward_tokens: u64,
     /// Time to first token (from submission).
     pub ttft: Histogram,
     /// Time between a request's successive tokens.
@@ -151,6 +153,12 @@ impl Metrics {
             "Forward passes run.",
             "counter",
             s.steps.to_string(),
+        );
+        gauge(
+            "forward_tokens_total",
+            "Token rows run through the model (prompt chunks, recomputes and decodes).",
+            "counter",
+            s.forward_tokens.to_string(),
         );
         gauge(
             "prefix_cache_blocks",

@@ -39,6 +39,9 @@ use tileops_ops::Backend;
 /// Most stop strings a request may carry (OpenAI's limit).
 pub const MAX_STOP_STRINGS: usize = 4;
 
+/// Most choices (`n`) one request may ask for.
+pub const MAX_CHOICES: usize = 8;
+
 /// The engine's configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineConfig {
@@ -119,9 +122,10 @@ fn invalid(param: &'static str, msg: String) -> ServingError {
 
 enum Command {
     Submit {
-        id: RequestId,
+        /// One id and one sink per choice.
+        ids: Vec<RequestId>,
         req: GenerateRequest,
-        sink: EventSink,
+        sinks: Vec<EventSink>,
         arrival: Instant,
     },
     Cancel(RequestId),
@@ -279,25 +283,29 @@ impl Engine {
     fn command(&mut self, c: Command) {
         match c {
             Command::Submit {
-                id,
+                ids,
                 req,
-                sink,
+                sinks,
                 arrival,
             } => {
-                self.reqs.insert(
-                    id,
-                    ReqState {
-                        sampler: Sampler::new(req.sampling.clone()),
-                        text: TextState::new(&req.stop),
-                        sink,
-                        max_tokens: req.max_tokens,
-                        prompt_len: req.prompt.len(),
-                        logprobs: req.logprobs,
-                        arrival,
-                        last_token: None,
-                    },
-                );
-                self.sched.add(id, req.prompt);
+                for (i, (&id, sink)) in ids.iter().zip(sinks).enumerate() {
+                    let mut sampling = req.sampling.clone();
+                    sampling.seed = sampling.seed.wrapping_add(i as u64);
+                    self.reqs.insert(
+                        id,
+                        ReqState {
+                            sampler: Sampler::new(sampling),
+                            text: TextState::new(&req.stop),
+                            sink,
+                            max_tokens: req.max_tokens,
+                            prompt_len: req.prompt.len(),
+                            logprobs: req.logprobs,
+                            arrival,
+                            last_token: None,
+                        },
+                    );
+                }
+                self.sched.add_group(&ids, req.prompt);
             }
             Command::Cancel(id) => self.end(id, FinishReason::Cancelled, String::new()),
             Command::Shutdown { cancel } => {
@@ -392,12 +400,17 @@ impl Engine {
         let mut logprobs = HashMap::new();
         let mut rows = logits.iter();
         for s in step.seqs.iter().filter(|s| s.samples) {
-            if let (Some(l), Some(r)) = (rows.next(), self.reqs.get_mut(&s.id)) {
-                let tok = r.sampler.sample(l);
-                if let Some(k) = r.logprobs {
-                    logprobs.insert(s.id, TokenLogprob::new(l, tok, k));
+            let Some(l) = rows.next() else { break };
+            // The sequence's own choice, then the choices forking from its prompt.
+            let forks = self.sched.pending_forks(s.id).to_vec();
+            for id in std::iter::once(s.id).chain(forks) {
+                if let Some(r) = self.reqs.get_mut(&id) {
+                    let tok = r.sampler.sample(l);
+                    if let Some(k) = r.logprobs {
+                        logprobs.insert(id, TokenLogprob::new(l, tok, k));
+                    }
+                    sampled.push((id, tok));
                 }
-                sampled.push((s.id, tok));
             }
         }
         self.sched.commit(&step, &sampled);
@@ -406,8 +419,10 @@ impl Engine {
         let now = Instant::now();
         let max_len = self.shared.cfg.max_model_len;
         let eos = self.shared.cfg.eos_token;
+        let rows: usize = step.seqs.iter().map(|s| s.tokens.len()).sum();
         self.shared.metrics.update(|m| {
             m.steps += 1;
+            m.forward_tokens += rows as u64;
             m.generated_tokens += sampled.len() as u64;
         });
         for (id, tok) in sampled {
@@ -588,29 +603,53 @@ impl EngineHandle {
 
     /// Validates and queues `req`; its events go to `sink`. Returns its id.
     pub fn submit(&self, req: GenerateRequest, sink: EventSink) -> Result<RequestId, ServingError> {
+        let ids = self.submit_choices(req, vec![sink])?;
+        ids.first().copied().ok_or(ServingError::ShuttingDown)
+    }
+
+    /// Validates and queues `sinks.len()` completions of `req` (OpenAI's `n`), one id per choice:
+    /// choice `i` samples with seed `req.sampling.seed + i` and its events go to `sinks[i]`. The
+    /// prompt is computed once; when it is, every choice samples its first token from its
+    /// logits and continues on a fork of its cache sequence (the prompt's blocks shared), so
+    /// each choice's tokens are the ones it would get as a request of its own. Each choice takes
+    /// a place in the waiting queue; cancel them one by one.
+    pub fn submit_choices(
+        &self,
+        req: GenerateRequest,
+        sinks: Vec<EventSink>,
+    ) -> Result<Vec<RequestId>, ServingError> {
         if !self.shared.accepting.load(Ordering::Acquire) {
             return Err(ServingError::ShuttingDown);
         }
         self.validate(&req)?;
+        let n = sinks.len();
+        let most = self.shared.cfg.max_running.min(MAX_CHOICES);
+        if n == 0 || n > most {
+            return Err(invalid(
+                "n",
+                format!("{n} choices: a request has 1 to {most} (at most max_running run at once)"),
+            ));
+        }
         let max = self.shared.cfg.max_waiting;
         self.shared
             .queued
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
-                (q < max).then_some(q + 1)
+                q.checked_add(n).filter(|&t| t <= max)
             })
             .map_err(|_| ServingError::QueueFull(max))?;
-        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let first = self.shared.next_id.fetch_add(n as u64, Ordering::Relaxed);
+        let ids: Vec<RequestId> = (0..n as u64).map(|i| first + i).collect();
         let cmd = Command::Submit {
-            id,
+            ids: ids.clone(),
             req,
-            sink,
+            sinks,
             arrival: Instant::now(),
         };
         if self.tx.send(cmd).is_err() {
-            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+            self.shared.queued.fetch_sub(n, Ordering::AcqRel);
             return Err(ServingError::ShuttingDown);
         }
-        Ok(id)
+        Ok(ids)
     }
 
     /// Cancels `id` (a no-op if it already ended): its blocks are freed at the next step.

@@ -46,6 +46,10 @@ struct Seq {
     admitted_once: bool,
     /// Prefix-cache keys of its first full, computed blocks.
     keys: Vec<u64>,
+    /// The other choices of its request (`n > 1`), not yet forked: when this sequence's prompt
+    /// is computed, each samples its first token from the same logits and becomes a sequence of
+    /// its own on a fork of this one's cache sequence (the prompt is computed once).
+    forks: Vec<RequestId>,
 }
 
 /// A sequence's part of a step.
@@ -153,6 +157,18 @@ impl Scheduler {
 
     /// Queues a request at the back (FIFO). `prompt` must not be empty.
     pub fn add(&mut self, id: RequestId, prompt: Vec<u32>) {
+        self.add_group(&[id], prompt);
+    }
+
+    /// Queues the choices `ids` of one request (`n = ids.len()` completions of one prompt) at the
+    /// back: one sequence computes the prompt for all of them, then forks into one sequence per
+    /// choice (see [`Scheduler::pending_forks`]); the group is admitted when `n` running places
+    /// are free, so `n` must not exceed `max_running`. `prompt` must not be empty; an empty
+    /// `ids` queues nothing.
+    pub fn add_group(&mut self, ids: &[RequestId], prompt: Vec<u32>) {
+        let Some((&id, rest)) = ids.split_first() else {
+            return;
+        };
         self.waiting.push_back(Seq {
             id,
             prompt_len: prompt.len(),
@@ -161,24 +177,42 @@ impl Scheduler {
             cache: None,
             admitted_once: false,
             keys: Vec::new(),
+            forks: rest.to_vec(),
         });
     }
 
-    /// Ids of the running requests, oldest first, then the waiting ones in queue order.
-    pub fn ids(&self) -> (Vec<RequestId>, Vec<RequestId>) {
-        (
-            self.running.iter().map(|s| s.id).collect(),
-            self.waiting.iter().map(|s| s.id).collect(),
-        )
-    }
-
-    /// The generated tokens of `id`, if it is tracked.
-    pub fn output(&self, id: RequestId) -> Option<&[u32]> {
+    /// The choices that sample their first token from `id`'s logits this step: `id`'s pending
+    /// forks if its prompt is all computed after this step, else none. The engine samples one
+    /// token per choice from `id`'s row and passes them all to [`Scheduler::commit`].
+    pub fn pending_forks(&self, id: RequestId) -> &[RequestId] {
         self.running
             .iter()
-            .chain(self.waiting.iter())
             .find(|s| s.id == id)
-            .map(|s| &s.tokens[s.prompt_len..])
+            .map_or(&[], |s| &s.forks)
+    }
+
+    /// Ids of the running requests, oldest first, then the waiting ones in queue order (a
+    /// sequence's pending forks right after it).
+    pub fn ids(&self) -> (Vec<RequestId>, Vec<RequestId>) {
+        let ids = |q: &mut dyn Iterator<Item = &Seq>| {
+            q.flat_map(|s| std::iter::once(s.id).chain(s.forks.iter().copied()))
+                .collect()
+        };
+        (ids(&mut self.running.iter()), ids(&mut self.waiting.iter()))
+    }
+
+    /// The generated tokens of `id`, if it is tracked (none yet for a pending fork).
+    pub fn output(&self, id: RequestId) -> Option<&[u32]> {
+        let mut all = self.running.iter().chain(self.waiting.iter());
+        all.find_map(|s| {
+            if s.id == id {
+                Some(&s.tokens[s.prompt_len..])
+            } else if s.forks.contains(&id) {
+                Some(&[][..])
+            } else {
+                None
+            }
+        })
     }
 
     /// The cache sequence of a running request.
@@ -192,6 +226,19 @@ impl Scheduler {
     /// Ends `id` wherever it is and frees its blocks; returns whether it was tracked and
     /// whether it had ever been admitted.
     pub fn finish(&mut self, id: RequestId) -> Option<bool> {
+        // A pending fork leaves its group; a sequence with pending forks hands its prompt to
+        // the first of them.
+        let all = self.running.iter_mut().chain(self.waiting.iter_mut());
+        for s in all {
+            if let Some(k) = s.forks.iter().position(|&f| f == id) {
+                s.forks.remove(k);
+                return Some(s.admitted_once);
+            }
+            if s.id == id && !s.forks.is_empty() && s.tokens.len() == s.prompt_len {
+                s.id = s.forks.remove(0);
+                return Some(s.admitted_once);
+            }
+        }
         let seq = if let Some(i) = self.running.iter().position(|s| s.id == id) {
             self.running.remove(i)
         } else if let Some(i) = self.waiting.iter().position(|s| s.id == id) {
@@ -268,10 +315,16 @@ impl Scheduler {
         if !step.preempted.is_empty() {
             return step;
         }
-        while budget > 0 && self.running.len() < self.cfg.max_running {
+        // A sequence with pending forks holds a running place for each of them.
+        let mut places: usize = self.running.iter().map(|s| 1 + s.forks.len()).sum();
+        while budget > 0 && places < self.cfg.max_running {
             let Some(head) = self.waiting.front() else {
                 break;
             };
+            let group = 1 + head.forks.len();
+            if places + group > self.cfg.max_running {
+                break;
+            }
             let bs = self.cache.block_size();
             let (blocks, keys) = if self.cfg.prefix_caching {
                 self.prefix.lookup(&head.tokens, bs)
@@ -292,6 +345,7 @@ impl Scheduler {
                     if !s.admitted_once {
                         s.admitted_once = true;
                         step.admitted.push(s.id);
+                        step.admitted.extend_from_slice(&s.forks);
                         self.prefix.query_tokens += total as u64;
                         self.prefix.hit_tokens += start as u64;
                     }
@@ -308,6 +362,7 @@ impl Scheduler {
                         samples: start + n == s.tokens.len(),
                     });
                     budget -= n;
+                    places += group;
                     self.running.push(s);
                 }
                 Err(_) => {
@@ -348,6 +403,8 @@ impl Scheduler {
         for &(id, tok) in sampled {
             if let Some(s) = self.running.iter_mut().find(|s| s.id == id) {
                 s.tokens.push(tok);
+            } else {
+                self.fork(id, tok);
             }
         }
         if !self.cfg.prefix_caching {
@@ -370,6 +427,36 @@ impl Scheduler {
                     .insert(&mut self.cache, key, parent, tokens, table[i]);
                 s.keys.push(key);
             }
+        }
+    }
+
+    /// Makes pending fork `id` a sequence of its own with its first token `tok`, on a fork of
+    /// its group's cache sequence (the prompt's blocks shared; the first append into a shared
+    /// partial block copies it). If the cache cannot fork, the choice waits at the queue's head
+    /// to compute its prompt alone, as a preempted sequence does.
+    fn fork(&mut self, id: RequestId, tok: u32) {
+        let Some(p) = self.running.iter_mut().find(|s| s.forks.contains(&id)) else {
+            return;
+        };
+        p.forks.retain(|&f| f != id);
+        let mut tokens = p.tokens[..p.prompt_len].to_vec();
+        tokens.push(tok);
+        let (prompt_len, computed, keys) = (p.prompt_len, p.computed, p.keys.clone());
+        let cache = p.cache.and_then(|c| self.cache.fork(c).ok());
+        let child = Seq {
+            id,
+            tokens,
+            prompt_len,
+            computed: if cache.is_some() { computed } else { 0 },
+            cache,
+            admitted_once: true,
+            keys: if cache.is_some() { keys } else { Vec::new() },
+            forks: Vec::new(),
+        };
+        if child.cache.is_some() {
+            self.running.push(child);
+        } else {
+            self.waiting.push_front(child);
         }
     }
 
@@ -416,10 +503,24 @@ impl Scheduler {
             for &b in table {
                 held[b as usize] += 1;
             }
-            // Only full blocks are shared: the block a sequence still writes is its own.
+            // Only full blocks are shared: the block a sequence still writes is its own, unless
+            // it was forked with it and neither has written since (the first append copies).
             if len % c.block_size() != 0 {
                 if let Some(&last) = table.last() {
-                    if c.refcount(last) != 1 {
+                    let sharers = self
+                        .running
+                        .iter()
+                        .filter_map(|o| o.cache.map(|oc| (o, oc)))
+                        .filter(|&(_, oc)| c.block_table(oc).is_ok_and(|t| t.last() == Some(&last)))
+                        .count() as u32;
+                    let forks = self.running.iter().filter(|o| {
+                        o.cache.is_some_and(|oc| {
+                            c.block_table(oc).is_ok_and(|t| t.last() == Some(&last))
+                                && c.len(oc).is_ok_and(|l| l == len)
+                        })
+                    });
+                    let forked = forks.count() as u32 == sharers;
+                    if c.refcount(last) != 1 && !(forked && c.refcount(last) == sharers) {
                         return Err(format!(
                             "request {}: its partial last block {last} is shared",
                             s.id
@@ -458,14 +559,15 @@ mod tests {
 
     #[derive(Debug, Clone)]
     enum Op {
-        Add(usize),
+        /// A request of a prompt of this many tokens and this many choices.
+        Add(usize, usize),
         Step(u32),
         Finish(usize),
     }
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            3 => (1usize..40).prop_map(Op::Add),
+            3 => (1usize..40, 1usize..4).prop_map(|(len, n)| Op::Add(len, n)),
             6 => any::<u32>().prop_map(Op::Step),
             1 => any::<usize>().prop_map(Op::Finish),
         ]
@@ -500,8 +602,10 @@ mod tests {
                 assert_eq!(b.tokens.len(), step.seqs.iter().map(|x| x.tokens.len()).sum::<usize>());
                 assert!(b.tokens.len() <= s.config().max_batch_tokens);
                 assert!(step.seqs.len() <= s.config().max_running);
+                // A sampling sequence's pending forks sample from its row too.
                 let sampled: Vec<(RequestId, u32)> = step.seqs.iter().filter(|x| x.samples)
-                    .map(|x| (x.id, salt ^ x.id as u32)).collect();
+                    .flat_map(|x| std::iter::once(x.id).chain(s.pending_forks(x.id).to_vec()))
+                    .map(|id| (id, salt ^ id as u32)).collect();
                 s.commit(&step, &sampled);
                 for (id, t) in sampled {
                     out.entry(id).or_default().push(t);
@@ -509,12 +613,13 @@ mod tests {
             };
             for o in ops {
                 match o {
-                    Op::Add(len) => {
+                    Op::Add(len, n) => {
                         // Requests are validated to fit the pool alone.
-                        if (len + 3).div_ceil(bs) > blocks { continue; }
-                        s.add(next, (0..len as u32).collect());
-                        added.push(next);
-                        next += 1;
+                        if (len + 3).div_ceil(bs) > blocks || n > max_running { continue; }
+                        let ids: Vec<RequestId> = (next..next + n as u64).collect();
+                        s.add_group(&ids, (0..len as u32).collect());
+                        added.extend(&ids);
+                        next += n as u64;
                     }
                     Op::Step(salt) => drive(&mut s, salt, &mut admitted, &mut out),
                     Op::Finish(k) => {
