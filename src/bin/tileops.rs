@@ -33,7 +33,7 @@ use tile_backend::ir::{
 };
 use tile_backend::sim::io::ScalarValue;
 use tile_backend::verify::{verify, Report};
-use tileops_ops::kernels::{self, BuildError, Launch, OpSpec};
+use tileops_ops::registry::{self, BuildError, Launch, OpSpec};
 use tileops_ops::OpError;
 
 /// Exit status for a kernel with verifier errors.
@@ -526,10 +526,10 @@ fn emit_cmd(
                     "--block-dim applies to kernel files; op `{name}` knows its launches"
                 ));
             }
-            let entry = kernels::find_op(name).ok_or_else(|| {
+            let entry = registry::find_op(name).ok_or_else(|| {
                 anyhow!(
                     "unknown op `{name}`; registered ops: {}",
-                    kernels::OPS
+                    registry::OPS
                         .iter()
                         .map(|e| e.name)
                         .collect::<Vec<_>>()
@@ -640,7 +640,7 @@ fn op_list() -> String {
         "ops for `tileops emit --op NAME [--FLAG VALUE ...] -o DIR` (an op with several \
          launches writes DIR/<i>-<kernel>/ per launch):\n",
     );
-    for e in kernels::OPS {
+    for e in registry::OPS {
         let _ = writeln!(s, "\n{}: {}", e.name, e.about);
         for p in e.params {
             let flag = p.flag();

@@ -5,7 +5,7 @@
 use super::kernel::{plan, qk_plan};
 use super::{Seqs, MAX_HEAD_DIM};
 use crate::error::OpError;
-use crate::kernels::Launch;
+use crate::registry::Launch;
 use crate::registry::{check_dims, check_dtype, check_range, MAX_DIM};
 use tile_backend::ir::DType;
 

@@ -4,7 +4,7 @@
 
 use super::kernel::plan;
 use crate::error::OpError;
-use crate::kernels::Launch;
+use crate::registry::Launch;
 use crate::registry::{check_dims, check_dtype, check_width};
 use crate::runtime::PlanTarget;
 use tile_backend::ir::DType;
@@ -47,8 +47,8 @@ crate::op_shape! {
 /// blocks as give every AIV a row (at most 32). Errors: `tokens` 0 or above [`MAX_DIM`],
 /// `width` 0 or above [`MAX_WIDTH`], a dtype other than f32/f16/bf16.
 ///
-/// [`MAX_DIM`]: crate::kernels::MAX_DIM
-/// [`MAX_WIDTH`]: crate::kernels::MAX_WIDTH
+/// [`MAX_DIM`]: crate::registry::MAX_DIM
+/// [`MAX_WIDTH`]: crate::registry::MAX_WIDTH
 pub fn launches(shape: &ReshapeAndCacheShape) -> Result<Vec<Launch>, OpError> {
     check(shape)?;
     let plan = plan(shape, PlanTarget::Device);

@@ -4,7 +4,7 @@
 
 use super::kernel::{head_group, plan};
 use crate::error::OpError;
-use crate::kernels::Launch;
+use crate::registry::Launch;
 use crate::registry::{check_dims, check_dtype, check_width};
 use crate::runtime::PlanTarget;
 use crate::templates::attention::check_rows;
@@ -66,8 +66,8 @@ crate::op_shape! {
 /// ([`MAX_WIDTH`] for `head_dim`), `heads % kv_heads != 0` or more than 128 query heads per KV
 /// head, a dtype other than f32/f16/bf16, `batch * heads` above [`MAX_DIM`].
 ///
-/// [`MAX_DIM`]: crate::kernels::MAX_DIM
-/// [`MAX_WIDTH`]: crate::kernels::MAX_WIDTH
+/// [`MAX_DIM`]: crate::registry::MAX_DIM
+/// [`MAX_WIDTH`]: crate::registry::MAX_WIDTH
 pub fn launches(shape: &PagedAttentionShape) -> Result<Vec<Launch>, OpError> {
     check(shape)?;
     Ok(plan(shape, PlanTarget::Device).launches())

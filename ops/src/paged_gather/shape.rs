@@ -4,7 +4,7 @@
 
 use super::kernel::plan;
 use crate::error::OpError;
-use crate::kernels::Launch;
+use crate::registry::Launch;
 use crate::registry::{check_dims, check_dtype, check_width, MAX_DIM};
 use crate::runtime::PlanTarget;
 use tile_backend::ir::DType;
@@ -46,8 +46,8 @@ crate::op_shape! {
 /// give every AIV a row (at most 32). Errors: `n` 0 or above [`MAX_DIM`], `size` 0 or above
 /// [`MAX_WIDTH`], a dtype other than f32/f16/bf16.
 ///
-/// [`MAX_DIM`]: crate::kernels::MAX_DIM
-/// [`MAX_WIDTH`]: crate::kernels::MAX_WIDTH
+/// [`MAX_DIM`]: crate::registry::MAX_DIM
+/// [`MAX_WIDTH`]: crate::registry::MAX_WIDTH
 pub fn launches(shape: &PagedGatherShape) -> Result<Vec<Launch>, OpError> {
     check(shape)?;
     let plan = plan(shape, PlanTarget::Device);

@@ -34,7 +34,7 @@
 use super::{QuantCall, QuantizedWeight};
 use crate::bridge;
 use crate::error::OpError;
-use crate::kernels::QuantMatmulShape;
+use crate::registry::QuantMatmulShape;
 use crate::runtime::{compiled_keyed, PlanTarget, Runner};
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
@@ -150,7 +150,7 @@ pub fn grid(m: usize, n: usize, tiles: Tiles) -> (usize, usize, usize) {
 
 /// The launch plan of a call of `shape` on a target (one block per `tm x tn` output tile of
 /// [`Tiles::for_shape`]): the kernel for its epilogue and tiles, the grid and the scalars.
-/// [`run_float`], [`run_int8`] and `tileops emit` ([`crate::kernels::quant_matmul`], the
+/// [`run_float`], [`run_int8`] and `tileops emit` ([`crate::registry::quant_matmul`], the
 /// device plan) all launch from it.
 pub(crate) struct QuantPlan {
     /// What the kernel does after the Fixpipe (with the tiles, the compile key).
@@ -698,7 +698,7 @@ mod tests {
                     m,
                     ..QuantMatmulShape::default()
                 };
-                let launches = crate::kernels::quant_matmul(&shape).expect("a valid shape");
+                let launches = crate::registry::quant_matmul(&shape).expect("a valid shape");
                 for l in launches {
                     if !seen.insert(l.kernel.name.clone()) {
                         continue;

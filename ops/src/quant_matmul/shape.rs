@@ -4,7 +4,7 @@
 
 use super::kernel::plan;
 use crate::error::OpError;
-use crate::kernels::Launch;
+use crate::registry::Launch;
 use crate::registry::{check_dims, check_dtype, MAX_DIM};
 use crate::runtime::PlanTarget;
 use tile_backend::ir::DType;
@@ -59,7 +59,7 @@ crate::op_shape! {
 /// `shape`: one block per output tile (at most 128 x 256, `quant_matmul::kernel::Tiles`). Errors: a size of 0 or above [`MAX_DIM`], an
 /// output dtype other than f32/f16/bf16/i8, a bias with the int8 output.
 ///
-/// [`MAX_DIM`]: crate::kernels::MAX_DIM
+/// [`MAX_DIM`]: crate::registry::MAX_DIM
 pub fn launches(shape: &QuantMatmulShape) -> Result<Vec<Launch>, OpError> {
     check(shape)?;
     let plan = plan(shape, PlanTarget::Device);
@@ -75,7 +75,7 @@ pub fn launches(shape: &QuantMatmulShape) -> Result<Vec<Launch>, OpError> {
 /// [`MAX_DIM`], `k` above [`MAX_QUANT_K`](crate::MAX_QUANT_K), an output dtype other than
 /// f32/f16/bf16/i8, a bias with the int8 output.
 ///
-/// [`MAX_DIM`]: crate::kernels::MAX_DIM
+/// [`MAX_DIM`]: crate::registry::MAX_DIM
 pub(crate) fn check(shape: &QuantMatmulShape) -> Result<(), OpError> {
     let op = if shape.out_dtype == DType::I8 {
         "quant_matmul_int8"

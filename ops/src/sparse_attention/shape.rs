@@ -4,7 +4,7 @@
 
 use super::check_v_dim;
 use crate::error::OpError;
-use crate::kernels::Launch;
+use crate::registry::Launch;
 use crate::registry::{check_dims, check_dtype, check_width};
 use crate::runtime::PlanTarget;
 use crate::templates::attention::check_rows;
@@ -76,8 +76,8 @@ crate::op_shape! {
 /// [`MAX_DIM`] ([`MAX_WIDTH`] for `dqk` and `v_dim`), `v_dim > dqk`, a dtype other than
 /// f32/f16/bf16, `batch * heads` above [`MAX_DIM`].
 ///
-/// [`MAX_DIM`]: crate::kernels::MAX_DIM
-/// [`MAX_WIDTH`]: crate::kernels::MAX_WIDTH
+/// [`MAX_DIM`]: crate::registry::MAX_DIM
+/// [`MAX_WIDTH`]: crate::registry::MAX_WIDTH
 pub fn launches(shape: &SparseAttentionShape) -> Result<Vec<Launch>, OpError> {
     check(shape, false)?;
     Ok(super::kernel::plan(shape, PlanTarget::Device).launches())

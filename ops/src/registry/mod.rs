@@ -1,5 +1,6 @@
-//! The op registry: every op `tileops emit --op NAME` serves ([`OPS`], which the CLI iterates),
-//! and the kernels each op launches, built from shape parameters alone (no tensors): what
+//! The op registry: every op `tileops emit --op NAME` serves ([`OPS`], which the CLI iterates;
+//! [`find_op`]), how an op's shape describes itself once ([`OpShape`], written with
+//! [`op_shape!`](crate::op_shape)), and the kernels each op launches, built from shape parameters alone (no tensors): what
 //! `tileops emit --op NAME` writes, and what the [`crate::Backend::Ascend950`] backend packages
 //! for a call of that shape.
 //!
@@ -23,7 +24,7 @@
 //! | [`qk_softmax`] | `qk_softmax_<dtype>` (the flash kernel writing P^T) |
 //!
 //! ```
-//! use tileops_ops::kernels::{sparse_paged_attention, SparseAttentionShape};
+//! use tileops_ops::registry::{sparse_paged_attention, SparseAttentionShape};
 //!
 //! // The DeepSeek-V3.2 decode shape: B = 4, H = 128, Dqk = 576, v_dim = 512, top-k 2048, bf16.
 //! let launches = sparse_paged_attention(&SparseAttentionShape::default())?;
@@ -73,12 +74,14 @@ impl Launch {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// The registry
-
+mod checks;
 mod examples;
-pub use crate::registry::{shape_table, BuildError, OpShape, OpSpec, Param, MAX_DIM, MAX_WIDTH};
+mod spec;
+
+pub(crate) use checks::{check_dims, check_dtype, check_range, check_width};
+pub use checks::{MAX_DIM, MAX_WIDTH};
 pub use examples::{GatherMatmulShape, WorkedMatmul};
+pub use spec::{BuildError, OpShape, OpSpec, Param, ParamValue};
 
 pub use crate::flash_attention::shape::{
     launches as flash_attention, qk_launches as qk_softmax, FlashAttentionShape, QkSoftmaxShape,
@@ -110,6 +113,69 @@ pub const OPS: &[OpSpec] = &[
 /// The registered op called `name`.
 pub fn find_op(name: &str) -> Option<&'static OpSpec> {
     OPS.iter().find(|o| o.name == name)
+}
+
+/// Implements [`OpShape`](crate::registry::OpShape) for a shape struct whose parameters are
+/// fields of [`ParamValue`](crate::registry::ParamValue) types:
+///
+/// ```ignore
+/// op_shape! {
+///     MyShape = "my-op", "what it is", |s| crate::registry::my_op(s);
+///     dtype: "data dtype: f32, f16, bf16",
+///     rows: "rows of the input",
+/// }
+/// ```
+#[macro_export]
+macro_rules! op_shape {
+    ($shape:ty = $name:literal, $about:expr, |$s:ident| $launches:expr;
+     $($field:ident : $what:literal),* $(,)?) => {
+        impl $crate::registry::OpShape for $shape {
+            const NAME: &'static str = $name;
+            const ABOUT: &'static str = $about;
+            const PARAMS: &'static [$crate::registry::Param] = &[
+                $($crate::registry::Param { name: stringify!($field), about: $what }),*
+            ];
+            fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+                match name {
+                    $(stringify!($field) => {
+                        self.$field = $crate::registry::ParamValue::parse_param(value)?;
+                    })*
+                    _ => return Err(format!("no parameter `{name}`")),
+                }
+                Ok(())
+            }
+            fn get(&self, name: &str) -> Option<String> {
+                match name {
+                    $(stringify!($field) => {
+                        Some($crate::registry::ParamValue::show_param(&self.$field))
+                    })*
+                    _ => None,
+                }
+            }
+            fn launches(&self) -> Result<Vec<$crate::registry::Launch>, $crate::OpError> {
+                let $s = self;
+                $launches
+            }
+        }
+    };
+}
+
+/// The shape table of docs/ops.md: every registered op with its parameters, what they mean
+/// and their defaults, as a Markdown table (a test keeps docs/ops.md equal to it).
+pub fn shape_table(ops: &[OpSpec]) -> String {
+    let mut s = String::from("| op | flag | meaning | default |\n| --- | --- | --- | --- |\n");
+    for op in ops {
+        for p in op.params {
+            let d = op.default_of(p.name).unwrap_or_default();
+            s.push_str(&format!(
+                "| `{}` | `--{}` | {} | `{d}` |\n",
+                op.name,
+                p.flag(),
+                p.about.replace('|', "\\|")
+            ));
+        }
+    }
+    s
 }
 
 #[cfg(test)]

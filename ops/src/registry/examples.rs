@@ -1,8 +1,7 @@
 //! Registry descriptions of tile-backend's example kernels (`tile_backend::kernels`), so that
 //! `tileops emit --op` serves them like the ops.
 
-use super::Launch;
-use crate::registry::{OpShape, Param, ParamValue, MAX_DIM, MAX_WIDTH};
+use super::{Launch, OpShape, Param, ParamValue, MAX_DIM, MAX_WIDTH};
 use crate::OpError;
 use tile_backend::kernels::{AttentionParams, GatherMatmulParams, MatmulParams};
 

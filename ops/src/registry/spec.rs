@@ -1,21 +1,11 @@
-//! The op registry's machinery: an op's shape describes itself once ([`OpShape`], written with
-//! [`op_shape!`](crate::op_shape)), and everything else — the `tileops emit --op` flags and
-//! their defaults, `--op list`, the shape table of docs/ops.md — is read from that description.
-//! The list of registered ops is [`crate::kernels::OPS`]; adding an op is one line there.
+//! How an op's shape describes itself once ([`OpShape`], written with
+//! [`op_shape!`](crate::op_shape)) and how the registry reads it ([`OpSpec`]): the
+//! `tileops emit --op` flags and their defaults, `--op list`, the shape table of docs/ops.md.
 
+use super::Launch;
 use crate::error::OpError;
-use crate::kernels::Launch;
 use tile_backend::ir::DType;
 use tile_backend::kernels::Handoff;
-
-/// Largest size or count any shape parameter may take: the kernels take these values as
-/// 32-bit scalar arguments (or index GM with them).
-pub const MAX_DIM: usize = i32::MAX as usize;
-
-/// Largest row width (`dqk`, `v_dim`, `head_dim`, gathered `size`, cache `width`): these are
-/// static tile columns, and the builders unroll over column slices and chunks, so an unbounded
-/// width would build an unbounded kernel. The attention kernels stop fitting L1 far below it.
-pub const MAX_WIDTH: usize = 65536;
 
 /// One shape parameter of an op: the field name (`v_dim`; its command-line flag is
 /// [`Param::flag`], `--v-dim`) and what it means.
@@ -214,113 +204,4 @@ impl ParamValue for Handoff {
         }
         .to_string()
     }
-}
-
-/// Implements [`OpShape`](crate::registry::OpShape) for a shape struct whose parameters are
-/// fields of [`ParamValue`](crate::registry::ParamValue) types:
-///
-/// ```ignore
-/// op_shape! {
-///     MyShape = "my-op", "what it is", |s| crate::kernels::my_op(s);
-///     dtype: "data dtype: f32, f16, bf16",
-///     rows: "rows of the input",
-/// }
-/// ```
-#[macro_export]
-macro_rules! op_shape {
-    ($shape:ty = $name:literal, $about:expr, |$s:ident| $launches:expr;
-     $($field:ident : $what:literal),* $(,)?) => {
-        impl $crate::registry::OpShape for $shape {
-            const NAME: &'static str = $name;
-            const ABOUT: &'static str = $about;
-            const PARAMS: &'static [$crate::registry::Param] = &[
-                $($crate::registry::Param { name: stringify!($field), about: $what }),*
-            ];
-            fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
-                match name {
-                    $(stringify!($field) => {
-                        self.$field = $crate::registry::ParamValue::parse_param(value)?;
-                    })*
-                    _ => return Err(format!("no parameter `{name}`")),
-                }
-                Ok(())
-            }
-            fn get(&self, name: &str) -> Option<String> {
-                match name {
-                    $(stringify!($field) => {
-                        Some($crate::registry::ParamValue::show_param(&self.$field))
-                    })*
-                    _ => None,
-                }
-            }
-            fn launches(&self) -> Result<Vec<$crate::kernels::Launch>, $crate::OpError> {
-                let $s = self;
-                $launches
-            }
-        }
-    };
-}
-
-/// The shape table of docs/ops.md: every registered op with its parameters, what they mean
-/// and their defaults, as a Markdown table (a test keeps docs/ops.md equal to it).
-pub fn shape_table(ops: &[OpSpec]) -> String {
-    let mut s = String::from("| op | flag | meaning | default |\n| --- | --- | --- | --- |\n");
-    for op in ops {
-        for p in op.params {
-            let d = op.default_of(p.name).unwrap_or_default();
-            s.push_str(&format!(
-                "| `{}` | `--{}` | {} | `{d}` |\n",
-                op.name,
-                p.flag(),
-                p.about.replace('|', "\\|")
-            ));
-        }
-    }
-    s
-}
-
-// ---------------------------------------------------------------------------------------------
-// The checks the ops' shapes share
-
-/// A data dtype the ops take.
-pub(crate) fn check_dtype(op: &'static str, dtype: DType) -> Result<(), OpError> {
-    if matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
-        Ok(())
-    } else {
-        Err(OpError::invalid(
-            op,
-            "dtype",
-            format!("{dtype} is not supported: use f32, f16 or bf16"),
-        ))
-    }
-}
-
-/// A size or count in `1..=max`; `why` (may be empty) says where the bound comes from.
-pub(crate) fn check_range(
-    op: &'static str,
-    arg: &'static str,
-    v: usize,
-    max: usize,
-    why: &str,
-) -> Result<(), OpError> {
-    if (1..=max).contains(&v) {
-        Ok(())
-    } else {
-        Err(OpError::invalid(
-            op,
-            arg,
-            format!("must be in 1..={max}{why}, got {v}"),
-        ))
-    }
-}
-
-/// Sizes or counts, each `1..=MAX_DIM`, by argument name.
-pub(crate) fn check_dims(op: &'static str, dims: &[(&'static str, usize)]) -> Result<(), OpError> {
-    dims.iter()
-        .try_for_each(|&(arg, v)| check_range(op, arg, v, MAX_DIM, ""))
-}
-
-/// A row width: `1..=MAX_WIDTH`.
-pub(crate) fn check_width(op: &'static str, arg: &'static str, v: usize) -> Result<(), OpError> {
-    check_range(op, arg, v, MAX_WIDTH, " (static tile columns)")
 }
