@@ -11,9 +11,9 @@
 //! [`quant_matmul_int8`]).
 //!
 //! Layout: [`backend`], [`error`], [`runtime`] (kernel cache, launcher, profiling), [`registry`]
-//! (every op's shape and the kernels it launches with their block counts, built from shape
-//! parameters alone: what `tileops emit --op` writes), `bridge` (candle storage <-> GM tensors,
-//! shared argument checks),
+//! (every op's shape, its one set of shape rules, and the kernels it launches with their block
+//! counts, built from shape parameters alone: what `tileops emit --op` writes), `bridge`
+//! (candle storage <-> GM tensors, shared argument checks),
 //! and one folder per op family with `mod.rs` (the candle op and its validation), `kernel.rs`
 //! (the tile DSL kernels and their host code) and `reference.rs` (the Reference backend).
 //!

@@ -1,41 +1,43 @@
 //! The op registry: every op `tileops emit --op NAME` serves ([`OPS`], which the CLI iterates;
 //! [`find_op`]), how an op's shape describes itself once ([`OpShape`], written with
-//! [`op_shape!`](crate::op_shape)), and the kernels each op launches, built from shape parameters alone (no tensors): what
-//! `tileops emit --op NAME` writes, and what the [`crate::Backend::Ascend950`] backend packages
-//! for a call of that shape.
+//! [`op_shape!`](crate::op_shape)), and the kernels each op launches, built from shape
+//! parameters alone (no tensors): what `tileops emit --op NAME` writes, and what the
+//! [`crate::Backend::Ascend950`] backend packages for a call of that shape.
 //!
-//! Each op's shape struct and launch function live in its own folder (`<op>/shape.rs`, beside
-//! the op's one launch plan in `<op>/kernel.rs`); they are re-exported here under the op's
-//! name. Each function validates its shape and returns the op's launches in order ([`Launch`]: the tile
-//! kernel as its builder writes it, the `block_dim` the op launches it on, and the runtime scalar
-//! arguments the shape fixes). The kernels come from the same builders and the same tiling
-//! functions the op uses at run time, so they are the kernels the op would launch. The numbers
-//! that only runtime data decides — batch, top-k width, context length, rows to copy — are
-//! parameters too, because they set the block counts (and, for attention, the top-k splits).
+//! Each op's shape struct lives in its own folder (`<op>/shape.rs`, beside the op's one launch
+//! plan in `<op>/kernel.rs`) and is re-exported here. [`launches`] checks a shape with its op's
+//! rules ([`OpShape::check`]) and returns the op's launches in order ([`Launch`]: the tile
+//! kernel as its builder writes it, the `block_dim` the op launches it on, and the runtime
+//! scalar arguments the shape fixes). The tensor call runs the same check ([`Checked`]: the
+//! launch plan takes only a checked shape), and the kernels come from the same builders and
+//! the same tiling functions the op uses at run time, so they are the kernels the op would
+//! launch. The numbers that only runtime data decides — batch, top-k width, context length,
+//! rows to copy — are parameters too, because they set the block counts (and, for attention,
+//! the top-k splits).
 //!
 //! | op | launches |
 //! | --- | --- |
-//! | [`sparse_paged_attention`] | `sparse_attn_<dtype>` (split), `attn_merge_<dtype>` (merge) |
-//! | [`paged_attention`] | `paged_attn_<dtype>` (split), `attn_merge_<dtype>` (merge; none with one split) |
-//! | [`paged_gather`] | `paged_gather_<dtype>_<size>` |
-//! | [`reshape_and_cache`] | `reshape_and_cache_<dtype>_<width>` |
-//! | [`quant_matmul`] | `quant_matmul_<out>_b<bias>_r<relu>` (or `quant_matmul_i8_r<relu>`) |
-//! | [`flash_attention`] | `flash_attn_<dtype>` (DN mode, one row per query tile, at most one block per cluster) |
-//! | [`qk_softmax`] | `qk_softmax_<dtype>` (the flash kernel writing P^T) |
+//! | [`crate::sparse_paged_attention`] | `sparse_attn_<dtype>` (split), `attn_merge_<dtype>` (merge) |
+//! | [`crate::paged_attention()`] | `paged_attn_<dtype>` (split), `attn_merge_<dtype>` (merge; none with one split) |
+//! | [`crate::paged_gather()`] | `paged_gather_<dtype>_<size>` |
+//! | [`crate::reshape_and_cache`] | `reshape_and_cache_<dtype>_<width>` |
+//! | [`crate::quant_matmul()`] | `quant_matmul_<out>_b<bias>_r<relu>` (or `quant_matmul_i8_r<relu>`) |
+//! | [`crate::flash_attention()`] | `flash_attn_<dtype>` (DN mode, one row per query tile, at most one block per cluster) |
+//! | [`crate::qk_softmax()`] | `qk_softmax_<dtype>` (the flash kernel writing P^T) |
 //!
 //! ```
-//! use tileops_ops::registry::{sparse_paged_attention, SparseAttentionShape};
+//! use tileops_ops::registry::{launches, SparseAttentionShape};
 //!
 //! // The DeepSeek-V3.2 decode shape: B = 4, H = 128, Dqk = 576, v_dim = 512, top-k 2048, bf16.
-//! let launches = sparse_paged_attention(&SparseAttentionShape::default())?;
-//! assert_eq!(launches.len(), 2); // the top-k split kernel, then the merge
-//! assert_eq!(launches[0].kernel.name, "sparse_attn_bf16");
-//! assert_eq!(launches[0].block_dim, 32); // 4 rows x 1 head tile x 8 top-k splits
-//! assert_eq!(launches[0].scalar("splits"), Some(8));
-//! assert_eq!(launches[1].kernel.name, "attn_merge_bf16");
+//! let launches_ = launches(&SparseAttentionShape::default())?;
+//! assert_eq!(launches_.len(), 2); // the top-k split kernel, then the merge
+//! assert_eq!(launches_[0].kernel.name, "sparse_attn_bf16");
+//! assert_eq!(launches_[0].block_dim, 32); // 4 rows x 1 head tile x 8 top-k splits
+//! assert_eq!(launches_[0].scalar("splits"), Some(8));
+//! assert_eq!(launches_[1].kernel.name, "attn_merge_bf16");
 //!
 //! let bad = SparseAttentionShape { v_dim: 600, ..Default::default() };
-//! assert!(sparse_paged_attention(&bad).is_err()); // v_dim > Dqk
+//! assert!(launches(&bad).is_err()); // v_dim > Dqk
 //! # Ok::<(), tileops_ops::OpError>(())
 //! ```
 
@@ -81,18 +83,15 @@ mod spec;
 pub(crate) use checks::{check_dims, check_dtype, check_range, check_width};
 pub use checks::{MAX_DIM, MAX_WIDTH};
 pub use examples::{GatherMatmulShape, WorkedMatmul};
-pub use spec::{BuildError, OpShape, OpSpec, Param, ParamValue};
+pub(crate) use spec::as_call_error;
+pub use spec::{launches, BuildError, CheckPath, Checked, OpShape, OpSpec, Param, ParamValue};
 
-pub use crate::flash_attention::shape::{
-    launches as flash_attention, qk_launches as qk_softmax, FlashAttentionShape, QkSoftmaxShape,
-};
-pub use crate::kv_cache::shape::{launches as reshape_and_cache, ReshapeAndCacheShape};
-pub use crate::paged_attention::shape::{launches as paged_attention, PagedAttentionShape};
-pub use crate::paged_gather::shape::{launches as paged_gather, PagedGatherShape};
-pub use crate::quant_matmul::shape::{launches as quant_matmul, QuantMatmulShape};
-pub use crate::sparse_attention::shape::{
-    launches as sparse_paged_attention, SparseAttentionShape,
-};
+pub use crate::flash_attention::{FlashAttentionShape, QkSoftmaxShape};
+pub use crate::kv_cache::ReshapeAndCacheShape;
+pub use crate::paged_attention::PagedAttentionShape;
+pub use crate::paged_gather::PagedGatherShape;
+pub use crate::quant_matmul::QuantMatmulShape;
+pub use crate::sparse_attention::SparseAttentionShape;
 
 /// Every op `tileops emit --op` serves, in the order `--op list` shows them: each entry is the
 /// op's shape description ([`OpShape`]). Adding an op is one line here.
@@ -116,18 +115,24 @@ pub fn find_op(name: &str) -> Option<&'static OpSpec> {
 }
 
 /// Implements [`OpShape`](crate::registry::OpShape) for a shape struct whose parameters are
-/// fields of [`ParamValue`](crate::registry::ParamValue) types:
+/// fields of [`ParamValue`](crate::registry::ParamValue) types: its name and what it is, its
+/// rules (`check`, given the [`CheckPath`](crate::registry::CheckPath)), its device launches
+/// (`plan`, given the [`Checked`](crate::registry::Checked) shape) and its parameters:
 ///
 /// ```ignore
 /// op_shape! {
-///     MyShape = "my-op", "what it is", |s| crate::registry::my_op(s);
+///     MyShape = "my-op", "what it is";
+///     check(s, path) = my_op::check(s, path);
+///     plan(s) = my_op::plan(s, PlanTarget::Device).launches();
 ///     dtype: "data dtype: f32, f16, bf16",
 ///     rows: "rows of the input",
 /// }
 /// ```
 #[macro_export]
 macro_rules! op_shape {
-    ($shape:ty = $name:literal, $about:expr, |$s:ident| $launches:expr;
+    ($shape:ty = $name:literal, $about:expr;
+     check($cs:ident, $cp:ident) = $check:expr;
+     plan($ps:ident) = $plan:expr;
      $($field:ident : $what:literal),* $(,)?) => {
         impl $crate::registry::OpShape for $shape {
             const NAME: &'static str = $name;
@@ -152,9 +157,17 @@ macro_rules! op_shape {
                     _ => None,
                 }
             }
-            fn launches(&self) -> Result<Vec<$crate::registry::Launch>, $crate::OpError> {
-                let $s = self;
-                $launches
+            fn check(
+                &self,
+                $cp: $crate::registry::CheckPath,
+            ) -> Result<(), $crate::OpError> {
+                let $cs = self;
+                $check
+            }
+            fn plan(
+                $ps: &$crate::registry::Checked<Self>,
+            ) -> Vec<$crate::registry::Launch> {
+                $plan
             }
         }
     };
