@@ -24,10 +24,13 @@
 //!   `quant_matmul_int8`), each on the Reference, TileSim and Ascend950 backends, and the op
 //!   registry that `tileops emit --op` serves.
 //! - [`models`] (`tileops-models`): the paged KV-cache manager, the DeepSeek-V3.2-style model
-//!   (MLA, lightning indexer, int8 MoE), its weight loader and tokenizer, and the decode engine
-//!   the `deepseek_decode` example runs.
+//!   (MLA, lightning indexer, int8 MoE) with its config, weight loader and tokenizer, the
+//!   training loop and its seeded data generators (which made the shipped checkpoint
+//!   `models/checkpoints/tiny`), the decode engine the `deepseek_decode` example runs, and the
+//!   continuous-batching serving engine.
 //!
-//! The `tileops` binary checks, simulates and emits serialized kernels (`check`, `sim`, `emit`).
+//! The `tileops` binary checks, simulates and emits serialized kernels (`check`, `sim`, `emit`,
+//! `example`) and writes the registered ops' kernel packages (`emit --op`).
 //! With the default `server` feature, [`serve`] is the OpenAI-compatible HTTP layer over
 //! `tileops_models::serving` and `tileops-serve` its binary (docs/serving.md).
 

@@ -575,7 +575,7 @@ fn emit_op_that_does_not_compile_exits_1() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// tileops emit --op for the ops crate's kernels (tileops_ops::kernels)
+// tileops emit --op for the ops crate's registered ops (tileops_ops::registry)
 
 /// Every file under `dir`, recursively, sorted.
 fn files_under(dir: &Path) -> Vec<PathBuf> {

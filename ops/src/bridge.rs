@@ -273,26 +273,6 @@ pub(crate) fn check_result_elements(
     Ok(())
 }
 
-/// An [`OpError::Invalid`] of a shape check (`kernels::*` / `registry`), whose argument is a
-/// shape parameter (`heads`, `v_dim`), restated for a tensor call: the parameter is renamed to
-/// the tensor argument that carries it (`map`: parameter -> argument; a parameter not listed
-/// keeps its name), the rule kept. Every op's tensor call runs its shape's checks through this,
-/// so the call and `tileops emit --op` apply one set of rules.
-pub(crate) fn as_call_error(e: OpError, map: &[(&str, &'static str)]) -> OpError {
-    match e {
-        OpError::Invalid { op, arg, rule } => {
-            let to = map.iter().find(|(p, _)| *p == arg).map_or(arg, |(_, a)| *a);
-            let rule = if to == arg {
-                rule
-            } else {
-                format!("{rule} (shape parameter `{arg}`)")
-            };
-            OpError::Invalid { op, arg: to, rule }
-        }
-        other => other,
-    }
-}
-
 /// Checks device, rank and non-emptiness; returns the dims. `form` names the dims, e.g.
 /// `"[B, H, Dqk]"`.
 pub(crate) fn check_shape<'a>(

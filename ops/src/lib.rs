@@ -10,9 +10,10 @@
 //! [`quant_matmul()`] (with [`quantize_per_channel`], [`quantize_per_token`] and the int8-output
 //! [`quant_matmul_int8`]).
 //!
-//! Layout: [`backend`], [`error`], [`runtime`] (kernel cache, launcher, profiling), [`kernels`]
-//! (the kernels each op launches and their block counts, built from shape parameters alone: what
-//! `tileops emit --op` writes), `bridge` (candle storage <-> GM tensors, shared argument checks),
+//! Layout: [`backend`], [`error`], [`runtime`] (kernel cache, launcher, profiling), [`registry`]
+//! (every op's shape, its one set of shape rules, and the kernels it launches with their block
+//! counts, built from shape parameters alone: what `tileops emit --op` writes), `bridge`
+//! (candle storage <-> GM tensors, shared argument checks),
 //! and one folder per op family with `mod.rs` (the candle op and its validation), `kernel.rs`
 //! (the tile DSL kernels and their host code) and `reference.rs` (the Reference backend).
 //!
@@ -38,7 +39,6 @@ pub mod backend;
 mod bridge;
 pub mod error;
 pub mod flash_attention;
-pub mod kernels;
 pub mod kv_cache;
 pub mod paged_attention;
 pub mod paged_gather;

@@ -34,7 +34,7 @@ use support::{ints, rand_data, shuffled_table, Rng};
 use tile_backend::arch::Arch;
 use tile_backend::codegen::pto::{emit, LaunchSpec};
 use tile_backend::sim::{self, io, SimOptions};
-use tileops_ops::kernels::{Launch, OPS};
+use tileops_ops::registry::{Launch, OPS};
 use tileops_ops::{
     flash_attention, flash_attention_varlen, paged_attention, paged_gather, profile, qk_softmax,
     quant_matmul, quantize_per_channel, reshape_and_cache, sparse_paged_attention, Backend,
@@ -110,7 +110,7 @@ fn registry_entries(
     simulate: bool,
 ) {
     let arch = Arch::ascend950();
-    let entry = tileops_ops::kernels::find_op(op).expect("a registered op");
+    let entry = tileops_ops::registry::find_op(op).expect("a registered op");
     let tag = if flags.is_empty() {
         "default".to_string()
     } else {

@@ -1,9 +1,9 @@
 //! The op registry: every op's description builds its default launches, its parameters read
 //! back what is set, and docs/ops.md shows the shape table the registry renders.
 
-use tileops_ops::kernels::{find_op, shape_table, BuildError, OPS};
+use tileops_ops::registry::{find_op, shape_table, BuildError, OPS};
 
-const BEGIN: &str = "<!-- shape-table:begin (rendered by tileops_ops::kernels::shape_table) -->\n";
+const BEGIN: &str = "<!-- shape-table:begin (rendered by tileops_ops::registry::shape_table) -->\n";
 const END: &str = "<!-- shape-table:end -->";
 
 #[test]
@@ -52,7 +52,7 @@ fn every_default_given_back_builds_the_same_launches() {
                 (p.flag(), d)
             })
             .collect();
-        let names = |v: Vec<tileops_ops::kernels::Launch>| {
+        let names = |v: Vec<tileops_ops::registry::Launch>| {
             v.into_iter()
                 .map(|l| (l.kernel.name, l.block_dim, l.scalars))
                 .collect::<Vec<_>>()

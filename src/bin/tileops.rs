@@ -1,8 +1,9 @@
 //! The `tileops` command line.
 //!
-//! - `tileops`: the main job on the embedded default. For now it builds the worked matmul kernel of
+//! - `tileops`: a tour of the tile stack on an embedded kernel: builds the worked matmul kernel of
 //!   docs/tile-ir.md, prints it as an IR listing, verifies it, simulates it and prints the cost
-//!   report (the decode demo replaces this once its issue lands).
+//!   report. (The project's main job, the DeepSeek-style decode demo, is an example:
+//!   `cargo run --release --example deepseek_decode`.)
 //! - `tileops check FILE.json [--json]`: verifies a serialized kernel. Exit status 0 when there is
 //!   no error, 1 when there are errors, 2 when the file cannot be read or parsed.
 //! - `tileops sim FILE.json [--seed N] [--block-dim N] [--sku 950PR|950DT] [--trace out.json]`:
@@ -33,7 +34,7 @@ use tile_backend::ir::{
 };
 use tile_backend::sim::io::ScalarValue;
 use tile_backend::verify::{verify, Report};
-use tileops_ops::kernels::{self, BuildError, Launch, OpSpec};
+use tileops_ops::registry::{self, BuildError, Launch, OpSpec};
 use tileops_ops::OpError;
 
 /// Exit status for a kernel with verifier errors.
@@ -45,10 +46,13 @@ const EXIT_INPUT: u8 = 2;
 #[command(
     name = "tileops",
     version,
-    about = "Tile kernels for Ascend 950: check serialized kernels against the machine's rules",
-    long_about = "Tile kernels for Ascend 950.\n\nWithout a subcommand, runs the main job on the \
-                  embedded default: today that builds the worked matmul kernel, lists its IR and \
-                  verifies it."
+    about = "Tile kernels for Ascend 950: check, simulate and emit serialized kernels and the \
+             registered ops' kernels",
+    long_about = "Tile kernels for Ascend 950: check, simulate and emit serialized kernels and the \
+                  registered ops' kernels.\n\nWithout a subcommand, builds the worked matmul \
+                  kernel of docs/tile-ir.md, lists its IR, verifies it, simulates it and prints \
+                  its estimated Ascend 950 cost. The DeepSeek-style decode demo (the project's \
+                  main job) is `cargo run --release --example deepseek_decode`."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -149,9 +153,9 @@ enum Example {
     Matmul,
     /// The tiled, double-buffered matmul (`tile_backend::kernels::matmul`, 4 blocks).
     TiledMatmul,
-    /// The one-tile flash-attention core written the 950 way (`kernels::attention_tile`).
+    /// The one-tile flash-attention core, the 950 way (`tile_backend::kernels::attention_tile`).
     Attention,
-    /// Paged gather into L1 feeding Q K^T (`kernels::gather_matmul`).
+    /// Paged gather into L1 feeding Q K^T (`tile_backend::kernels::gather_matmul`).
     GatherMatmul,
 }
 
@@ -216,16 +220,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
     Ok(code)
 }
 
-/// The main job on the embedded default: build, list, verify and simulate the worked matmul
-/// kernel, with its estimated Ascend 950 cost.
+/// `tileops` without a subcommand: build, list, verify and simulate the worked matmul kernel,
+/// with its estimated Ascend 950 cost.
 fn main_job(out: &mut impl Write) -> Result<ExitCode> {
     let kernel = matmul_kernel();
     let report = verify(&kernel);
     let mut text = String::new();
     let _ = writeln!(
         text,
-        "tileops {}: main job on the embedded default (the worked matmul kernel of docs/tile-ir.md;\n\
-         the DeepSeek-style decode demo replaces it once its issue lands)\n",
+        "tileops {}: the worked matmul kernel of docs/tile-ir.md, built, verified and simulated\n\
+         (the DeepSeek-style decode demo: cargo run --release --example deepseek_decode)\n",
         env!("CARGO_PKG_VERSION")
     );
     text.push_str(&listing(&kernel));
@@ -526,10 +530,10 @@ fn emit_cmd(
                     "--block-dim applies to kernel files; op `{name}` knows its launches"
                 ));
             }
-            let entry = kernels::find_op(name).ok_or_else(|| {
+            let entry = registry::find_op(name).ok_or_else(|| {
                 anyhow!(
                     "unknown op `{name}`; registered ops: {}",
-                    kernels::OPS
+                    registry::OPS
                         .iter()
                         .map(|e| e.name)
                         .collect::<Vec<_>>()
@@ -640,7 +644,7 @@ fn op_list() -> String {
         "ops for `tileops emit --op NAME [--FLAG VALUE ...] -o DIR` (an op with several \
          launches writes DIR/<i>-<kernel>/ per launch):\n",
     );
-    for e in kernels::OPS {
+    for e in registry::OPS {
         let _ = writeln!(s, "\n{}: {}", e.name, e.about);
         for p in e.params {
             let flag = p.flag();

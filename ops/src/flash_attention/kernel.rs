@@ -12,6 +12,7 @@
 use super::{FlashAttentionShape, FlashCall, QkCall, QkSoftmaxShape, Seqs};
 use crate::bridge;
 use crate::error::OpError;
+use crate::registry::Checked;
 use crate::runtime::Runner;
 use crate::templates::attention::{
     run_flash, FlashCfg, FlashInputs, FlashLens, FlashPlan, FlashProblem, FlashSpec,
@@ -27,7 +28,7 @@ use tile_backend::launch::{GmInput, GmTensor};
 /// `lse [B, H, Sq]`; row strides `[D, D, Dv, Dv]`. Packed: `q [total_q, H, D]`, `k [total_k,
 /// Hkv, D]`, `v [total_k, Hkv, Dv]` -> `out [total_q, H, Dv]`, lse head-major `[H, total_q]`;
 /// row strides `[H D, Hkv D, Hkv Dv, H Dv]`.
-pub(crate) fn plan(shape: &FlashAttentionShape, seqs: &Seqs) -> FlashPlan {
+pub(crate) fn plan(shape: &Checked<FlashAttentionShape>, seqs: &Seqs) -> FlashPlan {
     let s = shape;
     let cfg = FlashCfg::new(FlashSpec {
         name: "flash_attn",
@@ -97,7 +98,7 @@ pub(crate) fn plan(shape: &FlashAttentionShape, seqs: &Seqs) -> FlashPlan {
 
 /// The launch plan of a `qk_softmax` call of `shape`: the kernel's P-writing variant over one
 /// problem, `q [M, D]` against `k [N, D]`, writing P^T `[N, M]` (row strides `[D, D, 0, M]`).
-pub(crate) fn qk_plan(shape: &QkSoftmaxShape) -> FlashPlan {
+pub(crate) fn qk_plan(shape: &Checked<QkSoftmaxShape>) -> FlashPlan {
     let (m, n, d) = (shape.m, shape.n, shape.head_dim);
     FlashPlan {
         cfg: FlashCfg::new(FlashSpec {

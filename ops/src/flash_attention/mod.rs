@@ -12,6 +12,7 @@ pub(crate) mod shape;
 use crate::backend::Backend;
 use crate::bridge::{self, Bridge};
 use crate::error::OpError;
+use crate::registry::{self, Checked};
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor};
 use tile_backend::launch::GmTensor;
 
@@ -22,7 +23,7 @@ const VARLEN: &str = "flash_attention_varlen";
 const QK: &str = "qk_softmax";
 
 /// The tensor argument carrying each parameter of [`FlashAttentionShape`] (for the shape's
-/// checks run on a tensor call: [`bridge::as_call_error`]).
+/// checks run on a tensor call: [`Checked::call`]).
 const FLASH_ARGS: &[(&str, &str)] = &[
     ("dtype", "q"),
     ("batch", "q"),
@@ -163,7 +164,7 @@ pub fn qk_softmax(
 #[derive(Debug, Clone, PartialEq)]
 pub struct QkCall {
     /// The call's shape: `q [m, head_dim]`, `k [n, head_dim]`.
-    pub shape: QkSoftmaxShape,
+    pub shape: Checked<QkSoftmaxShape>,
     /// Softmax scale.
     pub(crate) scale: f32,
 }
@@ -186,7 +187,7 @@ impl QkCall {
             n: kd[0],
             head_dim: qd[1],
         };
-        shape::qk_check(&shape).map_err(|e| bridge::as_call_error(e, QK_ARGS))?;
+        let shape = Checked::call(shape, QK, QK_ARGS)?;
         Ok(QkCall { shape, scale })
     }
 }
@@ -259,7 +260,7 @@ pub(crate) enum Seqs {
 pub struct FlashCall {
     /// The call's shape. Varlen: `batch` is the sequences, `seq_q` and `seq_kv` the longest
     /// runs of `cu_seqlens_q` and `cu_seqlens_k` (what the kernel's tiles are sized for).
-    pub shape: FlashAttentionShape,
+    pub shape: Checked<FlashAttentionShape>,
     /// Where the sequences lie.
     pub(crate) seqs: Seqs,
     /// Softmax scale.
@@ -523,10 +524,10 @@ impl FlashCall {
             v_dim: vd[3],
             causal: params.causal,
         };
-        let rename = |e| rename_op(bridge::as_call_error(e, FLASH_ARGS), op);
-        shape::check(&shape, true).map_err(rename)?;
+        let shape = Checked::call(shape, op, FLASH_ARGS)?;
         bridge::check_result_elements(op, "v", "out", &[qd[0], qd[1], qd[2], vd[3]])?;
-        shape::check_elements(&shape).map_err(rename)?;
+        // The dense call's element counts, with the rule `emit` states them in.
+        shape::check_elements(&shape).map_err(|e| registry::as_call_error(e, op, FLASH_ARGS))?;
         Ok(FlashCall {
             shape,
             seqs: Seqs::Dense,
@@ -589,8 +590,7 @@ impl FlashCall {
         };
         // The packed tensors' counts are checked on the tensors (q, k, v above, out here): the
         // dense count `batch * longest` over-counts ragged sequences.
-        shape::check(&shape, true)
-            .map_err(|e| rename_op(bridge::as_call_error(e, VARLEN_ARGS), op))?;
+        let shape = Checked::call(shape, op, VARLEN_ARGS)?;
         bridge::check_result_elements(op, "v", "out", &[qd[0], qd[1], vd[2]])?;
         Ok(FlashCall {
             shape,
@@ -612,15 +612,6 @@ const VARLEN_ARGS: &[(&str, &str)] = &[
     ("seq_kv", "cu_seqlens_k"),
     ("v_dim", "v"),
 ];
-
-/// `e` as an error of `op` (the shape's checks name `flash_attention`; the varlen call is its
-/// own op).
-fn rename_op(e: OpError, op: &'static str) -> OpError {
-    match e {
-        OpError::Invalid { arg, rule, .. } => OpError::Invalid { op, arg, rule },
-        other => other,
-    }
-}
 
 /// Reads and checks cumulative sequence offsets: `[B + 1]`, B >= 1, starting at 0,
 /// non-decreasing, ending at `total`.

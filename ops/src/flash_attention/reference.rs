@@ -147,7 +147,7 @@ pub(crate) fn varlen(
             batch: 1,
             seq_q: lq,
             seq_kv: lk,
-            ..*p
+            ..**p
         };
         let (o, l) = dense(
             &view(q, wq[0], lq)?,

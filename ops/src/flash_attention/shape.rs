@@ -5,8 +5,7 @@
 use super::kernel::{plan, qk_plan};
 use super::{Seqs, MAX_HEAD_DIM};
 use crate::error::OpError;
-use crate::kernels::Launch;
-use crate::registry::{check_dims, check_dtype, check_range, MAX_DIM};
+use crate::registry::{check_dims, check_dtype, check_range, CheckPath, MAX_DIM};
 use tile_backend::ir::DType;
 
 /// The shape of a [`crate::flash_attention()`] call (`q [batch, heads, seq_q, head_dim]`, `k
@@ -80,8 +79,9 @@ impl Default for QkSoftmaxShape {
 crate::op_shape! {
     FlashAttentionShape = "flash-attention",
     "dense prefill attention with GQA and a bottom-right causal mask \
-     (tileops_ops::flash_attention): the DN-mode kernel, one row per query tile, at most one block per cluster",
-    |s| launches(s);
+     (tileops_ops::flash_attention): the DN-mode kernel, one row per query tile, at most one block per cluster";
+    check(s, path) = check_flash(s, path);
+    plan(s) = vec![plan(s, &Seqs::Dense).launch()];
     dtype: "q, k, v dtype: f32, f16, bf16",
     batch: "batch B",
     heads: "query heads H",
@@ -96,23 +96,25 @@ crate::op_shape! {
 crate::op_shape! {
     QkSoftmaxShape = "qk-softmax",
     "softmax(scale q k^T) along the keys (tileops_ops::qk_softmax): the flash kernel's \
-     P-writing variant, one row per query tile, at most one block per cluster",
-    |s| qk_launches(s);
+     P-writing variant, one row per query tile, at most one block per cluster";
+    check(s, _path) = qk_check(s);
+    plan(s) = vec![qk_plan(s).launch()];
     dtype: "q, k, P dtype: f32, f16, bf16",
     m: "queries M (sets the query tile and the blocks)",
     n: "keys N",
     head_dim: "head dim D (at most 256)",
 }
 
-/// The launch of [`crate::flash_attention()`] for `shape` on the Ascend 950: the DN-mode kernel
-/// with one descriptor row per query tile that sees a key (fully masked tiles are not
-/// launched), run by at most one block per cluster. Errors: a size of 0 or above [`MAX_DIM`],
-/// head dims above 256, `heads % kv_heads != 0`, a dtype other than f32/f16/bf16, more than
-/// [`MAX_DIM`] elements in a tensor (the checks the tensor calls run too).
-pub fn launches(shape: &FlashAttentionShape) -> Result<Vec<Launch>, OpError> {
-    check(shape, false)?;
-    check_elements(shape)?;
-    Ok(vec![plan(shape, &Seqs::Dense).launch()])
+/// The rules of a [`crate::flash_attention()`] shape, whose launch on the Ascend 950 is the
+/// DN-mode kernel with one descriptor row per query tile that sees a key (fully masked tiles
+/// are not launched), run by at most one block per cluster. `emit`: [`check`] without empty
+/// sequences, and [`check_elements`]; a tensor call: [`check`] with empty sequences (the dense
+/// call checks the element counts itself, the packed one counts its tensors instead).
+fn check_flash(s: &FlashAttentionShape, path: CheckPath) -> Result<(), OpError> {
+    match path {
+        CheckPath::Emit => check(s, false).and_then(|()| check_elements(s)),
+        CheckPath::Tensor => check(s, true),
+    }
 }
 
 /// The rules of a flash shape, shared by `tileops emit --op flash-attention` and the tensor
@@ -120,7 +122,7 @@ pub fn launches(shape: &FlashAttentionShape) -> Result<Vec<Launch>, OpError> {
 /// [`MAX_DIM`] (`seq_q` and `seq_kv` may be 0 when `empty_seqs`: a call with no query or no key
 /// launches nothing), head dims above 256, `heads % kv_heads != 0`, a dtype other than
 /// f32/f16/bf16.
-pub(crate) fn check(s: &FlashAttentionShape, empty_seqs: bool) -> Result<(), OpError> {
+fn check(s: &FlashAttentionShape, empty_seqs: bool) -> Result<(), OpError> {
     const OP: &str = "flash_attention";
     check_dtype(OP, s.dtype)?;
     check_dims(
@@ -182,19 +184,11 @@ pub(crate) fn check_elements(s: &FlashAttentionShape) -> Result<(), OpError> {
     Ok(())
 }
 
-/// The launch of [`crate::qk_softmax()`] for `shape` on the Ascend 950: the flash kernel's
-/// P-writing variant, one descriptor row per query tile, at most one block per cluster.
-/// Errors: a size of 0 or above [`MAX_DIM`], a head dim above 256, a dtype other than
-/// f32/f16/bf16, more than [`MAX_DIM`] elements in P (the checks the tensor call runs too).
-pub fn qk_launches(shape: &QkSoftmaxShape) -> Result<Vec<Launch>, OpError> {
-    qk_check(shape)?;
-    Ok(vec![qk_plan(shape).launch()])
-}
-
 /// The rules of a `qk_softmax` shape, shared by `tileops emit --op qk-softmax` and the tensor
-/// call: a size of 0 or above [`MAX_DIM`], a head dim above 256, a dtype other than
+/// call (its launch on the Ascend 950: the flash kernel's P-writing variant, one descriptor row
+/// per query tile, at most one block per cluster): a size of 0 or above [`MAX_DIM`], a head dim above 256, a dtype other than
 /// f32/f16/bf16, more than [`MAX_DIM`] elements in P.
-pub(crate) fn qk_check(s: &QkSoftmaxShape) -> Result<(), OpError> {
+fn qk_check(s: &QkSoftmaxShape) -> Result<(), OpError> {
     const OP: &str = "qk_softmax";
     check_dtype(OP, s.dtype)?;
     check_dims(OP, &[("m", s.m), ("n", s.n)])?;

@@ -40,7 +40,7 @@
 use super::CacheCall;
 use crate::bridge::{self, gm_i32};
 use crate::error::OpError;
-use crate::kernels::ReshapeAndCacheShape;
+use crate::registry::{Checked, ReshapeAndCacheShape};
 use crate::runtime::{compiled_keyed, PlanTarget, Runner};
 use crate::templates::row_copy::{block_dim_for, emit_row_copy, RowPlan, RowTiles};
 use tile_backend::dsl::{Body, KernelBuilder};
@@ -85,7 +85,7 @@ pub(crate) fn cache_kernel(dtype: DType, row: u64) -> Kernel {
 /// width (the same on every target: the row copy has no tiling to choose), on the blocks
 /// [`block_dim_for`] gives (the device: every AIV a row; the simulator: at least 64 rows a
 /// block), at most the blocks the target runs at once. [`run`] and `tileops emit`
-/// ([`crate::kernels::reshape_and_cache`], with [`PlanTarget::Device`]) both launch from it.
+/// ([`crate::registry::launches`], with [`PlanTarget::Device`]) both launch from it.
 pub(crate) struct CachePlan {
     /// Row dtype.
     pub dtype: DType,
@@ -115,7 +115,7 @@ impl std::fmt::Display for CachePlan {
 }
 
 /// The plan of a cache write of `shape` on `target`.
-pub(crate) fn plan(shape: &ReshapeAndCacheShape, target: PlanTarget) -> CachePlan {
+pub(crate) fn plan(shape: &Checked<ReshapeAndCacheShape>, target: PlanTarget) -> CachePlan {
     CachePlan {
         dtype: shape.dtype,
         width: shape.width as u64,

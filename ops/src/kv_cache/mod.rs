@@ -13,6 +13,7 @@ pub(crate) mod shape;
 use crate::backend::Backend;
 use crate::bridge::{self, Bridge};
 use crate::error::OpError;
+use crate::registry::Checked;
 use candle_core::{CpuStorage, InplaceOp2, Layout, Tensor};
 pub use shape::ReshapeAndCacheShape;
 
@@ -65,7 +66,7 @@ pub fn reshape_and_cache(
 #[derive(Debug, Clone)]
 pub struct CacheCall {
     /// The call's shape: dtype, rows `N` (`tokens`) and row width.
-    pub shape: ReshapeAndCacheShape,
+    pub shape: Checked<ReshapeAndCacheShape>,
     /// Blocks of the cache.
     pub(crate) num_blocks: usize,
     /// Slots per block.
@@ -147,12 +148,11 @@ impl CacheCall {
             tokens: n,
             width,
         };
-        shape::check(&shape).map_err(|e| {
-            bridge::as_call_error(
-                e,
-                &[("dtype", "cache"), ("tokens", "rows"), ("width", "rows")],
-            )
-        })?;
+        let shape = Checked::call(
+            shape,
+            OP,
+            &[("dtype", "cache"), ("tokens", "rows"), ("width", "rows")],
+        )?;
         Ok(CacheCall {
             shape,
             num_blocks,

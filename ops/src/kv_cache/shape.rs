@@ -4,8 +4,7 @@
 
 use super::kernel::plan;
 use crate::error::OpError;
-use crate::kernels::Launch;
-use crate::registry::{check_dims, check_dtype, check_width};
+use crate::registry::{check_dims, check_dtype, check_width, Checked, Launch};
 use crate::runtime::PlanTarget;
 use tile_backend::ir::DType;
 
@@ -36,8 +35,9 @@ impl Default for ReshapeAndCacheShape {
 crate::op_shape! {
     ReshapeAndCacheShape = "reshape-and-cache",
     "new K/V (or MLA latent) rows written into a paged cache by slot mapping \
-     (tileops_ops::reshape_and_cache)",
-    |s| launches(s);
+     (tileops_ops::reshape_and_cache)";
+    check(s, _path) = check(s);
+    plan(s) = device_launches(s);
     dtype: "row and cache dtype: f32, f16, bf16",
     tokens: "new rows N (sets the blocks)",
     width: "elements per row (Hkv * D, or the latent width)",
@@ -47,22 +47,21 @@ crate::op_shape! {
 /// blocks as give every AIV a row (at most 32). Errors: `tokens` 0 or above [`MAX_DIM`],
 /// `width` 0 or above [`MAX_WIDTH`], a dtype other than f32/f16/bf16.
 ///
-/// [`MAX_DIM`]: crate::kernels::MAX_DIM
-/// [`MAX_WIDTH`]: crate::kernels::MAX_WIDTH
-pub fn launches(shape: &ReshapeAndCacheShape) -> Result<Vec<Launch>, OpError> {
-    check(shape)?;
+/// [`MAX_DIM`]: crate::registry::MAX_DIM
+/// [`MAX_WIDTH`]: crate::registry::MAX_WIDTH
+fn device_launches(shape: &Checked<ReshapeAndCacheShape>) -> Vec<Launch> {
     let plan = plan(shape, PlanTarget::Device);
-    Ok(vec![Launch {
+    vec![Launch {
         kernel: plan.kernel(),
         block_dim: plan.block_dim as u64,
         scalars: vec![("n", shape.tokens as i64)],
-    }])
+    }]
 }
 
 /// The rules of a reshape-and-cache shape, shared by `tileops emit --op reshape-and-cache` and
 /// the tensor call (which renames the parameter to the tensor carrying it): the errors of
-/// [`launches`].
-pub(crate) fn check(shape: &ReshapeAndCacheShape) -> Result<(), OpError> {
+/// [`device_launches`].
+fn check(shape: &ReshapeAndCacheShape) -> Result<(), OpError> {
     const OP: &str = "reshape_and_cache";
     check_dtype(OP, shape.dtype)?;
     check_dims(OP, &[("tokens", shape.tokens)])?;

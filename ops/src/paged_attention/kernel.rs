@@ -2,11 +2,12 @@
 //!
 //! CONTRACT (the op layer in `mod.rs` calls exactly this): [`run`] receives a validated
 //! [`PagedCall`] and the storage it describes; `plan` is the call's one launch plan, which
-//! [`run`] and `tileops emit` ([`super::shape::launches`]) both launch from.
+//! [`run`] and `tileops emit` ([`crate::registry::launches`]) both launch from.
 
 use super::{PagedAttentionShape, PagedCall};
 use crate::bridge;
 use crate::error::OpError;
+use crate::registry::Checked;
 use crate::runtime::{PlanTarget, Runner};
 use crate::templates::attention::{self, run_attention, AttnCfg, AttnInputs, AttnPlan, AttnSpec};
 use tile_backend::launch::{GmInput, GmTensor};
@@ -32,7 +33,7 @@ pub(crate) fn head_group(heads: usize, kv_heads: usize) -> Result<usize, String>
 /// `[num_blocks * block_size, Hkv * D]` at column `kv_head * D`), its grid for `context_len`
 /// tokens in the longest context, and the merge. `kv_heads` must divide `heads` (see
 /// [`head_group`]).
-pub(crate) fn plan(shape: &PagedAttentionShape, target: PlanTarget) -> AttnPlan {
+pub(crate) fn plan(shape: &Checked<PagedAttentionShape>, target: PlanTarget) -> AttnPlan {
     let s = shape;
     let kv_heads = s.kv_heads.max(1);
     let cfg = AttnCfg::new(AttnSpec {

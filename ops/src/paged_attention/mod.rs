@@ -8,6 +8,7 @@ pub(crate) mod shape;
 use crate::backend::Backend;
 use crate::bridge::{self, Bridge};
 use crate::error::OpError;
+use crate::registry::Checked;
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 pub use shape::PagedAttentionShape;
 
@@ -76,7 +77,7 @@ pub fn paged_attention(
 #[derive(Debug, Clone)]
 pub struct PagedCall {
     /// The call's shape; its `context_len` is the longest context (the count the plan splits).
-    pub shape: PagedAttentionShape,
+    pub shape: Checked<PagedAttentionShape>,
     /// Blocks of each cache.
     pub(crate) num_blocks: usize,
     /// Columns of the block table.
@@ -190,20 +191,19 @@ impl PagedCall {
             context_len: lens.iter().copied().max().unwrap_or(0) as usize,
             block_size,
         };
-        shape::check(&shape).map_err(|e| {
-            bridge::as_call_error(
-                e,
-                &[
-                    ("dtype", "q"),
-                    ("batch", "q"),
-                    ("heads", "q"),
-                    ("head_dim", "q"),
-                    ("kv_heads", "k_cache"),
-                    ("block_size", "k_cache"),
-                    ("context_len", "context_lens"),
-                ],
-            )
-        })?;
+        let shape = Checked::call(
+            shape,
+            OP,
+            &[
+                ("dtype", "q"),
+                ("batch", "q"),
+                ("heads", "q"),
+                ("head_dim", "q"),
+                ("kv_heads", "k_cache"),
+                ("block_size", "k_cache"),
+                ("context_len", "context_lens"),
+            ],
+        )?;
         Ok(PagedCall {
             shape,
             num_blocks,

@@ -4,8 +4,7 @@
 
 use super::kernel::{head_group, plan};
 use crate::error::OpError;
-use crate::kernels::Launch;
-use crate::registry::{check_dims, check_dtype, check_width};
+use crate::registry::{check_dims, check_dtype, check_width, Checked, Launch};
 use crate::runtime::PlanTarget;
 use crate::templates::attention::check_rows;
 use tile_backend::ir::DType;
@@ -48,8 +47,9 @@ impl Default for PagedAttentionShape {
 crate::op_shape! {
     PagedAttentionShape = "paged-attention",
     "vLLM-style dense decode with GQA (tileops_ops::paged_attention): split kernel, then the \
-     merge (none with one split: the split kernel writes the result)",
-    |s| launches(s);
+     merge (none with one split: the split kernel writes the result)";
+    check(s, _path) = check(s);
+    plan(s) = device_launches(s);
     dtype: "q and cache dtype: f32, f16, bf16",
     batch: "batch rows B (sets the blocks and the splits)",
     heads: "query heads H",
@@ -66,17 +66,16 @@ crate::op_shape! {
 /// ([`MAX_WIDTH`] for `head_dim`), `heads % kv_heads != 0` or more than 128 query heads per KV
 /// head, a dtype other than f32/f16/bf16, `batch * heads` above [`MAX_DIM`].
 ///
-/// [`MAX_DIM`]: crate::kernels::MAX_DIM
-/// [`MAX_WIDTH`]: crate::kernels::MAX_WIDTH
-pub fn launches(shape: &PagedAttentionShape) -> Result<Vec<Launch>, OpError> {
-    check(shape)?;
-    Ok(plan(shape, PlanTarget::Device).launches())
+/// [`MAX_DIM`]: crate::registry::MAX_DIM
+/// [`MAX_WIDTH`]: crate::registry::MAX_WIDTH
+fn device_launches(shape: &Checked<PagedAttentionShape>) -> Vec<Launch> {
+    plan(shape, PlanTarget::Device).launches()
 }
 
 /// The rules of a paged-attention shape, shared by `tileops emit --op paged-attention` and the
 /// tensor call (which renames the parameter to the tensor carrying it): the errors of
-/// [`launches`].
-pub(crate) fn check(shape: &PagedAttentionShape) -> Result<(), OpError> {
+/// [`device_launches`].
+fn check(shape: &PagedAttentionShape) -> Result<(), OpError> {
     const OP: &str = "paged_attention";
     let s = shape;
     check_dtype(OP, s.dtype)?;

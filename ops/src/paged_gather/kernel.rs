@@ -35,7 +35,7 @@
 use super::GatherCall;
 use crate::bridge::{self, gm_i32};
 use crate::error::OpError;
-use crate::kernels::PagedGatherShape;
+use crate::registry::{Checked, PagedGatherShape};
 use crate::runtime::{compiled_keyed, PlanTarget, Runner};
 use crate::templates::row_copy::{
     batch_rows, block_dim_for, emit_row_copy, emit_row_gather, GatherKeys, RowPlan, RowTiles, Table,
@@ -93,7 +93,7 @@ pub(crate) fn gather_kernel(dtype: DType, size: u64) -> Kernel {
 /// same on every target: the row copy has no tiling to choose), on the blocks
 /// [`block_dim_for`] gives (the device: every AIV a row; the simulator: at least 64 rows a
 /// block), at most the blocks the target runs at once. [`run`] and `tileops emit`
-/// ([`crate::kernels::paged_gather`], with [`PlanTarget::Device`]) both launch from it.
+/// ([`crate::registry::launches`], with [`PlanTarget::Device`]) both launch from it.
 pub(crate) struct GatherPlan {
     /// Row dtype.
     pub dtype: DType,
@@ -123,7 +123,7 @@ impl std::fmt::Display for GatherPlan {
 }
 
 /// The plan of a gather of `shape` on `target`.
-pub(crate) fn plan(shape: &PagedGatherShape, target: PlanTarget) -> GatherPlan {
+pub(crate) fn plan(shape: &Checked<PagedGatherShape>, target: PlanTarget) -> GatherPlan {
     GatherPlan {
         dtype: shape.dtype,
         size: shape.size as u64,

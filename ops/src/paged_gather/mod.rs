@@ -12,6 +12,7 @@ pub(crate) mod shape;
 use crate::backend::Backend;
 use crate::bridge::{self, Bridge};
 use crate::error::OpError;
+use crate::registry::Checked;
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 pub use shape::PagedGatherShape;
 use tile_backend::ir::DType;
@@ -64,7 +65,7 @@ pub fn paged_gather(
 #[derive(Debug, Clone)]
 pub struct GatherCall {
     /// The call's shape: dtype, rows gathered `n` and columns kept `size`.
-    pub shape: PagedGatherShape,
+    pub shape: Checked<PagedGatherShape>,
     /// Rows `T` of src.
     pub(crate) tokens: usize,
     /// Columns `C` of src (`>= size`).
@@ -163,8 +164,7 @@ impl GatherCall {
             n: idx.len(),
             size,
         };
-        shape::check(&shape)
-            .map_err(|e| bridge::as_call_error(e, &[("dtype", "src"), ("n", "indices")]))?;
+        let shape = Checked::call(shape, OP, &[("dtype", "src"), ("n", "indices")])?;
         Ok(GatherCall {
             shape,
             tokens: t_rows,

@@ -4,8 +4,7 @@
 
 use super::kernel::plan;
 use crate::error::OpError;
-use crate::kernels::Launch;
-use crate::registry::{check_dims, check_dtype, check_width, MAX_DIM};
+use crate::registry::{check_dims, check_dtype, check_width, Checked, Launch, MAX_DIM};
 use crate::runtime::PlanTarget;
 use tile_backend::ir::DType;
 
@@ -35,8 +34,9 @@ impl Default for PagedGatherShape {
 crate::op_shape! {
     PagedGatherShape = "paged-gather",
     "rows gathered from a paged source through a block table, GM -> UB -> GM \
-     (tileops_ops::paged_gather)",
-    |s| launches(s);
+     (tileops_ops::paged_gather)";
+    check(s, _path) = check(s);
+    plan(s) = device_launches(s);
     dtype: "source dtype: f32, f16, bf16",
     n: "rows gathered (sets the blocks)",
     size: "columns gathered per row",
@@ -46,21 +46,20 @@ crate::op_shape! {
 /// give every AIV a row (at most 32). Errors: `n` 0 or above [`MAX_DIM`], `size` 0 or above
 /// [`MAX_WIDTH`], a dtype other than f32/f16/bf16.
 ///
-/// [`MAX_DIM`]: crate::kernels::MAX_DIM
-/// [`MAX_WIDTH`]: crate::kernels::MAX_WIDTH
-pub fn launches(shape: &PagedGatherShape) -> Result<Vec<Launch>, OpError> {
-    check(shape)?;
+/// [`MAX_DIM`]: crate::registry::MAX_DIM
+/// [`MAX_WIDTH`]: crate::registry::MAX_WIDTH
+fn device_launches(shape: &Checked<PagedGatherShape>) -> Vec<Launch> {
     let plan = plan(shape, PlanTarget::Device);
-    Ok(vec![Launch {
+    vec![Launch {
         kernel: plan.kernel(),
         block_dim: plan.block_dim as u64,
         scalars: vec![("n", shape.n as i64)],
-    }])
+    }]
 }
 
 /// The rules of a paged-gather shape, shared by `tileops emit --op paged-gather` and the tensor
-/// call (which renames the parameter to the argument carrying it): the errors of [`launches`].
-pub(crate) fn check(shape: &PagedGatherShape) -> Result<(), OpError> {
+/// call (which renames the parameter to the argument carrying it): the errors of [`device_launches`].
+fn check(shape: &PagedGatherShape) -> Result<(), OpError> {
     const OP: &str = "paged_gather";
     check_dtype(OP, shape.dtype)?;
     check_dims(OP, &[("n", shape.n)])?;

@@ -34,7 +34,7 @@
 use super::{QuantCall, QuantizedWeight};
 use crate::bridge;
 use crate::error::OpError;
-use crate::kernels::QuantMatmulShape;
+use crate::registry::{Checked, QuantMatmulShape};
 use crate::runtime::{compiled_keyed, PlanTarget, Runner};
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
@@ -150,7 +150,7 @@ pub fn grid(m: usize, n: usize, tiles: Tiles) -> (usize, usize, usize) {
 
 /// The launch plan of a call of `shape` on a target (one block per `tm x tn` output tile of
 /// [`Tiles::for_shape`]): the kernel for its epilogue and tiles, the grid and the scalars.
-/// [`run_float`], [`run_int8`] and `tileops emit` ([`crate::kernels::quant_matmul`], the
+/// [`run_float`], [`run_int8`] and `tileops emit` ([`crate::registry::launches`], the
 /// device plan) all launch from it.
 pub(crate) struct QuantPlan {
     /// What the kernel does after the Fixpipe (with the tiles, the compile key).
@@ -195,7 +195,7 @@ impl std::fmt::Display for QuantPlan {
 
 /// The plan of a call of `shape` on `target` (a valid shape: `out_dtype` i8 for the int8
 /// variant, which has no bias).
-pub(crate) fn plan(shape: &QuantMatmulShape, target: PlanTarget) -> QuantPlan {
+pub(crate) fn plan(shape: &Checked<QuantMatmulShape>, target: PlanTarget) -> QuantPlan {
     let tiles = Tiles::for_shape(shape.m, shape.k, shape.n, target);
     let (tm, tn, blocks) = grid(shape.m, shape.n, tiles);
     let epi = match shape.out_dtype {
@@ -661,13 +661,16 @@ mod tests {
             );
         }
         // The grid and the padded widths follow the tiles.
-        let s = |m, k, n| QuantMatmulShape {
-            out_dtype: DType::F32,
-            m,
-            k,
-            n,
-            bias: false,
-            relu: false,
+        let s = |m, k, n| {
+            Checked::emit(QuantMatmulShape {
+                out_dtype: DType::F32,
+                m,
+                k,
+                n,
+                bias: false,
+                relu: false,
+            })
+            .expect("a valid shape")
         };
         let p = plan(&s(3, 256, 600), PlanTarget::Cpu);
         assert_eq!((p.tiles, p.block_dim), (tiles(16, 256, 256), 3));
@@ -698,7 +701,7 @@ mod tests {
                     m,
                     ..QuantMatmulShape::default()
                 };
-                let launches = crate::kernels::quant_matmul(&shape).expect("a valid shape");
+                let launches = crate::registry::launches(&shape).expect("a valid shape");
                 for l in launches {
                     if !seen.insert(l.kernel.name.clone()) {
                         continue;

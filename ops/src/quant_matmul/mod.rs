@@ -31,6 +31,7 @@ pub use weight::{
 use crate::backend::Backend;
 use crate::bridge;
 use crate::error::OpError;
+use crate::registry::Checked;
 use candle_core::{DType as CDType, Device, Tensor};
 pub use shape::QuantMatmulShape;
 use std::borrow::Cow;
@@ -40,7 +41,7 @@ const OP: &str = "quant_matmul";
 const OP8: &str = "quant_matmul_int8";
 
 /// The argument carrying each parameter of [`QuantMatmulShape`] (for the shape's checks run on
-/// a call: [`bridge::as_call_error`]).
+/// a call: [`Checked::call`]).
 const QUANT_ARGS: &[(&str, &str)] = &[("m", "x"), ("k", "x"), ("n", "w")];
 
 /// Options of [`quant_matmul`].
@@ -103,7 +104,7 @@ impl Dequant {
 #[derive(Debug, Clone)]
 pub(crate) struct QuantCall<'a> {
     /// The call's shape: result dtype, `M`, `K`, `N`, bias, ReLU.
-    pub shape: QuantMatmulShape,
+    pub shape: Checked<QuantMatmulShape>,
     /// The int8 activations `[M, K]`: quantised by the op, or borrowed from the caller's.
     pub xq: Cow<'a, [i8]>,
     /// The Fixpipe's per-channel scale words (`N`): the dequantisation words `s_w[n] · 2^-e`
@@ -170,7 +171,7 @@ impl<'a> QuantCall<'a> {
             bias: bias.is_some(),
             relu: params.relu,
         };
-        shape::check(&shape).map_err(|e| bridge::as_call_error(e, QUANT_ARGS))?;
+        let shape = Checked::call(shape, OP, QUANT_ARGS)?;
         Ok(QuantCall {
             shape,
             xq: Cow::Owned(xq),
@@ -210,7 +211,7 @@ impl<'a> QuantCall<'a> {
             bias: false,
             relu: params.relu,
         };
-        shape::check(&shape).map_err(|e| bridge::as_call_error(e, QUANT_ARGS))?;
+        let shape = Checked::call(shape, OP8, QUANT_ARGS)?;
         Ok(QuantCall {
             shape,
             xq: Cow::Borrowed(x.data()),

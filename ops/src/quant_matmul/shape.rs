@@ -4,8 +4,7 @@
 
 use super::kernel::plan;
 use crate::error::OpError;
-use crate::kernels::Launch;
-use crate::registry::{check_dims, check_dtype, MAX_DIM};
+use crate::registry::{check_dims, check_dtype, Checked, Launch, MAX_DIM};
 use crate::runtime::PlanTarget;
 use tile_backend::ir::DType;
 
@@ -45,8 +44,9 @@ impl Default for QuantMatmulShape {
 crate::op_shape! {
     QuantMatmulShape = "quant-matmul",
     "per-channel W8A8 matmul, int32 accumulation, Fixpipe dequantisation from a Scaling tile \
-     (tileops_ops::quant_matmul; --out-dtype i8: quant_matmul_int8)",
-    |s| launches(s);
+     (tileops_ops::quant_matmul; --out-dtype i8: quant_matmul_int8)";
+    check(s, _path) = check(s);
+    plan(s) = device_launches(s);
     out_dtype: "result dtype: f32, f16, bf16, or i8 (the int8-output variant)",
     m: "rows M (tokens; sets the blocks)",
     k: "input features K",
@@ -59,15 +59,14 @@ crate::op_shape! {
 /// `shape`: one block per output tile (at most 128 x 256, `quant_matmul::kernel::Tiles`). Errors: a size of 0 or above [`MAX_DIM`], an
 /// output dtype other than f32/f16/bf16/i8, a bias with the int8 output.
 ///
-/// [`MAX_DIM`]: crate::kernels::MAX_DIM
-pub fn launches(shape: &QuantMatmulShape) -> Result<Vec<Launch>, OpError> {
-    check(shape)?;
+/// [`MAX_DIM`]: crate::registry::MAX_DIM
+fn device_launches(shape: &Checked<QuantMatmulShape>) -> Vec<Launch> {
     let plan = plan(shape, PlanTarget::Device);
-    Ok(vec![Launch {
+    vec![Launch {
         kernel: plan.kernel(),
         block_dim: plan.block_dim as u64,
         scalars: plan.scalars.to_vec(),
-    }])
+    }]
 }
 
 /// The rules of a quant-matmul shape, shared by `tileops emit --op quant-matmul` and the tensor
@@ -75,8 +74,8 @@ pub fn launches(shape: &QuantMatmulShape) -> Result<Vec<Launch>, OpError> {
 /// [`MAX_DIM`], `k` above [`MAX_QUANT_K`](crate::MAX_QUANT_K), an output dtype other than
 /// f32/f16/bf16/i8, a bias with the int8 output.
 ///
-/// [`MAX_DIM`]: crate::kernels::MAX_DIM
-pub(crate) fn check(shape: &QuantMatmulShape) -> Result<(), OpError> {
+/// [`MAX_DIM`]: crate::registry::MAX_DIM
+fn check(shape: &QuantMatmulShape) -> Result<(), OpError> {
     let op = if shape.out_dtype == DType::I8 {
         "quant_matmul_int8"
     } else {

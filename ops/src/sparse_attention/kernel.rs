@@ -2,11 +2,12 @@
 //!
 //! CONTRACT (the op layer in `mod.rs` calls exactly this): [`run`] receives a validated
 //! [`SparseCall`] and the storage it describes; `plan` is the call's one launch plan, which
-//! [`run`] and `tileops emit` ([`super::shape::launches`]) both launch from.
+//! [`run`] and `tileops emit` ([`crate::registry::launches`]) both launch from.
 
 use super::{SparseAttentionShape, SparseCall};
 use crate::bridge;
 use crate::error::OpError;
+use crate::registry::Checked;
 use crate::runtime::{PlanTarget, Runner};
 use crate::templates::attention::{self, run_attention, AttnCfg, AttnInputs, AttnPlan, AttnSpec};
 use tile_backend::launch::{GmInput, GmTensor};
@@ -17,7 +18,7 @@ const OP: &str = "sparse_paged_attention";
 /// heads (head tiles of at most 128 heads, as even as possible; the heads of a tile share each
 /// gathered K tile, the latent cache having no head dimension; V is the first `v_dim` columns
 /// of K), its grid for `shape.topk` valid tokens in the fullest row, and the merge.
-pub(crate) fn plan(shape: &SparseAttentionShape, target: PlanTarget) -> AttnPlan {
+pub(crate) fn plan(shape: &Checked<SparseAttentionShape>, target: PlanTarget) -> AttnPlan {
     let s = shape;
     let nht = s.heads.div_ceil(128).max(1);
     let cfg = AttnCfg::new(AttnSpec {

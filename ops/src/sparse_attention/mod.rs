@@ -8,6 +8,7 @@ pub(crate) mod shape;
 use crate::backend::Backend;
 use crate::bridge::{self, Bridge};
 use crate::error::OpError;
+use crate::registry::Checked;
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 pub use shape::SparseAttentionShape;
 use tile_backend::launch::GmTensor;
@@ -111,7 +112,7 @@ pub fn sparse_paged_attention(
 pub struct SparseCall {
     /// The call's shape; its `topk` is the valid indices of the fullest row (the count the
     /// plan splits), its `sink` whether a sink is given.
-    pub shape: SparseAttentionShape,
+    pub shape: Checked<SparseAttentionShape>,
     /// Columns of `indices` (`topk` of the op's signature).
     pub(crate) topk_width: usize,
     /// Blocks of the cache.
@@ -266,19 +267,18 @@ impl SparseCall {
             sink: sink.is_some(),
             batch_invariant: p.batch_invariant,
         };
-        shape::check(&shape, true).map_err(|e| {
-            bridge::as_call_error(
-                e,
-                &[
-                    ("dtype", "q"),
-                    ("batch", "q"),
-                    ("heads", "q"),
-                    ("dqk", "q"),
-                    ("topk", "indices"),
-                    ("block_size", "kv_cache"),
-                ],
-            )
-        })?;
+        let shape = Checked::call(
+            shape,
+            OP,
+            &[
+                ("dtype", "q"),
+                ("batch", "q"),
+                ("heads", "q"),
+                ("dqk", "q"),
+                ("topk", "indices"),
+                ("block_size", "kv_cache"),
+            ],
+        )?;
         Ok(SparseCall {
             shape,
             topk_width: topk,

@@ -4,8 +4,7 @@
 
 use super::check_v_dim;
 use crate::error::OpError;
-use crate::kernels::Launch;
-use crate::registry::{check_dims, check_dtype, check_width};
+use crate::registry::{check_dims, check_dtype, check_width, CheckPath, Checked, Launch};
 use crate::runtime::PlanTarget;
 use crate::templates::attention::check_rows;
 use tile_backend::ir::DType;
@@ -58,8 +57,9 @@ impl Default for SparseAttentionShape {
 crate::op_shape! {
     SparseAttentionShape = "sparse-paged-attention",
     "DeepSeek-V3.2 sparse top-k decode (tileops_ops::sparse_paged_attention): top-k split \
-     kernel, then the merge; defaults are the DeepSeek decode shape",
-    |s| launches(s);
+     kernel, then the merge; defaults are the DeepSeek decode shape";
+    check(s, path) = check(s, path == CheckPath::Tensor);
+    plan(s) = device_launches(s);
     dtype: "q and cache dtype: f32, f16, bf16",
     batch: "batch rows B (sets the blocks and the top-k splits)",
     heads: "query heads H",
@@ -76,17 +76,16 @@ crate::op_shape! {
 /// [`MAX_DIM`] ([`MAX_WIDTH`] for `dqk` and `v_dim`), `v_dim > dqk`, a dtype other than
 /// f32/f16/bf16, `batch * heads` above [`MAX_DIM`].
 ///
-/// [`MAX_DIM`]: crate::kernels::MAX_DIM
-/// [`MAX_WIDTH`]: crate::kernels::MAX_WIDTH
-pub fn launches(shape: &SparseAttentionShape) -> Result<Vec<Launch>, OpError> {
-    check(shape, false)?;
-    Ok(super::kernel::plan(shape, PlanTarget::Device).launches())
+/// [`MAX_DIM`]: crate::registry::MAX_DIM
+/// [`MAX_WIDTH`]: crate::registry::MAX_WIDTH
+fn device_launches(shape: &Checked<SparseAttentionShape>) -> Vec<Launch> {
+    super::kernel::plan(shape, PlanTarget::Device).launches()
 }
 
 /// The rules of a sparse-attention shape, shared by `tileops emit --op sparse-paged-attention`
 /// and the tensor call (which renames the parameter to the tensor carrying it): the errors of
-/// [`launches`]; `topk` may be 0 when `empty_rows` (a call whose every index is -1).
-pub(crate) fn check(s: &SparseAttentionShape, empty_rows: bool) -> Result<(), OpError> {
+/// [`device_launches`]; `topk` may be 0 when `empty_rows` (a call whose every index is -1).
+fn check(s: &SparseAttentionShape, empty_rows: bool) -> Result<(), OpError> {
     const OP: &str = "sparse_paged_attention";
     check_dtype(OP, s.dtype)?;
     check_dims(

@@ -10,7 +10,7 @@
 use crate::support::*;
 use candle_core::{DType, Device, Tensor};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use tileops_ops::kernels::{MAX_DIM, OPS};
+use tileops_ops::registry::{MAX_DIM, OPS};
 use tileops_ops::{
     flash_attention, flash_attention_varlen, paged_attention, paged_gather, qk_softmax,
     quant_matmul, quant_matmul_int8, quantize_per_channel, quantize_per_token, reshape_and_cache,
@@ -1034,7 +1034,7 @@ fn emit_cases(out: &mut Vec<Case>) {
                     run: Box::new(move |_| {
                         match spec.launches(&[(param.to_string(), value.clone())]) {
                             Ok(_) => Ok(()),
-                            Err(tileops_ops::kernels::BuildError::Op(e)) => Err(e),
+                            Err(tileops_ops::registry::BuildError::Op(e)) => Err(e),
                             Err(e) => Err(OpError::invalid("(emit)", param, e.to_string())),
                         }
                     }),

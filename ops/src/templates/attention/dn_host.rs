@@ -4,7 +4,7 @@
 
 use super::dn::{flash_dn, FlashCfg};
 use crate::error::OpError;
-use crate::kernels::Launch;
+use crate::registry::Launch;
 use crate::runtime::{compiled_keyed, Runner};
 use tile_backend::ir::DType;
 use tile_backend::launch::{Arg, GmInput, GmTensor};

@@ -3,7 +3,7 @@
 use super::attn_split;
 use super::merge::{attn_merge, merge_blocks, MergeCfg};
 use crate::error::OpError;
-use crate::kernels::Launch;
+use crate::registry::Launch;
 use crate::registry::MAX_DIM;
 use crate::runtime::{compiled_keyed, DebugKey, PlanTarget};
 use tile_backend::ir::{AccToVecMode, DType};
@@ -340,7 +340,7 @@ pub(crate) fn items_per_block(items: u64, concurrent: u64) -> u64 {
 /// grid and, unless it would hand the split result back unchanged, the merge kernel's. Each op
 /// makes it with its own `plan(shape, target)` (`sparse_attention::kernel::plan`,
 /// `paged_attention::kernel::plan`) and every consumer launches from that one value: the host
-/// ([`run_attention`](super::run_attention)) and the `emit --op` registry ([`crate::kernels`],
+/// ([`run_attention`](super::run_attention)) and the `emit --op` registry ([`crate::registry`],
 /// through [`AttnPlan::launches`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct AttnPlan {

@@ -67,11 +67,11 @@ fn attention_and_cache_launch_what_emit_plans() {
             sink,
             batch_invariant: false,
         };
-        assert_eq!(call.shape, shape);
+        assert_eq!(*call.shape, shape);
         let got = launched(|| {
             crate::sparse_paged_attention(&q, &kv, &idx, &table, &params, sim).map(|_| ())
         });
-        let want = sparse_paged_attention(&shape).expect("a valid shape");
+        let want = launches(&shape).expect("a valid shape");
         assert_eq!(got, planned(&want), "sparse {shape:?}");
         assert_eq!(want[1].kernel.params.iter().any(|p| p.name == "sink"), sink);
         let splits = want[0].scalar("splits").expect("splits");
@@ -98,10 +98,10 @@ fn attention_and_cache_launch_what_emit_plans() {
         context_len: 70,
         block_size: bs,
     };
-    assert_eq!(call.shape, shape);
+    assert_eq!(*call.shape, shape);
     let got =
         launched(|| crate::paged_attention(&q, &kc, &kc, &table, &lens, &params, sim).map(|_| ()));
-    assert_eq!(got, planned(&paged_attention(&shape).expect("valid")));
+    assert_eq!(got, planned(&launches(&shape).expect("valid")));
 
     // Cache write: block_dim from the row count, kernel keyed by dtype and width.
     let cache = Tensor::zeros((4, 4, 2, 8), C::F16, dev).expect("cache");
@@ -113,9 +113,9 @@ fn attention_and_cache_launch_what_emit_plans() {
         tokens: 7,
         width: 16,
     };
-    assert_eq!(call.shape, shape);
+    assert_eq!(*call.shape, shape);
     let got = launched(|| crate::reshape_and_cache(&rows, &cache, &slots, sim));
-    assert_eq!(got, planned(&reshape_and_cache(&shape).expect("valid")));
+    assert_eq!(got, planned(&launches(&shape).expect("valid")));
 }
 
 #[test]
@@ -135,9 +135,9 @@ fn gather_and_quant_matmul_launch_what_emit_plans() {
         n: 5,
         size: 20,
     };
-    assert_eq!(call.shape, shape);
+    assert_eq!(*call.shape, shape);
     let got = launched(|| crate::paged_gather(&src, &indices, &table, 2, 20, sim).map(|_| ()));
-    assert_eq!(got, planned(&paged_gather(&shape).expect("valid")));
+    assert_eq!(got, planned(&launches(&shape).expect("valid")));
 
     // quant_matmul (profiled: the device plan): 128 x 128 tiles fill more clusters than
     // 128 x 256 ones; kernel keyed by the epilogue and tiles.
@@ -166,8 +166,8 @@ fn gather_and_quant_matmul_launch_what_emit_plans() {
     };
     let call =
         crate::quant_matmul::QuantCall::validate(&x, &w, &params, Backend::TileSim).expect("valid");
-    assert_eq!(call.shape, shape);
-    assert_eq!(got, planned(&quant_matmul(&shape).expect("valid")));
+    assert_eq!(*call.shape, shape);
+    assert_eq!(got, planned(&launches(&shape).expect("valid")));
     assert_eq!(got, [("quant_matmul_f16_b0_r1_128x128x128".to_string(), 3)]);
 }
 
@@ -201,9 +201,9 @@ fn flash_and_qk_softmax_launch_what_emit_plans() {
             v_dim: 16,
             causal: true,
         };
-        assert_eq!(call.shape, shape);
+        assert_eq!(*call.shape, shape);
         let got = launched(|| crate::flash_attention(&q, &k, &v, &p, sim).map(|_| ()));
-        let want = flash_attention(&shape).expect("a valid shape");
+        let want = launches(&shape).expect("a valid shape");
         assert_eq!(got, planned(&want));
         assert_eq!(got[0].0, kernel);
     }
@@ -226,9 +226,9 @@ fn flash_and_qk_softmax_launch_what_emit_plans() {
         seq_kv: 7,
         head_dim: 32,
         v_dim: 32,
-        ..call.shape
+        ..*call.shape
     };
-    assert_eq!(call.shape, shape);
+    assert_eq!(*call.shape, shape);
     let got =
         launched(|| crate::flash_attention_varlen(&q, &k, &v, &cu_q, &cu_k, &p, sim).map(|_| ()));
     assert_eq!(got, [("flash_attn_bf16".to_string(), 2)]);
@@ -241,21 +241,21 @@ fn flash_and_qk_softmax_launch_what_emit_plans() {
         n: 100,
         head_dim: 64,
     };
-    assert_eq!(call.shape, shape);
+    assert_eq!(*call.shape, shape);
     let got = launched(|| crate::qk_softmax(&q, &k, 0.2, sim).map(|_| ()));
-    assert_eq!(got, planned(&qk_softmax(&shape).expect("a valid shape")));
+    assert_eq!(got, planned(&launches(&shape).expect("a valid shape")));
     assert_eq!(got, [("qk_softmax_bf16".to_string(), 1)]);
 }
 
 #[test]
 fn defaults_are_the_documented_shapes() {
-    let sparse = sparse_paged_attention(&SparseAttentionShape::default()).expect("valid");
+    let sparse = launches(&SparseAttentionShape::default()).expect("valid");
     // 4 rows x 1 head tile: 8 splits of 2 chunks of 128 tokens occupy the 32 clusters.
     assert_eq!(planned(&sparse)[0], ("sparse_attn_bf16".to_string(), 32));
     assert_eq!(sparse[0].scalar("chunks_per_split"), Some(2));
     // 512 rows, 16 per block.
     assert_eq!(planned(&sparse)[1], ("attn_merge_bf16".to_string(), 32));
-    let paged = paged_attention(&PagedAttentionShape::default()).expect("valid");
+    let paged = launches(&PagedAttentionShape::default()).expect("valid");
     // 8 rows x 8 KV heads = 64 work items: one split each, 2 items per block on 32 clusters.
     assert_eq!(planned(&paged)[0], ("paged_attn_f16".to_string(), 32));
     assert_eq!(paged[0].scalar("splits"), Some(1));
@@ -264,13 +264,13 @@ fn defaults_are_the_documented_shapes() {
         1,
         "one split: the split kernel writes the result, no merge"
     );
-    let g = paged_gather(&PagedGatherShape::default()).expect("valid");
+    let g = launches(&PagedGatherShape::default()).expect("valid");
     assert_eq!(planned(&g), [("paged_gather_bf16_576".to_string(), 32)]);
-    let c = reshape_and_cache(&ReshapeAndCacheShape::default()).expect("valid");
+    let c = launches(&ReshapeAndCacheShape::default()).expect("valid");
     assert_eq!(planned(&c), [("reshape_and_cache_f16_1024".to_string(), 4)]);
     // 7168 -> 2048 for 16 tokens: one row of 16-row tiles; 8 tiles of 256 channels would
     // leave clusters idle, so 16 of 128 over K slices of 512.
-    let q = quant_matmul(&QuantMatmulShape::default()).expect("valid");
+    let q = launches(&QuantMatmulShape::default()).expect("valid");
     assert_eq!(
         planned(&q),
         [("quant_matmul_bf16_b0_r0_16x128x512".to_string(), 16)]
@@ -294,7 +294,7 @@ fn expect_invalid(r: Result<Vec<Launch>, OpError>, op: &str, arg: &str, needle: 
 #[test]
 fn bad_shapes_name_the_argument_and_rule() {
     let sp = SparseAttentionShape::default();
-    let sparse = |s: SparseAttentionShape| sparse_paged_attention(&s);
+    let sparse = |s: SparseAttentionShape| launches(&s);
     let op = "sparse_paged_attention";
     expect_invalid(
         sparse(SparseAttentionShape { v_dim: 577, ..sp }),
@@ -361,7 +361,7 @@ fn bad_shapes_name_the_argument_and_rule() {
     let op = "paged_attention";
     for (heads, kv_heads) in [(32, 3), (1024, 4)] {
         expect_invalid(
-            paged_attention(&PagedAttentionShape {
+            launches(&PagedAttentionShape {
                 heads,
                 kv_heads,
                 ..pa
@@ -372,13 +372,13 @@ fn bad_shapes_name_the_argument_and_rule() {
         );
     }
     expect_invalid(
-        paged_attention(&PagedAttentionShape { kv_heads: 0, ..pa }),
+        launches(&PagedAttentionShape { kv_heads: 0, ..pa }),
         op,
         "kv_heads",
         "got 0",
     );
     expect_invalid(
-        paged_attention(&PagedAttentionShape {
+        launches(&PagedAttentionShape {
             context_len: 0,
             ..pa
         }),
@@ -388,19 +388,19 @@ fn bad_shapes_name_the_argument_and_rule() {
     );
     let pg = PagedGatherShape::default();
     expect_invalid(
-        paged_gather(&PagedGatherShape { size: 0, ..pg }),
+        launches(&PagedGatherShape { size: 0, ..pg }),
         "paged_gather",
         "size",
         "got 0",
     );
     expect_invalid(
-        paged_gather(&PagedGatherShape { n: 0, ..pg }),
+        launches(&PagedGatherShape { n: 0, ..pg }),
         "paged_gather",
         "n",
         "got 0",
     );
     expect_invalid(
-        paged_gather(&PagedGatherShape {
+        launches(&PagedGatherShape {
             size: MAX_WIDTH + 1,
             ..pg
         }),
@@ -410,13 +410,13 @@ fn bad_shapes_name_the_argument_and_rule() {
     );
     let qm = QuantMatmulShape::default();
     expect_invalid(
-        quant_matmul(&QuantMatmulShape { k: 0, ..qm }),
+        launches(&QuantMatmulShape { k: 0, ..qm }),
         "quant_matmul",
         "k",
         "got 0",
     );
     expect_invalid(
-        quant_matmul(&QuantMatmulShape {
+        launches(&QuantMatmulShape {
             out_dtype: DType::I8,
             bias: true,
             ..qm
@@ -426,7 +426,7 @@ fn bad_shapes_name_the_argument_and_rule() {
         "no bias",
     );
     expect_invalid(
-        quant_matmul(&QuantMatmulShape {
+        launches(&QuantMatmulShape {
             out_dtype: DType::I32,
             ..qm
         }),
@@ -436,13 +436,13 @@ fn bad_shapes_name_the_argument_and_rule() {
     );
     let rc = ReshapeAndCacheShape::default();
     expect_invalid(
-        reshape_and_cache(&ReshapeAndCacheShape { width: 0, ..rc }),
+        launches(&ReshapeAndCacheShape { width: 0, ..rc }),
         "reshape_and_cache",
         "width",
         "got 0",
     );
     expect_invalid(
-        reshape_and_cache(&ReshapeAndCacheShape {
+        launches(&ReshapeAndCacheShape {
             dtype: DType::I32,
             ..rc
         }),
@@ -450,4 +450,196 @@ fn bad_shapes_name_the_argument_and_rule() {
         "dtype",
         "f32, f16 or bf16",
     );
+}
+
+/// The registered ops that have no tensor call (tile-backend's example kernels): `emit` is
+/// their only path.
+const NO_TENSOR_CALL: &[&str] = &["matmul", "attention", "gather-matmul", "worked-matmul"];
+
+/// A registered op seen from both paths: `emit` given `values` must refuse the shape with
+/// `param`'s rule; `bad` is a tensor call of that same shape (Reference backend), which must
+/// refuse it naming `arg`, with the shape's rule when `shape_rule` (otherwise the call refuses
+/// the shape earlier, on its tensors, with a tensor rule of its own); `good` is a valid call.
+struct Row {
+    op: &'static str,
+    values: &'static [(&'static str, &'static str)],
+    param: &'static str,
+    arg: &'static str,
+    shape_rule: bool,
+    bad: fn() -> Result<(), OpError>,
+    good: fn() -> Result<(), OpError>,
+}
+
+fn rows() -> Vec<Row> {
+    use crate::Backend;
+    use candle_core::{DType as C, Device, Tensor};
+    const REF: Option<Backend> = Some(Backend::Reference);
+    fn z(dims: &[usize], dt: C) -> Tensor {
+        Tensor::zeros(dims, dt, &Device::Cpu).expect("zeros")
+    }
+    fn ints(v: &[i64], dims: &[usize]) -> Tensor {
+        Tensor::from_slice(v, dims, &Device::Cpu).expect("ints")
+    }
+    fn sparse(dqk: usize, heads: usize, v_dim: usize, blocks: usize) -> Result<(), OpError> {
+        let idx: Vec<i64> = (0..blocks as i64).collect();
+        let table = idx.clone();
+        let (q, kv) = (z(&[1, heads, dqk], C::BF16), z(&[blocks, 16, dqk], C::BF16));
+        let p = crate::SparseAttentionParams::new(v_dim, 0.1);
+        let (idx, table) = (ints(&idx, &[1, blocks]), ints(&table, &[1, blocks]));
+        crate::sparse_paged_attention(&q, &kv, &idx, &table, &p, REF).map(|_| ())
+    }
+    fn paged(d: usize, blocks: usize) -> Result<(), OpError> {
+        let (q, kc) = (z(&[1, 2, d], C::F16), z(&[blocks, 4, 1, d], C::F16));
+        let table: Vec<i64> = (0..blocks as i64).collect();
+        let (table, lens) = (ints(&table, &[1, blocks]), ints(&[1], &[1]));
+        let p = crate::PagedAttentionParams { scale: 0.2 };
+        crate::paged_attention(&q, &kc, &kc, &table, &lens, &p, REF).map(|_| ())
+    }
+    fn gather(size: usize) -> Result<(), OpError> {
+        let (idx, table) = (ints(&[0], &[1, 1]), ints(&[0, 1], &[1, 2]));
+        crate::paged_gather(&z(&[4, size], C::F32), &idx, &table, 2, size, REF).map(|_| ())
+    }
+    fn cache(width: usize) -> Result<(), OpError> {
+        let (rows, cache) = (z(&[2, width], C::F32), z(&[2, 2, width], C::F32));
+        crate::reshape_and_cache(&rows, &cache, &ints(&[0, 3], &[2]), REF)
+    }
+    fn quant(m: usize, k: usize, n: usize) -> Result<(), OpError> {
+        let w = crate::quantize_per_channel(&z(&[n, k], C::F32).ones_like()?)?;
+        let x = z(&[m, k], C::F32).ones_like()?;
+        crate::quant_matmul(&x, &w, &crate::QuantMatmulParams::default(), REF).map(|_| ())
+    }
+    fn flash(d: usize) -> Result<(), OpError> {
+        let (q, k, v) = (
+            z(&[1, 2, 3, d], C::BF16),
+            z(&[1, 1, 5, d], C::BF16),
+            z(&[1, 1, 5, d], C::BF16),
+        );
+        let p = crate::FlashAttentionParams::new(0.2, true);
+        crate::flash_attention(&q, &k, &v, &p, REF).map(|_| ())
+    }
+    fn qk(m: usize, n: usize, d: usize) -> Result<(), OpError> {
+        crate::qk_softmax(&z(&[m, d], C::BF16), &z(&[n, d], C::BF16), 0.2, REF).map(|_| ())
+    }
+    vec![
+        Row {
+            op: "sparse-paged-attention",
+            values: &[("dqk", "65537")],
+            param: "dqk",
+            arg: "q",
+            shape_rule: true,
+            bad: || sparse(65537, 1, 1, 1),
+            good: || sparse(16, 2, 8, 2),
+        },
+        Row {
+            op: "paged-attention",
+            values: &[("head_dim", "65537")],
+            param: "head_dim",
+            arg: "q",
+            shape_rule: true,
+            bad: || paged(65537, 1),
+            good: || paged(16, 2),
+        },
+        Row {
+            op: "paged-gather",
+            values: &[("size", "65537")],
+            param: "size",
+            arg: "size",
+            shape_rule: true,
+            bad: || gather(65537),
+            good: || gather(8),
+        },
+        Row {
+            op: "reshape-and-cache",
+            values: &[("width", "65537")],
+            param: "width",
+            arg: "rows",
+            shape_rule: true,
+            bad: || cache(65537),
+            good: || cache(8),
+        },
+        Row {
+            op: "quant-matmul",
+            values: &[("m", "65536"), ("k", "1"), ("n", "65536")],
+            param: "m",
+            arg: "x",
+            shape_rule: true,
+            bad: || quant(65536, 1, 65536),
+            good: || quant(3, 32, 5),
+        },
+        Row {
+            op: "flash-attention",
+            values: &[("head_dim", "300")],
+            param: "head_dim",
+            arg: "q",
+            shape_rule: false,
+            bad: || flash(300),
+            good: || flash(16),
+        },
+        Row {
+            op: "qk-softmax",
+            values: &[("m", "65536"), ("n", "65536"), ("head_dim", "1")],
+            param: "n",
+            arg: "k",
+            shape_rule: true,
+            bad: || qk(65536, 65536, 1),
+            good: || qk(3, 5, 16),
+        },
+    ]
+}
+
+/// Every registered op with a tensor call checks its shape through the one `OpShape::check`
+/// on both paths: `emit` and the tensor call refuse the same bad shape with the same rule
+/// (restated for the tensor argument that carries the parameter), and a valid `emit` and a
+/// valid call each run that check exactly once.
+#[test]
+fn every_op_checks_once_on_both_paths() {
+    let rows = rows();
+    for spec in OPS {
+        assert!(
+            rows.iter().any(|r| r.op == spec.name) || NO_TENSOR_CALL.contains(&spec.name),
+            "registered op `{}` has no row here: give its tensor call one",
+            spec.name
+        );
+    }
+    for r in &rows {
+        let entry = find_op(r.op).expect("a registered op");
+        let values: Vec<(String, String)> = r
+            .values
+            .iter()
+            .map(|&(p, v)| (p.to_string(), v.to_string()))
+            .collect();
+        let emit_rule = match entry.launches(&values) {
+            Err(BuildError::Op(OpError::Invalid { arg, rule, .. })) if arg == r.param => rule,
+            other => panic!("{}: emit {values:?} gave {other:?}", r.op),
+        };
+        match (r.bad)() {
+            Err(OpError::Invalid { arg, rule, .. }) if arg == r.arg => {
+                if r.shape_rule {
+                    let want = if r.arg == r.param {
+                        emit_rule.clone()
+                    } else {
+                        format!("{emit_rule} (shape parameter `{}`)", r.param)
+                    };
+                    assert_eq!(rule, want, "{}", r.op);
+                }
+            }
+            other => panic!(
+                "{}: the tensor call gave {other:?}, not Invalid({})",
+                r.op, r.arg
+            ),
+        }
+        spec::CHECKS_RUN.with(|c| c.borrow_mut().clear());
+        entry.launches(&[]).expect("the defaults are valid");
+        (r.good)().unwrap_or_else(|e| panic!("{}: a valid call failed: {e}", r.op));
+        let ran = spec::CHECKS_RUN.with(|c| c.take());
+        assert_eq!(
+            ran,
+            [
+                (entry.name, CheckPath::Emit),
+                (entry.name, CheckPath::Tensor)
+            ],
+            "{}",
+            r.op
+        );
+    }
 }

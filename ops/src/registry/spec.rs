@@ -1,21 +1,11 @@
-//! The op registry's machinery: an op's shape describes itself once ([`OpShape`], written with
-//! [`op_shape!`](crate::op_shape)), and everything else — the `tileops emit --op` flags and
-//! their defaults, `--op list`, the shape table of docs/ops.md — is read from that description.
-//! The list of registered ops is [`crate::kernels::OPS`]; adding an op is one line there.
+//! How an op's shape describes itself once ([`OpShape`], written with
+//! [`op_shape!`](crate::op_shape)) and how the registry reads it ([`OpSpec`]): the
+//! `tileops emit --op` flags and their defaults, `--op list`, the shape table of docs/ops.md.
 
+use super::Launch;
 use crate::error::OpError;
-use crate::kernels::Launch;
 use tile_backend::ir::DType;
 use tile_backend::kernels::Handoff;
-
-/// Largest size or count any shape parameter may take: the kernels take these values as
-/// 32-bit scalar arguments (or index GM with them).
-pub const MAX_DIM: usize = i32::MAX as usize;
-
-/// Largest row width (`dqk`, `v_dim`, `head_dim`, gathered `size`, cache `width`): these are
-/// static tile columns, and the builders unroll over column slices and chunks, so an unbounded
-/// width would build an unbounded kernel. The attention kernels stop fitting L1 far below it.
-pub const MAX_WIDTH: usize = 65536;
 
 /// One shape parameter of an op: the field name (`v_dim`; its command-line flag is
 /// [`Param::flag`], `--v-dim`) and what it means.
@@ -35,8 +25,13 @@ impl Param {
 }
 
 /// The shape of one op's call, described once: its name, its parameters with their defaults
-/// (the shape's `Default`) and the launches it makes.
-pub trait OpShape: Default {
+/// (the shape's `Default`), its rules and the launches it makes.
+///
+/// The rules ([`OpShape::check`]) are the op's one validation path: the launch plan takes a
+/// [`Checked`] shape, which only the check makes, and both `tileops emit --op` ([`launches`])
+/// and the op's tensor call (`Checked::call`) reach the plan through it. A new op therefore
+/// cannot plan a kernel from a shape its rules have not seen.
+pub trait OpShape: Default + Clone {
     /// The op's name under `tileops emit --op`.
     const NAME: &'static str;
     /// What the op is (one line).
@@ -47,8 +42,103 @@ pub trait OpShape: Default {
     fn set(&mut self, name: &str, value: &str) -> Result<(), String>;
     /// The value of parameter `name` as text (`None`: no such parameter).
     fn get(&self, name: &str) -> Option<String>;
-    /// The kernels this shape launches, in order (validating the shape first).
-    fn launches(&self) -> Result<Vec<Launch>, OpError>;
+    /// Every rule of the shape, naming the shape parameter it breaks; `path` says who asks
+    /// (a tensor call may carry a runtime count of 0 that `emit` refuses).
+    fn check(&self, path: CheckPath) -> Result<(), OpError>;
+    /// The kernels a checked shape launches on the device, in order.
+    fn plan(shape: &Checked<Self>) -> Vec<Launch>;
+}
+
+/// Which path asks an [`OpShape`] to check itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckPath {
+    /// `tileops emit --op` and [`launches`]: every runtime count is at least 1.
+    Emit,
+    /// A tensor call: a count the data decides may be 0 where the op allows it (every index
+    /// -1, no query), and the call then launches nothing.
+    Tensor,
+}
+
+/// A shape its op's [`OpShape::check`] accepted: what every launch plan takes, so that no
+/// kernel is planned from an unchecked shape. Made only by [`Checked::emit`] and, for a tensor
+/// call, `Checked::call` (crate-private); reads as the shape (`Deref`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checked<S>(S);
+
+impl<S: OpShape> Checked<S> {
+    /// `shape` checked for `tileops emit --op` ([`CheckPath::Emit`]).
+    ///
+    /// # Errors
+    /// The first rule `shape` breaks, naming the shape parameter.
+    pub fn emit(shape: S) -> Result<Self, OpError> {
+        run_check(&shape, CheckPath::Emit)?;
+        Ok(Checked(shape))
+    }
+
+    /// `shape`, read from the tensors of a call of `op`, checked for that call
+    /// ([`CheckPath::Tensor`]): an error names `op` and the tensor argument carrying the
+    /// parameter (`args`: parameter -> argument; a parameter not listed keeps its name), the
+    /// rule kept.
+    pub(crate) fn call(
+        shape: S,
+        op: &'static str,
+        args: &[(&str, &'static str)],
+    ) -> Result<Self, OpError> {
+        run_check(&shape, CheckPath::Tensor).map_err(|e| as_call_error(e, op, args))?;
+        Ok(Checked(shape))
+    }
+}
+
+/// Runs `shape`'s [`OpShape::check`] for `path`: the one place either path calls it (the crate's
+/// tests read what it ran from `CHECKS_RUN`).
+fn run_check<S: OpShape>(shape: &S, path: CheckPath) -> Result<(), OpError> {
+    #[cfg(test)]
+    CHECKS_RUN.with(|c| c.borrow_mut().push((S::NAME, path)));
+    shape.check(path)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The checks [`run_check`] ran on this thread, in order: the op's name and the path.
+    pub(super) static CHECKS_RUN: std::cell::RefCell<Vec<(&'static str, CheckPath)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl<S> std::ops::Deref for Checked<S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        &self.0
+    }
+}
+
+/// An [`OpError::Invalid`] of a shape check, whose argument is a shape parameter (`heads`,
+/// `v_dim`), restated for a tensor call of `op`: the parameter is renamed to the tensor
+/// argument that carries it (`map`: parameter -> argument; a parameter not listed keeps its
+/// name), the rule kept and the parameter named in it. [`Checked::call`] restates the check's
+/// errors through it; an op's extra shape rule on a tensor call does too.
+pub(crate) fn as_call_error(e: OpError, op: &'static str, map: &[(&str, &'static str)]) -> OpError {
+    match e {
+        OpError::Invalid { arg, rule, .. } => {
+            let to = map.iter().find(|(p, _)| *p == arg).map_or(arg, |(_, a)| *a);
+            let rule = if to == arg {
+                rule
+            } else {
+                format!("{rule} (shape parameter `{arg}`)")
+            };
+            OpError::Invalid { op, arg: to, rule }
+        }
+        other => other,
+    }
+}
+
+/// The kernels `shape` launches on the device, in order: the shape's check, then its plan (what
+/// `tileops emit --op` writes and what [`crate::Backend::Ascend950`] packages for a call of
+/// that shape).
+///
+/// # Errors
+/// The first rule `shape` breaks ([`OpError::Invalid`] naming the shape parameter).
+pub fn launches<S: OpShape>(shape: &S) -> Result<Vec<Launch>, OpError> {
+    Ok(S::plan(&Checked::emit(shape.clone())?))
 }
 
 /// Why a registered op could not build its launches from named values.
@@ -149,7 +239,7 @@ fn build<S: OpShape>(values: &[(String, String)]) -> Result<Vec<Launch>, BuildEr
             })?;
         }
     }
-    Ok(shape.launches()?)
+    Ok(launches(&shape)?)
 }
 
 /// A shape parameter's value type: parsed from and shown as text.
@@ -214,113 +304,4 @@ impl ParamValue for Handoff {
         }
         .to_string()
     }
-}
-
-/// Implements [`OpShape`](crate::registry::OpShape) for a shape struct whose parameters are
-/// fields of [`ParamValue`](crate::registry::ParamValue) types:
-///
-/// ```ignore
-/// op_shape! {
-///     MyShape = "my-op", "what it is", |s| crate::kernels::my_op(s);
-///     dtype: "data dtype: f32, f16, bf16",
-///     rows: "rows of the input",
-/// }
-/// ```
-#[macro_export]
-macro_rules! op_shape {
-    ($shape:ty = $name:literal, $about:expr, |$s:ident| $launches:expr;
-     $($field:ident : $what:literal),* $(,)?) => {
-        impl $crate::registry::OpShape for $shape {
-            const NAME: &'static str = $name;
-            const ABOUT: &'static str = $about;
-            const PARAMS: &'static [$crate::registry::Param] = &[
-                $($crate::registry::Param { name: stringify!($field), about: $what }),*
-            ];
-            fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
-                match name {
-                    $(stringify!($field) => {
-                        self.$field = $crate::registry::ParamValue::parse_param(value)?;
-                    })*
-                    _ => return Err(format!("no parameter `{name}`")),
-                }
-                Ok(())
-            }
-            fn get(&self, name: &str) -> Option<String> {
-                match name {
-                    $(stringify!($field) => {
-                        Some($crate::registry::ParamValue::show_param(&self.$field))
-                    })*
-                    _ => None,
-                }
-            }
-            fn launches(&self) -> Result<Vec<$crate::kernels::Launch>, $crate::OpError> {
-                let $s = self;
-                $launches
-            }
-        }
-    };
-}
-
-/// The shape table of docs/ops.md: every registered op with its parameters, what they mean
-/// and their defaults, as a Markdown table (a test keeps docs/ops.md equal to it).
-pub fn shape_table(ops: &[OpSpec]) -> String {
-    let mut s = String::from("| op | flag | meaning | default |\n| --- | --- | --- | --- |\n");
-    for op in ops {
-        for p in op.params {
-            let d = op.default_of(p.name).unwrap_or_default();
-            s.push_str(&format!(
-                "| `{}` | `--{}` | {} | `{d}` |\n",
-                op.name,
-                p.flag(),
-                p.about.replace('|', "\\|")
-            ));
-        }
-    }
-    s
-}
-
-// ---------------------------------------------------------------------------------------------
-// The checks the ops' shapes share
-
-/// A data dtype the ops take.
-pub(crate) fn check_dtype(op: &'static str, dtype: DType) -> Result<(), OpError> {
-    if matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
-        Ok(())
-    } else {
-        Err(OpError::invalid(
-            op,
-            "dtype",
-            format!("{dtype} is not supported: use f32, f16 or bf16"),
-        ))
-    }
-}
-
-/// A size or count in `1..=max`; `why` (may be empty) says where the bound comes from.
-pub(crate) fn check_range(
-    op: &'static str,
-    arg: &'static str,
-    v: usize,
-    max: usize,
-    why: &str,
-) -> Result<(), OpError> {
-    if (1..=max).contains(&v) {
-        Ok(())
-    } else {
-        Err(OpError::invalid(
-            op,
-            arg,
-            format!("must be in 1..={max}{why}, got {v}"),
-        ))
-    }
-}
-
-/// Sizes or counts, each `1..=MAX_DIM`, by argument name.
-pub(crate) fn check_dims(op: &'static str, dims: &[(&'static str, usize)]) -> Result<(), OpError> {
-    dims.iter()
-        .try_for_each(|&(arg, v)| check_range(op, arg, v, MAX_DIM, ""))
-}
-
-/// A row width: `1..=MAX_WIDTH`.
-pub(crate) fn check_width(op: &'static str, arg: &'static str, v: usize) -> Result<(), OpError> {
-    check_range(op, arg, v, MAX_WIDTH, " (static tile columns)")
 }

@@ -1,8 +1,7 @@
 //! Registry descriptions of tile-backend's example kernels (`tile_backend::kernels`), so that
 //! `tileops emit --op` serves them like the ops.
 
-use super::Launch;
-use crate::registry::{OpShape, Param, ParamValue, MAX_DIM, MAX_WIDTH};
+use super::{CheckPath, Checked, Launch, OpShape, Param, ParamValue, MAX_DIM, MAX_WIDTH};
 use crate::OpError;
 use tile_backend::kernels::{AttentionParams, GatherMatmulParams, MatmulParams};
 
@@ -24,15 +23,13 @@ fn check_sizes(op: &'static str, sizes: &[(&'static str, u64, usize)]) -> Result
 
 crate::op_shape! {
     MatmulParams = "matmul",
-    "tiled double-buffered C = A B (tile_backend::kernels::matmul), one output tile per block",
-    |p| {
-        check_sizes("matmul", &[
-            ("m", p.m, MAX_DIM), ("k", p.k, MAX_DIM), ("n", p.n, MAX_DIM),
-            ("tile_m", p.tile_m, MAX_WIDTH), ("tile_n", p.tile_n, MAX_WIDTH),
-            ("tile_k", p.tile_k, MAX_WIDTH),
-        ])?;
-        Ok(vec![Launch::new(tile_backend::kernels::matmul(p), p.block_dim())])
-    };
+    "tiled double-buffered C = A B (tile_backend::kernels::matmul), one output tile per block";
+    check(p, _path) = check_sizes("matmul", &[
+        ("m", p.m, MAX_DIM), ("k", p.k, MAX_DIM), ("n", p.n, MAX_DIM),
+        ("tile_m", p.tile_m, MAX_WIDTH), ("tile_n", p.tile_n, MAX_WIDTH),
+        ("tile_k", p.tile_k, MAX_WIDTH),
+    ]);
+    plan(p) = vec![Launch::new(tile_backend::kernels::matmul(p), p.block_dim())];
     m: "rows of A and C",
     k: "columns of A, rows of B",
     n: "columns of B and C",
@@ -44,14 +41,12 @@ crate::op_shape! {
 
 crate::op_shape! {
     AttentionParams = "attention",
-    "one-tile flash-attention core, Q K^T -> softmax -> P V the 950 way (kernels::attention_tile)",
-    |p| {
-        check_sizes("attention", &[
-            ("ts", p.ts, MAX_WIDTH), ("tkv", p.tkv, MAX_WIDTH), ("d", p.d, MAX_WIDTH),
-            ("batch", p.batch, MAX_DIM),
-        ])?;
-        Ok(vec![Launch::new(tile_backend::kernels::attention_tile(p), p.block_dim())])
-    };
+    "one-tile flash-attention core, Q K^T -> softmax -> P V the 950 way (kernels::attention_tile)";
+    check(p, _path) = check_sizes("attention", &[
+        ("ts", p.ts, MAX_WIDTH), ("tkv", p.tkv, MAX_WIDTH), ("d", p.d, MAX_WIDTH),
+        ("batch", p.batch, MAX_DIM),
+    ]);
+    plan(p) = vec![Launch::new(tile_backend::kernels::attention_tile(p), p.block_dim())];
     ts: "queries per tile (multiple of 32)",
     tkv: "keys per tile (multiple of 16)",
     d: "head dimension (multiple of 16)",
@@ -169,7 +164,7 @@ impl OpShape for GatherMatmulShape {
         })
     }
 
-    fn launches(&self) -> Result<Vec<Launch>, OpError> {
+    fn check(&self, _: CheckPath) -> Result<(), OpError> {
         let p = &self.params;
         check_sizes(
             Self::NAME,
@@ -183,11 +178,14 @@ impl OpShape for GatherMatmulShape {
                 ("n", p.n, MAX_DIM),
                 ("tile_n", p.tile_n, MAX_WIDTH),
             ],
-        )?;
-        Ok(vec![Launch::new(
-            tile_backend::kernels::gather_matmul(&self.params),
-            self.params.block_dim(),
-        )])
+        )
+    }
+
+    fn plan(shape: &Checked<Self>) -> Vec<Launch> {
+        vec![Launch::new(
+            tile_backend::kernels::gather_matmul(&shape.params),
+            shape.params.block_dim(),
+        )]
     }
 }
 
@@ -206,7 +204,10 @@ impl OpShape for WorkedMatmul {
     fn get(&self, _: &str) -> Option<String> {
         None
     }
-    fn launches(&self) -> Result<Vec<Launch>, OpError> {
-        Ok(vec![Launch::new(tile_backend::kernels::worked_matmul(), 1)])
+    fn check(&self, _: CheckPath) -> Result<(), OpError> {
+        Ok(())
+    }
+    fn plan(_: &Checked<Self>) -> Vec<Launch> {
+        vec![Launch::new(tile_backend::kernels::worked_matmul(), 1)]
     }
 }
