@@ -242,6 +242,29 @@ fn main() -> Result<()> {
     for (i, toks) in g.tokens.iter().enumerate() {
         println!("[{i}] {} ->{}", texts[i], tok.decode(toks)?);
     }
+    // Greedy decoding is deterministic: the other backend must give the same tokens.
+    if matches!(sampling, Sampling::Greedy) {
+        let other = match backend {
+            Backend::Reference => Backend::TileSim,
+            _ => Backend::Reference,
+        };
+        let t = std::time::Instant::now();
+        let mut check = Engine::new(&cfg, &weights, other, num_blocks, BLOCK)?;
+        let g2 = check.generate(&prompts, a.max_new_tokens, &sampling, |_, _| {})?;
+        let n: usize = g.tokens.iter().map(Vec::len).sum();
+        let same = g2.tokens == g.tokens;
+        println!(
+            "\n{} and {} greedy tokens: {} ({} sequences, {n} tokens; checked in {:.0} ms)",
+            backend.name(),
+            other.name(),
+            if same { "identical" } else { "DIFFERENT" },
+            g.tokens.len(),
+            ms(t.elapsed())
+        );
+        if !same {
+            bail!("the backends' greedy tokens differ");
+        }
+    }
 
     let tps = |n: usize, d: std::time::Duration| n as f64 / d.as_secs_f64().max(1e-12);
     println!();
