@@ -500,7 +500,10 @@ fn op_label(op: &VectorOp) -> String {
         }
         VectorOp::Broadcast { op, axis: a, .. } => format!("{}_broadcast_{}", axis(a), binary(op)),
         VectorOp::Expand { axis: a, .. } => format!("{}_expand", axis(a)),
-        other => other.name().to_string(),
+        VectorOp::Cast { .. }
+        | VectorOp::Fill { .. }
+        | VectorOp::SetValidShape { .. }
+        | VectorOp::FillPad { .. } => op.name().to_string(),
     }
 }
 
