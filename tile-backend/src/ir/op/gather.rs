@@ -139,3 +139,22 @@ impl GatherOp {
         }
     }
 }
+
+#[cfg(test)]
+impl GatherOp {
+    /// One op of every variant, in `NAMES` order (the name table's round-trip test).
+    pub(super) fn samples() -> Vec<Self> {
+        use super::sample::*;
+        vec![GatherOp::GatherInL1 {
+            dst: t(),
+            src: ParamId(0),
+            indices: v(),
+            block_table: v(),
+            block_size: e(),
+            size: 1,
+            col_offset: e(),
+            is_b_matrix: false,
+            is_trans: false,
+        }]
+    }
+}

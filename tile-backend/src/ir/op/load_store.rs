@@ -157,3 +157,22 @@ impl LoadStoreOp {
         }
     }
 }
+
+#[cfg(test)]
+impl LoadStoreOp {
+    /// One op of every variant, in `NAMES` order (the name table's round-trip test).
+    pub(super) fn samples() -> Vec<Self> {
+        use super::sample::*;
+        vec![
+            LoadStoreOp::Load { dst: t(), src: v() },
+            LoadStoreOp::Store {
+                dst: v(),
+                src: t(),
+                relu: false,
+                scale: None,
+                atomic_add: false,
+                phase: None,
+            },
+        ]
+    }
+}

@@ -129,3 +129,19 @@ impl MatmulOp {
         }
     }
 }
+
+#[cfg(test)]
+impl MatmulOp {
+    /// One op of every variant, in `NAMES` order (the name table's round-trip test).
+    pub(super) fn samples() -> Vec<Self> {
+        use super::sample::*;
+        vec![MatmulOp::Matmul {
+            dst: t(),
+            a: t(),
+            b: t(),
+            bias: None,
+            accumulate: false,
+            phase: None,
+        }]
+    }
+}

@@ -524,6 +524,33 @@ impl<'de, A: VariantAccess<'de>> EnumAccess<'de> for OneVariant<A> {
     }
 }
 
+/// Operands for the families' test samples.
+#[cfg(test)]
+mod sample {
+    pub(super) use super::{ChannelId, ParamId, Pipe, TileRef};
+    pub(super) use crate::ir::{Expr, GmView, Layout, TileId, VarId};
+
+    /// Tile 0.
+    pub(super) fn t() -> TileRef {
+        TileRef::from(TileId(0))
+    }
+    /// The constant 0.
+    pub(super) fn e() -> Expr {
+        Expr::from(0i64)
+    }
+    /// A window of tensor 0.
+    pub(super) fn v() -> GmView {
+        GmView {
+            tensor: ParamId(0),
+            offset: e(),
+            rows: e(),
+            cols: e(),
+            stride: e(),
+            layout: Layout::ND,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -539,157 +566,15 @@ mod tests {
 
     /// One op of every variant, each family in its `NAMES` order.
     fn one_of_each() -> Vec<Op> {
-        use crate::ir::{Expr, GmView, Layout, TileId, VarId};
-        let t = || TileRef::from(TileId(0));
-        let e = || Expr::from(0i64);
-        let v = || GmView {
-            tensor: ParamId(0),
-            offset: e(),
-            rows: e(),
-            cols: e(),
-            stride: e(),
-            layout: Layout::ND,
-        };
-        let (p, ch) = (Pipe::V, ChannelId(0));
-        vec![
-            LoadStoreOp::Load { dst: t(), src: v() }.into(),
-            LoadStoreOp::Store {
-                dst: v(),
-                src: t(),
-                relu: false,
-                scale: None,
-                atomic_add: false,
-                phase: None,
-            }
-            .into(),
-            MoveOp::Move {
-                dst: t(),
-                src: t(),
-                offset: None,
-                acc_to_vec: None,
-                relu: false,
-                scale: None,
-                phase: None,
-            }
-            .into(),
-            MatmulOp::Matmul {
-                dst: t(),
-                a: t(),
-                b: t(),
-                bias: None,
-                accumulate: false,
-                phase: None,
-            }
-            .into(),
-            GatherOp::GatherInL1 {
-                dst: t(),
-                src: ParamId(0),
-                indices: v(),
-                block_table: v(),
-                block_size: e(),
-                size: 1,
-                col_offset: e(),
-                is_b_matrix: false,
-                is_trans: false,
-            }
-            .into(),
-            VectorOp::Unary {
-                op: UnaryOp::Abs,
-                dst: t(),
-                src: t(),
-            }
-            .into(),
-            VectorOp::Binary {
-                op: BinaryOp::Add,
-                dst: t(),
-                lhs: t(),
-                rhs: t(),
-            }
-            .into(),
-            VectorOp::BinaryScalar {
-                op: BinaryOp::Mul,
-                dst: t(),
-                src: t(),
-                scalar: 2.0f64.into(),
-            }
-            .into(),
-            VectorOp::Reduce {
-                op: ReduceOp::Sum,
-                axis: Axis::Row,
-                dst: t(),
-                src: t(),
-            }
-            .into(),
-            VectorOp::Broadcast {
-                op: BinaryOp::Sub,
-                axis: Axis::Row,
-                dst: t(),
-                src: t(),
-                operand: t(),
-            }
-            .into(),
-            VectorOp::Expand {
-                axis: Axis::Col,
-                dst: t(),
-                src: t(),
-            }
-            .into(),
-            VectorOp::Cast {
-                dst: t(),
-                src: t(),
-                round: RoundMode::Rint,
-            }
-            .into(),
-            VectorOp::Fill {
-                dst: t(),
-                value: 1.0f64.into(),
-            }
-            .into(),
-            VectorOp::SetValidShape {
-                tile: t(),
-                rows: e(),
-                cols: e(),
-            }
-            .into(),
-            VectorOp::FillPad { tile: t() }.into(),
-            ScalarOp::ReadScalar {
-                var: VarId(0),
-                tensor: ParamId(0),
-                index: e(),
-            }
-            .into(),
-            ScalarOp::ReadTileScalar {
-                var: VarId(0),
-                tile: t(),
-                index: e(),
-            }
-            .into(),
-            ScalarOp::WriteScalar {
-                tensor: ParamId(0),
-                index: e(),
-                value: e(),
-            }
-            .into(),
-            SyncOp::SetFlag {
-                src: p,
-                dst: Pipe::Mte3,
-                event: 0,
-            }
-            .into(),
-            SyncOp::WaitFlag {
-                src: p,
-                dst: Pipe::Mte3,
-                event: 0,
-            }
-            .into(),
-            SyncOp::Barrier { pipe: Pipe::All }.into(),
-            SyncOp::SetCrossFlag { pipe: p, id: 0 }.into(),
-            SyncOp::WaitCrossFlag { pipe: p, id: 0 }.into(),
-            SyncOp::ChannelAcquire { channel: ch }.into(),
-            SyncOp::ChannelPush { channel: ch }.into(),
-            SyncOp::ChannelPop { channel: ch }.into(),
-            SyncOp::ChannelRelease { channel: ch }.into(),
-        ]
+        let mut ops: Vec<Op> = Vec::new();
+        ops.extend(LoadStoreOp::samples().into_iter().map(Op::from));
+        ops.extend(MoveOp::samples().into_iter().map(Op::from));
+        ops.extend(MatmulOp::samples().into_iter().map(Op::from));
+        ops.extend(GatherOp::samples().into_iter().map(Op::from));
+        ops.extend(VectorOp::samples().into_iter().map(Op::from));
+        ops.extend(ScalarOp::samples().into_iter().map(Op::from));
+        ops.extend(SyncOp::samples().into_iter().map(Op::from));
+        ops
     }
 
     #[test]

@@ -164,3 +164,20 @@ impl MoveOp {
         }
     }
 }
+
+#[cfg(test)]
+impl MoveOp {
+    /// One op of every variant, in `NAMES` order (the name table's round-trip test).
+    pub(super) fn samples() -> Vec<Self> {
+        use super::sample::*;
+        vec![MoveOp::Move {
+            dst: t(),
+            src: t(),
+            offset: None,
+            acc_to_vec: None,
+            relu: false,
+            scale: None,
+            phase: None,
+        }]
+    }
+}

@@ -131,3 +131,28 @@ impl ScalarOp {
         }
     }
 }
+
+#[cfg(test)]
+impl ScalarOp {
+    /// One op of every variant, in `NAMES` order (the name table's round-trip test).
+    pub(super) fn samples() -> Vec<Self> {
+        use super::sample::*;
+        vec![
+            ScalarOp::ReadScalar {
+                var: VarId(0),
+                tensor: ParamId(0),
+                index: e(),
+            },
+            ScalarOp::ReadTileScalar {
+                var: VarId(0),
+                tile: t(),
+                index: e(),
+            },
+            ScalarOp::WriteScalar {
+                tensor: ParamId(0),
+                index: e(),
+                value: e(),
+            },
+        ]
+    }
+}

@@ -189,3 +189,31 @@ impl SyncOp {
         }
     }
 }
+
+#[cfg(test)]
+impl SyncOp {
+    /// One op of every variant, in `NAMES` order (the name table's round-trip test).
+    pub(super) fn samples() -> Vec<Self> {
+        use super::sample::*;
+        let (p, ch) = (Pipe::V, ChannelId(0));
+        vec![
+            SyncOp::SetFlag {
+                src: p,
+                dst: Pipe::Mte3,
+                event: 0,
+            },
+            SyncOp::WaitFlag {
+                src: p,
+                dst: Pipe::Mte3,
+                event: 0,
+            },
+            SyncOp::Barrier { pipe: Pipe::All },
+            SyncOp::SetCrossFlag { pipe: p, id: 0 },
+            SyncOp::WaitCrossFlag { pipe: p, id: 0 },
+            SyncOp::ChannelAcquire { channel: ch },
+            SyncOp::ChannelPush { channel: ch },
+            SyncOp::ChannelPop { channel: ch },
+            SyncOp::ChannelRelease { channel: ch },
+        ]
+    }
+}

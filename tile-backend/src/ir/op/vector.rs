@@ -476,3 +476,63 @@ impl VectorOp {
         }
     }
 }
+
+#[cfg(test)]
+impl VectorOp {
+    /// One op of every variant, in `NAMES` order (the name table's round-trip test).
+    pub(super) fn samples() -> Vec<Self> {
+        use super::sample::*;
+        vec![
+            VectorOp::Unary {
+                op: UnaryOp::Abs,
+                dst: t(),
+                src: t(),
+            },
+            VectorOp::Binary {
+                op: BinaryOp::Add,
+                dst: t(),
+                lhs: t(),
+                rhs: t(),
+            },
+            VectorOp::BinaryScalar {
+                op: BinaryOp::Mul,
+                dst: t(),
+                src: t(),
+                scalar: 2.0f64.into(),
+            },
+            VectorOp::Reduce {
+                op: ReduceOp::Sum,
+                axis: Axis::Row,
+                dst: t(),
+                src: t(),
+            },
+            VectorOp::Broadcast {
+                op: BinaryOp::Sub,
+                axis: Axis::Row,
+                dst: t(),
+                src: t(),
+                operand: t(),
+            },
+            VectorOp::Expand {
+                axis: Axis::Col,
+                dst: t(),
+                src: t(),
+            },
+            VectorOp::Cast {
+                dst: t(),
+                src: t(),
+                round: RoundMode::Rint,
+            },
+            VectorOp::Fill {
+                dst: t(),
+                value: 1.0f64.into(),
+            },
+            VectorOp::SetValidShape {
+                tile: t(),
+                rows: e(),
+                cols: e(),
+            },
+            VectorOp::FillPad { tile: t() },
+        ]
+    }
+}
