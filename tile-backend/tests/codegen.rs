@@ -614,6 +614,7 @@ fn kind(op: &Op) -> &'static str {
         Op::Vector(VectorOp::Broadcast { .. }) => "Broadcast",
         Op::Vector(VectorOp::Expand { .. }) => "Expand",
         Op::Vector(VectorOp::Cast { .. }) => "Cast",
+        Op::Vector(VectorOp::LeakyRelu { .. }) => "LeakyRelu",
         Op::Vector(VectorOp::Fill { .. }) => "Fill",
         Op::Vector(VectorOp::SetValidShape { .. }) => "SetValidShape",
         Op::Vector(VectorOp::FillPad { .. }) => "FillPad",
@@ -633,7 +634,7 @@ fn kind(op: &Op) -> &'static str {
 }
 
 /// Number of `Op` variants (the arms of `kind`).
-const OP_KINDS: usize = 27;
+const OP_KINDS: usize = 28;
 
 /// Emits `ops` in one section of `base` (planned): each op alone, checking its instruction
 /// appears, then all together through the syntax check; returns the kinds seen.
@@ -1042,6 +1043,11 @@ fn every_op_kind_has_an_emission_path() {
         vops.push(bc(b, Axis::Col, colv));
     }
     vops.push(bs(BinaryOp::Mul, ScalarArg::Param(alpha)));
+    vops.push(Op::Vector(VectorOp::LeakyRelu {
+        dst: s1.into(),
+        src: s0.into(),
+        slope: ScalarArg::Param(alpha),
+    }));
     for r in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
         vops.push(red(r, Axis::Row, rowv));
         vops.push(red(r, Axis::Col, colv));
@@ -1372,4 +1378,62 @@ fn every_emitted_instruction_has_an_audit_row() {
     for n in ["GM scalar read", "GM scalar write"] {
         assert!(audit.contains(&format!("`{n}`")), "{n}");
     }
+}
+
+/// TLRELU (`VectorOp::LeakyRelu`, the instruction added to show what a new IR op touches): the
+/// simulator computes `x > 0 ? x : x * slope` rounded once to the tile's dtype, the verifier
+/// refuses an integer tile, and the emitted call passes the syntax check.
+#[test]
+fn leaky_relu_simulates_verifies_and_emits() {
+    use tile_backend::sim::{self, numeric, Arg, GmTensor, SimOptions};
+    let (r, c) = (8u64, 32u64);
+    let build = |dt: DType| {
+        let mut kb = KernelBuilder::new("leaky_relu");
+        let x = kb.input("x", dt, [r, c]);
+        let z = kb.output("z", dt, [r, c]);
+        let slope = kb.scalar("slope", DType::F32);
+        let tx = kb.tile("tx", TileType::new(MemSpace::Vec, dt, r, c, Layout::ND));
+        let tz = kb.tile("tz", TileType::new(MemSpace::Vec, dt, r, c, Layout::ND));
+        kb.vector(|v| {
+            v.if_(Expr::SubBlockIdx.eq_(0), |v| {
+                v.load(tx, GmView::nd(x, 0, r, c, c));
+                v.leaky_relu(tz, tx, slope);
+                v.store(GmView::nd(z, 0, r, c, c), tz);
+            });
+        });
+        kb.build()
+    };
+    for dt in [DType::F32, DType::F16] {
+        let k = build(dt);
+        let report = tile_backend::verify::verify(&k);
+        assert!(report.is_ok(), "{dt}: {report}");
+        let xs: Vec<f32> = (0..r * c).map(|i| (i as f32 - 128.0) / 16.0).collect();
+        let x = GmTensor::from_f32(dt, &[r as usize, c as usize], &xs);
+        let xv = x.to_f32();
+        let mut args = vec![
+            Arg::Tensor(x),
+            Arg::Tensor(GmTensor::zeros(dt, &[r as usize, c as usize])),
+            Arg::Float(0.1),
+        ];
+        let compiled = compile(&k, &arch()).expect("compiles");
+        sim::run(&compiled, &arch(), &mut args, SimOptions { block_dim: 1 }).expect("runs");
+        let got = args[1].tensor().expect("tensor").to_f32();
+        let slope = 0.1f64 as f32;
+        for (i, (g, x)) in got.iter().zip(&xv).enumerate() {
+            let want = numeric::round_to(dt, if *x > 0.0 { *x } else { x * slope });
+            assert_eq!(g.to_bits(), want.to_bits(), "{dt} at {i}: {g} vs {want}");
+        }
+        assert!(got.iter().any(|v| *v < 0.0) && got.iter().any(|v| *v > 1.0));
+        let p = package(&k, 1);
+        assert!(p.kernel_cpp.contains("TLRELU(tz, tx, "), "{}", p.kernel_cpp);
+        assert_syntax_ok(&p);
+    }
+    let report = tile_backend::verify::verify(&build(DType::I32));
+    assert!(
+        report
+            .errors()
+            .any(|d| d.rule == tile_backend::verify::Rule::VectorDtype
+                && d.message.contains("TLRELU")),
+        "{report}"
+    );
 }

@@ -602,6 +602,11 @@ fn every_vector_instruction_has_a_dtype_row() {
         dst: r(a),
         value: ScalarArg::Const(0.0),
     }));
+    ops.push(Op::Vector(VectorOp::LeakyRelu {
+        dst: r(a),
+        src: r(a),
+        slope: ScalarArg::Const(0.1),
+    }));
     let k = kb.build();
     let mut seen = std::collections::BTreeSet::new();
     for op in &ops {

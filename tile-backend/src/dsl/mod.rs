@@ -672,6 +672,20 @@ impl<'k> Body<'k> {
         self.binary_scalar(BinaryOp::Mul, dst, src, scalar);
     }
 
+    /// `dst = src > 0 ? src : src * slope` (TLRELU).
+    pub fn leaky_relu(
+        &mut self,
+        dst: impl Into<TileRef>,
+        src: impl Into<TileRef>,
+        slope: impl Into<ScalarArg>,
+    ) {
+        self.op(Op::Vector(VectorOp::LeakyRelu {
+            dst: dst.into(),
+            src: src.into(),
+            slope: slope.into(),
+        }));
+    }
+
     /// Reduction along `axis`.
     pub fn reduce(
         &mut self,

@@ -168,6 +168,17 @@ fn check_operands(cx: &mut Ctx<'_>, op: &VectorOp) {
             same_shape(cx, d, s);
             div_float(cx, *op, s);
         }
+        VectorOp::LeakyRelu { dst, src, .. } => {
+            let (Some(d), Some(s)) = (
+                vec_tile(cx, dst, "destination"),
+                vec_tile(cx, src, "source"),
+            ) else {
+                return;
+            };
+            arithmetic(cx, s);
+            same_dtype(cx, d, s);
+            same_shape(cx, d, s);
+        }
         VectorOp::Reduce { op, axis, dst, src } => {
             let (Some(d), Some(s)) = (
                 vec_tile(cx, dst, "destination"),
@@ -351,7 +362,9 @@ fn check_layouts(cx: &mut Ctx<'_>, op: &VectorOp) {
             need(cx, lhs, "left operand", row_major, "row-major");
             need(cx, rhs, "right operand", row_major, "row-major");
         }
-        VectorOp::Unary { dst, src, .. } | VectorOp::BinaryScalar { dst, src, .. } => {
+        VectorOp::Unary { dst, src, .. }
+        | VectorOp::BinaryScalar { dst, src, .. }
+        | VectorOp::LeakyRelu { dst, src, .. } => {
             need(cx, dst, "destination", row_major, "row-major");
             need(cx, src, "source", row_major, "row-major");
         }
@@ -501,6 +514,7 @@ fn op_label(op: &VectorOp) -> String {
         VectorOp::Broadcast { op, axis: a, .. } => format!("{}_broadcast_{}", axis(a), binary(op)),
         VectorOp::Expand { axis: a, .. } => format!("{}_expand", axis(a)),
         VectorOp::Cast { .. }
+        | VectorOp::LeakyRelu { .. }
         | VectorOp::Fill { .. }
         | VectorOp::SetValidShape { .. }
         | VectorOp::FillPad { .. } => op.name().to_string(),
@@ -561,7 +575,8 @@ fn instruction_dtype(cx: &mut Ctx<'_>, op: &VectorOp) {
         | VectorOp::BinaryScalar { src, .. }
         | VectorOp::Reduce { src, .. }
         | VectorOp::Broadcast { src, .. }
-        | VectorOp::Expand { src, .. } => src,
+        | VectorOp::Expand { src, .. }
+        | VectorOp::LeakyRelu { src, .. } => src,
         VectorOp::Binary { lhs, .. } => lhs,
         VectorOp::SetValidShape { .. } | VectorOp::FillPad { .. } => return,
     };

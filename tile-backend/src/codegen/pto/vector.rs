@@ -109,6 +109,11 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &VectorOp) -> Result<(), CodegenErro
             let (d, s) = (e.tile(dst)?, e.tile(src)?);
             format!("{name}({d}, {s}, {});", round_name(*round))
         }
+        VectorOp::LeakyRelu { dst, src, slope } => {
+            let (d, s) = (e.tile(dst)?, e.tile(src)?);
+            let v = scalar(e, slope, src)?;
+            format!("{name}({d}, {s}, {v});")
+        }
         VectorOp::Fill { dst, value } => {
             let d = e.tile(dst)?;
             let v = scalar(e, value, dst)?;

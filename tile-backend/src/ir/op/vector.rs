@@ -167,6 +167,15 @@ pub enum VectorOp {
         /// Rounding.
         round: RoundMode,
     },
+    /// Leaky ReLU: `dst = src > 0 ? src : src * slope` element-wise (TLRELU; V).
+    LeakyRelu {
+        /// Destination.
+        dst: TileRef,
+        /// Source.
+        src: TileRef,
+        /// Slope of the negative side.
+        slope: ScalarArg,
+    },
     /// Every valid element of `dst` set to a scalar (TEXPANDS; V).
     Fill {
         /// Destination.
@@ -200,6 +209,7 @@ impl VectorOp {
         "Broadcast",
         "Expand",
         "Cast",
+        "LeakyRelu",
         "Fill",
         "SetValidShape",
         "FillPad",
@@ -215,6 +225,7 @@ impl VectorOp {
             VectorOp::Broadcast { .. } => "broadcast",
             VectorOp::Expand { .. } => "expand",
             VectorOp::Cast { .. } => "cast",
+            VectorOp::LeakyRelu { .. } => "leaky_relu",
             VectorOp::Fill { .. } => "fill",
             VectorOp::SetValidShape { .. } => "set_validshape",
             VectorOp::FillPad { .. } => "fillpad",
@@ -228,7 +239,8 @@ impl VectorOp {
             | VectorOp::BinaryScalar { src, .. }
             | VectorOp::Reduce { src, .. }
             | VectorOp::Expand { src, .. }
-            | VectorOp::Cast { src, .. } => vec![src],
+            | VectorOp::Cast { src, .. }
+            | VectorOp::LeakyRelu { src, .. } => vec![src],
             VectorOp::Binary { lhs, rhs, .. } => vec![lhs, rhs],
             VectorOp::Broadcast { src, operand, .. } => vec![src, operand],
             VectorOp::Fill { .. } | VectorOp::SetValidShape { .. } | VectorOp::FillPad { .. } => {
@@ -247,6 +259,7 @@ impl VectorOp {
             | VectorOp::Broadcast { dst, .. }
             | VectorOp::Expand { dst, .. }
             | VectorOp::Cast { dst, .. }
+            | VectorOp::LeakyRelu { dst, .. }
             | VectorOp::Fill { dst, .. } => vec![dst],
             VectorOp::FillPad { tile } => vec![tile],
             VectorOp::SetValidShape { .. } => vec![],
@@ -264,6 +277,7 @@ impl VectorOp {
             | VectorOp::Broadcast { .. }
             | VectorOp::Expand { .. }
             | VectorOp::Cast { .. }
+            | VectorOp::LeakyRelu { .. }
             | VectorOp::Fill { .. }
             | VectorOp::FillPad { .. } => None,
         }
@@ -274,6 +288,7 @@ impl VectorOp {
         match self {
             VectorOp::BinaryScalar { scalar, .. } => vec![scalar],
             VectorOp::Fill { value, .. } => vec![value],
+            VectorOp::LeakyRelu { slope, .. } => vec![slope],
             VectorOp::Unary { .. }
             | VectorOp::Binary { .. }
             | VectorOp::Reduce { .. }
@@ -305,6 +320,7 @@ impl VectorOp {
             | VectorOp::Broadcast { .. }
             | VectorOp::Expand { .. }
             | VectorOp::Cast { .. }
+            | VectorOp::LeakyRelu { .. }
             | VectorOp::Fill { .. } => Pipe::V,
         })
     }
@@ -365,6 +381,7 @@ impl VectorOp {
                 Axis::Col => "TCOLEXPAND",
             },
             VectorOp::Cast { .. } => "TCVT",
+            VectorOp::LeakyRelu { .. } => "TLRELU",
             VectorOp::Fill { .. } => "TEXPANDS",
             VectorOp::SetValidShape { .. } => "SetValidShape",
             VectorOp::FillPad { tile } => match kernel.space_of(tile) {
@@ -396,6 +413,7 @@ impl VectorOp {
             VectorOp::BinaryScalar { .. }
             | VectorOp::Expand { .. }
             | VectorOp::Cast { .. }
+            | VectorOp::LeakyRelu { .. }
             | VectorOp::Fill { .. }
             | VectorOp::FillPad { .. } => CostClass::VectorSimple,
             VectorOp::SetValidShape { .. } => CostClass::Unit,
@@ -466,6 +484,13 @@ impl VectorOp {
                 n.tile(src),
                 lower(round)
             ),
+            VectorOp::LeakyRelu { dst, src, slope } => write!(
+                f,
+                "leaky_relu {} <- {}, slope {}",
+                n.tile(dst),
+                n.tile(src),
+                n.scalar(slope)
+            ),
             VectorOp::Fill { dst, value } => {
                 write!(f, "fill {} = {}", n.tile(dst), n.scalar(value))
             }
@@ -522,6 +547,11 @@ impl VectorOp {
                 dst: t(),
                 src: t(),
                 round: RoundMode::Rint,
+            },
+            VectorOp::LeakyRelu {
+                dst: t(),
+                src: t(),
+                slope: 0.1f64.into(),
             },
             VectorOp::Fill {
                 dst: t(),

@@ -368,6 +368,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), St
         | VectorOp::Broadcast { .. }
         | VectorOp::Expand { .. }
         | VectorOp::Cast { .. }
+        | VectorOp::LeakyRelu { .. }
         | VectorOp::Fill { .. } => {
             let dst = match op.tile_writes().first() {
                 Some(d) => (*d).clone(),
@@ -382,6 +383,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), St
                 | VectorOp::Reduce { .. }
                 | VectorOp::Broadcast { .. }
                 | VectorOp::Expand { .. }
+                | VectorOp::LeakyRelu { .. }
                 | VectorOp::Fill { .. }
                 | VectorOp::SetValidShape { .. }
                 | VectorOp::FillPad { .. } => true,
@@ -629,6 +631,7 @@ fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<bool, Str
         }
         VectorOp::Expand { .. }
         | VectorOp::Cast { .. }
+        | VectorOp::LeakyRelu { .. }
         | VectorOp::SetValidShape { .. }
         | VectorOp::FillPad { .. } => Ok(false),
     }
@@ -758,6 +761,18 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), St
             let (r, c) = s.valid()?;
             let x = load::<F>(cx, &s, r, c)?;
             store(cx, &d, r, c, x, *round)
+        }
+        VectorOp::LeakyRelu { dst, src, slope } => {
+            let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
+            same(s.valid()?, d.valid()?, "leaky_relu")?;
+            let k = F::from_f64(cx.scalar(slope)?);
+            let (r, c) = s.valid()?;
+            let mut x = load::<F>(cx, &s, r, c)?;
+            // `x > 0 ? x : x * slope`; a NaN stays NaN either way.
+            for v in x.iter_mut().filter(|v| **v <= F::zero()) {
+                *v = *v * k;
+            }
+            store(cx, &d, r, c, x, rint)
         }
         VectorOp::Fill { dst, value } => {
             let d = cx.tile(dst)?;
