@@ -121,18 +121,27 @@ pub(super) fn check(cx: &mut Ctx<'_>, op: &VectorOp) {
     }
 }
 
+/// An element-wise op of one tile source: both operands Vec tiles, the source arithmetic, the
+/// destination of its dtype and valid shape. The source's declaration, when both are Vec tiles.
+fn same_as_source<'k>(cx: &mut Ctx<'k>, dst: &TileRef, src: &TileRef) -> Option<&'k TileDecl> {
+    let (Some(d), Some(s)) = (
+        vec_tile(cx, dst, "destination"),
+        vec_tile(cx, src, "source"),
+    ) else {
+        return None;
+    };
+    arithmetic(cx, s);
+    same_dtype(cx, d, s);
+    same_shape(cx, d, s);
+    Some(s)
+}
+
 fn check_operands(cx: &mut Ctx<'_>, op: &VectorOp) {
     match op {
         VectorOp::Unary { op, dst, src } => {
-            let (Some(d), Some(s)) = (
-                vec_tile(cx, dst, "destination"),
-                vec_tile(cx, src, "source"),
-            ) else {
+            let Some(s) = same_as_source(cx, dst, src) else {
                 return;
             };
-            arithmetic(cx, s);
-            same_dtype(cx, d, s);
-            same_shape(cx, d, s);
             let float_only = !matches!(op, UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Relu);
             if float_only && !s.ty.dtype.is_float() {
                 cx.error(
@@ -157,27 +166,12 @@ fn check_operands(cx: &mut Ctx<'_>, op: &VectorOp) {
             div_float(cx, *op, a);
         }
         VectorOp::BinaryScalar { op, dst, src, .. } => {
-            let (Some(d), Some(s)) = (
-                vec_tile(cx, dst, "destination"),
-                vec_tile(cx, src, "source"),
-            ) else {
-                return;
-            };
-            arithmetic(cx, s);
-            same_dtype(cx, d, s);
-            same_shape(cx, d, s);
-            div_float(cx, *op, s);
+            if let Some(s) = same_as_source(cx, dst, src) {
+                div_float(cx, *op, s);
+            }
         }
         VectorOp::LeakyRelu { dst, src, .. } => {
-            let (Some(d), Some(s)) = (
-                vec_tile(cx, dst, "destination"),
-                vec_tile(cx, src, "source"),
-            ) else {
-                return;
-            };
-            arithmetic(cx, s);
-            same_dtype(cx, d, s);
-            same_shape(cx, d, s);
+            same_as_source(cx, dst, src);
         }
         VectorOp::Reduce { op, axis, dst, src } => {
             let (Some(d), Some(s)) = (
