@@ -39,7 +39,8 @@ fn exec_pipe(e: &Event) -> Pipe {
         SyncInfo::WaitFlag { dst, .. } => dst,
         SyncInfo::Barrier(p) => p,
         SyncInfo::SetCross { .. } | SyncInfo::WaitCross { .. } => match e.op {
-            Op::SetCrossFlag { pipe, .. } | Op::WaitCrossFlag { pipe, .. } => *pipe,
+            Op::Sync(SyncOp::SetCrossFlag { pipe, .. })
+            | Op::Sync(SyncOp::WaitCrossFlag { pipe, .. }) => *pipe,
             _ => e.pipe,
         },
         SyncInfo::None => e.pipe,
@@ -104,7 +105,7 @@ fn hb_graph(bt: &tile_backend::sim::trace::BlockTrace) -> (Vec<usize>, Vec<Vec<u
                 _ => {}
             }
             match e.op {
-                Op::Matmul { phase, .. } => {
+                Op::Matmul(MatmulOp::Matmul { phase, .. }) => {
                     let bytes = acc_bytes(e, true);
                     if phase.is_some() {
                         // The Final read that released an overlapping Final result comes first.
@@ -117,14 +118,14 @@ fn hb_graph(bt: &tile_backend::sim::trace::BlockTrace) -> (Vec<usize>, Vec<Vec<u
                     released.retain(|(_, mm_bytes)| !touch(mm_bytes, &bytes));
                     matmuls.push((id, bytes, *phase));
                 }
-                Op::Move {
+                Op::Move(MoveOp::Move {
                     phase: Some(Phase::Final),
                     ..
-                }
-                | Op::Store {
+                })
+                | Op::LoadStore(LoadStoreOp::Store {
                     phase: Some(Phase::Final),
                     ..
-                } => {
+                }) => {
                     let reads = acc_bytes(e, false);
                     let last_mm = matmuls.iter().rev().find(|m| touch(&m.1, &reads));
                     if let Some((m, mm_bytes, Some(Phase::Final))) = last_mm {
@@ -179,10 +180,10 @@ fn brute_races(trace: &Trace) -> BTreeSet<RaceKey> {
             for (i, e) in core.events.iter().enumerate() {
                 let atomic = matches!(
                     e.op,
-                    Op::Store {
+                    Op::LoadStore(LoadStoreOp::Store {
                         atomic_add: true,
                         ..
-                    }
+                    })
                 );
                 for a in &e.accesses {
                     accs.push(A {
@@ -269,11 +270,11 @@ fn traced(kernel: &Kernel, block_dim: usize) -> Result<(Vec<Hazard>, BTreeSet<Ra
 fn is_sync(op: &Op) -> bool {
     matches!(
         op,
-        Op::SetFlag { .. }
-            | Op::WaitFlag { .. }
-            | Op::Barrier { .. }
-            | Op::SetCrossFlag { .. }
-            | Op::WaitCrossFlag { .. }
+        Op::Sync(SyncOp::SetFlag { .. })
+            | Op::Sync(SyncOp::WaitFlag { .. })
+            | Op::Sync(SyncOp::Barrier { .. })
+            | Op::Sync(SyncOp::SetCrossFlag { .. })
+            | Op::Sync(SyncOp::WaitCrossFlag { .. })
     )
 }
 
@@ -330,13 +331,13 @@ fn deletions(kernel: &Kernel) -> Vec<(Vec<OpLoc>, bool)> {
     let mut out: Vec<(Vec<OpLoc>, bool)> = ops
         .iter()
         .filter(|(_, op)| is_sync(op))
-        .map(|(l, op)| (vec![*l], !matches!(op, Op::Barrier { .. })))
+        .map(|(l, op)| (vec![*l], !matches!(op, Op::Sync(SyncOp::Barrier { .. }))))
         .collect();
     for (wl, op) in &ops {
-        if let Op::WaitFlag { src, dst, event } = op {
+        if let Op::Sync(SyncOp::WaitFlag { src, dst, event }) = op {
             let same = |(l, o): &&(OpLoc, &Op)| {
                 l.section == wl.section
-                    && matches!(o, Op::SetFlag { src: s, dst: d, event: e }
+                    && matches!(o, Op::Sync(SyncOp::SetFlag { src: s, dst: d, event: e })
                         if (s, d, e) == (src, dst, event))
             };
             let before = ops.iter().filter(same).rfind(|(l, _)| l.index < wl.index);
@@ -352,8 +353,8 @@ fn deletions(kernel: &Kernel) -> Vec<(Vec<OpLoc>, bool)> {
             .filter(|(l, o)| {
                 l.section == sec
                     && match o {
-                        Op::SetCrossFlag { id, .. } if want_set => id % 16 == id16,
-                        Op::WaitCrossFlag { id, .. } if !want_set => id % 16 == id16,
+                        Op::Sync(SyncOp::SetCrossFlag { id, .. }) if want_set => id % 16 == id16,
+                        Op::Sync(SyncOp::WaitCrossFlag { id, .. }) if !want_set => id % 16 == id16,
                         _ => false,
                     }
             })
@@ -361,12 +362,12 @@ fn deletions(kernel: &Kernel) -> Vec<(Vec<OpLoc>, bool)> {
             .collect()
     };
     for (l, op) in &ops {
-        if let (Op::WaitCrossFlag { id, .. }, CoreKind::Vector) = (op, l.section) {
+        if let (Op::Sync(SyncOp::WaitCrossFlag { id, .. }), CoreKind::Vector) = (op, l.section) {
             let mut v = cross(true, CoreKind::Cube, id % 16);
             v.push(*l);
             out.push((v, false));
         }
-        if let (Op::SetCrossFlag { id, .. }, CoreKind::Vector) = (op, l.section) {
+        if let (Op::Sync(SyncOp::SetCrossFlag { id, .. }), CoreKind::Vector) = (op, l.section) {
             let mut v = cross(false, CoreKind::Cube, id % 16);
             v.push(*l);
             out.push((v, false));
@@ -543,7 +544,7 @@ fn race_suite_ub_scalar_reads() {
     // The pass ordered the scalar reads both ways.
     let mut pairs = BTreeSet::new();
     walk_ops(&k.vector, &mut |op| {
-        if let Op::SetFlag { src, dst, .. } = op {
+        if let Op::Sync(SyncOp::SetFlag { src, dst, .. }) = op {
             pairs.insert((*src, *dst));
         }
     });
@@ -835,7 +836,7 @@ fn final_read_without_phase_on_matmul_hangs_and_races() {
     let mut k = phase_kernel(Phase::Final, true, 32);
     fn strip(stmts: &mut [Stmt]) {
         for s in stmts {
-            if let Stmt::Op(Op::Matmul { phase, .. }) = s {
+            if let Stmt::Op(Op::Matmul(MatmulOp::Matmul { phase, .. })) = s {
                 *phase = None;
             }
         }

@@ -184,8 +184,10 @@ fn assert_flags_balanced(k: &Kernel) {
     let mut count: HashMap<(Pipe, Pipe, u8), i64> = HashMap::new();
     for (_, op) in k.ops() {
         match op {
-            Op::SetFlag { src, dst, event } => *count.entry((*src, *dst, *event)).or_default() += 1,
-            Op::WaitFlag { src, dst, event } => {
+            Op::Sync(SyncOp::SetFlag { src, dst, event }) => {
+                *count.entry((*src, *dst, *event)).or_default() += 1
+            }
+            Op::Sync(SyncOp::WaitFlag { src, dst, event }) => {
                 *count.entry((*src, *dst, *event)).or_default() -= 1
             }
             _ => {}
@@ -200,9 +202,9 @@ fn matmul_phases(k: &Kernel) -> Vec<(bool, Option<Phase>)> {
     ops_of(k, CoreKind::Cube)
         .into_iter()
         .filter_map(|op| match op {
-            Op::Matmul {
+            Op::Matmul(MatmulOp::Matmul {
                 accumulate, phase, ..
-            } => Some((*accumulate, *phase)),
+            }) => Some((*accumulate, *phase)),
             _ => None,
         })
         .collect()
@@ -236,15 +238,15 @@ fn matmul_accumulates_over_k_with_partial_then_final() {
     let cube = ops_of(&k, CoreKind::Cube);
     let store = cube
         .iter()
-        .position(|op| matches!(op, Op::Store { .. }))
+        .position(|op| matches!(op, Op::LoadStore(LoadStoreOp::Store { .. })))
         .expect("a store");
     assert!(matches!(
         cube[store - 1],
-        Op::WaitFlag {
+        Op::Sync(SyncOp::WaitFlag {
             src: Pipe::M,
             dst: Pipe::Fix,
             ..
-        }
+        })
     ));
     assert!(k.vector.is_empty());
     assert_flags_balanced(&k);
@@ -287,7 +289,7 @@ fn matmul_ping_pongs_l1_and_l0_with_two_events_per_pipe_pair() {
     }
     let mut pairs = std::collections::BTreeMap::<(Pipe, Pipe), Vec<u8>>::new();
     for (_, op) in k.ops() {
-        if let Op::SetFlag { src, dst, event } = op {
+        if let Op::Sync(SyncOp::SetFlag { src, dst, event }) = op {
             let e = pairs.entry((*src, *dst)).or_default();
             if !e.contains(event) {
                 e.push(*event);
@@ -324,8 +326,18 @@ fn matmul_tails_use_runtime_valid_shapes_and_zero_padding() {
         ..Default::default()
     });
     let count = |k: &Kernel, f: fn(&Op) -> bool| k.ops().iter().filter(|(_, op)| f(op)).count();
-    assert!(count(&tails, |op| matches!(op, Op::FillPad { .. })) > 0);
-    assert!(count(&tails, |op| matches!(op, Op::SetValidShape { .. })) > 0);
+    assert!(
+        count(&tails, |op| matches!(
+            op,
+            Op::Vector(VectorOp::FillPad { .. })
+        )) > 0
+    );
+    assert!(
+        count(&tails, |op| matches!(
+            op,
+            Op::Vector(VectorOp::SetValidShape { .. })
+        )) > 0
+    );
     for name in ["a_l1", "b_l1"] {
         let (_, d) = tile_named(&tails, name);
         assert_eq!(d.ty.valid_rows, ValidDim::Dynamic);
@@ -341,8 +353,20 @@ fn matmul_tails_use_runtime_valid_shapes_and_zero_padding() {
     assert_eq!((p.tiles_m(), p.tiles_n(), p.k_steps()), (2, 2, 4));
     // Without tails everything is static.
     let full = matmul(&MatmulParams::default());
-    assert_eq!(count(&full, |op| matches!(op, Op::FillPad { .. })), 0);
-    assert_eq!(count(&full, |op| matches!(op, Op::SetValidShape { .. })), 0);
+    assert_eq!(
+        count(&full, |op| matches!(
+            op,
+            Op::Vector(VectorOp::FillPad { .. })
+        )),
+        0
+    );
+    assert_eq!(
+        count(&full, |op| matches!(
+            op,
+            Op::Vector(VectorOp::SetValidShape { .. })
+        )),
+        0
+    );
     assert_flags_balanced(&tails);
 }
 
@@ -370,10 +394,10 @@ fn acc_to_vec_modes(k: &Kernel) -> Vec<AccToVecMode> {
     ops_of(k, CoreKind::Cube)
         .into_iter()
         .filter_map(|op| match op {
-            Op::Move {
+            Op::Move(MoveOp::Move {
                 acc_to_vec: Some(m),
                 ..
-            } => Some(*m),
+            }) => Some(*m),
             _ => None,
         })
         .collect()
@@ -393,13 +417,13 @@ fn attention_splits_n_then_m_and_reduces_down_columns() {
         .filter(|op| {
             matches!(
                 op,
-                Op::Move {
+                Op::Move(MoveOp::Move {
                     phase: Some(Phase::Final),
                     ..
-                } | Op::Matmul {
+                }) | Op::Matmul(MatmulOp::Matmul {
                     phase: Some(Phase::Final),
                     ..
-                }
+                })
             )
         })
         .count();
@@ -409,12 +433,12 @@ fn attention_splits_n_then_m_and_reduces_down_columns() {
     assert_eq!((s_decl.ty.rows, s_decl.ty.cols), (128, 32));
     let (k_l0, _) = tile_named(&k, "k_l0");
     assert!(cube.iter().any(|op| matches!(op,
-        Op::Matmul { dst, a, .. } if dst.tile == s_acc && a.tile == k_l0)));
+        Op::Matmul(MatmulOp::Matmul { dst, a, .. }) if dst.tile == s_acc && a.tile == k_l0)));
     // Q^T comes from a DN view of Q loaded into a ZN Mat tile.
     let (qt_l1, qt) = tile_named(&k, "qt_l1");
     assert_eq!(qt.ty.layout, Layout::ZN);
     assert!(cube.iter().any(|op| matches!(op,
-        Op::Load { dst, src } if dst.tile == qt_l1 && src.layout == Layout::DN)));
+        Op::LoadStore(LoadStoreOp::Load { dst, src }) if dst.tile == qt_l1 && src.layout == Layout::DN)));
     // Each AIV holds [tkv, ts / 2] of S^T and [ts / 2, d] of O.
     let s_ub = tile_named(&k, "s_ub").1;
     assert_eq!((s_ub.ty.rows, s_ub.ty.cols), (128, 16));
@@ -425,11 +449,13 @@ fn attention_splits_n_then_m_and_reduces_down_columns() {
     let shape: Vec<String> = vector
         .iter()
         .filter_map(|op| match op {
-            Op::BinaryScalar { op, .. } => Some(format!("{op:?}s")),
-            Op::Reduce { op, axis, .. } => Some(format!("{axis:?}{op:?}")),
-            Op::Broadcast { op, axis, .. } => Some(format!("{axis:?}Bcast{op:?}")),
-            Op::Unary { op, .. } => Some(format!("{op:?}")),
-            Op::Cast { .. } => Some("Cast".into()),
+            Op::Vector(VectorOp::BinaryScalar { op, .. }) => Some(format!("{op:?}s")),
+            Op::Vector(VectorOp::Reduce { op, axis, .. }) => Some(format!("{axis:?}{op:?}")),
+            Op::Vector(VectorOp::Broadcast { op, axis, .. }) => {
+                Some(format!("{axis:?}Bcast{op:?}"))
+            }
+            Op::Vector(VectorOp::Unary { op, .. }) => Some(format!("{op:?}")),
+            Op::Vector(VectorOp::Cast { .. }) => Some("Cast".into()),
             _ => None,
         })
         .collect();
@@ -461,14 +487,14 @@ fn attention_inserts_p_at_the_sub_block_column_half() {
     assert_eq!(p.ty.space, MemSpace::Mat);
     let inserts: Vec<&Op> = ops_of(&k, CoreKind::Vector)
         .into_iter()
-        .filter(|op| matches!(op, Op::Move { dst, .. } if dst.tile == p_l1))
+        .filter(|op| matches!(op, Op::Move(MoveOp::Move { dst, .. }) if dst.tile == p_l1))
         .collect();
     assert_eq!(inserts.len(), 1);
-    let Op::Move {
+    let Op::Move(MoveOp::Move {
         src,
         offset: Some([r, c]),
         ..
-    } = inserts[0]
+    }) = inserts[0]
     else {
         panic!("the P insert has an offset");
     };
@@ -494,7 +520,7 @@ fn attention_inserts_p_at_the_sub_block_column_half() {
         (Layout::ZN, 32, 128)
     );
     assert!(ops_of(&k, CoreKind::Cube).iter().any(|op| matches!(op,
-        Op::Move { src, .. } if src.tile == pt_l1)));
+        Op::Move(MoveOp::Move { src, .. }) if src.tile == pt_l1)));
 }
 
 #[test]
@@ -506,20 +532,20 @@ fn attention_handoffs_channels_or_cross_flags() {
         producers,
         [CoreKind::Cube, CoreKind::Vector, CoreKind::Cube]
     );
-    assert!(!ch
-        .ops()
-        .iter()
-        .any(|(_, op)| matches!(op, Op::SetCrossFlag { .. } | Op::WaitCrossFlag { .. })));
+    assert!(!ch.ops().iter().any(|(_, op)| matches!(
+        op,
+        Op::Sync(SyncOp::SetCrossFlag { .. }) | Op::Sync(SyncOp::WaitCrossFlag { .. })
+    )));
     for (core, want) in [(CoreKind::Cube, 6), (CoreKind::Vector, 6)] {
         let n = ops_of(&ch, core)
             .iter()
             .filter(|op| {
                 matches!(
                     op,
-                    Op::ChannelAcquire { .. }
-                        | Op::ChannelPush { .. }
-                        | Op::ChannelPop { .. }
-                        | Op::ChannelRelease { .. }
+                    Op::Sync(SyncOp::ChannelAcquire { .. })
+                        | Op::Sync(SyncOp::ChannelPush { .. })
+                        | Op::Sync(SyncOp::ChannelPop { .. })
+                        | Op::Sync(SyncOp::ChannelRelease { .. })
                 )
             })
             .count();
@@ -535,9 +561,8 @@ fn attention_handoffs_channels_or_cross_flags() {
         ops_of(&fl, core)
             .into_iter()
             .filter_map(|op| match (op, set) {
-                (Op::SetCrossFlag { id, .. }, true) | (Op::WaitCrossFlag { id, .. }, false) => {
-                    Some(*id)
-                }
+                (Op::Sync(SyncOp::SetCrossFlag { id, .. }), true)
+                | (Op::Sync(SyncOp::WaitCrossFlag { id, .. }), false) => Some(*id),
                 _ => None,
             })
             .collect()
@@ -559,7 +584,7 @@ fn gather_matmul_gathers_the_b_matrix_into_nz_l1() {
         let gathers: Vec<&Op> = cube
             .iter()
             .copied()
-            .filter(|op| matches!(op, Op::GatherInL1 { .. }))
+            .filter(|op| matches!(op, Op::Gather(GatherOp::GatherInL1 { .. })))
             .collect();
         // Once per half of the ping-pong pair.
         assert_eq!(gathers.len(), 2);
@@ -569,12 +594,12 @@ fn gather_matmul_gathers_the_b_matrix_into_nz_l1() {
             (MemSpace::Mat, Layout::NZ, p.dtype, 2)
         );
         for g in gathers {
-            let Op::GatherInL1 {
+            let Op::Gather(GatherOp::GatherInL1 {
                 dst,
                 is_b_matrix,
                 size,
                 ..
-            } = g
+            }) = g
             else {
                 unreachable!()
             };
@@ -588,14 +613,14 @@ fn gather_matmul_gathers_the_b_matrix_into_nz_l1() {
         assert_eq!(kt.ty.layout, Layout::ZN);
         let (kt_l0, _) = tile_named(&k, "kt_l0");
         assert!(cube.iter().any(|op| matches!(op,
-            Op::Move { dst, src, .. } if dst.tile == kt_l0 && src.tile == kt_l1)));
+            Op::Move(MoveOp::Move { dst, src, .. }) if dst.tile == kt_l0 && src.tile == kt_l1)));
         assert!(cube.iter().any(|op| matches!(op,
-            Op::Matmul { b, .. } if b.tile == kt_l0)));
+            Op::Matmul(MatmulOp::Matmul { b, .. }) if b.tile == kt_l0)));
         // Acc -> GM store.
         let (acc, ad) = tile_named(&k, "acc");
         assert_eq!(ad.ty.dtype, p.out_dtype());
         assert!(cube.iter().any(|op| matches!(op,
-            Op::Store { src, .. } if src.tile == acc)));
+            Op::LoadStore(LoadStoreOp::Store { src, .. }) if src.tile == acc)));
         assert_flags_balanced(&k);
     }
 }
@@ -670,7 +695,7 @@ fn gather_matmul_tails_pad_with_zeros() {
     let fillpads = k
         .ops()
         .iter()
-        .filter(|(_, op)| matches!(op, Op::FillPad { .. }))
+        .filter(|(_, op)| matches!(op, Op::Vector(VectorOp::FillPad { .. })))
         .count();
     assert_eq!(fillpads, 3, "q once, k_l1 in each half of the pair");
 }

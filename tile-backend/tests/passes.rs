@@ -21,28 +21,28 @@ fn flat(stmts: &[Stmt]) -> Vec<Op> {
 fn is_sync(op: &Op) -> bool {
     matches!(
         op,
-        Op::SetFlag { .. }
-            | Op::WaitFlag { .. }
-            | Op::SetCrossFlag { .. }
-            | Op::WaitCrossFlag { .. }
+        Op::Sync(SyncOp::SetFlag { .. })
+            | Op::Sync(SyncOp::WaitFlag { .. })
+            | Op::Sync(SyncOp::SetCrossFlag { .. })
+            | Op::Sync(SyncOp::WaitCrossFlag { .. })
     )
 }
 
 fn set(src: Pipe, dst: Pipe, event: u8) -> Op {
-    Op::SetFlag { src, dst, event }
+    Op::Sync(SyncOp::SetFlag { src, dst, event })
 }
 fn wait(src: Pipe, dst: Pipe, event: u8) -> Op {
-    Op::WaitFlag { src, dst, event }
+    Op::Sync(SyncOp::WaitFlag { src, dst, event })
 }
 
 /// One line per op: its name, or the flag it is.
 fn show(ops: &[Op]) -> Vec<String> {
     ops.iter()
         .map(|op| match op {
-            Op::SetFlag { src, dst, event } => format!("set {src}->{dst} {event}"),
-            Op::WaitFlag { src, dst, event } => format!("wait {src}->{dst} {event}"),
-            Op::SetCrossFlag { pipe, id } => format!("xset {pipe} {id}"),
-            Op::WaitCrossFlag { pipe, id } => format!("xwait {pipe} {id}"),
+            Op::Sync(SyncOp::SetFlag { src, dst, event }) => format!("set {src}->{dst} {event}"),
+            Op::Sync(SyncOp::WaitFlag { src, dst, event }) => format!("wait {src}->{dst} {event}"),
+            Op::Sync(SyncOp::SetCrossFlag { pipe, id }) => format!("xset {pipe} {id}"),
+            Op::Sync(SyncOp::WaitCrossFlag { pipe, id }) => format!("xwait {pipe} {id}"),
             other => other.name().to_string(),
         })
         .collect()
@@ -64,7 +64,7 @@ const PIPES: [Pipe; 7] = [
     Pipe::S,
 ];
 fn pi(p: Pipe) -> usize {
-    PIPES.iter().position(|&q| q == p).expect("tracked pipe")
+    p.index().expect("tracked pipe")
 }
 
 struct Env<'a> {
@@ -206,7 +206,7 @@ impl<'k> Checker<'k> {
 
     fn op(&mut self, op: &Op) {
         match op {
-            Op::SetFlag { src, dst, event } => {
+            Op::Sync(SyncOp::SetFlag { src, dst, event }) => {
                 let key = (*src, *dst, *event);
                 if self.flags.contains_key(&key) {
                     self.errors
@@ -215,7 +215,7 @@ impl<'k> Checker<'k> {
                 self.flags.insert(key, self.vc[pi(*src)]);
                 return;
             }
-            Op::WaitFlag { src, dst, event } => {
+            Op::Sync(SyncOp::WaitFlag { src, dst, event }) => {
                 let key = (*src, *dst, *event);
                 match self.flags.remove(&key) {
                     Some(t) => join(&mut self.vc[pi(*dst)], &t),
@@ -223,7 +223,7 @@ impl<'k> Checker<'k> {
                 }
                 return;
             }
-            Op::Barrier { pipe: Pipe::All } => {
+            Op::Sync(SyncOp::Barrier { pipe: Pipe::All }) => {
                 let mut all = [0; 7];
                 for v in &self.vc {
                     join(&mut all, v);
@@ -231,14 +231,14 @@ impl<'k> Checker<'k> {
                 self.vc = [all; 7];
                 return;
             }
-            Op::SetCrossFlag { .. } | Op::WaitCrossFlag { .. } => {
+            Op::Sync(SyncOp::SetCrossFlag { .. }) | Op::Sync(SyncOp::WaitCrossFlag { .. }) => {
                 self.cross.push(op.clone());
                 return;
             }
-            Op::ChannelAcquire { .. }
-            | Op::ChannelPush { .. }
-            | Op::ChannelPop { .. }
-            | Op::ChannelRelease { .. } => {
+            Op::Sync(SyncOp::ChannelAcquire { .. })
+            | Op::Sync(SyncOp::ChannelPush { .. })
+            | Op::Sync(SyncOp::ChannelPop { .. })
+            | Op::Sync(SyncOp::ChannelRelease { .. }) => {
                 self.errors.push("channel op left in the output".into());
                 return;
             }
@@ -251,11 +251,11 @@ impl<'k> Checker<'k> {
             return;
         };
         let p = pi(pipe);
-        if let Op::Move {
+        if let Op::Move(MoveOp::Move {
             src,
             phase: Some(Phase::Final),
             ..
-        } = op
+        }) = op
         {
             if let Some(t) = self.units.get(&k.root_tile(src.tile)) {
                 let t = *t;
@@ -269,8 +269,8 @@ impl<'k> Checker<'k> {
             .collect();
         acc.extend(op.tile_writes().iter().map(|r| (self.tile(r), true)));
         match op {
-            Op::Load { src, .. } => acc.push((R::Gm(src.tensor), false)),
-            Op::Store { dst, .. } => acc.push((R::Gm(dst.tensor), true)),
+            Op::LoadStore(LoadStoreOp::Load { src, .. }) => acc.push((R::Gm(src.tensor), false)),
+            Op::LoadStore(LoadStoreOp::Store { dst, .. }) => acc.push((R::Gm(dst.tensor), true)),
             _ => {}
         }
         self.vc[p][p] += 1;
@@ -281,11 +281,11 @@ impl<'k> Checker<'k> {
             vc: self.vc[p],
             acc,
         });
-        if let Op::Matmul {
+        if let Op::Matmul(MatmulOp::Matmul {
             dst,
             phase: Some(Phase::Final),
             ..
-        } = op
+        }) = op
         {
             self.units.insert(k.root_tile(dst.tile), self.vc[p]);
         }
@@ -614,7 +614,7 @@ fn phase_final_matmul_to_fixpipe_move_needs_no_flag() {
     // Without phase on the matmul, the flag is needed.
     let mut k2 = k.clone();
     for s in &mut k2.cube {
-        if let Stmt::Op(Op::Matmul { phase, .. }) = s {
+        if let Stmt::Op(Op::Matmul(MatmulOp::Matmul { phase, .. })) = s {
             *phase = None;
         }
     }
@@ -632,7 +632,7 @@ fn hand_written_syncs_are_kept_and_not_duplicated() {
     // Only the matmul -> store edge was missing.
     let mm = expect
         .iter()
-        .position(|o| matches!(o, Op::Matmul { .. }))
+        .position(|o| matches!(o, Op::Matmul(MatmulOp::Matmul { .. })))
         .expect("matmul");
     expect.insert(mm + 1, set(Pipe::M, Pipe::Fix, 0));
     expect.insert(mm + 2, wait(Pipe::M, Pipe::Fix, 0));
@@ -839,7 +839,7 @@ fn removing_any_inserted_flag_pair_creates_a_race_or_imbalance() {
     let mut keys: Vec<(Pipe, Pipe, u8)> = flat(&out.cube)
         .iter()
         .filter_map(|o| match o {
-            Op::SetFlag { src, dst, event } => Some((*src, *dst, *event)),
+            Op::Sync(SyncOp::SetFlag { src, dst, event }) => Some((*src, *dst, *event)),
             _ => None,
         })
         .collect();
@@ -850,7 +850,7 @@ fn removing_any_inserted_flag_pair_creates_a_race_or_imbalance() {
         stmts
             .iter()
             .filter(|s| {
-                !matches!(s, Stmt::Op(Op::SetFlag { src, dst, event } | Op::WaitFlag { src, dst, event }) if (*src, *dst, *event) == key)
+                !matches!(s, Stmt::Op(Op::Sync(SyncOp::SetFlag { src, dst, event }) | Op::Sync(SyncOp::WaitFlag { src, dst, event })) if (*src, *dst, *event) == key)
             })
             .map(|s| match s {
                 Stmt::For { var, start, end, step, body } => Stmt::For {
@@ -889,15 +889,15 @@ fn loop_with_partial_hand_sync_only_adds_the_missing_edges() {
         .filter(|o| {
             matches!(
                 o,
-                Op::SetFlag {
+                Op::Sync(SyncOp::SetFlag {
                     src: Pipe::Mte2,
                     dst: Pipe::Mte1,
                     ..
-                } | Op::WaitFlag {
+                }) | Op::Sync(SyncOp::WaitFlag {
                     src: Pipe::Mte2,
                     dst: Pipe::Mte1,
                     ..
-                }
+                })
             )
         })
         .collect();
@@ -962,11 +962,11 @@ fn nested_loops_and_branches_are_balanced_and_race_free() {
     assert!(
         matches!(
             body.get(if_pos + 1),
-            Some(Stmt::Op(Op::SetFlag {
+            Some(Stmt::Op(Op::Sync(SyncOp::SetFlag {
                 src: Pipe::Mte2,
                 dst: Pipe::V,
                 ..
-            }))
+            })))
         ),
         "{:#?}",
         show(&flat(body))
@@ -989,7 +989,7 @@ fn cluster_check(cube: &[Op], vector: &[Op]) -> Result<(), String> {
         for core in 0..3 {
             while let Some(op) = streams[core].get(pc[core]) {
                 let ok = match (core, op) {
-                    (0, Op::SetCrossFlag { id, .. }) => {
+                    (0, Op::Sync(SyncOp::SetCrossFlag { id, .. })) => {
                         let slot = &mut aiv[(*id / 16) as usize][(*id % 16) as usize];
                         if *slot == 1 {
                             return Err(format!("cube set {id} twice"));
@@ -997,7 +997,7 @@ fn cluster_check(cube: &[Op], vector: &[Op]) -> Result<(), String> {
                         *slot = 1;
                         true
                     }
-                    (k, Op::SetCrossFlag { id, .. }) => {
+                    (k, Op::Sync(SyncOp::SetCrossFlag { id, .. })) => {
                         let slot = &mut aic[*id as usize + 16 * (k - 1)];
                         if *slot == 1 {
                             return Err(format!("AIV{} set {id} twice", k - 1));
@@ -1005,10 +1005,10 @@ fn cluster_check(cube: &[Op], vector: &[Op]) -> Result<(), String> {
                         *slot = 1;
                         true
                     }
-                    (0, Op::WaitCrossFlag { id, .. }) => {
+                    (0, Op::Sync(SyncOp::WaitCrossFlag { id, .. })) => {
                         std::mem::take(&mut aic[*id as usize]) == 1
                     }
-                    (k, Op::WaitCrossFlag { id, .. }) => {
+                    (k, Op::Sync(SyncOp::WaitCrossFlag { id, .. })) => {
                         std::mem::take(&mut aiv[k - 1][*id as usize]) == 1
                     }
                     _ => true,
@@ -1431,15 +1431,15 @@ fn random_vector_programs_are_balanced_and_race_free() {
         let author = |o: &Op| {
             matches!(
                 o,
-                Op::SetFlag {
+                Op::Sync(SyncOp::SetFlag {
                     src: Pipe::Mte2,
                     dst: Pipe::V,
                     event: 5
-                } | Op::SetFlag {
+                }) | Op::Sync(SyncOp::SetFlag {
                     src: Pipe::V,
                     dst: Pipe::Mte3,
                     event: 6
-                }
+                })
             )
         };
         assert_eq!(
@@ -1532,11 +1532,11 @@ fn a_final_store_after_a_final_matmul_needs_no_m_to_fix_flag() {
         flat(&k.cube).iter().any(|o| {
             matches!(
                 o,
-                Op::SetFlag {
+                Op::Sync(SyncOp::SetFlag {
                     src: Pipe::M,
                     dst: Pipe::Fix,
                     ..
-                }
+                })
             )
         })
     };
@@ -1544,7 +1544,7 @@ fn a_final_store_after_a_final_matmul_needs_no_m_to_fix_flag() {
     assert!(m_to_fix(&compile(&plain, &arch()).expect("compiles")));
     let mut phased = plain.clone();
     for s in phased.cube.iter_mut() {
-        if let Stmt::Op(Op::Store { phase, .. }) = s {
+        if let Stmt::Op(Op::LoadStore(LoadStoreOp::Store { phase, .. })) = s {
             *phase = Some(Phase::Final);
         }
     }
@@ -1607,11 +1607,11 @@ fn sync_pass_does_not_share_an_event_id_the_pipes_do_not_order() {
     let events: Vec<u8> = ops
         .iter()
         .filter_map(|op| match op {
-            Op::SetFlag {
+            Op::Sync(SyncOp::SetFlag {
                 src: Pipe::Mte1,
                 dst: Pipe::M,
                 event,
-            } => Some(*event),
+            }) => Some(*event),
             _ => None,
         })
         .collect();
@@ -1791,11 +1791,11 @@ fn stores_under_one_if_share_one_pair_however_many_tiles() {
         .filter(|o| {
             matches!(
                 o,
-                Op::SetFlag {
+                Op::Sync(SyncOp::SetFlag {
                     src: Pipe::V,
                     dst: Pipe::Mte3,
                     ..
-                }
+                })
             )
         })
         .count();
@@ -1803,7 +1803,7 @@ fn stores_under_one_if_share_one_pair_however_many_tiles() {
     let last_fill = ops.iter().rposition(|o| o.name() == "fill").expect("fills");
     let set_at = ops
         .iter()
-        .position(|o| matches!(o, Op::SetFlag { .. }))
+        .position(|o| matches!(o, Op::Sync(SyncOp::SetFlag { .. })))
         .expect("a set");
     assert!(set_at > last_fill, "{:#?}", show(&ops));
     assert_clean(&k, CoreKind::Vector, &[(write, 1)]);

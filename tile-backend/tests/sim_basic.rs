@@ -61,10 +61,10 @@ fn a_wait_nobody_releases_is_a_hang_naming_the_flag() {
         vars: vec![],
         channels: vec![],
         cube: vec![],
-        vector: vec![Stmt::Op(Op::WaitCrossFlag {
+        vector: vec![Stmt::Op(Op::Sync(SyncOp::WaitCrossFlag {
             pipe: Pipe::V,
             id: 3,
-        })],
+        }))],
     };
     for block_dim in [1, 3] {
         match sim::run(&kern, &Arch::ascend950(), &mut [], SimOptions { block_dim }) {

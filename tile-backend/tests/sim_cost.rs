@@ -396,7 +396,7 @@ fn with_l2_on_rereads_hit_in_block_order_and_wait_the_hit_latency() {
         let ev = &trace.blocks[b].cores[1].events;
         tl.cores[1]
             .iter()
-            .filter(|s| matches!(ev[s.event].op, Op::Load { .. }))
+            .filter(|s| matches!(ev[s.event].op, Op::LoadStore(LoadStoreOp::Load { .. })))
             .map(|s| s.end - s.busy_until)
             .collect()
     };
@@ -408,7 +408,7 @@ fn with_l2_on_rereads_hit_in_block_order_and_wait_the_hit_latency() {
         let ev = &trace.blocks[1].cores[1].events;
         tl.cores[1]
             .iter()
-            .filter(|s| matches!(ev[s.event].op, Op::Load { .. }))
+            .filter(|s| matches!(ev[s.event].op, Op::LoadStore(LoadStoreOp::Load { .. })))
             .map(|s| s.busy_until - s.start)
             .collect()
     };

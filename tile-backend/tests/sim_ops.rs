@@ -208,7 +208,8 @@ fn row_and_column_reductions_and_broadcasts() {
         *shape = vec![Expr::Const(1), Expr::Const(c as i64)];
     }
     if let Some(Stmt::If { then_body, .. }) = k2.vector.first_mut() {
-        if let Some(Stmt::Op(Op::Store { dst, .. })) = then_body.last_mut() {
+        if let Some(Stmt::Op(Op::LoadStore(LoadStoreOp::Store { dst, .. }))) = then_body.last_mut()
+        {
             dst.rows = Expr::Const(1);
         }
     }

@@ -1,7 +1,7 @@
 //! The move rules of ASCEND950.md §5: every legal and illegal path, the layout and dtype tables,
 //! shapes and offsets, Fixpipe options and the dual-split restrictions with their tails.
 
-use tile_backend::dsl::{KernelBuilder, MoveOp};
+use tile_backend::dsl::{KernelBuilder, MoveBuilder};
 use tile_backend::ir::*;
 use tile_backend::verify::{verify, Report, Rule, Severity};
 
@@ -11,7 +11,12 @@ use support::*;
 // ---------------------------------------------------------------- helpers
 
 /// A kernel with tiles `src` and `dst` and one move between them in `section`.
-fn mv(section: CoreKind, src: TileType, dst: TileType, opts: impl FnOnce(MoveOp<'_>)) -> Report {
+fn mv(
+    section: CoreKind,
+    src: TileType,
+    dst: TileType,
+    opts: impl FnOnce(MoveBuilder<'_>),
+) -> Report {
     let mut kb = KernelBuilder::new("mv");
     let s = kb.tile("src", src);
     let d = kb.tile("dst", dst);
@@ -22,7 +27,7 @@ fn mv(section: CoreKind, src: TileType, dst: TileType, opts: impl FnOnce(MoveOp<
     verify(&kb.build())
 }
 
-fn plain(_: MoveOp<'_>) {}
+fn plain(_: MoveBuilder<'_>) {}
 
 fn scale_const() -> Scale {
     Scale::Const(QuantWord::new(0.25, true))

@@ -32,14 +32,14 @@ fn kernel(edit: impl FnOnce(&mut Kernel)) -> Kernel {
 /// The load's GM window.
 fn load_view(k: &mut Kernel) -> &mut GmView {
     match &mut k.vector[0] {
-        Stmt::Op(Op::Load { src, .. }) => src,
+        Stmt::Op(Op::LoadStore(LoadStoreOp::Load { src, .. })) => src,
         _ => unreachable!("the first vector statement is the load"),
     }
 }
 
 fn load_slot(k: &mut Kernel) -> &mut Expr {
     match &mut k.vector[0] {
-        Stmt::Op(Op::Load { dst, .. }) => &mut dst.slot,
+        Stmt::Op(Op::LoadStore(LoadStoreOp::Load { dst, .. })) => &mut dst.slot,
         _ => unreachable!("the first vector statement is the load"),
     }
 }

@@ -547,11 +547,11 @@ fn every_vector_instruction_has_a_dtype_row() {
         UnaryOp::Recip,
         UnaryOp::Relu,
     ] {
-        ops.push(Op::Unary {
+        ops.push(Op::Vector(VectorOp::Unary {
             op,
             dst: r(a),
             src: r(a),
-        });
+        }));
     }
     for op in [
         BinaryOp::Add,
@@ -561,47 +561,52 @@ fn every_vector_instruction_has_a_dtype_row() {
         BinaryOp::Max,
         BinaryOp::Min,
     ] {
-        ops.push(Op::Binary {
+        ops.push(Op::Vector(VectorOp::Binary {
             op,
             dst: r(a),
             lhs: r(a),
             rhs: r(a),
-        });
-        ops.push(Op::BinaryScalar {
+        }));
+        ops.push(Op::Vector(VectorOp::BinaryScalar {
             op,
             dst: r(a),
             src: r(a),
             scalar: ScalarArg::Const(1.0),
-        });
+        }));
         for axis in [Axis::Row, Axis::Col] {
-            ops.push(Op::Broadcast {
+            ops.push(Op::Vector(VectorOp::Broadcast {
                 op,
                 axis,
                 dst: r(a),
                 src: r(a),
                 operand: r(a),
-            });
+            }));
         }
     }
     for axis in [Axis::Row, Axis::Col] {
         for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
-            ops.push(Op::Reduce {
+            ops.push(Op::Vector(VectorOp::Reduce {
                 op,
                 axis,
                 dst: r(a),
                 src: r(a),
-            });
+            }));
         }
-        ops.push(Op::Expand {
+        ops.push(Op::Vector(VectorOp::Expand {
             axis,
             dst: r(a),
             src: r(a),
-        });
+        }));
     }
-    ops.push(Op::Fill {
+    ops.push(Op::Vector(VectorOp::Fill {
         dst: r(a),
         value: ScalarArg::Const(0.0),
-    });
+    }));
+    ops.push(Op::Vector(VectorOp::LeakyRelu {
+        dst: r(a),
+        src: r(a),
+        slope: ScalarArg::Const(0.1),
+    }));
     let k = kb.build();
     let mut seen = std::collections::BTreeSet::new();
     for op in &ops {
@@ -618,11 +623,11 @@ fn every_vector_instruction_has_a_dtype_row() {
         seen.len(),
         "no stale rows: {seen:?}"
     );
-    let cast = Op::Cast {
+    let cast = Op::Vector(VectorOp::Cast {
         dst: r(a),
         src: r(a),
         round: RoundMode::Rint,
-    };
+    });
     assert_eq!(tile_backend::codegen::pto::instruction(&k, &cast), "TCVT");
     assert!(arch.can_cast(F32, F32) && !arch.can_cast(I32, F16));
 }

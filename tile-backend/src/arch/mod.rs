@@ -11,7 +11,7 @@ pub use crate::ir::Target;
 pub use instructions::instruction;
 pub use rates::{Basis, Figure, Rates};
 
-use crate::ir::{DType, Layout, MemSpace, Op, OpFamily, Pipe, TileRef};
+use crate::ir::{DType, Layout, MemSpace, MoveOp, Op, Pipe, SpaceOf};
 use serde::{Deserialize, Serialize};
 
 /// A chip variant of a target, for rates (950PR vs 950DT bandwidth).
@@ -248,7 +248,7 @@ impl Arch {
             .map(|s| s.plan_align)
             .unwrap_or(32)
             .max(1);
-        ty.bytes().div_ceil(align) * align
+        crate::ir::round_up(ty.bytes(), align)
     }
 
     /// Legal GM load layouts into `dst`, if GM loads reach it at all.
@@ -301,39 +301,26 @@ impl Arch {
     }
 
     /// The pipe that runs `op`, given the tiles' spaces (`space_of`); `None` where the op is not
-    /// a legal form (the verifier says why).
-    pub fn pipe_of(
-        &self,
-        op: &Op,
-        space_of: &dyn Fn(&TileRef) -> Option<MemSpace>,
-    ) -> Option<Pipe> {
-        Some(match op {
-            Op::Load { .. } | Op::GatherInL1 { .. } => Pipe::Mte2,
-            Op::Store { src, .. } => match space_of(src)? {
-                MemSpace::Acc => Pipe::Fix,
-                MemSpace::Vec => Pipe::Mte3,
-                _ => return None,
-            },
-            Op::Move {
+    /// a legal form (the verifier says why). Each family gives its own, except a move's, which
+    /// the legal-move table decides.
+    pub fn pipe_of(&self, op: &Op, space_of: SpaceOf<'_>) -> Option<Pipe> {
+        match op {
+            Op::LoadStore(o) => o.pipe(space_of),
+            Op::Move(MoveOp::Move {
                 dst, src, scale, ..
-            } => {
+            }) => {
                 let (s, d) = (space_of(src)?, space_of(dst)?);
                 let scaled = scale.is_some();
                 self.move_rules(s, d)
                     .find(|r| r.scale != ScaleRule::With || scaled)
-                    .map(|r| r.pipe)?
+                    .map(|r| r.pipe)
             }
-            Op::Matmul { .. } => Pipe::M,
-            Op::FillPad { tile } => match space_of(tile)? {
-                MemSpace::Mat => Pipe::Mte2,
-                _ => Pipe::V,
-            },
-            Op::SetValidShape { .. } => Pipe::S,
-            _ => match op.family() {
-                OpFamily::Vector => Pipe::V,
-                _ => Pipe::S,
-            },
-        })
+            Op::Matmul(o) => Some(o.pipe()),
+            Op::Gather(o) => Some(o.pipe()),
+            Op::Vector(o) => o.pipe(space_of),
+            Op::Scalar(o) => Some(o.pipe()),
+            Op::Sync(o) => Some(o.pipe()),
+        }
     }
 }
 

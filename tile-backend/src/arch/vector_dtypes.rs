@@ -45,6 +45,7 @@ fn row(instruction: &str, dtypes: &[DType]) -> VectorDtypes {
 /// | TDIV: f32, f16, i32, i64, u64 (+i16, u16, u32) | `npu/a5/TDiv.hpp` static_assert — no bf16, no 8-bit |
 /// | TADDS, TSUBS, TMAXS, TMINS: as TADD | `npu/a5/TAddS.hpp`, `TSubS.hpp`, `TMaxs.hpp`, `TMins.hpp` static_asserts |
 /// | TMULS: as TMUL | `npu/a5/TMulS.hpp` static_assert |
+/// | TLRELU: f32, f16 | `npu/a2a3/TLRelu.hpp` `TLRELU_IMPL` static_assert (the public tree has no A5 header for it); `docs/isa/TLRELU.md` |
 /// | TDIVS: as TDIV | `npu/a5/TDivS.hpp` `TDIVS_IMPL` (tile, scalar) static_assert |
 /// | TROWSUM: f32, f16, i32, i64, u64 (+i16) | `npu/a5/TRowReduce.hpp` `TRowSum` static_assert, 64-bit via `TROWSUM_IMPL`; `docs/isa/TROWSUM.md` (A5) — no bf16, no 8-bit |
 /// | TROWMAX, TROWMIN: f32, f16, i32, i8, u8, i64, u64 (+i16) | `npu/a5/TRowReduce.hpp` `TRowMax`/`TRowMin` static_asserts, 64-bit via `TROWMAX_IMPL`/`TROWMIN_IMPL` — no bf16 |
@@ -66,6 +67,7 @@ pub(crate) fn vector_dtypes_950() -> Vec<VectorDtypes> {
         row("TMUL", MUL),
         row("TDIV", DIV),
         row("TMULS", MUL),
+        row("TLRELU", &[F32, F16]),
         row("TDIVS", DIV),
         row("TROWSUM", &[F32, F16, I32, I64, U64]),
         row("TROWMAX", &[F32, F16, I32, I8, U8, I64, U64]),

@@ -275,10 +275,10 @@ pub struct Body<'k> {
     stmts: Vec<Stmt>,
 }
 
-/// Options of a move; set through the chained methods of [`MoveOp`].
-pub struct MoveOp<'a>(&'a mut Op);
+/// Options of a move; set through the chained methods of [`MoveBuilder`].
+pub struct MoveBuilder<'a>(&'a mut Op);
 
-impl MoveOp<'_> {
+impl MoveBuilder<'_> {
     fn with(
         self,
         f: impl FnOnce(
@@ -289,14 +289,14 @@ impl MoveOp<'_> {
             &mut Option<Phase>,
         ),
     ) -> Self {
-        if let Op::Move {
+        if let Op::Move(MoveOp::Move {
             offset,
             acc_to_vec,
             relu,
             scale,
             phase,
             ..
-        } = self.0
+        }) = self.0
         {
             f(offset, acc_to_vec, relu, scale, phase);
         }
@@ -326,19 +326,19 @@ impl MoveOp<'_> {
 }
 
 /// Options of a matmul; set through the chained methods.
-pub struct MatmulOp<'a>(&'a mut Op);
+pub struct MatmulBuilder<'a>(&'a mut Op);
 
-impl MatmulOp<'_> {
+impl MatmulBuilder<'_> {
     /// Unit-flag phase.
     pub fn phase(self, p: Phase) -> Self {
-        if let Op::Matmul { phase, .. } = self.0 {
+        if let Op::Matmul(MatmulOp::Matmul { phase, .. }) = self.0 {
             *phase = Some(p);
         }
         self
     }
     /// Adds a Bias tile.
     pub fn bias(self, t: impl Into<TileRef>) -> Self {
-        if let Op::Matmul { bias, .. } = self.0 {
+        if let Op::Matmul(MatmulOp::Matmul { bias, .. }) = self.0 {
             *bias = Some(t.into());
         }
         self
@@ -351,28 +351,28 @@ pub struct StoreOp<'a>(&'a mut Op);
 impl StoreOp<'_> {
     /// Fixpipe ReLU (Acc sources).
     pub fn relu(self) -> Self {
-        if let Op::Store { relu, .. } = self.0 {
+        if let Op::LoadStore(LoadStoreOp::Store { relu, .. }) = self.0 {
             *relu = true;
         }
         self
     }
     /// Fixpipe quantisation (Acc sources).
     pub fn scale(self, s: Scale) -> Self {
-        if let Op::Store { scale, .. } = self.0 {
+        if let Op::LoadStore(LoadStoreOp::Store { scale, .. }) = self.0 {
             *scale = Some(s);
         }
         self
     }
     /// Unit-flag phase (Acc sources).
     pub fn phase(self, p: Phase) -> Self {
-        if let Op::Store { phase, .. } = self.0 {
+        if let Op::LoadStore(LoadStoreOp::Store { phase, .. }) = self.0 {
             *phase = Some(p);
         }
         self
     }
     /// Atomic add into GM.
     pub fn atomic_add(self) -> Self {
-        if let Op::Store { atomic_add, .. } = self.0 {
+        if let Op::LoadStore(LoadStoreOp::Store { atomic_add, .. }) = self.0 {
             *atomic_add = true;
         }
         self
@@ -462,11 +462,11 @@ impl<'k> Body<'k> {
         index: impl Into<Expr>,
     ) -> VarId {
         let var = self.var(name);
-        self.op(Op::ReadScalar {
+        self.op(Op::Scalar(ScalarOp::ReadScalar {
             var,
             tensor,
             index: index.into(),
-        });
+        }));
         var
     }
 
@@ -479,11 +479,11 @@ impl<'k> Body<'k> {
         index: impl Into<Expr>,
     ) -> VarId {
         let var = self.var(name);
-        self.op(Op::ReadTileScalar {
+        self.op(Op::Scalar(ScalarOp::ReadTileScalar {
             var,
             tile: tile.into(),
             index: index.into(),
-        });
+        }));
         var
     }
 
@@ -494,36 +494,36 @@ impl<'k> Body<'k> {
         index: impl Into<Expr>,
         value: impl Into<Expr>,
     ) {
-        self.op(Op::WriteScalar {
+        self.op(Op::Scalar(ScalarOp::WriteScalar {
             tensor,
             index: index.into(),
             value: value.into(),
-        });
+        }));
     }
 
     /// GM -> Vec/Mat.
     pub fn load(&mut self, dst: impl Into<TileRef>, src: GmView) {
-        self.op(Op::Load {
+        self.op(Op::LoadStore(LoadStoreOp::Load {
             dst: dst.into(),
             src,
-        });
+        }));
     }
 
     /// Vec/Acc -> GM.
     pub fn store(&mut self, dst: GmView, src: impl Into<TileRef>) -> StoreOp<'_> {
-        StoreOp(self.op(Op::Store {
+        StoreOp(self.op(Op::LoadStore(LoadStoreOp::Store {
             dst,
             src: src.into(),
             relu: false,
             scale: None,
             atomic_add: false,
             phase: None,
-        }))
+        })))
     }
 
     /// A tile move (TMOV / TEXTRACT / TINSERT); chain `.offset()`, `.mode()`, `.phase()`, ...
-    pub fn mov(&mut self, dst: impl Into<TileRef>, src: impl Into<TileRef>) -> MoveOp<'_> {
-        MoveOp(self.op(Op::Move {
+    pub fn mov(&mut self, dst: impl Into<TileRef>, src: impl Into<TileRef>) -> MoveBuilder<'_> {
+        MoveBuilder(self.op(Op::Move(MoveOp::Move {
             dst: dst.into(),
             src: src.into(),
             offset: None,
@@ -531,7 +531,7 @@ impl<'k> Body<'k> {
             relu: false,
             scale: None,
             phase: None,
-        }))
+        })))
     }
 
     /// `dst = a * b`.
@@ -540,7 +540,7 @@ impl<'k> Body<'k> {
         dst: impl Into<TileRef>,
         a: impl Into<TileRef>,
         b: impl Into<TileRef>,
-    ) -> MatmulOp<'_> {
+    ) -> MatmulBuilder<'_> {
         self.matmul_impl(dst, a, b, false)
     }
 
@@ -550,7 +550,7 @@ impl<'k> Body<'k> {
         dst: impl Into<TileRef>,
         a: impl Into<TileRef>,
         b: impl Into<TileRef>,
-    ) -> MatmulOp<'_> {
+    ) -> MatmulBuilder<'_> {
         self.matmul_impl(dst, a, b, true)
     }
 
@@ -560,20 +560,20 @@ impl<'k> Body<'k> {
         a: impl Into<TileRef>,
         b: impl Into<TileRef>,
         accumulate: bool,
-    ) -> MatmulOp<'_> {
-        MatmulOp(self.op(Op::Matmul {
+    ) -> MatmulBuilder<'_> {
+        MatmulBuilder(self.op(Op::Matmul(MatmulOp::Matmul {
             dst: dst.into(),
             a: a.into(),
             b: b.into(),
             bias: None,
             accumulate,
             phase: None,
-        }))
+        })))
     }
 
     /// Paged gather of GM rows into an L1 tile (ASCEND950.md §8).
     pub fn gather_in_l1(&mut self, g: Gather) {
-        self.op(Op::GatherInL1 {
+        self.op(Op::Gather(GatherOp::GatherInL1 {
             dst: g.dst,
             src: g.src,
             indices: g.indices,
@@ -583,16 +583,16 @@ impl<'k> Body<'k> {
             col_offset: g.col_offset,
             is_b_matrix: g.is_b_matrix,
             is_trans: g.is_trans,
-        });
+        }));
     }
 
     /// `dst = op(src)`.
     pub fn unary(&mut self, op: UnaryOp, dst: impl Into<TileRef>, src: impl Into<TileRef>) {
-        self.op(Op::Unary {
+        self.op(Op::Vector(VectorOp::Unary {
             op,
             dst: dst.into(),
             src: src.into(),
-        });
+        }));
     }
 
     /// `dst = exp(src)`.
@@ -608,12 +608,12 @@ impl<'k> Body<'k> {
         lhs: impl Into<TileRef>,
         rhs: impl Into<TileRef>,
     ) {
-        self.op(Op::Binary {
+        self.op(Op::Vector(VectorOp::Binary {
             op,
             dst: dst.into(),
             lhs: lhs.into(),
             rhs: rhs.into(),
-        });
+        }));
     }
 
     /// `dst = lhs + rhs`.
@@ -654,12 +654,12 @@ impl<'k> Body<'k> {
         src: impl Into<TileRef>,
         scalar: impl Into<ScalarArg>,
     ) {
-        self.op(Op::BinaryScalar {
+        self.op(Op::Vector(VectorOp::BinaryScalar {
             op,
             dst: dst.into(),
             src: src.into(),
             scalar: scalar.into(),
-        });
+        }));
     }
 
     /// `dst = src * scalar` (TMULS).
@@ -672,6 +672,20 @@ impl<'k> Body<'k> {
         self.binary_scalar(BinaryOp::Mul, dst, src, scalar);
     }
 
+    /// `dst = src > 0 ? src : src * slope` (TLRELU).
+    pub fn leaky_relu(
+        &mut self,
+        dst: impl Into<TileRef>,
+        src: impl Into<TileRef>,
+        slope: impl Into<ScalarArg>,
+    ) {
+        self.op(Op::Vector(VectorOp::LeakyRelu {
+            dst: dst.into(),
+            src: src.into(),
+            slope: slope.into(),
+        }));
+    }
+
     /// Reduction along `axis`.
     pub fn reduce(
         &mut self,
@@ -680,12 +694,12 @@ impl<'k> Body<'k> {
         dst: impl Into<TileRef>,
         src: impl Into<TileRef>,
     ) {
-        self.op(Op::Reduce {
+        self.op(Op::Vector(VectorOp::Reduce {
             op,
             axis,
             dst: dst.into(),
             src: src.into(),
-        });
+        }));
     }
 
     /// `dst[r] = max_c src[r, c]` (TROWMAX).
@@ -717,39 +731,39 @@ impl<'k> Body<'k> {
         src: impl Into<TileRef>,
         operand: impl Into<TileRef>,
     ) {
-        self.op(Op::Broadcast {
+        self.op(Op::Vector(VectorOp::Broadcast {
             op,
             axis,
             dst: dst.into(),
             src: src.into(),
             operand: operand.into(),
-        });
+        }));
     }
 
     /// `dst = broadcast(src)` along `axis`.
     pub fn expand(&mut self, axis: Axis, dst: impl Into<TileRef>, src: impl Into<TileRef>) {
-        self.op(Op::Expand {
+        self.op(Op::Vector(VectorOp::Expand {
             axis,
             dst: dst.into(),
             src: src.into(),
-        });
+        }));
     }
 
     /// `dst = convert(src)` with rounding.
     pub fn cast(&mut self, dst: impl Into<TileRef>, src: impl Into<TileRef>, round: RoundMode) {
-        self.op(Op::Cast {
+        self.op(Op::Vector(VectorOp::Cast {
             dst: dst.into(),
             src: src.into(),
             round,
-        });
+        }));
     }
 
     /// Every valid element of `dst` = `value`.
     pub fn fill(&mut self, dst: impl Into<TileRef>, value: impl Into<ScalarArg>) {
-        self.op(Op::Fill {
+        self.op(Op::Vector(VectorOp::Fill {
             dst: dst.into(),
             value: value.into(),
-        });
+        }));
     }
 
     /// Sets a tile's runtime valid shape.
@@ -759,11 +773,11 @@ impl<'k> Body<'k> {
         rows: impl Into<Expr>,
         cols: impl Into<Expr>,
     ) {
-        self.op(Op::SetValidShape {
+        self.op(Op::Vector(VectorOp::SetValidShape {
             tile: tile.into(),
             rows: rows.into(),
             cols: cols.into(),
-        });
+        }));
     }
 
     /// Sets the cube's handle of a Fixpipe destination `dst` (a dynamic Vec tile) to what an
@@ -780,59 +794,59 @@ impl<'k> Body<'k> {
         let (r, c) = match mode {
             AccToVecMode::SingleModeVec0 | AccToVecMode::SingleModeVec1 => (rows, cols),
             AccToVecMode::DualModeSplitM => (rows.div_ceil(2), cols),
-            AccToVecMode::DualModeSplitN => (rows, cols.div_ceil(32) * 32 / 2),
+            AccToVecMode::DualModeSplitN => (rows, round_up(cols, 32) / 2),
         };
         self.set_validshape(dst, r as i64, c as i64);
     }
 
     /// Writes the pad value into the tile's invalid region.
     pub fn fillpad(&mut self, tile: impl Into<TileRef>) {
-        self.op(Op::FillPad { tile: tile.into() });
+        self.op(Op::Vector(VectorOp::FillPad { tile: tile.into() }));
     }
 
     /// `set_flag(src, dst, event)`.
     pub fn set_flag(&mut self, src: Pipe, dst: Pipe, event: u8) {
-        self.op(Op::SetFlag { src, dst, event });
+        self.op(Op::Sync(SyncOp::SetFlag { src, dst, event }));
     }
 
     /// `wait_flag(src, dst, event)`.
     pub fn wait_flag(&mut self, src: Pipe, dst: Pipe, event: u8) {
-        self.op(Op::WaitFlag { src, dst, event });
+        self.op(Op::Sync(SyncOp::WaitFlag { src, dst, event }));
     }
 
     /// `pipe_barrier(pipe)`.
     pub fn barrier(&mut self, pipe: Pipe) {
-        self.op(Op::Barrier { pipe });
+        self.op(Op::Sync(SyncOp::Barrier { pipe }));
     }
 
     /// Cross-core signal.
     pub fn set_cross_flag(&mut self, pipe: Pipe, id: u8) {
-        self.op(Op::SetCrossFlag { pipe, id });
+        self.op(Op::Sync(SyncOp::SetCrossFlag { pipe, id }));
     }
 
     /// Cross-core wait.
     pub fn wait_cross_flag(&mut self, pipe: Pipe, id: u8) {
-        self.op(Op::WaitCrossFlag { pipe, id });
+        self.op(Op::Sync(SyncOp::WaitCrossFlag { pipe, id }));
     }
 
     /// Producer waits for a free channel slot.
     pub fn acquire(&mut self, channel: ChannelId) {
-        self.op(Op::ChannelAcquire { channel });
+        self.op(Op::Sync(SyncOp::ChannelAcquire { channel }));
     }
 
     /// Producer publishes a slot.
     pub fn push(&mut self, channel: ChannelId) {
-        self.op(Op::ChannelPush { channel });
+        self.op(Op::Sync(SyncOp::ChannelPush { channel }));
     }
 
     /// Consumer waits for a slot.
     pub fn pop(&mut self, channel: ChannelId) {
-        self.op(Op::ChannelPop { channel });
+        self.op(Op::Sync(SyncOp::ChannelPop { channel }));
     }
 
     /// Consumer frees a slot.
     pub fn release(&mut self, channel: ChannelId) {
-        self.op(Op::ChannelRelease { channel });
+        self.op(Op::Sync(SyncOp::ChannelRelease { channel }));
     }
 }
 

@@ -1,6 +1,8 @@
 //! Kernels: arguments, tile declarations, channels and the cube and vector programs.
 
-use super::{ChannelId, CoreKind, DType, Expr, Op, ParamId, TileDecl, TileId, VarId};
+use super::{
+    ChannelId, CoreKind, DType, Expr, MemSpace, Op, ParamId, TileDecl, TileId, TileRef, VarId,
+};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -166,6 +168,11 @@ impl Kernel {
     /// A tile declaration, if the id is valid.
     pub fn try_tile(&self, id: TileId) -> Option<&TileDecl> {
         self.tiles.get(id.0 as usize)
+    }
+
+    /// The memory space of a tile reference, if its tile is declared.
+    pub fn space_of(&self, r: &TileRef) -> Option<MemSpace> {
+        self.try_tile(r.tile).map(|d| d.ty.space)
     }
 
     /// An argument, if the id is valid.

@@ -38,6 +38,13 @@ impl Fractal {
     }
 }
 
+/// `v` rounded up to a multiple of `m` (`m` = 0 is treated as 1): the one round-up of the
+/// workspace (tile shapes, fractal padding, plan sizes).
+pub const fn round_up(v: u64, m: u64) -> u64 {
+    let m = if m == 0 { 1 } else { m };
+    v.div_ceil(m) * m
+}
+
 /// C0 of a dtype: how many elements make 32 bytes (fp32 8, fp16 16, int8 32).
 pub const fn c0(dtype: DType) -> u64 {
     C0_BYTES / dtype.size_bytes()

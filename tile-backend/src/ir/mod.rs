@@ -16,10 +16,11 @@ pub use expr::{BinOp, EvalError, Expr, ExprEnv, NoEnv, ParamId, VarId};
 pub use kernel::{
     walk_ops, Channel, Kernel, OpLoc, Param, ParamKind, Stmt, Target, ValueRange, VarDecl,
 };
-pub use layout::{c0, Fractal, Layout, C0_BYTES};
+pub use layout::{c0, round_up, Fractal, Layout, C0_BYTES};
 pub use op::{
-    AccToVecMode, Axis, BinaryOp, ChannelId, Op, OpFamily, Phase, Pipe, QuantWord, ReduceOp,
-    RoundMode, ScalarArg, Scale, UnaryOp,
+    op_names, AccToVecMode, Axis, BinaryOp, ChannelId, CostClass, GatherOp, GmUse, Listing,
+    LoadStoreOp, MatmulOp, MoveOp, Op, OpDisplay, Phase, Pipe, QuantWord, ReduceOp, RoundMode,
+    ScalarArg, ScalarOp, Scale, SpaceOf, SyncOp, UnaryOp, UnitFlag, VectorOp,
 };
 pub use space::{CoreKind, MemSpace};
 pub use tile::{GmView, PadValue, Storage, TileDecl, TileId, TileRef, TileType, ValidDim};

@@ -46,11 +46,7 @@ pub fn acc_dtype(operand: DType) -> DType {
     }
 }
 
-/// `v` rounded up to a multiple of `m` (`m` = 0 is treated as 1).
-pub(crate) fn round_up(v: u64, m: u64) -> u64 {
-    let m = m.max(1);
-    v.div_ceil(m) * m
-}
+pub(crate) use crate::ir::round_up;
 
 /// Emits a ping-pong loop over `iters` iterations, unrolled by two so that each half uses a
 /// constant event id (0 for even iterations, 1 for odd ones): `body(b, it, event)` is called once

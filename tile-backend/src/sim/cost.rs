@@ -4,7 +4,7 @@
 use super::timeline::{timelines, BlockTimeline, PIPES};
 use super::trace::{Mem, Trace};
 use crate::arch::{Arch, Sku};
-use crate::ir::{DType, Kernel, Op, Pipe};
+use crate::ir::{DType, Kernel, LoadStoreOp, MatmulOp, MoveOp, Op, Pipe, ScalarOp};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -143,7 +143,12 @@ fn gm_dma_bytes(block: &super::trace::BlockTrace<'_>) -> f64 {
         .cores
         .iter()
         .flat_map(|c| &c.events)
-        .filter(|e| !matches!(e.op, Op::WriteScalar { .. } | Op::ReadScalar { .. }))
+        .filter(|e| {
+            !matches!(
+                e.op,
+                Op::Scalar(ScalarOp::WriteScalar { .. }) | Op::Scalar(ScalarOp::ReadScalar { .. })
+            )
+        })
         .flat_map(|e| &e.accesses)
         .filter(|a| matches!(a.mem, Mem::Gm(_)))
         .map(|a| (a.end - a.start) as f64)
@@ -241,7 +246,7 @@ pub fn report_from(
         for (ci, spans) in tl.cores.iter().enumerate() {
             let kind = usize::from(ci > 0);
             for s in spans {
-                let p = PIPES.iter().position(|q| *q == s.pipe).unwrap_or(0);
+                let p = s.pipe.index().unwrap_or(0);
                 *busy_sum.entry((kind, p)).or_default() += s.busy_until - s.start;
             }
         }
@@ -283,7 +288,11 @@ pub fn report_from(
                     .sum();
                 for a in &e.accesses {
                     if let Mem::Gm(p) = a.mem {
-                        if matches!(e.op, Op::WriteScalar { .. } | Op::ReadScalar { .. }) {
+                        if matches!(
+                            e.op,
+                            Op::Scalar(ScalarOp::WriteScalar { .. })
+                                | Op::Scalar(ScalarOp::ReadScalar { .. })
+                        ) {
                             continue;
                         }
                         let list = if a.write {
@@ -297,12 +306,19 @@ pub fn report_from(
                         }
                     }
                 }
-                match (e.op, e.pipe) {
-                    (Op::Move { .. }, Pipe::Mte1) => bytes.l1_to_l0 += written,
-                    (Op::Move { .. } | Op::Store { .. }, Pipe::Fix) => bytes.fixpipe += written,
-                    (Op::Store { .. }, Pipe::Mte3) => bytes.ub_to_gm += written,
-                    (Op::Move { .. }, Pipe::Mte3) => bytes.ub_to_l1 += written,
-                    (Op::Matmul { a, .. }, _) => {
+                match e.op {
+                    Op::Move(MoveOp::Move { .. }) => match e.pipe {
+                        Pipe::Mte1 => bytes.l1_to_l0 += written,
+                        Pipe::Fix => bytes.fixpipe += written,
+                        Pipe::Mte3 => bytes.ub_to_l1 += written,
+                        _ => {}
+                    },
+                    Op::LoadStore(LoadStoreOp::Store { .. }) => match e.pipe {
+                        Pipe::Fix => bytes.fixpipe += written,
+                        Pipe::Mte3 => bytes.ub_to_gm += written,
+                        _ => {}
+                    },
+                    Op::Matmul(MatmulOp::Matmul { a, .. }) => {
                         let [m, k, n] = e.cube.unwrap_or([0; 3]);
                         let f = 2.0 * (m * k * n) as f64;
                         flops += f;
@@ -317,7 +333,11 @@ pub fn report_from(
                                 * r.clock_ghz.value
                                 * 1e9);
                     }
-                    _ => {}
+                    Op::LoadStore(LoadStoreOp::Load { .. })
+                    | Op::Gather(_)
+                    | Op::Vector(_)
+                    | Op::Scalar(_)
+                    | Op::Sync(_) => {}
                 }
             }
         }

@@ -2,7 +2,7 @@
 //! write overlay.
 
 use super::{numeric, SimError};
-use crate::ir::{DType, Expr, ExprEnv, Kernel, Op, ParamId, ParamKind, VarId};
+use crate::ir::{DType, Expr, ExprEnv, GmUse, Kernel, ParamId, ParamKind, VarId};
 use crate::launch::{Arg, GmSlice};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -563,62 +563,6 @@ impl Overlay {
     }
 }
 
-/// How a kernel's ops use a tensor parameter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Use {
-    /// Not at all.
-    None,
-    /// Only as the window of a plain (not atomic) store.
-    PlainStore,
-    /// Any other way (read, atomic add, scalar access, gather source).
-    Other,
-}
-
-/// How `op` uses tensor parameter `p` (every op that names a GM tensor is listed, so a new one
-/// must say how it uses it).
-fn use_of(op: &Op, p: ParamId) -> Use {
-    let other = |hit: bool| if hit { Use::Other } else { Use::None };
-    match op {
-        Op::Load { src, .. } => other(src.tensor == p),
-        Op::Store {
-            dst, atomic_add, ..
-        } => match (dst.tensor == p, atomic_add) {
-            (false, _) => Use::None,
-            (true, false) => Use::PlainStore,
-            (true, true) => Use::Other,
-        },
-        Op::GatherInL1 {
-            src,
-            indices,
-            block_table,
-            ..
-        } => other(*src == p || indices.tensor == p || block_table.tensor == p),
-        Op::ReadScalar { tensor, .. } | Op::WriteScalar { tensor, .. } => other(*tensor == p),
-        Op::Move { .. }
-        | Op::Matmul { .. }
-        | Op::Unary { .. }
-        | Op::Binary { .. }
-        | Op::BinaryScalar { .. }
-        | Op::Reduce { .. }
-        | Op::Broadcast { .. }
-        | Op::Expand { .. }
-        | Op::Cast { .. }
-        | Op::Fill { .. }
-        | Op::SetValidShape { .. }
-        | Op::FillPad { .. }
-        | Op::ReadTileScalar { .. }
-        | Op::SetFlag { .. }
-        | Op::WaitFlag { .. }
-        | Op::Barrier { .. }
-        | Op::SetCrossFlag { .. }
-        | Op::WaitCrossFlag { .. }
-        | Op::ChannelAcquire { .. }
-        | Op::ChannelPush { .. }
-        | Op::ChannelPop { .. }
-        | Op::ChannelRelease { .. } => Use::None,
-    }
-}
-
 /// The tensor parameters of `kernel` that its ops only write, with plain stores: never read,
 /// never added to atomically, never accessed as a scalar. What a block writes there cannot
 /// change what any block computes, only the result.
@@ -628,13 +572,13 @@ pub(crate) fn write_only_params(kernel: &Kernel) -> Vec<ParamId> {
         .map(|i| ParamId(i as u32))
         .filter(|&p| matches!(kernel.params[p.0 as usize].kind, ParamKind::Tensor { .. }))
         .filter(|&p| {
-            let uses = ops.iter().map(|(_, op)| use_of(op, p));
+            let uses = ops.iter().map(|(_, op)| op.gm_use(p));
             let mut stored = false;
             for u in uses {
                 match u {
-                    Use::None => {}
-                    Use::PlainStore => stored = true,
-                    Use::Other => return false,
+                    GmUse::None => {}
+                    GmUse::PlainStore => stored = true,
+                    GmUse::Other => return false,
                 }
             }
             stored

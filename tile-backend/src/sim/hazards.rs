@@ -50,7 +50,10 @@
 //!   line of a GM argument.
 
 use super::trace::{core_index, BlockTrace, Event, Mem, SyncInfo, Trace};
-use crate::ir::{AccToVecMode, Kernel, MemSpace, Op, OpLoc, ParamKind, Phase, Pipe, ValidDim};
+use crate::ir::{
+    AccToVecMode, Kernel, LoadStoreOp, MatmulOp, MemSpace, MoveOp, Op, OpLoc, ParamKind, Phase,
+    Pipe, ScalarOp, UnitFlag, ValidDim, VectorOp,
+};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
@@ -167,28 +170,15 @@ fn core_name(c: usize) -> &'static str {
     }
 }
 
-fn pipe_slot(p: Pipe) -> Option<usize> {
-    PIPES.iter().position(|&q| q == p)
-}
-
 /// The pipe an event occupies for happens-before; `None` for every pipe of its core.
 fn place(e: &Event) -> Option<Pipe> {
-    let p = match e.sync {
-        SyncInfo::SetFlag { src, .. } => src,
-        SyncInfo::WaitFlag { dst, .. } => dst,
-        SyncInfo::Barrier(p) => p,
-        SyncInfo::SetCross { .. } | SyncInfo::WaitCross { .. } => match e.op {
-            Op::SetCrossFlag { pipe, .. } | Op::WaitCrossFlag { pipe, .. } => *pipe,
-            _ => e.pipe,
-        },
-        SyncInfo::None => e.pipe,
-    };
-    pipe_slot(p).map(|_| p)
+    let p = super::timeline::event_pipe(e);
+    p.index().map(|_| p)
 }
 
 /// The thread whose clock component dates an event (S for all-pipe events).
 fn thread(core: usize, e: &Event) -> usize {
-    core * NP + pipe_slot(place(e).unwrap_or(Pipe::S)).unwrap_or(NP - 1)
+    core * NP + place(e).unwrap_or(Pipe::S).index().unwrap_or(NP - 1)
 }
 
 fn hop(block: usize, core: usize, idx: usize, e: &Event) -> HazardOp {
@@ -366,7 +356,7 @@ impl<'a, 'k> BlockScan<'a, 'k> {
         let events = &self.bt.cores[c].events;
         for (i, e) in events.iter().enumerate() {
             match e.op {
-                Op::Matmul { phase, .. } => {
+                Op::Matmul(MatmulOp::Matmul { phase, .. }) => {
                     let ranges = acc_ranges(e, true);
                     let (over, keep): (Vec<usize>, Vec<usize>) = live
                         .iter()
@@ -376,7 +366,7 @@ impl<'a, 'k> BlockScan<'a, 'k> {
                         self.partial_end(c, idx, phase, read, Some(i));
                         // The unit flag's release: a Final read frees the Acc tile, and the next
                         // phased matmul into it waits for that.
-                        if let (Op::Matmul { phase: Some(_), .. }, Some(r)) =
+                        if let (Op::Matmul(MatmulOp::Matmul { phase: Some(_), .. }), Some(r)) =
                             (e.op, mms[k].released_by)
                         {
                             self.incoming[c][i].push((c, r));
@@ -392,14 +382,14 @@ impl<'a, 'k> BlockScan<'a, 'k> {
                         released_by: None,
                     });
                 }
-                Op::Move { .. } | Op::Store { .. } => {
+                Op::Move(MoveOp::Move { .. }) | Op::LoadStore(LoadStoreOp::Store { .. }) => {
                     let reads = acc_ranges(e, false);
                     if reads.is_empty() {
                         continue;
                     }
-                    let phase = match e.op {
-                        Op::Move { phase, .. } | Op::Store { phase, .. } => *phase,
-                        _ => None,
+                    let phase = match e.op.unit_flag() {
+                        Some(UnitFlag::Read(_, p)) => Some(p),
+                        Some(UnitFlag::Matmul(..)) | None => None,
                     };
                     // The latest matmul (program order) that wrote any of the bytes read. A Final
                     // matmul's unit flag is taken by one Final read: a second Final read of the
@@ -430,7 +420,11 @@ impl<'a, 'k> BlockScan<'a, 'k> {
                         _ => self.fixpipe_read(c, i, phase, found),
                     }
                 }
-                _ => {}
+                Op::LoadStore(LoadStoreOp::Load { .. })
+                | Op::Gather(_)
+                | Op::Vector(_)
+                | Op::Scalar(_)
+                | Op::Sync(_) => {}
             }
         }
         for k in live {
@@ -453,11 +447,11 @@ impl<'a, 'k> BlockScan<'a, 'k> {
         }
         if let Some(n) = next {
             // A chain continues when the next matmul accumulates with a phase.
-            if let Op::Matmul {
+            if let Op::Matmul(MatmulOp::Matmul {
                 accumulate: true,
                 phase: Some(_),
                 ..
-            } = self.ev((c, n)).op
+            }) = self.ev((c, n)).op
             {
                 return;
             }
@@ -515,12 +509,12 @@ impl<'a, 'k> BlockScan<'a, 'k> {
             );
             self.push(HazardKind::PartialChain, ops, msg);
         }
-        if let Op::Move {
+        if let Op::Move(MoveOp::Move {
             src,
             acc_to_vec: Some(AccToVecMode::DualModeSplitN),
             phase: Some(_),
             ..
-        } = e.op
+        }) = e.op
         {
             let cube_n = found.and_then(|(m, _)| self.ev((c, m)).cube).map(|x| x[2]);
             let valid = split_n_valid(self.kernel, &self.bt.cores[c].events[..i], src, cube_n);
@@ -708,9 +702,11 @@ fn split_n_valid(
     if let ValidDim::Static(v) = decl.ty.valid_cols {
         return Some((v, ""));
     }
-    let set = before.iter().rev().find_map(|e| match e.op {
-        Op::SetValidShape { tile, cols, .. } if tile.tile == src.tile => Some(cols.as_const()),
-        _ => None,
+    let set = before.iter().rev().find_map(|e| {
+        let Op::Vector(VectorOp::SetValidShape { tile, cols, .. }) = e.op else {
+            return None;
+        };
+        (tile.tile == src.tile).then(|| cols.as_const())
     });
     match set {
         Some(Some(v)) if v >= 0 => Some((v as u64, "")),
@@ -788,10 +784,10 @@ fn races(kernel: &Kernel, trace: &Trace, hbs: &HashMap<usize, (usize, BlockHb)>)
             for (i, e) in core.events.iter().enumerate() {
                 let atomic = matches!(
                     e.op,
-                    Op::Store {
+                    Op::LoadStore(LoadStoreOp::Store {
                         atomic_add: true,
                         ..
-                    }
+                    })
                 );
                 for (mem, write, start, end) in coalesce(&e.accesses) {
                     let key = match mem {
@@ -916,7 +912,7 @@ fn scalar_lines(kernel: &Kernel, trace: &Trace) -> Vec<Hazard> {
     for bt in &trace.blocks {
         for (c, core) in bt.cores.iter().enumerate() {
             for (i, e) in core.events.iter().enumerate() {
-                if !matches!(e.op, Op::WriteScalar { .. }) {
+                if !matches!(e.op, Op::Scalar(ScalarOp::WriteScalar { .. })) {
                     continue;
                 }
                 for a in &e.accesses {

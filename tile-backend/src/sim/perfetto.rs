@@ -6,7 +6,7 @@ use super::trace::{core_index, CoreId, Trace};
 use serde_json::{json, Value};
 
 fn tid(core: usize, pipe: crate::ir::Pipe) -> usize {
-    core * 16 + PIPES.iter().position(|p| *p == pipe).unwrap_or(0)
+    core * 16 + pipe.index().unwrap_or(0)
 }
 
 /// The trace as Chrome trace-event JSON; times in microseconds at `clock_ghz`.

@@ -4,15 +4,11 @@
 
 use super::trace::{core_index, Access, CoreId, Event, Mem, SyncInfo, Trace};
 use crate::arch::{Arch, Rates};
-use crate::ir::{c0, Axis, DType, Kernel, MemSpace, Op, Phase, Pipe, ReduceOp, UnaryOp};
+use crate::ir::{c0, CostClass, DType, Kernel, MemSpace, Op, Phase, Pipe, ReduceOp, UnitFlag};
 use std::collections::HashMap;
 
 /// The pipes of the timeline, in track order ([`Pipe::ALL`]).
 pub const PIPES: [Pipe; 7] = Pipe::ALL;
-
-fn pipe_slot(p: Pipe) -> usize {
-    PIPES.iter().position(|q| *q == p).unwrap_or(0)
-}
 
 /// One op placed on the timeline.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -123,8 +119,8 @@ pub fn op_cost(
         }
     };
     let cube = (lr.mte2_cube, r.mte2_cube.value);
-    match e.op {
-        Op::Load { .. } => {
+    match e.op.cost_class() {
+        CostClass::Load => {
             let rate = if core == CoreId::Aic {
                 cube
             } else {
@@ -137,7 +133,7 @@ pub fn op_cost(
                 1.0,
             )
         }
-        Op::GatherInL1 { .. } => {
+        CostClass::Gather => {
             // One DMA per gathered row (plus the index and block-table reads).
             let n = e.accesses.iter().filter(|a| is_gm(a) && !a.write).count() as f64;
             dma(
@@ -147,7 +143,7 @@ pub fn op_cost(
                 n,
             )
         }
-        Op::Store { .. } => {
+        CostClass::Store => {
             let b = bytes(&e.accesses, |a| is_gm(a) && a.write);
             if e.pipe == Pipe::Fix {
                 let lat = r.dma_latency_cycles.value;
@@ -156,7 +152,7 @@ pub fn op_cost(
                 dma(b, 0.0, (lr.mte3, r.mte3.value), 1.0)
             }
         }
-        Op::Move { .. } => {
+        CostClass::Move => {
             let b = bytes(&e.accesses, |a| a.write);
             let rate = match e.pipe {
                 Pipe::Mte1 => r.mte1.value,
@@ -171,7 +167,7 @@ pub fn op_cost(
             };
             (issue + b / rate, 0.0)
         }
-        Op::Matmul { a, .. } => {
+        CostClass::Matmul { a } => {
             let [m, k, n] = e.cube.unwrap_or([0, 0, 0]);
             let dt = kernel
                 .try_tile(a.tile)
@@ -200,7 +196,7 @@ pub fn op_cost(
         // (valid 128) 191 (`st_a5_fit/testcase/tadd_fit/main.cpp:77-93`; TSUB and TMUL the
         // same, `tsub_fit/main.cpp:88-90`, `tmul_fit/main.cpp:88-90`): 1.9 cycles per repeat
         // of each row plus 3 per row (`Rates::vector_binary_2d_*`).
-        Op::Binary { .. } | Op::Broadcast { .. } => {
+        CostClass::VectorBinary => {
             let rows: Vec<f64> = e
                 .accesses
                 .iter()
@@ -223,11 +219,7 @@ pub fn op_cost(
         // `formula_params.csv:44` fp32 1.967 and `:36` fp16 3.762 cycles per 256-byte repeat,
         // 548 at fp16 128x128), twice as dear per byte at 16 bits; hardware TEXP f32 1x64 = 64
         // and 1x1280 = 102 (`tests/costmodel/st_a5_fit/testcase/texp_fit/main.cpp:102`, `:106`).
-        Op::Unary {
-            op: UnaryOp::Exp,
-            dst,
-            ..
-        } => {
+        CostClass::VectorExp { dst } => {
             let es = kernel
                 .try_tile(dst.tile)
                 .map_or(4.0, |d| d.ty.dtype.size_bytes() as f64);
@@ -239,19 +231,14 @@ pub fn op_cost(
                 r.vector_exp_cycles_per_repeat.value,
             )
         }
-        Op::Unary {
-            op: UnaryOp::Ln | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip,
-            ..
-        } => vector_op(e, r, in_or_out(e), r.vector_exp_cycles_per_repeat.value),
+        CostClass::VectorTranscendental => {
+            vector_op(e, r, in_or_out(e), r.vector_exp_cycles_per_repeat.value)
+        }
         // A row reduction runs as a per-row chain on one execution unit: PTO-ISA's A5 VfSim
         // gives TROWMAX / TROWSUM 504 / 531 cycles at f32 64x128 and 485 / 612 at fp16 128x128
         // (A5-FACTS §2; VfSim/params/isa.csv:26-31, VCMAX latency 16 and VCADD 22 on EXU0
         // only), 3.4-4.4 cycles per repeat of the source (`Rates`).
-        Op::Reduce {
-            axis: Axis::Row,
-            op,
-            ..
-        } => {
+        CostClass::RowReduce(op) => {
             let per = match op {
                 ReduceOp::Sum => r.vector_row_sum_cycles_per_repeat.value,
                 ReduceOp::Max | ReduceOp::Min => r.vector_row_max_cycles_per_repeat.value,
@@ -261,36 +248,18 @@ pub fn op_cost(
         // A column reduction combines rows element-wise, two ops a cycle over the two
         // execution units: VfSim's TCOLMAX / TCOLSUM f32 128x64 are 118 / 119 cycles (A5-FACTS
         // §2), 0.5 per repeat of the source.
-        Op::Reduce {
-            axis: Axis::Col, ..
-        } => vector_op(
+        CostClass::ColReduce => vector_op(
             e,
             r,
             bytes(&e.accesses, |a| !a.write),
             r.vector_col_reduce_cycles_per_repeat.value,
         ),
-        Op::Unary { .. }
-        | Op::BinaryScalar { .. }
-        | Op::Expand { .. }
-        | Op::Cast { .. }
-        | Op::Fill { .. }
-        | Op::FillPad { .. } => vector_op(e, r, in_or_out(e), 1.0),
-        Op::ReadScalar { .. } => (r.scalar_gm_read_cycles.value, 0.0),
-        Op::ReadTileScalar { .. } => (r.scalar_ub_read_cycles.value, 0.0),
+        CostClass::VectorSimple => vector_op(e, r, in_or_out(e), 1.0),
+        CostClass::ScalarGmRead => (r.scalar_gm_read_cycles.value, 0.0),
+        CostClass::ScalarUbRead => (r.scalar_ub_read_cycles.value, 0.0),
         // One cycle each: a scalar write to the data cache, valid-shape metadata, and the sync
-        // and channel ops (their waiting is the timeline's, not a cost). Listed one by one (no
-        // catch-all) so that a new op fails to compile until its cost is given.
-        Op::WriteScalar { .. }
-        | Op::SetValidShape { .. }
-        | Op::SetFlag { .. }
-        | Op::WaitFlag { .. }
-        | Op::Barrier { .. }
-        | Op::SetCrossFlag { .. }
-        | Op::WaitCrossFlag { .. }
-        | Op::ChannelAcquire { .. }
-        | Op::ChannelPush { .. }
-        | Op::ChannelPop { .. }
-        | Op::ChannelRelease { .. } => (1.0, 0.0),
+        // and channel ops (their waiting is the timeline's, not a cost).
+        CostClass::Unit => (1.0, 0.0),
     }
 }
 
@@ -311,12 +280,14 @@ fn vector_op(e: &Event, r: &Rates, b: f64, per: f64) -> (f64, f64) {
 
 /// The pipe an event occupies: sync ops run on the pipe they order.
 pub fn event_pipe(e: &Event) -> Pipe {
-    match (e.sync, e.op) {
-        (SyncInfo::SetFlag { src, .. }, _) => src,
-        (SyncInfo::WaitFlag { dst, .. }, _) => dst,
-        (SyncInfo::Barrier(p), _) => p,
-        (_, Op::SetCrossFlag { pipe, .. } | Op::WaitCrossFlag { pipe, .. }) => *pipe,
-        _ => e.pipe,
+    match e.op {
+        Op::Sync(o) => o.ordered_pipe().unwrap_or(e.pipe),
+        Op::LoadStore(_)
+        | Op::Move(_)
+        | Op::Matmul(_)
+        | Op::Gather(_)
+        | Op::Vector(_)
+        | Op::Scalar(_) => e.pipe,
     }
 }
 
@@ -371,7 +342,7 @@ pub fn block_timeline(
                 };
                 let c = &mut clocks[ci];
                 let pipe = event_pipe(e);
-                let p = pipe_slot(pipe);
+                let p = pipe.index().unwrap_or(0);
                 let mut start = c.free[p].max(c.issue);
                 let (busy, extra) = match e.sync {
                     SyncInfo::SetFlag { src, dst, event } => {
@@ -417,15 +388,7 @@ pub fn block_timeline(
                     }
                     SyncInfo::None => {
                         // The unit flag: a Final Fixpipe read waits for the Final matmul.
-                        if let Op::Move {
-                            phase: Some(Phase::Final),
-                            ..
-                        }
-                        | Op::Store {
-                            phase: Some(Phase::Final),
-                            ..
-                        } = e.op
-                        {
+                        if let Some(UnitFlag::Read(_, Phase::Final)) = e.op.unit_flag() {
                             if let Some(a) = e.accesses.iter().find(|a| {
                                 !a.write
                                     && a.mem
@@ -440,7 +403,7 @@ pub fn block_timeline(
                             }
                         }
                         // ...and the next phased matmul waits for that read to release the tile.
-                        if let Op::Matmul { phase: Some(_), .. } = e.op {
+                        if let Some(UnitFlag::Matmul(..)) = e.op.unit_flag() {
                             if let Some(a) = e.accesses.iter().find(|a| a.write) {
                                 if let Some(t) = c.acc_released.remove(&a.start) {
                                     start = start.max(t);
@@ -458,24 +421,12 @@ pub fn block_timeline(
                     busy_until: start + busy,
                     end: start + busy + extra,
                 };
-                if let Op::Matmul {
-                    phase: Some(Phase::Final),
-                    ..
-                } = e.op
-                {
+                if let Some(UnitFlag::Matmul(_, Phase::Final)) = e.op.unit_flag() {
                     if let Some(a) = e.accesses.iter().find(|a| a.write) {
                         c.acc_final.insert(a.start, span.end);
                     }
                 }
-                if let Op::Move {
-                    phase: Some(Phase::Final),
-                    ..
-                }
-                | Op::Store {
-                    phase: Some(Phase::Final),
-                    ..
-                } = e.op
-                {
+                if let Some(UnitFlag::Read(_, Phase::Final)) = e.op.unit_flag() {
                     let acc = Mem::Chip {
                         space: MemSpace::Acc,
                         aiv: 0,
@@ -488,7 +439,10 @@ pub fn block_timeline(
                 c.done[p] = c.done[p].max(span.end);
                 c.issue += 1.0;
                 // A scalar read stalls issue until its value arrives.
-                if let Op::ReadScalar { .. } | Op::ReadTileScalar { .. } = e.op {
+                if matches!(
+                    e.op.cost_class(),
+                    CostClass::ScalarGmRead | CostClass::ScalarUbRead
+                ) {
                     c.issue = c.issue.max(span.end);
                 }
                 out.end = out.end.max(span.end);
@@ -547,7 +501,7 @@ pub fn l2_hits(r: &Rates, trace: &Trace) -> Vec<[Vec<f64>; 3]> {
                 .events
                 .iter()
                 .map(|e| {
-                    if !matches!(e.op, Op::Load { .. } | Op::GatherInL1 { .. }) {
+                    if !matches!(e.op.cost_class(), CostClass::Load | CostClass::Gather) {
                         return 0.0;
                     }
                     let reads = e.accesses.iter().filter(|a| is_gm(a) && !a.write);

@@ -18,7 +18,9 @@
 //! the same expression; anything else cannot be proven and is an error.
 
 use super::{Ctx, Rule};
-use crate::ir::{CoreKind, Expr, Layout, MemSpace, Op, OpLoc, TileId, ValidDim};
+use crate::ir::{
+    CoreKind, Expr, Layout, LoadStoreOp, MatmulOp, MemSpace, MoveOp, Op, OpLoc, TileId, ValidDim,
+};
 use std::collections::HashMap;
 
 /// The rows that set an L0C stride (the stride is these rounded up to 16).
@@ -98,10 +100,12 @@ pub(super) fn check(cx: &mut Ctx<'_>) {
                 })
             };
             match op {
-                Op::SetValidShape { tile, rows, .. } => {
-                    valid.insert(tile.tile, rows.clone());
+                Op::Vector(v) => {
+                    if let Some((tile, rows, _)) = v.valid_shape_set() {
+                        valid.insert(tile.tile, rows.clone());
+                    }
                 }
-                Op::Matmul { dst, a, .. } => {
+                Op::Matmul(MatmulOp::Matmul { dst, a, .. }) => {
                     if let Some(r) = rows_of(a.tile, &valid) {
                         let w = written.entry(dst.tile).or_default();
                         if !w.contains(&r) {
@@ -109,9 +113,9 @@ pub(super) fn check(cx: &mut Ctx<'_>) {
                         }
                     }
                 }
-                Op::Move {
+                Op::Move(MoveOp::Move {
                     dst, src, offset, ..
-                } => {
+                }) => {
                     let (Some(s), Some(d)) = (kernel.try_tile(src.tile), kernel.try_tile(dst.tile))
                     else {
                         continue;
@@ -137,7 +141,7 @@ pub(super) fn check(cx: &mut Ctx<'_>) {
                         });
                     }
                 }
-                Op::Store { src, .. } => {
+                Op::LoadStore(LoadStoreOp::Store { src, .. }) => {
                     let Some(s) = kernel.try_tile(src.tile) else {
                         continue;
                     };
@@ -150,7 +154,10 @@ pub(super) fn check(cx: &mut Ctx<'_>) {
                         });
                     }
                 }
-                _ => {}
+                Op::LoadStore(LoadStoreOp::Load { .. })
+                | Op::Gather(_)
+                | Op::Scalar(_)
+                | Op::Sync(_) => {}
             }
         }
         for read in reads {

@@ -1,7 +1,7 @@
 //! `gather_in_l1` (ASCEND950.md §8): dtypes, ranks, `size <= C`, an NZ Mat destination.
 
 use super::{Ctx, Rule};
-use crate::ir::{DType, Expr, GmView, Layout, MemSpace, Op, ParamId, ParamKind};
+use crate::ir::{DType, Expr, GatherOp, GmView, Layout, MemSpace, ParamId, ParamKind};
 
 fn tensor(cx: &Ctx<'_>, p: ParamId) -> Option<(String, DType, Vec<Expr>)> {
     let param = cx.kernel.try_param(p)?;
@@ -59,8 +59,8 @@ fn check_list(
     }
 }
 
-pub(super) fn check(cx: &mut Ctx<'_>, op: &Op) {
-    let Op::GatherInL1 {
+pub(super) fn check(cx: &mut Ctx<'_>, op: &GatherOp) {
+    let GatherOp::GatherInL1 {
         dst,
         src,
         indices,
@@ -68,10 +68,7 @@ pub(super) fn check(cx: &mut Ctx<'_>, op: &Op) {
         block_size,
         size,
         ..
-    } = op
-    else {
-        return;
-    };
+    } = op;
     let n = check_list(
         cx,
         indices,

@@ -1,7 +1,7 @@
 //! Cube matmul: operand spaces and layouts, dtype triples and the m, k, n limits (§3, §10).
 
 use super::{static_dim, Ctx, Rule};
-use crate::ir::{MemSpace, Op, TileDecl, TileRef};
+use crate::ir::{MatmulOp, MemSpace, TileDecl, TileRef};
 
 fn operand<'a>(cx: &mut Ctx<'a>, r: &TileRef, role: &str, space: MemSpace) -> Option<&'a TileDecl> {
     let d = cx.tile(r)?;
@@ -31,13 +31,10 @@ fn operand<'a>(cx: &mut Ctx<'a>, r: &TileRef, role: &str, space: MemSpace) -> Op
     Some(d)
 }
 
-pub(super) fn check(cx: &mut Ctx<'_>, op: &Op) {
-    let Op::Matmul {
+pub(super) fn check(cx: &mut Ctx<'_>, op: &MatmulOp) {
+    let MatmulOp::Matmul {
         dst, a, b, bias, ..
-    } = op
-    else {
-        return;
-    };
+    } = op;
     let da = operand(cx, a, "A", MemSpace::Left);
     let db = operand(cx, b, "B", MemSpace::Right);
     let dc = operand(cx, dst, "C", MemSpace::Acc);

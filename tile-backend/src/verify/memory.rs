@@ -2,7 +2,7 @@
 //! §2-§3).
 
 use super::{static_dim, Ctx, Rule};
-use crate::ir::{c0, DType, Layout, MemSpace, Op, ParamKind, Storage, TileType, ValidDim};
+use crate::ir::{c0, DType, Layout, LoadStoreOp, MemSpace, ParamKind, Storage, TileType, ValidDim};
 
 /// Size of one buffer of a tile rounded up to the planner's alignment for its space.
 pub(crate) fn aligned_bytes(ty: &TileType, align: u64) -> u64 {
@@ -197,9 +197,9 @@ fn tensor_dtype(cx: &Ctx<'_>, p: crate::ir::ParamId) -> Option<DType> {
     }
 }
 
-pub(super) fn check_op(cx: &mut Ctx<'_>, op: &Op) {
+pub(super) fn check_op(cx: &mut Ctx<'_>, op: &LoadStoreOp) {
     match op {
-        Op::Load { dst, src } => {
+        LoadStoreOp::Load { dst, src } => {
             let Some(d) = cx.tile(dst) else { return };
             let ty = &d.ty;
             let Some(rule) = cx.arch.load_rule(ty.space) else {
@@ -256,7 +256,7 @@ pub(super) fn check_op(cx: &mut Ctx<'_>, op: &Op) {
             }
             check_view_covers(cx, src, ty);
         }
-        Op::Store {
+        LoadStoreOp::Store {
             dst,
             src,
             relu,
@@ -328,7 +328,6 @@ pub(super) fn check_op(cx: &mut Ctx<'_>, op: &Op) {
                 ),
             }
         }
-        _ => {}
     }
 }
 

@@ -21,7 +21,7 @@ mod sync;
 mod vector;
 
 use crate::arch::Arch;
-use crate::ir::{CoreKind, Kernel, Op, OpFamily, OpLoc, Stmt, TileDecl, TileRef, ValidDim, VarId};
+use crate::ir::{CoreKind, Kernel, Op, OpLoc, Stmt, TileDecl, TileRef, ValidDim, VarId};
 use serde::Serialize;
 use std::collections::HashSet;
 use std::fmt;
@@ -36,10 +36,24 @@ pub enum Severity {
     Warning,
 }
 
-/// The rule a diagnostic is about. `code()` is its stable kebab-case name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[allow(missing_docs)]
-pub enum Rule {
+/// Declares [`Rule`] and [`Rule::ALL`] from one list.
+macro_rules! rules {
+    ($($rule:ident,)*) => {
+        /// The rule a diagnostic is about. `code()` is its stable kebab-case name.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+        #[allow(missing_docs)]
+        pub enum Rule {
+            $($rule,)*
+        }
+
+        impl Rule {
+            /// Every rule, in declaration order: the one list of rules (the tests iterate it).
+            pub const ALL: &'static [Rule] = &[$(Rule::$rule,)*];
+        }
+    };
+}
+
+rules! {
     // structure
     UnknownTile,
     UnknownParam,
@@ -408,25 +422,23 @@ impl Walker {
     fn op(&mut self, cx: &mut Ctx<'_>, op: &Op) {
         self.at(cx, op.name());
         structure::check_op(cx, op, self.section, &self.scope);
-        match op.family() {
-            OpFamily::LoadStore => memory::check_op(cx, op),
-            OpFamily::Move => {
-                moves::check(cx, op);
-                quant::check(cx, op);
+        match op {
+            Op::LoadStore(o) => {
+                memory::check_op(cx, o);
+                quant::check_store(cx, o);
             }
-            OpFamily::Matmul => matmul::check(cx, op),
-            OpFamily::Gather => gather::check(cx, op),
-            OpFamily::Vector => vector::check(cx, op),
-            OpFamily::Sync => sync::check(cx, op, self.section),
-            OpFamily::Scalar => {
-                scalar::check(cx, op);
-                if let Op::ReadScalar { var, .. } | Op::ReadTileScalar { var, .. } = op {
-                    self.scope.insert(*var);
-                }
+            Op::Move(o) => {
+                moves::check(cx, o);
+                quant::check_move(cx, o);
             }
-        }
-        if let Op::Store { .. } = op {
-            quant::check(cx, op);
+            Op::Matmul(o) => matmul::check(cx, o),
+            Op::Gather(o) => gather::check(cx, o),
+            Op::Vector(o) => vector::check(cx, o),
+            Op::Sync(o) => sync::check(cx, o, self.section),
+            Op::Scalar(o) => {
+                scalar::check(cx, o);
+                self.scope.extend(o.defines());
+            }
         }
         self.index += 1;
     }

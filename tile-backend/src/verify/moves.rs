@@ -2,7 +2,7 @@
 //! modes and their restrictions.
 
 use super::{static_dim, Ctx, Rule};
-use crate::ir::{AccToVecMode, Layout, MemSpace, Op, Phase, TileType};
+use crate::ir::{round_up, AccToVecMode, Layout, MemSpace, MoveOp, Phase, TileType};
 
 fn dims(ty: &TileType) -> (u64, u64) {
     (
@@ -11,8 +11,8 @@ fn dims(ty: &TileType) -> (u64, u64) {
     )
 }
 
-pub(super) fn check(cx: &mut Ctx<'_>, op: &Op) {
-    let Op::Move {
+pub(super) fn check(cx: &mut Ctx<'_>, op: &MoveOp) {
+    let MoveOp::Move {
         dst,
         src,
         offset,
@@ -20,10 +20,7 @@ pub(super) fn check(cx: &mut Ctx<'_>, op: &Op) {
         relu,
         scale,
         phase,
-    } = op
-    else {
-        return;
-    };
+    } = op;
     let (Some(sd), Some(dd)) = (cx.tile(src), cx.tile(dst)) else {
         return;
     };
@@ -292,17 +289,17 @@ fn check_dual(
                     Rule::DualSplitWidth,
                     format!(
                         "DualModeSplitN under phase with N = {n}, not a multiple of 32, can hang the hardware: pad the Right tile's valid N to {} before the matmul",
-                        n.div_ceil(32) * 32
+                        round_up(n, 32)
                     ),
                 );
             }
-            let half = n.div_ceil(32) * 32 / 2;
+            let half = round_up(n, 32) / 2;
             if d.cols < half || d.rows < m {
                 cx.error(
                     Rule::DualSplitShape,
                     format!(
                         "DualModeSplitN of {m}x{n} writes {m}x{half} (aligned N {} / 2) into each AIV's UB, but the destination is {}x{}",
-                        n.div_ceil(32) * 32,
+                        round_up(n, 32),
                         d.rows,
                         d.cols
                     ),

@@ -1,14 +1,26 @@
 //! Fixpipe quantisation (ASCEND950.md §6): per-tensor scalar scales and per-channel Scaling tiles.
 
 use super::{static_dim, Ctx, Rule};
-use crate::ir::{DType, MemSpace, Op, ParamKind, Scale, TileRef};
+use crate::ir::{DType, LoadStoreOp, MemSpace, MoveOp, ParamKind, Scale, TileRef};
 
-pub(super) fn check(cx: &mut Ctx<'_>, op: &Op) {
-    let (scale, out_cols) = match op {
-        Op::Move { scale, dst, .. } => (scale, out_cols(cx, dst)),
-        Op::Store { scale, dst, .. } => (scale, dst.cols.as_const().map(|c| c.max(0) as u64)),
-        _ => return,
-    };
+/// The scale of a Fixpipe move.
+pub(super) fn check_move(cx: &mut Ctx<'_>, op: &MoveOp) {
+    let MoveOp::Move { scale, dst, .. } = op;
+    let cols = out_cols(cx, dst);
+    check(cx, scale, cols);
+}
+
+/// The scale of a store (a load has none).
+pub(super) fn check_store(cx: &mut Ctx<'_>, op: &LoadStoreOp) {
+    match op {
+        LoadStoreOp::Load { .. } => {}
+        LoadStoreOp::Store { scale, dst, .. } => {
+            check(cx, scale, dst.cols.as_const().map(|c| c.max(0) as u64))
+        }
+    }
+}
+
+fn check(cx: &mut Ctx<'_>, scale: &Option<Scale>, out_cols: Option<u64>) {
     match scale {
         None | Some(Scale::Const(_)) => {}
         Some(Scale::Scalar(p)) => {

@@ -10,8 +10,8 @@
 
 use super::{Ctx, Rule};
 use crate::ir::{
-    CoreKind, Expr, GmView, Kernel, Layout, MemSpace, NoEnv, Op, OpLoc, ParamKind, Stmt, TileRef,
-    ValidDim,
+    CoreKind, Expr, GatherOp, GmView, Kernel, Layout, LoadStoreOp, MemSpace, MoveOp, NoEnv, Op,
+    OpLoc, ParamKind, ScalarOp, Stmt, TileRef, ValidDim,
 };
 
 /// Runs the range rules; `true` when they found no error (the other families may run).
@@ -221,40 +221,45 @@ fn check_op(cx: &mut Ctx<'_>, op: &Op) {
     let mut refs: Vec<&TileRef> = op.tile_reads();
     refs.extend(op.tile_writes());
     match op {
-        Op::Load { dst, src } => view(cx, "the GM window", src, Some(dst)),
-        Op::Store { dst, src, .. } => view(cx, "the GM window", dst, Some(src)),
-        Op::Move { offset, .. } => {
+        Op::LoadStore(LoadStoreOp::Load { dst, src }) => view(cx, "the GM window", src, Some(dst)),
+        Op::LoadStore(LoadStoreOp::Store { dst, src, .. }) => {
+            view(cx, "the GM window", dst, Some(src))
+        }
+        Op::Move(MoveOp::Move { offset, .. }) => {
             for e in offset.iter().flatten() {
                 value(cx, "the offset", e);
             }
         }
-        Op::GatherInL1 {
+        Op::Gather(GatherOp::GatherInL1 {
             indices,
             block_table,
             block_size,
             col_offset,
             ..
-        } => {
+        }) => {
             view(cx, "the indices window", indices, None);
             view(cx, "the block-table window", block_table, None);
             value(cx, "block_size", block_size);
             value(cx, "col_offset", col_offset);
         }
-        Op::SetValidShape { tile, rows, cols } => {
-            refs.push(tile);
-            value(cx, "rows", rows);
-            value(cx, "cols", cols);
+        Op::Vector(v) => {
+            if let Some((tile, rows, cols)) = v.valid_shape_set() {
+                refs.push(tile);
+                value(cx, "rows", rows);
+                value(cx, "cols", cols);
+            }
         }
-        Op::ReadScalar { index, .. } | Op::ReadTileScalar { index, .. } => {
+        Op::Scalar(ScalarOp::ReadScalar { index, .. })
+        | Op::Scalar(ScalarOp::ReadTileScalar { index, .. }) => {
             value(cx, "the index", index);
         }
-        Op::WriteScalar {
+        Op::Scalar(ScalarOp::WriteScalar {
             index, value: v, ..
-        } => {
+        }) => {
             value(cx, "the index", index);
             value(cx, "the value", v);
         }
-        _ => {}
+        Op::Matmul(_) | Op::Sync(_) => {}
     }
     for r in refs {
         let Some(v) = value(cx, "the buffer slot", &r.slot) else {

@@ -3,13 +3,13 @@
 //! an i64 scalar holds exactly, and a constant index lies inside the tile.
 
 use super::{Ctx, Rule};
-use crate::ir::{DType, MemSpace, Op};
+use crate::ir::{DType, MemSpace, ScalarOp};
 
 /// Dtypes whose every value an i64 scalar variable holds exactly.
 pub(crate) const SCALAR_TILE_DTYPES: [DType; 4] = [DType::I8, DType::U8, DType::I32, DType::I64];
 
-pub(super) fn check(cx: &mut Ctx<'_>, op: &Op) {
-    let Op::ReadTileScalar { tile, index, .. } = op else {
+pub(super) fn check(cx: &mut Ctx<'_>, op: &ScalarOp) {
+    let ScalarOp::ReadTileScalar { tile, index, .. } = op else {
         return;
     };
     // An unknown id is reported by `structure`.

@@ -2,8 +2,8 @@
 
 use super::{Ctx, Rule};
 use crate::ir::{
-    CoreKind, DType, Expr, GmView, MemSpace, Op, ParamId, ParamKind, ScalarArg, Scale, TileRef,
-    VarId,
+    CoreKind, DType, Expr, GatherOp, GmView, LoadStoreOp, MemSpace, MoveOp, Op, ParamId, ParamKind,
+    ScalarArg, ScalarOp, Scale, TileRef, VarId,
 };
 use std::collections::HashSet;
 
@@ -97,13 +97,18 @@ pub(super) fn check_op(cx: &mut Ctx<'_>, op: &Op, section: CoreKind, scope: &Has
     let mut refs: Vec<&TileRef> = op.tile_reads();
     refs.extend(op.tile_writes());
     match op {
-        Op::SetValidShape { tile, rows, cols } => {
-            refs.push(tile);
-            check_expr(cx, rows, scope);
-            check_expr(cx, cols, scope);
+        Op::Vector(v) => {
+            if let Some((tile, rows, cols)) = v.valid_shape_set() {
+                refs.push(tile);
+                check_expr(cx, rows, scope);
+                check_expr(cx, cols, scope);
+            }
+            for s in v.scalar_args() {
+                check_scalar_arg(cx, s);
+            }
         }
-        Op::Load { src, .. } => check_view(cx, src, scope),
-        Op::Store { dst, scale, .. } => {
+        Op::LoadStore(LoadStoreOp::Load { src, .. }) => check_view(cx, src, scope),
+        Op::LoadStore(LoadStoreOp::Store { dst, scale, .. }) => {
             check_view(cx, dst, scope);
             if let Some(Scale::Scalar(p)) = scale {
                 if cx.kernel.try_param(*p).is_none() {
@@ -114,7 +119,7 @@ pub(super) fn check_op(cx: &mut Ctx<'_>, op: &Op, section: CoreKind, scope: &Has
                 }
             }
         }
-        Op::Move { offset, scale, .. } => {
+        Op::Move(MoveOp::Move { offset, scale, .. }) => {
             for e in offset.iter().flatten() {
                 check_expr(cx, e, scope);
             }
@@ -127,52 +132,47 @@ pub(super) fn check_op(cx: &mut Ctx<'_>, op: &Op, section: CoreKind, scope: &Has
                 }
             }
         }
-        Op::GatherInL1 {
+        Op::Gather(GatherOp::GatherInL1 {
             src,
             indices,
             block_table,
             block_size,
             col_offset,
             ..
-        } => {
+        }) => {
             check_tensor(cx, *src);
             check_view(cx, indices, scope);
             check_view(cx, block_table, scope);
             check_expr(cx, block_size, scope);
             check_expr(cx, col_offset, scope);
         }
-        Op::BinaryScalar { scalar, .. } => check_scalar_arg(cx, scalar),
-        Op::Fill { value, .. } => check_scalar_arg(cx, value),
-        Op::ReadScalar { tensor, index, .. } => {
+        Op::Scalar(ScalarOp::ReadScalar { tensor, index, .. }) => {
             check_tensor(cx, *tensor);
             check_expr(cx, index, scope);
         }
-        Op::ReadTileScalar { index, .. } => check_expr(cx, index, scope),
-        Op::WriteScalar {
+        Op::Scalar(ScalarOp::ReadTileScalar { index, .. }) => check_expr(cx, index, scope),
+        Op::Scalar(ScalarOp::WriteScalar {
             tensor,
             index,
             value,
-        } => {
+        }) => {
             check_tensor(cx, *tensor);
             check_expr(cx, index, scope);
             check_expr(cx, value, scope);
         }
-        Op::ChannelAcquire { channel }
-        | Op::ChannelPush { channel }
-        | Op::ChannelPop { channel }
-        | Op::ChannelRelease { channel }
-            if cx.kernel.try_channel(*channel).is_none() =>
-        {
-            cx.error(
-                Rule::UnknownChannel,
-                format!(
-                    "channel id {} is not declared (the kernel has {} channels)",
-                    channel.0,
-                    cx.kernel.channels.len()
-                ),
-            );
+        Op::Sync(s) => {
+            if let Some(channel) = s.channel().filter(|c| cx.kernel.try_channel(*c).is_none()) {
+                cx.error(
+                    Rule::UnknownChannel,
+                    format!(
+                        "channel id {} is not declared (the kernel has {} channels)",
+                        channel.0,
+                        cx.kernel.channels.len()
+                    ),
+                );
+            }
         }
-        _ => {}
+        Op::Matmul(_) => {}
     }
     for r in &refs {
         check_expr(cx, &r.slot, scope);
@@ -182,12 +182,15 @@ pub(super) fn check_op(cx: &mut Ctx<'_>, op: &Op, section: CoreKind, scope: &Has
     // and the cube sets the valid shape of its own handle of a Fixpipe destination in UB (the
     // public CPU model reads it; ASCEND950.md §12).
     let crossing_dst = match op {
-        Op::SetValidShape { tile, .. } if section == CoreKind::Cube => cx
-            .kernel
-            .try_tile(tile.tile)
-            .filter(|d| d.ty.space == MemSpace::Vec)
-            .map(|_| tile.tile),
-        Op::Move { dst, src, .. } => {
+        Op::Vector(v) => match v.valid_shape_set() {
+            Some((tile, ..)) if section == CoreKind::Cube => cx
+                .kernel
+                .try_tile(tile.tile)
+                .filter(|d| d.ty.space == MemSpace::Vec)
+                .map(|_| tile.tile),
+            Some(_) | None => None,
+        },
+        Op::Move(MoveOp::Move { dst, src, .. }) => {
             let spaces = (
                 cx.kernel.try_tile(src.tile).map(|d| d.ty.space),
                 cx.kernel.try_tile(dst.tile).map(|d| d.ty.space),
@@ -198,7 +201,7 @@ pub(super) fn check_op(cx: &mut Ctx<'_>, op: &Op, section: CoreKind, scope: &Has
                 _ => None,
             }
         }
-        _ => None,
+        Op::LoadStore(_) | Op::Matmul(_) | Op::Gather(_) | Op::Scalar(_) | Op::Sync(_) => None,
     };
     for r in refs {
         let Some(decl) = cx.tile(r) else { continue };

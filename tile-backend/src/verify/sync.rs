@@ -1,7 +1,7 @@
 //! Flags, barriers, cross-core flags and channel sides (ASCEND950.md §4).
 
 use super::{Ctx, Rule};
-use crate::ir::{CoreKind, Op, Pipe};
+use crate::ir::{CoreKind, Pipe, SyncOp};
 
 /// The pipes a core has.
 pub(crate) fn core_pipes(core: CoreKind) -> &'static [Pipe] {
@@ -27,9 +27,9 @@ fn check_pipe(cx: &mut Ctx<'_>, pipe: Pipe, section: CoreKind, allow_all: bool) 
     }
 }
 
-pub(super) fn check(cx: &mut Ctx<'_>, op: &Op, section: CoreKind) {
+pub(super) fn check(cx: &mut Ctx<'_>, op: &SyncOp, section: CoreKind) {
     match op {
-        Op::SetFlag { src, dst, event } | Op::WaitFlag { src, dst, event } => {
+        SyncOp::SetFlag { src, dst, event } | SyncOp::WaitFlag { src, dst, event } => {
             check_pipe(cx, *src, section, false);
             check_pipe(cx, *dst, section, false);
             if src == dst {
@@ -49,8 +49,8 @@ pub(super) fn check(cx: &mut Ctx<'_>, op: &Op, section: CoreKind) {
                 );
             }
         }
-        Op::Barrier { pipe } => check_pipe(cx, *pipe, section, true),
-        Op::SetCrossFlag { pipe, id } | Op::WaitCrossFlag { pipe, id } => {
+        SyncOp::Barrier { pipe } => check_pipe(cx, *pipe, section, true),
+        SyncOp::SetCrossFlag { pipe, id } | SyncOp::WaitCrossFlag { pipe, id } => {
             check_pipe(cx, *pipe, section, false);
             // Cube code addresses both AIVs (0-15 AIV0, 16-31 AIV1); vector code writes 0-15 and
             // AIV k's id is offset by 16k.
@@ -73,14 +73,17 @@ pub(super) fn check(cx: &mut Ctx<'_>, op: &Op, section: CoreKind) {
                 );
             }
         }
-        Op::ChannelAcquire { channel }
-        | Op::ChannelPush { channel }
-        | Op::ChannelPop { channel }
-        | Op::ChannelRelease { channel } => {
+        SyncOp::ChannelAcquire { channel }
+        | SyncOp::ChannelPush { channel }
+        | SyncOp::ChannelPop { channel }
+        | SyncOp::ChannelRelease { channel } => {
             let Some(ch) = cx.kernel.try_channel(*channel) else {
                 return;
             };
-            let producer_op = matches!(op, Op::ChannelAcquire { .. } | Op::ChannelPush { .. });
+            let producer_op = matches!(
+                op,
+                SyncOp::ChannelAcquire { .. } | SyncOp::ChannelPush { .. }
+            );
             if producer_op != (ch.producer == section) {
                 let side = if producer_op { "producer" } else { "consumer" };
                 cx.error(
@@ -94,6 +97,5 @@ pub(super) fn check(cx: &mut Ctx<'_>, op: &Op, section: CoreKind) {
                 );
             }
         }
-        _ => {}
     }
 }

@@ -3,10 +3,9 @@
 //! layouts PTO's TROW*/TCOL* accept and pad correctly; fillpad and set_validshape are meaningful.
 
 use super::{static_dim, Ctx, Rule};
-use crate::arch::instruction;
 use crate::ir::{
-    Axis, BinaryOp, DType, Layout, MemSpace, Op, PadValue, ReduceOp, TileDecl, TileRef, UnaryOp,
-    ValidDim,
+    Axis, BinaryOp, DType, Layout, MemSpace, PadValue, ReduceOp, TileDecl, TileRef, UnaryOp,
+    ValidDim, VectorOp,
 };
 
 fn vec_tile<'a>(cx: &mut Ctx<'a>, r: &TileRef, role: &str) -> Option<&'a TileDecl> {
@@ -105,7 +104,7 @@ fn check_one(cx: &mut Ctx<'_>, d: &TileDecl, axis: Axis, full: &TileDecl) {
     }
 }
 
-pub(super) fn check(cx: &mut Ctx<'_>, op: &Op) {
+pub(super) fn check(cx: &mut Ctx<'_>, op: &VectorOp) {
     let first = cx.diags.len();
     check_operands(cx, op);
     check_layouts(cx, op);
@@ -122,18 +121,27 @@ pub(super) fn check(cx: &mut Ctx<'_>, op: &Op) {
     }
 }
 
-fn check_operands(cx: &mut Ctx<'_>, op: &Op) {
+/// An element-wise op of one tile source: both operands Vec tiles, the source arithmetic, the
+/// destination of its dtype and valid shape. The source's declaration, when both are Vec tiles.
+fn same_as_source<'k>(cx: &mut Ctx<'k>, dst: &TileRef, src: &TileRef) -> Option<&'k TileDecl> {
+    let (Some(d), Some(s)) = (
+        vec_tile(cx, dst, "destination"),
+        vec_tile(cx, src, "source"),
+    ) else {
+        return None;
+    };
+    arithmetic(cx, s);
+    same_dtype(cx, d, s);
+    same_shape(cx, d, s);
+    Some(s)
+}
+
+fn check_operands(cx: &mut Ctx<'_>, op: &VectorOp) {
     match op {
-        Op::Unary { op, dst, src } => {
-            let (Some(d), Some(s)) = (
-                vec_tile(cx, dst, "destination"),
-                vec_tile(cx, src, "source"),
-            ) else {
+        VectorOp::Unary { op, dst, src } => {
+            let Some(s) = same_as_source(cx, dst, src) else {
                 return;
             };
-            arithmetic(cx, s);
-            same_dtype(cx, d, s);
-            same_shape(cx, d, s);
             let float_only = !matches!(op, UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Relu);
             if float_only && !s.ty.dtype.is_float() {
                 cx.error(
@@ -142,7 +150,7 @@ fn check_operands(cx: &mut Ctx<'_>, op: &Op) {
                 );
             }
         }
-        Op::Binary { op, dst, lhs, rhs } => {
+        VectorOp::Binary { op, dst, lhs, rhs } => {
             let (Some(d), Some(a), Some(b)) = (
                 vec_tile(cx, dst, "destination"),
                 vec_tile(cx, lhs, "left operand"),
@@ -157,19 +165,15 @@ fn check_operands(cx: &mut Ctx<'_>, op: &Op) {
             same_shape(cx, d, a);
             div_float(cx, *op, a);
         }
-        Op::BinaryScalar { op, dst, src, .. } => {
-            let (Some(d), Some(s)) = (
-                vec_tile(cx, dst, "destination"),
-                vec_tile(cx, src, "source"),
-            ) else {
-                return;
-            };
-            arithmetic(cx, s);
-            same_dtype(cx, d, s);
-            same_shape(cx, d, s);
-            div_float(cx, *op, s);
+        VectorOp::BinaryScalar { op, dst, src, .. } => {
+            if let Some(s) = same_as_source(cx, dst, src) {
+                div_float(cx, *op, s);
+            }
         }
-        Op::Reduce { op, axis, dst, src } => {
+        VectorOp::LeakyRelu { dst, src, .. } => {
+            same_as_source(cx, dst, src);
+        }
+        VectorOp::Reduce { op, axis, dst, src } => {
             let (Some(d), Some(s)) = (
                 vec_tile(cx, dst, "destination"),
                 vec_tile(cx, src, "source"),
@@ -198,7 +202,7 @@ fn check_operands(cx: &mut Ctx<'_>, op: &Op) {
                 );
             }
         }
-        Op::Broadcast {
+        VectorOp::Broadcast {
             op,
             axis,
             dst,
@@ -219,7 +223,7 @@ fn check_operands(cx: &mut Ctx<'_>, op: &Op) {
             check_one(cx, o, *axis, s);
             div_float(cx, *op, s);
         }
-        Op::Expand { axis, dst, src } => {
+        VectorOp::Expand { axis, dst, src } => {
             let (Some(d), Some(s)) = (
                 vec_tile(cx, dst, "destination"),
                 vec_tile(cx, src, "source"),
@@ -229,7 +233,7 @@ fn check_operands(cx: &mut Ctx<'_>, op: &Op) {
             same_dtype(cx, d, s);
             check_one(cx, s, *axis, d);
         }
-        Op::Cast { dst, src, .. } => {
+        VectorOp::Cast { dst, src, .. } => {
             let (Some(d), Some(s)) = (
                 vec_tile(cx, dst, "destination"),
                 vec_tile(cx, src, "source"),
@@ -246,12 +250,12 @@ fn check_operands(cx: &mut Ctx<'_>, op: &Op) {
                 }
             }
         }
-        Op::Fill { dst, .. } => {
+        VectorOp::Fill { dst, .. } => {
             if let Some(d) = vec_tile(cx, dst, "destination") {
                 arithmetic(cx, d);
             }
         }
-        Op::FillPad { tile } => {
+        VectorOp::FillPad { tile } => {
             let Some(d) = cx.tile(tile) else { return };
             if !matches!(d.ty.space, MemSpace::Vec | MemSpace::Mat) {
                 cx.error(
@@ -278,7 +282,7 @@ fn check_operands(cx: &mut Ctx<'_>, op: &Op) {
                 );
             }
         }
-        Op::SetValidShape { tile, rows, cols } => {
+        VectorOp::SetValidShape { tile, rows, cols } => {
             let Some(d) = cx.tile(tile) else { return };
             let ty = &d.ty;
             for (what, dim, alloc, e) in [
@@ -301,7 +305,6 @@ fn check_operands(cx: &mut Ctx<'_>, op: &Op) {
                 }
             }
         }
-        _ => {}
     }
 }
 
@@ -317,14 +320,14 @@ fn row_major(layout: Layout) -> bool {
 /// column `[R, 1]` (`broadcast-operand`, [`row_operand`]); a column broadcast or expand
 /// (TCOLEXPAND*) takes ND tiles; a row expand (TROWEXPAND) writes ND. A DN `[N, 1]` column is ND
 /// `[1, N]` in memory: reinterpret it.
-fn check_layouts(cx: &mut Ctx<'_>, op: &Op) {
+fn check_layouts(cx: &mut Ctx<'_>, op: &VectorOp) {
     let kernel = cx.kernel;
     let decl = |r: &TileRef| {
         kernel
             .try_tile(r.tile)
             .filter(|d| d.ty.space == MemSpace::Vec)
     };
-    let inst = instruction(kernel, op);
+    let inst = op.instruction(kernel);
     let need = |cx: &mut Ctx<'_>, r: &TileRef, role: &str, ok: fn(Layout) -> bool, what: &str| {
         if let Some(d) = decl(r) {
             if !ok(d.ty.layout) {
@@ -348,17 +351,19 @@ fn check_layouts(cx: &mut Ctx<'_>, op: &Op) {
     };
     let nd = |l: Layout| l == Layout::ND;
     match op {
-        Op::Binary { dst, lhs, rhs, .. } => {
+        VectorOp::Binary { dst, lhs, rhs, .. } => {
             need(cx, dst, "destination", row_major, "row-major");
             need(cx, lhs, "left operand", row_major, "row-major");
             need(cx, rhs, "right operand", row_major, "row-major");
         }
-        Op::Unary { dst, src, .. } | Op::BinaryScalar { dst, src, .. } => {
+        VectorOp::Unary { dst, src, .. }
+        | VectorOp::BinaryScalar { dst, src, .. }
+        | VectorOp::LeakyRelu { dst, src, .. } => {
             need(cx, dst, "destination", row_major, "row-major");
             need(cx, src, "source", row_major, "row-major");
         }
-        Op::Fill { dst, .. } => need(cx, dst, "destination", row_major, "row-major"),
-        Op::Broadcast {
+        VectorOp::Fill { dst, .. } => need(cx, dst, "destination", row_major, "row-major"),
+        VectorOp::Broadcast {
             axis: Axis::Row,
             dst,
             src,
@@ -371,7 +376,7 @@ fn check_layouts(cx: &mut Ctx<'_>, op: &Op) {
                 row_operand(cx, inst, d);
             }
         }
-        Op::Broadcast {
+        VectorOp::Broadcast {
             axis: Axis::Col,
             dst,
             src,
@@ -382,13 +387,16 @@ fn check_layouts(cx: &mut Ctx<'_>, op: &Op) {
             need(cx, src, "source", nd, "ND");
             need(cx, operand, "per-column operand", nd, "ND");
         }
-        Op::Expand { axis, dst, src } => {
+        VectorOp::Expand { axis, dst, src } => {
             need(cx, dst, "destination", nd, "ND");
             if *axis == Axis::Col {
                 need(cx, src, "source", nd, "ND");
             }
         }
-        _ => {}
+        VectorOp::Reduce { .. }
+        | VectorOp::Cast { .. }
+        | VectorOp::SetValidShape { .. }
+        | VectorOp::FillPad { .. } => {}
     }
 }
 
@@ -484,37 +492,41 @@ fn div_float(cx: &mut Ctx<'_>, op: BinaryOp, t: &TileDecl) {
 }
 
 /// The op as the tile DSL spells it, for diagnostics (`row_max`, `exp`, `muls`, `row_broadcast_div`).
-fn op_label(op: &Op) -> String {
+fn op_label(op: &VectorOp) -> String {
     let axis = |a: &Axis| match a {
         Axis::Row => "row",
         Axis::Col => "col",
     };
     let binary = |b: &BinaryOp| format!("{b:?}").to_lowercase();
     match op {
-        Op::Unary { op, .. } => format!("{op:?}").to_lowercase(),
-        Op::Binary { op, .. } => binary(op),
-        Op::BinaryScalar { op, .. } => format!("{}s", binary(op)),
-        Op::Reduce { op, axis: a, .. } => {
+        VectorOp::Unary { op, .. } => format!("{op:?}").to_lowercase(),
+        VectorOp::Binary { op, .. } => binary(op),
+        VectorOp::BinaryScalar { op, .. } => format!("{}s", binary(op)),
+        VectorOp::Reduce { op, axis: a, .. } => {
             format!("{}_{}", axis(a), format!("{op:?}").to_lowercase())
         }
-        Op::Broadcast { op, axis: a, .. } => format!("{}_broadcast_{}", axis(a), binary(op)),
-        Op::Expand { axis: a, .. } => format!("{}_expand", axis(a)),
-        other => other.name().to_string(),
+        VectorOp::Broadcast { op, axis: a, .. } => format!("{}_broadcast_{}", axis(a), binary(op)),
+        VectorOp::Expand { axis: a, .. } => format!("{}_expand", axis(a)),
+        VectorOp::Cast { .. }
+        | VectorOp::LeakyRelu { .. }
+        | VectorOp::Fill { .. }
+        | VectorOp::SetValidShape { .. }
+        | VectorOp::FillPad { .. } => op.name().to_string(),
     }
 }
 
 /// The dtypes a vector op's instruction takes on the target (`Arch::instruction_dtypes`, from the
 /// PTO-ISA A5 sources) and, for a cast, the conversions TCVT performs (`Arch::cast_pairs`).
-fn instruction_dtype(cx: &mut Ctx<'_>, op: &Op) {
+fn instruction_dtype(cx: &mut Ctx<'_>, op: &VectorOp) {
     let kernel = cx.kernel;
     let arch = cx.arch;
     let decl = |r: &TileRef| kernel.try_tile(r.tile);
-    let inst = instruction(kernel, op);
+    let inst = op.instruction(kernel);
     let machine = cx.machine();
     let names =
         |ds: &mut dyn Iterator<Item = DType>| ds.map(|d| d.name()).collect::<Vec<_>>().join(", ");
     let operand = match op {
-        Op::Cast { dst, src, .. } => {
+        VectorOp::Cast { dst, src, .. } => {
             let (Some(d), Some(s)) = (decl(dst), decl(src)) else {
                 return;
             };
@@ -552,14 +564,15 @@ fn instruction_dtype(cx: &mut Ctx<'_>, op: &Op) {
             );
             return;
         }
-        Op::Fill { dst, .. } => dst,
-        Op::Unary { src, .. }
-        | Op::BinaryScalar { src, .. }
-        | Op::Reduce { src, .. }
-        | Op::Broadcast { src, .. }
-        | Op::Expand { src, .. } => src,
-        Op::Binary { lhs, .. } => lhs,
-        _ => return,
+        VectorOp::Fill { dst, .. } => dst,
+        VectorOp::Unary { src, .. }
+        | VectorOp::BinaryScalar { src, .. }
+        | VectorOp::Reduce { src, .. }
+        | VectorOp::Broadcast { src, .. }
+        | VectorOp::Expand { src, .. }
+        | VectorOp::LeakyRelu { src, .. } => src,
+        VectorOp::Binary { lhs, .. } => lhs,
+        VectorOp::SetValidShape { .. } | VectorOp::FillPad { .. } => return,
     };
     let Some(t) = decl(operand) else { return };
     let dt = t.ty.dtype;

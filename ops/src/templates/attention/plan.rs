@@ -16,10 +16,7 @@ pub(crate) const MAX_SPLITS: u64 = 32;
 /// as one AIV holds in the widest split head tile (128 heads), so its UB tiles are no larger.
 pub(crate) const SINGLE_MAX_ROWS: u64 = 64;
 
-/// `v` rounded up to a multiple of `m`.
-pub(crate) fn round_up(v: u64, m: u64) -> u64 {
-    v.div_ceil(m.max(1)) * m.max(1)
-}
+pub(crate) use tile_backend::ir::round_up;
 
 /// Static shape of one attention kernel (its specialisation key).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1708,6 +1708,8 @@ TILEOPS_PTO_SCALAR(TSUBS, TILEOPS_PTO_ARITH_TYPES)
 TILEOPS_PTO_SCALAR(TMULS, TILEOPS_PTO_MUL_TYPES)
 TILEOPS_PTO_SCALAR(TMAXS, TILEOPS_PTO_ARITH_TYPES)
 TILEOPS_PTO_SCALAR(TMINS, TILEOPS_PTO_ARITH_TYPES)
+// a2a3/TLRelu.hpp (the public tree has no A5 header for TLRELU): half and float only.
+TILEOPS_PTO_SCALAR(TLRELU, half, float)
 #undef TILEOPS_PTO_SCALAR
 
 template <auto PrecisionType = DivAlgorithm::DEFAULT, typename TileDataDst, typename TileDataSrc,

@@ -8,10 +8,10 @@
 
 use super::types::ctype;
 use super::{CodegenError, Emitter};
-use crate::ir::{Layout, MemSpace, Op, ParamKind};
+use crate::ir::{GatherOp, Layout, MemSpace, ParamKind};
 
-pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
-    let Op::GatherInL1 {
+pub(super) fn emit(e: &mut Emitter<'_>, op: &GatherOp) -> Result<(), CodegenError> {
+    let GatherOp::GatherInL1 {
         dst,
         src,
         indices,
@@ -21,20 +21,17 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
         col_offset,
         is_b_matrix,
         is_trans,
-    } = op
-    else {
-        return Err(e.unsupported(op, "not a gather"));
-    };
+    } = op;
     let d = e.decl(dst.tile)?;
     if d.ty.space != MemSpace::Mat || d.ty.layout != Layout::NZ {
         return Err(e.unsupported(
-            op,
+            op.name(),
             format!("gather_in_l1 writes an NZ Mat tile, not {}", d.ty),
         ));
     }
     for v in [indices, block_table] {
         if v.layout != Layout::ND {
-            return Err(e.unsupported(op, "indices and block table are [1, n] ND views"));
+            return Err(e.unsupported(op.name(), "indices and block table are [1, n] ND views"));
         }
     }
     let param =
@@ -44,7 +41,10 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
         return Err(e.malformed(format!("`{}` is not a GM tensor", param.name)));
     };
     let Some(row_len) = shape.get(1).cloned() else {
-        return Err(e.unsupported(op, format!("source `{}` is not 2-D [T, C]", param.name)));
+        return Err(e.unsupported(
+            op.name(),
+            format!("source `{}` is not 2-D [T, C]", param.name),
+        ));
     };
     let c0_bytes = crate::ir::C0_BYTES;
     let ty = &d.ty;

@@ -4,16 +4,16 @@
 
 use super::moves::{phase_name, scale_word};
 use super::{CodegenError, Emitter};
-use crate::ir::{MemSpace, Op, Scale};
+use crate::ir::{LoadStoreOp, MemSpace, Scale};
 
-pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
+pub(super) fn emit(e: &mut Emitter<'_>, op: &LoadStoreOp) -> Result<(), CodegenError> {
     match op {
-        Op::Load { dst, src } => {
+        LoadStoreOp::Load { dst, src } => {
             let (view, _) = e.gm_view(src)?;
             let t = e.tile(dst)?;
             e.line(format!("TLOAD({t}, {view});"));
         }
-        Op::Store {
+        LoadStoreOp::Store {
             dst,
             src,
             relu,
@@ -39,7 +39,7 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
                 MemSpace::Vec => {
                     if *relu || scale.is_some() || phase.is_some() {
                         return Err(e.unsupported(
-                            op,
+                            op.name(),
                             "ReLU, quantisation and phase apply to Fixpipe stores (from Acc) only",
                         ));
                     }
@@ -55,7 +55,7 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
                         Some(Scale::Tile(fp)) => {
                             if ph.is_some() {
                                 return Err(e.unsupported(
-                                    op,
+                                    op.name(),
                                     "PTO has no unit-flag (phase) form of TSTORE_FP; order the store with an M -> FIX flag instead",
                                 ));
                             }
@@ -95,13 +95,12 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
                 }
                 other => {
                     return Err(e.unsupported(
-                        op,
+                        op.name(),
                         format!("GM stores leave from Vec (MTE3) or Acc (Fixpipe), not {other}"),
                     ))
                 }
             }
         }
-        _ => return Err(e.unsupported(op, "not a load or store")),
     }
     Ok(())
 }

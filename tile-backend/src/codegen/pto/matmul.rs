@@ -2,7 +2,7 @@
 //! `TMATMUL_BIAS`.
 
 use super::{CodegenError, Emitter};
-use crate::ir::{Op, Phase};
+use crate::ir::{MatmulOp, Phase};
 
 fn acc_phase(p: Phase) -> &'static str {
     match p {
@@ -11,18 +11,15 @@ fn acc_phase(p: Phase) -> &'static str {
     }
 }
 
-pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
-    let Op::Matmul {
+pub(super) fn emit(e: &mut Emitter<'_>, op: &MatmulOp) -> Result<(), CodegenError> {
+    let MatmulOp::Matmul {
         dst,
         a,
         b,
         bias,
         accumulate,
         phase,
-    } = op
-    else {
-        return Err(e.unsupported(op, "not a matmul"));
-    };
+    } = op;
     let (c, l, r) = (e.tile(dst)?, e.tile(a)?, e.tile(b)?);
     let loc = e.loc();
     let targs = phase
@@ -31,14 +28,14 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
     let line = match (bias, accumulate) {
         (Some(_), true) => {
             return Err(e.unsupported(
-                op,
+                op.name(),
                 "PTO's TMATMUL_BIAS starts a new accumulation; a bias cannot be added to an accumulating matmul",
             ))
         }
         (Some(bias), false) => {
             if phase.is_some() {
                 return Err(e.unsupported(
-                    op,
+                    op.name(),
                     "PTO's TMATMUL_BIAS has no unit-flag (phase) form; order the Fixpipe read with an M -> FIX flag",
                 ));
             }

@@ -30,7 +30,7 @@ mod vector;
 
 use crate::arch::{Arch, Target};
 use crate::ir::{
-    walk_ops, CoreKind, Kernel, MemSpace, Op, OpFamily, Stmt, Storage, TileId, TileRef,
+    walk_ops, CoreKind, Kernel, MemSpace, Op, Stmt, Storage, SyncOp, TileId, TileRef, VectorOp,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -234,10 +234,10 @@ fn check_compiled(kernel: &Kernel, arch: &Arch) -> Result<(), CodegenError> {
     for (loc, op) in kernel.ops() {
         if matches!(
             op,
-            Op::ChannelAcquire { .. }
-                | Op::ChannelPush { .. }
-                | Op::ChannelPop { .. }
-                | Op::ChannelRelease { .. }
+            Op::Sync(SyncOp::ChannelAcquire { .. })
+                | Op::Sync(SyncOp::ChannelPush { .. })
+                | Op::Sync(SyncOp::ChannelPop { .. })
+                | Op::Sync(SyncOp::ChannelRelease { .. })
         ) {
             return Err(not_compiled(format!(
                 "{loc} ({}) is a channel op; the sync pass lowers channels to cross-core flags",
@@ -431,10 +431,11 @@ impl<'k> Emitter<'k> {
         format!("{} op #{}", self.section, self.op_index)
     }
 
-    pub(crate) fn unsupported(&self, op: &Op, reason: impl Into<String>) -> CodegenError {
+    /// The op named `what` has no PTO form, for `reason`.
+    pub(crate) fn unsupported(&self, what: &str, reason: impl Into<String>) -> CodegenError {
         CodegenError::Unsupported {
             location: self.loc(),
-            what: op.name().to_string(),
+            what: what.to_string(),
             reason: reason.into(),
         }
     }
@@ -493,7 +494,7 @@ impl<'k> Emitter<'k> {
             for r in op.tile_reads().into_iter().chain(op.tile_writes()) {
                 set.insert(r.tile);
             }
-            if let Op::SetValidShape { tile, .. } = op {
+            if let Op::Vector(VectorOp::SetValidShape { tile, .. }) = op {
                 set.insert(tile.tile);
             }
         });
@@ -635,14 +636,14 @@ impl<'k> Emitter<'k> {
     }
 
     fn op(&mut self, op: &Op) -> Result<(), CodegenError> {
-        match op.family() {
-            OpFamily::LoadStore => load_store::emit(self, op),
-            OpFamily::Move => moves::emit(self, op),
-            OpFamily::Matmul => matmul::emit(self, op),
-            OpFamily::Gather => gather::emit(self, op),
-            OpFamily::Vector => vector::emit(self, op),
-            OpFamily::Scalar => scalar::emit(self, op),
-            OpFamily::Sync => sync::emit(self, op),
+        match op {
+            Op::LoadStore(o) => load_store::emit(self, o),
+            Op::Move(o) => moves::emit(self, o),
+            Op::Matmul(o) => matmul::emit(self, o),
+            Op::Gather(o) => gather::emit(self, o),
+            Op::Vector(o) => vector::emit(self, o),
+            Op::Scalar(o) => scalar::emit(self, o),
+            Op::Sync(o) => sync::emit(self, o),
         }
     }
 

@@ -4,8 +4,7 @@
 //! Scaling tile (`TMOV_FP` / `TEXTRACT_FP` / `TINSERT_FP`).
 
 use super::{CodegenError, Emitter, Helper};
-use crate::arch::instruction;
-use crate::ir::{AccToVecMode, DType, MemSpace, Op, ParamKind, Phase, Scale};
+use crate::ir::{AccToVecMode, DType, MemSpace, MoveOp, ParamKind, Phase, Scale};
 
 /// `STPhase::Partial` / `STPhase::Final`.
 pub(super) fn phase_name(p: Phase) -> &'static str {
@@ -52,8 +51,8 @@ pub(super) fn scale_word(e: &mut Emitter<'_>, s: &Scale) -> Result<String, Codeg
     }
 }
 
-pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
-    let Op::Move {
+pub(super) fn emit(e: &mut Emitter<'_>, op: &MoveOp) -> Result<(), CodegenError> {
+    let MoveOp::Move {
         dst,
         src,
         offset,
@@ -61,10 +60,7 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
         relu,
         scale,
         phase,
-    } = op
-    else {
-        return Err(e.unsupported(op, "not a move"));
-    };
+    } = op;
     let (ds, ss) = (e.decl(dst.tile)?.ty.space, e.decl(src.tile)?.ty.space);
     let (d, s) = (e.tile(dst)?, e.tile(src)?);
     let (dt, st) = (e.tile_type(dst.tile)?, e.tile_type(src.tile)?);
@@ -72,7 +68,7 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
     let fixpipe = ss == MemSpace::Acc;
     if !fixpipe && (*relu || scale.is_some() || phase.is_some() || acc_to_vec.is_some()) {
         return Err(e.unsupported(
-            op,
+            op.name(),
             format!("ReLU, quantisation, phase and AccToVecMode are Fixpipe options (moves out of Acc), not of {ss} -> {ds}"),
         ));
     }
@@ -84,7 +80,7 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
     } else {
         String::new()
     };
-    let name = instruction(e.k, op);
+    let name = op.instruction(e.k);
     if !fixpipe {
         let line = match off {
             None => format!("{name}({d}, {s});"),
@@ -102,7 +98,7 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
     let ph = phase.map(phase_name);
     if ph.is_some() && off.is_some() {
         return Err(e.unsupported(
-            op,
+            op.name(),
             "phase and offset cannot be combined on a Fixpipe move (ASCEND950.md §5)",
         ));
     }

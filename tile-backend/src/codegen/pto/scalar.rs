@@ -7,7 +7,7 @@
 //! written; elsewhere the emitted `div_euclid` / `rem_euclid` helpers keep the IR's meaning.
 
 use super::{CodegenError, Emitter, Helper};
-use crate::ir::{BinOp, Expr, Op, ParamKind, Stmt};
+use crate::ir::{BinOp, Expr, ParamKind, ScalarOp, Stmt};
 
 /// C++ precedence levels (higher binds tighter).
 fn prec(op: BinOp) -> u8 {
@@ -244,9 +244,9 @@ pub(super) fn control(e: &mut Emitter<'_>, s: &Stmt) -> Result<(), CodegenError>
 
 /// `read_scalar` / `write_scalar`: plain loads and stores through the core's data cache;
 /// `read_tile_scalar`: PTO's `Tile::GetValue`, the scalar unit reading one UB element.
-pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
+pub(super) fn emit(e: &mut Emitter<'_>, op: &ScalarOp) -> Result<(), CodegenError> {
     match op {
-        Op::ReadScalar { var, tensor, index } => {
+        ScalarOp::ReadScalar { var, tensor, index } => {
             let (name, range_min) = tensor_name(e, *tensor)?;
             let v = e.var_name(*var)?;
             let i = e.expr(index);
@@ -255,7 +255,7 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
             ));
             e.set_lower_bound(*var, range_min);
         }
-        Op::ReadTileScalar { var, tile, index } => {
+        ScalarOp::ReadTileScalar { var, tile, index } => {
             let t = e.tile(tile)?;
             let v = e.var_name(*var)?;
             let i = e.expr(index);
@@ -263,7 +263,7 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
                 "const int64_t {v} = static_cast<int64_t>({t}.GetValue(static_cast<uint32_t>({i})));  // UB scalar read"
             ));
         }
-        Op::WriteScalar {
+        ScalarOp::WriteScalar {
             tensor,
             index,
             value,
@@ -279,7 +279,6 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
                 super::ctype(dtype)
             ));
         }
-        _ => return Err(e.unsupported(op, "not a scalar op")),
     }
     Ok(())
 }

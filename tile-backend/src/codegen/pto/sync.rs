@@ -6,16 +6,16 @@
 //! maps to `id + 16` on AIV1. Channel ops never get here: the sync pass lowers them to these flags.
 
 use super::{CodegenError, Emitter};
-use crate::ir::{CoreKind, Op};
+use crate::ir::{CoreKind, SyncOp};
 
-pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
+pub(super) fn emit(e: &mut Emitter<'_>, op: &SyncOp) -> Result<(), CodegenError> {
     let events = e.arch.flag_events;
     let cross = e.arch.cross_flags;
     let event = |e: &Emitter<'_>, ev: u8| {
         if ev < events {
             Ok(format!("EVENT_ID{ev}"))
         } else {
-            Err(e.unsupported(op, format!("event id {ev} is not in 0..{events}")))
+            Err(e.unsupported(op.name(), format!("event id {ev} is not in 0..{events}")))
         }
     };
     let cross_id = |e: &Emitter<'_>, id: u8| {
@@ -27,7 +27,7 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
             Ok(id)
         } else {
             Err(e.unsupported(
-                op,
+                op.name(),
                 format!(
                     "cross-core flag id {id} is not in 0..{limit} for {} code",
                     e.section
@@ -36,7 +36,7 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
         }
     };
     let line = match op {
-        Op::SetFlag {
+        SyncOp::SetFlag {
             src,
             dst,
             event: ev,
@@ -46,7 +46,7 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
             dst.pto_name(),
             event(e, *ev)?
         ),
-        Op::WaitFlag {
+        SyncOp::WaitFlag {
             src,
             dst,
             event: ev,
@@ -56,8 +56,8 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
             dst.pto_name(),
             event(e, *ev)?
         ),
-        Op::Barrier { pipe } => format!("pipe_barrier({});", pipe.pto_name()),
-        Op::SetCrossFlag { pipe, id } => {
+        SyncOp::Barrier { pipe } => format!("pipe_barrier({});", pipe.pto_name()),
+        SyncOp::SetCrossFlag { pipe, id } => {
             let id = cross_id(e, *id)?;
             format!(
                 "set_intra_block({}, {id});{}",
@@ -65,7 +65,7 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
                 target(e, id)
             )
         }
-        Op::WaitCrossFlag { pipe, id } => {
+        SyncOp::WaitCrossFlag { pipe, id } => {
             let id = cross_id(e, *id)?;
             format!(
                 "wait_intra_block({}, {id});{}",
@@ -73,10 +73,10 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
                 target(e, id)
             )
         }
-        Op::ChannelAcquire { .. }
-        | Op::ChannelPush { .. }
-        | Op::ChannelPop { .. }
-        | Op::ChannelRelease { .. } => {
+        SyncOp::ChannelAcquire { .. }
+        | SyncOp::ChannelPush { .. }
+        | SyncOp::ChannelPop { .. }
+        | SyncOp::ChannelRelease { .. } => {
             return Err(CodegenError::NotCompiled {
                 kernel: e.k.name.clone(),
                 reason: format!(
@@ -86,7 +86,6 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
                 ),
             })
         }
-        _ => return Err(e.unsupported(op, "not a sync op")),
     };
     e.line(line);
     Ok(())

@@ -2,8 +2,7 @@
 //! fills), `set_validshape` and `fillpad`.
 
 use super::{CodegenError, Emitter};
-use crate::arch::instruction;
-use crate::ir::{DType, MemSpace, Op, PadValue, ParamKind, RoundMode, ScalarArg, TileRef};
+use crate::ir::{DType, MemSpace, PadValue, ParamKind, RoundMode, ScalarArg, TileRef, VectorOp};
 
 fn round_name(r: RoundMode) -> &'static str {
     match r {
@@ -69,18 +68,18 @@ fn scalar(e: &mut Emitter<'_>, a: &ScalarArg, tile: &TileRef) -> Result<String, 
     })
 }
 
-pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
-    let name = instruction(e.k, op);
+pub(super) fn emit(e: &mut Emitter<'_>, op: &VectorOp) -> Result<(), CodegenError> {
+    let name = op.instruction(e.k);
     let line = match op {
-        Op::Unary { dst, src, .. } | Op::Expand { dst, src, .. } => {
+        VectorOp::Unary { dst, src, .. } | VectorOp::Expand { dst, src, .. } => {
             let (d, s) = (e.tile(dst)?, e.tile(src)?);
             format!("{name}({d}, {s});")
         }
-        Op::Binary { dst, lhs, rhs, .. } => {
+        VectorOp::Binary { dst, lhs, rhs, .. } => {
             let (d, l, r) = (e.tile(dst)?, e.tile(lhs)?, e.tile(rhs)?);
             format!("{name}({d}, {l}, {r});")
         }
-        Op::BinaryScalar {
+        VectorOp::BinaryScalar {
             dst,
             src,
             scalar: a,
@@ -90,7 +89,7 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
             let v = scalar(e, a, src)?;
             format!("{name}({d}, {s}, {v});")
         }
-        Op::Reduce { axis, dst, src, .. } => {
+        VectorOp::Reduce { axis, dst, src, .. } => {
             let (d, s) = (e.tile(dst)?, e.tile(src)?);
             match axis {
                 // The A5 row reductions take a scratch tile they do not use; pass the source.
@@ -100,22 +99,27 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
                 crate::ir::Axis::Col => format!("{name}({d}, {s});"),
             }
         }
-        Op::Broadcast {
+        VectorOp::Broadcast {
             dst, src, operand, ..
         } => {
             let (d, s, o) = (e.tile(dst)?, e.tile(src)?, e.tile(operand)?);
             format!("{name}({d}, {s}, {o});")
         }
-        Op::Cast { dst, src, round } => {
+        VectorOp::Cast { dst, src, round } => {
             let (d, s) = (e.tile(dst)?, e.tile(src)?);
             format!("{name}({d}, {s}, {});", round_name(*round))
         }
-        Op::Fill { dst, value } => {
+        VectorOp::LeakyRelu { dst, src, slope } => {
+            let (d, s) = (e.tile(dst)?, e.tile(src)?);
+            let v = scalar(e, slope, src)?;
+            format!("{name}({d}, {s}, {v});")
+        }
+        VectorOp::Fill { dst, value } => {
             let d = e.tile(dst)?;
             let v = scalar(e, value, dst)?;
             format!("{name}({d}, {v});")
         }
-        Op::SetValidShape { tile, rows, cols } => {
+        VectorOp::SetValidShape { tile, rows, cols } => {
             let decl = e.decl(tile.tile)?;
             let (vr, vc) = (
                 decl.ty.valid_rows == crate::ir::ValidDim::Dynamic,
@@ -129,7 +133,7 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
                 (false, true) => format!("{t}.SetValidCol({c});"),
                 (false, false) => {
                     return Err(e.unsupported(
-                        op,
+                        op.name(),
                         format!(
                             "tile `{}` has a static valid shape; declare it with DYNAMIC valid dims to set it at run time",
                             decl.name
@@ -138,7 +142,7 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
                 }
             }
         }
-        Op::FillPad { tile } => {
+        VectorOp::FillPad { tile } => {
             let decl = e.decl(tile.tile)?;
             let (space, pad) = (decl.ty.space, decl.ty.pad);
             let ty = e.tile_type(tile.tile)?;
@@ -146,7 +150,7 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
             match (space, pad) {
                 (_, PadValue::Null) => {
                     return Err(e.unsupported(
-                        op,
+                        op.name(),
                         format!("tile `{}` has no pad value to fill with", decl.name),
                     ))
                 }
@@ -155,13 +159,12 @@ pub(super) fn emit(e: &mut Emitter<'_>, op: &Op) -> Result<(), CodegenError> {
                 (MemSpace::Vec, _) => format!("TFILLPAD_INPLACE({t}, {t});"),
                 (other, _) => {
                     return Err(e.unsupported(
-                        op,
+                        op.name(),
                         format!("fillpad runs on Mat (MTE2) or Vec (V) tiles, not {other}"),
                     ))
                 }
             }
         }
-        _ => return Err(e.unsupported(op, "not a vector op")),
     };
     e.line(line);
     Ok(())

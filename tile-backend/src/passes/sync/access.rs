@@ -125,21 +125,7 @@ pub(super) fn op_accesses(
     for r in op.tile_writes() {
         out.push((tile_res(kernel, arch, r, loops)?, true));
     }
-    match op {
-        Op::Load { src, .. } => out.push((Res::Gm(src.tensor), false)),
-        Op::Store { dst, .. } => out.push((Res::Gm(dst.tensor), true)),
-        Op::GatherInL1 {
-            src,
-            indices,
-            block_table,
-            ..
-        } => {
-            out.push((Res::Gm(*src), false));
-            out.push((Res::Gm(indices.tensor), false));
-            out.push((Res::Gm(block_table.tensor), false));
-        }
-        _ => {}
-    }
+    out.extend(op.dma_gm().into_iter().map(|(p, w)| (Res::Gm(p), w)));
     Ok(out)
 }
 

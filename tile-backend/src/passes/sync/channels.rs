@@ -3,7 +3,7 @@
 use super::access::{conflict, op_accesses, section_index, Access, Loops};
 use super::SyncError;
 use crate::arch::Arch;
-use crate::ir::{walk_ops, CoreKind, Kernel, Op, Pipe, Stmt};
+use crate::ir::{walk_ops, CoreKind, Kernel, Op, Pipe, Stmt, SyncOp};
 use std::collections::BTreeSet;
 
 /// The pipe an op runs on (`None` for scalar, sync and channel ops).
@@ -51,20 +51,23 @@ pub(super) fn lower(
     let mut used_channels = BTreeSet::new();
     for core in [CoreKind::Cube, CoreKind::Vector] {
         let mut bad = None;
-        walk_ops(kernel.section(core), &mut |op| match op {
-            Op::SetCrossFlag { id, .. } | Op::WaitCrossFlag { id, .. } => {
-                used_ids.insert(id % half.max(1));
-            }
-            Op::ChannelAcquire { channel }
-            | Op::ChannelPush { channel }
-            | Op::ChannelPop { channel }
-            | Op::ChannelRelease { channel } => {
-                if kernel.try_channel(*channel).is_none() {
-                    bad = Some(*channel);
+        walk_ops(kernel.section(core), &mut |op| {
+            let Op::Sync(op) = op else { return };
+            match op {
+                SyncOp::SetCrossFlag { id, .. } | SyncOp::WaitCrossFlag { id, .. } => {
+                    used_ids.insert(id % half.max(1));
                 }
-                used_channels.insert(*channel);
+                SyncOp::ChannelAcquire { channel }
+                | SyncOp::ChannelPush { channel }
+                | SyncOp::ChannelPop { channel }
+                | SyncOp::ChannelRelease { channel } => {
+                    if kernel.try_channel(*channel).is_none() {
+                        bad = Some(*channel);
+                    }
+                    used_channels.insert(*channel);
+                }
+                SyncOp::SetFlag { .. } | SyncOp::WaitFlag { .. } | SyncOp::Barrier { .. } => {}
             }
-            _ => {}
         });
         if let Some(c) = bad {
             return Err(SyncError::UnknownChannel { channel: c.0 });
@@ -109,12 +112,17 @@ pub(super) fn lower(
         let mut pre_done = BTreeSet::new();
         let mut last_acquire: Vec<Option<Pipe>> = vec![None; kernel.channels.len()];
         for (k, op) in ops.iter().enumerate() {
-            let (channel, kind) = match op {
-                Op::ChannelAcquire { channel } => (*channel, Kind::Acquire),
-                Op::ChannelPush { channel } => (*channel, Kind::Push),
-                Op::ChannelPop { channel } => (*channel, Kind::Pop),
-                Op::ChannelRelease { channel } => (*channel, Kind::Release),
-                _ => continue,
+            let Op::Sync(sync) = op else { continue };
+            let (channel, kind) = match sync {
+                SyncOp::ChannelAcquire { channel } => (*channel, Kind::Acquire),
+                SyncOp::ChannelPush { channel } => (*channel, Kind::Push),
+                SyncOp::ChannelPop { channel } => (*channel, Kind::Pop),
+                SyncOp::ChannelRelease { channel } => (*channel, Kind::Release),
+                SyncOp::SetFlag { .. }
+                | SyncOp::WaitFlag { .. }
+                | SyncOp::Barrier { .. }
+                | SyncOp::SetCrossFlag { .. }
+                | SyncOp::WaitCrossFlag { .. } => continue,
             };
             let (Some(_), Some(id)) = (
                 kernel.try_channel(channel),
@@ -174,9 +182,9 @@ fn flags(core: CoreKind, set: bool, pipe: Pipe, id: u8, half: u8) -> Vec<Op> {
     ids.into_iter()
         .map(|id| {
             if set {
-                Op::SetCrossFlag { pipe, id }
+                Op::Sync(SyncOp::SetCrossFlag { pipe, id })
             } else {
-                Op::WaitCrossFlag { pipe, id }
+                Op::Sync(SyncOp::WaitCrossFlag { pipe, id })
             }
         })
         .collect()

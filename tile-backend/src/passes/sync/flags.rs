@@ -3,7 +3,9 @@
 use super::access::{conflict, op_accesses, Access, Loops};
 use super::SyncError;
 use crate::arch::Arch;
-use crate::ir::{CoreKind, Expr, Kernel, MemSpace, Op, Phase, Pipe, Stmt, TileId, VarId};
+use crate::ir::{
+    CoreKind, Expr, Kernel, MemSpace, Op, Phase, Pipe, Stmt, SyncOp, TileId, UnitFlag, VarId,
+};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The pipes whose ordering the pass tracks: every pipe (`All` is not one). Of the S-pipe ops,
@@ -11,10 +13,6 @@ use std::collections::{BTreeMap, BTreeSet};
 /// that takes flags: MTE2 -> S after the load that fills its tile, S -> MTE2 before a later
 /// overwrite; GM scalar reads and writes and `set_validshape` stay untracked.
 const PIPES: [Pipe; 7] = Pipe::ALL;
-
-fn pidx(p: Pipe) -> Option<usize> {
-    PIPES.iter().position(|&q| q == p)
-}
 
 /// A fixed-size bit set of op ids.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,7 +195,7 @@ impl Analysis<'_> {
                     let Some(p) = self.pairs.get(*pair) else {
                         continue;
                     };
-                    let (Some(s), Some(d)) = (pidx(p.src), pidx(p.dst)) else {
+                    let (Some(s), Some(d)) = (p.src.index(), p.dst.index()) else {
                         continue;
                     };
                     if *set {
@@ -239,28 +237,35 @@ impl Analysis<'_> {
     }
 
     fn op(&mut self, id: usize, op: &Op, st: &mut State) {
-        match op {
-            Op::SetFlag { src, dst, event } => {
-                if let Some(s) = pidx(*src) {
-                    st.tokens
-                        .insert(Key::Author(*src, *dst, *event), st.unord[s].clone());
-                }
-                return;
-            }
-            Op::WaitFlag { src, dst, event } => {
-                if let Some(t) = st.tokens.remove(&Key::Author(*src, *dst, *event)) {
-                    if let Some(d) = pidx(*dst) {
-                        st.unord[d].intersect_with(&t);
+        if let Op::Sync(sync) = op {
+            match sync {
+                SyncOp::SetFlag { src, dst, event } => {
+                    if let Some(s) = src.index() {
+                        st.tokens
+                            .insert(Key::Author(*src, *dst, *event), st.unord[s].clone());
                     }
+                    return;
                 }
-                return;
+                SyncOp::WaitFlag { src, dst, event } => {
+                    if let Some(t) = st.tokens.remove(&Key::Author(*src, *dst, *event)) {
+                        if let Some(d) = dst.index() {
+                            st.unord[d].intersect_with(&t);
+                        }
+                    }
+                    return;
+                }
+                SyncOp::Barrier { pipe: Pipe::All } => {
+                    st.unord.iter_mut().for_each(Bits::clear);
+                    return;
+                }
+                SyncOp::Barrier { .. } => return,
+                SyncOp::SetCrossFlag { .. }
+                | SyncOp::WaitCrossFlag { .. }
+                | SyncOp::ChannelAcquire { .. }
+                | SyncOp::ChannelPush { .. }
+                | SyncOp::ChannelPop { .. }
+                | SyncOp::ChannelRelease { .. } => {}
             }
-            Op::Barrier { pipe: Pipe::All } => {
-                st.unord.iter_mut().for_each(Bits::clear);
-                return;
-            }
-            Op::Barrier { .. } => return,
-            _ => {}
         }
         let Some(info) = self.infos.get(id) else {
             return;
@@ -507,56 +512,60 @@ impl Build<'_> {
         Ok(match op {
             // A cross-core wait stands for the other core's accesses to the shared resources; a
             // cross-core set must come after this core's own accesses to them.
-            Op::WaitCrossFlag { pipe, .. } => Info {
-                pipe: pidx(*pipe),
+            Op::Sync(SyncOp::WaitCrossFlag { pipe, .. }) => Info {
+                pipe: pipe.index(),
                 src: self.crossing.to_vec(),
                 snk: self.crossing.to_vec(),
                 ..none
             },
-            Op::SetCrossFlag { pipe, .. } => Info {
-                pipe: pidx(*pipe),
+            Op::Sync(SyncOp::SetCrossFlag { pipe, .. }) => Info {
+                pipe: pipe.index(),
                 snk: self.crossing.to_vec(),
                 ..none
             },
-            Op::SetFlag { .. }
-            | Op::WaitFlag { .. }
-            | Op::Barrier { .. }
-            | Op::ReadScalar { .. }
-            | Op::WriteScalar { .. }
-            | Op::SetValidShape { .. }
-            | Op::ChannelAcquire { .. }
-            | Op::ChannelPush { .. }
-            | Op::ChannelPop { .. }
-            | Op::ChannelRelease { .. } => none,
-            _ => {
-                let space_of = |r: &crate::ir::TileRef| k.try_tile(r.tile).map(|d| d.ty.space);
+            Op::Sync(
+                SyncOp::SetFlag { .. }
+                | SyncOp::WaitFlag { .. }
+                | SyncOp::Barrier { .. }
+                | SyncOp::ChannelAcquire { .. }
+                | SyncOp::ChannelPush { .. }
+                | SyncOp::ChannelPop { .. }
+                | SyncOp::ChannelRelease { .. },
+            ) => none,
+            // Valid-shape metadata and GM scalar accesses touch no data the pipes order.
+            Op::LoadStore(_)
+            | Op::Move(_)
+            | Op::Matmul(_)
+            | Op::Gather(_)
+            | Op::Vector(_)
+            | Op::Scalar(_)
+                if !op.touches_data() =>
+            {
+                none
+            }
+            Op::LoadStore(_)
+            | Op::Move(_)
+            | Op::Matmul(_)
+            | Op::Gather(_)
+            | Op::Vector(_)
+            | Op::Scalar(_) => {
+                let space_of = |r: &crate::ir::TileRef| k.space_of(r);
                 let pipe = arch
                     .pipe_of(op, &space_of)
                     .ok_or_else(|| SyncError::NoPipe { op: op.name() })?;
                 let acc = op_accesses(k, arch, op, &self.scope)?;
                 let is_acc = |r: &crate::ir::TileRef| space_of(r) == Some(MemSpace::Acc);
-                let unit = match op {
-                    Op::Matmul {
-                        dst,
-                        phase: Some(Phase::Final),
-                        ..
-                    } => Some(Unit::Set((k.root_tile(dst.tile), dst.slot.to_string()))),
-                    Op::Move {
-                        src,
-                        phase: Some(Phase::Final),
-                        ..
+                let unit = match op.unit_flag() {
+                    Some(UnitFlag::Matmul(dst, Phase::Final)) => {
+                        Some(Unit::Set((k.root_tile(dst.tile), dst.slot.to_string())))
                     }
-                    | Op::Store {
-                        src,
-                        phase: Some(Phase::Final),
-                        ..
-                    } if is_acc(src) => {
+                    Some(UnitFlag::Read(src, Phase::Final)) if is_acc(src) => {
                         Some(Unit::Wait((k.root_tile(src.tile), src.slot.to_string())))
                     }
-                    _ => None,
+                    Some(UnitFlag::Matmul(_, Phase::Partial) | UnitFlag::Read(..)) | None => None,
                 };
                 Info {
-                    pipe: pidx(pipe),
+                    pipe: pipe.index(),
                     src: acc.clone(),
                     snk: acc,
                     unit,
@@ -788,7 +797,9 @@ fn color(
 ) -> Result<Vec<u8>, SyncError> {
     let mut author: BTreeMap<(Pipe, Pipe), BTreeSet<u8>> = BTreeMap::new();
     crate::ir::walk_ops(original, &mut |op| {
-        if let Op::SetFlag { src, dst, event } | Op::WaitFlag { src, dst, event } = op {
+        if let Op::Sync(SyncOp::SetFlag { src, dst, event })
+        | Op::Sync(SyncOp::WaitFlag { src, dst, event }) = op
+        {
             author.entry((*src, *dst)).or_default().insert(*event);
         }
     });
@@ -837,9 +848,9 @@ fn to_stmts(nodes: Vec<Node>, pairs: &[Pair], events: &[u8]) -> Vec<Stmt> {
                 let (src, dst) = (pairs[pair].src, pairs[pair].dst);
                 let event = events[pair];
                 Stmt::Op(if set {
-                    Op::SetFlag { src, dst, event }
+                    Op::Sync(SyncOp::SetFlag { src, dst, event })
                 } else {
-                    Op::WaitFlag { src, dst, event }
+                    Op::Sync(SyncOp::WaitFlag { src, dst, event })
                 })
             }
             Node::For {

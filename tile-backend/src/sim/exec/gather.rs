@@ -2,13 +2,13 @@
 
 use super::load_store::View;
 use super::ExecCtx;
-use crate::ir::{DType, Layout, Op, ParamId, ParamKind};
+use crate::ir::{DType, GatherOp, Layout, ParamId, ParamKind};
 use crate::sim::gm::Overlay;
 use crate::sim::numeric;
 use crate::sim::tile::{self, TileLoc};
 
-pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> {
-    let Op::GatherInL1 {
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &GatherOp) -> Result<(), String> {
+    let GatherOp::GatherInL1 {
         dst,
         src,
         indices,
@@ -17,10 +17,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
         size,
         col_offset,
         ..
-    } = op
-    else {
-        return Ok(());
-    };
+    } = op;
     let loc = cx.tile(dst)?;
     let (src_dtype, t_rows, t_cols) = match cx.kernel.params.get(src.0 as usize).map(|p| &p.kind) {
         Some(ParamKind::Tensor { dtype, .. }) => {

@@ -1,7 +1,7 @@
 //! GM <-> tile: TLOAD (MTE2) and TSTORE (MTE3 from Vec, the Fixpipe from Acc).
 
 use super::{moves, ExecCtx};
-use crate::ir::{c0, DType, Fractal, GmView, Layout, MemSpace, Op, ParamKind};
+use crate::ir::{c0, DType, Fractal, GmView, Layout, LoadStoreOp, MemSpace, ParamKind};
 
 /// A GM window evaluated for this access.
 pub(super) struct View {
@@ -246,9 +246,9 @@ impl View {
     }
 }
 
-pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> {
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &LoadStoreOp) -> Result<(), String> {
     match op {
-        Op::Load { dst, src } => {
+        LoadStoreOp::Load { dst, src } => {
             let loc = cx.tile(dst)?;
             let view = View::eval(cx, src)?;
             if view.dtype != loc.ty.dtype {
@@ -295,7 +295,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             cx.core.pool.put_bytes(data);
             r
         }
-        Op::Store {
+        LoadStoreOp::Store {
             dst,
             src,
             relu,
@@ -343,6 +343,5 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             cx.core.pool.put_bytes(data);
             r
         }
-        _ => Ok(()),
     }
 }

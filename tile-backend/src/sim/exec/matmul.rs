@@ -2,29 +2,27 @@
 
 use super::moves;
 use super::ExecCtx;
-use crate::ir::{c0, DType, Layout, MemSpace, Op};
+use crate::ir::{c0, round_up, DType, Layout, MatmulOp, MemSpace};
 use crate::sim::host::gemm::{int_gemm, panels_gemm};
 use crate::sim::host::int8_gemm;
 use crate::sim::numeric;
 use crate::sim::state::mark_bits;
 use crate::sim::tile::{self, Order, TileLoc};
 
-fn round_up(v: usize, to: usize) -> usize {
-    v.div_ceil(to.max(1)) * to.max(1)
+/// [`round_up`] on element counts.
+fn round_up_usize(v: usize, to: usize) -> usize {
+    round_up(v as u64, to as u64) as usize
 }
 
-pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> {
-    let Op::Matmul {
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &MatmulOp) -> Result<(), String> {
+    let MatmulOp::Matmul {
         dst,
         a,
         b,
         bias,
         accumulate,
         ..
-    } = op
-    else {
-        return Ok(());
-    };
+    } = op;
     let (la, lb, lc) = (cx.tile(a)?, cx.tile(b)?, cx.tile(dst)?);
     let (m, k) = la.valid()?;
     let (kb, n) = lb.valid()?;
@@ -33,9 +31,9 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
     }
     // The cube computes whole fractals: m and n to 16, k to C0, within the tiles.
     let kc = c0(la.ty.dtype) as usize;
-    let mp = round_up(m, 16).min(la.rows()).min(lc.rows());
-    let np = round_up(n, 16).min(lb.cols()).min(lc.cols());
-    let kp = round_up(k, kc).min(la.cols()).min(lb.rows());
+    let mp = round_up_usize(m, 16).min(la.rows()).min(lc.rows());
+    let np = round_up_usize(n, 16).min(lb.cols()).min(lc.cols());
+    let kp = round_up_usize(k, kc).min(la.cols()).min(lb.rows());
     if m > lc.rows() || n > lc.cols() {
         return Err(format!(
             "{m}x{n} product does not fit the {}x{} Acc tile",
@@ -279,18 +277,15 @@ fn int8_into_acc(
 /// encoded straight into the Acc tile.
 fn matmul_f32(
     cx: &mut ExecCtx<'_, '_, '_>,
-    op: &Op,
+    op: &MatmulOp,
     (la, lb, lc): (&TileLoc, &TileLoc, &TileLoc),
     (mp, kp, np): (usize, usize, usize),
     all_defined: bool,
     defined: &[bool],
 ) -> Result<(), String> {
-    let Op::Matmul {
+    let MatmulOp::Matmul {
         bias, accumulate, ..
-    } = op
-    else {
-        return Ok(());
-    };
+    } = op;
     let pool = &mut cx.core.pool;
     // Every element is written before it is read: A and B are decoded over their whole
     // regions, and C is read (accumulate) or written by the gemm without being read.

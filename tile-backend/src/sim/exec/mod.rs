@@ -5,6 +5,7 @@ mod load_store;
 mod matmul;
 mod moves;
 mod scalar;
+mod sync;
 mod vector;
 
 use super::gm::{Overlay, WriteOnly};
@@ -14,7 +15,7 @@ use super::state::{mark_bits, BlockMem, CoreId, CrossFlags, DeferredMove};
 use super::tile::{self, Order, Run, TileLoc};
 use super::trace::{Mem, OpRecord, SyncInfo};
 use crate::arch::Arch;
-use crate::ir::{Kernel, MemSpace, Op, OpFamily, ParamId, ScalarArg, TileRef};
+use crate::ir::{Kernel, MemSpace, Op, ParamId, ScalarArg, TileRef};
 use crate::launch::Arg;
 
 /// Whether an op completed or must wait.
@@ -53,13 +54,14 @@ pub(crate) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<Flow, String
             cx.core.pool.put_f32s(v);
         }
     }
-    match op.family() {
-        OpFamily::LoadStore => load_store::exec(cx, op)?,
-        OpFamily::Move => moves::exec(cx, op)?,
-        OpFamily::Matmul => matmul::exec(cx, op)?,
-        OpFamily::Gather => gather::exec(cx, op)?,
-        OpFamily::Vector => vector::exec(cx, op)?,
-        OpFamily::Scalar | OpFamily::Sync => return scalar::exec(cx, op),
+    match op {
+        Op::LoadStore(o) => load_store::exec(cx, o)?,
+        Op::Move(o) => moves::exec(cx, o)?,
+        Op::Matmul(o) => matmul::exec(cx, o)?,
+        Op::Gather(o) => gather::exec(cx, o)?,
+        Op::Vector(o) => vector::exec(cx, o)?,
+        Op::Scalar(o) => scalar::exec(cx, o)?,
+        Op::Sync(o) => return sync::exec(cx, o),
     }
     Ok(Flow::Continue)
 }

@@ -2,7 +2,7 @@
 //! quantisation and the dual-destination split (ASCEND950.md §5-§6).
 
 use super::ExecCtx;
-use crate::ir::{AccToVecMode, DType, Layout, MemSpace, Op, QuantWord, Scale, ValidDim};
+use crate::ir::{AccToVecMode, DType, Layout, MemSpace, MoveOp, QuantWord, Scale, ValidDim};
 use crate::sim::numeric;
 use crate::sim::tile::TileLoc;
 
@@ -343,8 +343,8 @@ pub(super) fn check_acc_stride(
     ))
 }
 
-pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> {
-    let Op::Move {
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &MoveOp) -> Result<(), String> {
+    let MoveOp::Move {
         dst,
         src,
         offset,
@@ -352,10 +352,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
         relu,
         scale,
         ..
-    } = op
-    else {
-        return Ok(());
-    };
+    } = op;
     let s = cx.tile(src)?;
     let d = cx.tile(dst)?;
     let off = match offset {

@@ -1,18 +1,13 @@
-//! Scalar GM access through the core's data cache, scalar reads of UB tile elements, and
-//! synchronisation.
-//!
-//! Intra-core flags and barriers order pipes; the functional simulation runs each core's ops in
-//! program order, so they need no action here (the timeline and race detector use them).
-//! Cross-core flags block the waiting core until the signal arrives.
+//! Scalar GM access through the core's data cache, and scalar reads of UB tile elements.
 
-use super::{ExecCtx, Flow};
-use crate::ir::{MemSpace, Op, ParamKind, TileRef};
+use super::ExecCtx;
+use crate::ir::{MemSpace, ParamKind, ScalarOp, TileRef};
 use crate::sim::numeric;
-use crate::sim::trace::{Mem, SyncInfo};
+use crate::sim::trace::Mem;
 
-pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<Flow, String> {
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &ScalarOp) -> Result<(), String> {
     match op {
-        Op::ReadScalar { var, tensor, index } => {
+        ScalarOp::ReadScalar { var, tensor, index } => {
             let idx = cx.core.eval(index)?;
             let (dtype, off) = element(cx, tensor.0, idx)?;
             let es = dtype.size_bytes() as usize;
@@ -29,12 +24,12 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<Flow, String
             let v = numeric::decode_i64(dtype, b);
             cx.core.set_var(*var, v);
         }
-        Op::ReadTileScalar { var, tile, index } => {
+        ScalarOp::ReadTileScalar { var, tile, index } => {
             let idx = cx.core.eval(index)?;
             let v = read_tile_element(cx, tile, idx)?;
             cx.core.set_var(*var, v);
         }
-        Op::WriteScalar {
+        ScalarOp::WriteScalar {
             tensor,
             index,
             value,
@@ -69,36 +64,8 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<Flow, String
                 r.touch(Mem::Gm(tensor.0), off, es, true);
             }
         }
-        Op::SetFlag { src, dst, event } => cx.note_sync(SyncInfo::SetFlag {
-            src: *src,
-            dst: *dst,
-            event: *event,
-        }),
-        Op::WaitFlag { src, dst, event } => cx.note_sync(SyncInfo::WaitFlag {
-            src: *src,
-            dst: *dst,
-            event: *event,
-        }),
-        Op::Barrier { pipe } => cx.note_sync(SyncInfo::Barrier(*pipe)),
-        Op::SetCrossFlag { id, .. } => {
-            let (to, slot) = cx.flags.set(cx.core.id, *id, cx.event_index)?;
-            cx.note_sync(SyncInfo::SetCross { to, slot });
-        }
-        Op::WaitCrossFlag { id, .. } => match cx.flags.try_wait(cx.core.id, *id)? {
-            Some((from, index)) => cx.note_sync(SyncInfo::WaitCross { from, index }),
-            None => return Ok(Flow::Blocked(*id)),
-        },
-        Op::ChannelAcquire { .. }
-        | Op::ChannelPush { .. }
-        | Op::ChannelPop { .. }
-        | Op::ChannelRelease { .. } => {
-            return Err(
-                "channel ops must be lowered to cross-core flags first (passes::compile)".into(),
-            )
-        }
-        _ => {}
     }
-    Ok(Flow::Continue)
+    Ok(())
 }
 
 fn element(

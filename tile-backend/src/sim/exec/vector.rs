@@ -2,7 +2,7 @@
 //! stay exact), compute, round once on the way back.
 
 use super::ExecCtx;
-use crate::ir::{Axis, BinaryOp, DType, Layout, Op, PadValue, ReduceOp, RoundMode, UnaryOp};
+use crate::ir::{Axis, BinaryOp, DType, Layout, PadValue, ReduceOp, RoundMode, UnaryOp, VectorOp};
 use crate::sim::numeric;
 use crate::sim::state::ScratchPool;
 use crate::sim::tile::{self, TileLoc};
@@ -294,12 +294,12 @@ fn pad_value(dtype: DType, pad: PadValue) -> Option<f64> {
     }
 }
 
-pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> {
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), String> {
     let float = |cx: &ExecCtx<'_, '_, '_>, r: &crate::ir::TileRef| -> Result<bool, String> {
         Ok(cx.tile(r)?.ty.dtype.is_float())
     };
     match op {
-        Op::SetValidShape { tile, rows, cols } => {
+        VectorOp::SetValidShape { tile, rows, cols } => {
             let (r, c) = (cx.core.eval(rows)?, cx.core.eval(cols)?);
             let decl = cx
                 .kernel
@@ -316,7 +316,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             }
             Ok(())
         }
-        Op::FillPad { tile } => {
+        VectorOp::FillPad { tile } => {
             let loc = cx.tile(tile)?;
             let Some(v) = pad_value(loc.ty.dtype, loc.ty.pad) else {
                 return Ok(());
@@ -361,15 +361,32 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             }
             Ok(())
         }
-        _ => {
+        VectorOp::Unary { .. }
+        | VectorOp::Binary { .. }
+        | VectorOp::BinaryScalar { .. }
+        | VectorOp::Reduce { .. }
+        | VectorOp::Broadcast { .. }
+        | VectorOp::Expand { .. }
+        | VectorOp::Cast { .. }
+        | VectorOp::LeakyRelu { .. }
+        | VectorOp::Fill { .. } => {
             let dst = match op.tile_writes().first() {
                 Some(d) => (*d).clone(),
                 None => return Ok(()),
             };
             // Integer tiles (and casts from them) compute in f64 to stay exact.
             let src_float = match op {
-                Op::Cast { src, .. } => float(cx, src)?,
-                _ => true,
+                VectorOp::Cast { src, .. } => float(cx, src)?,
+                VectorOp::Unary { .. }
+                | VectorOp::Binary { .. }
+                | VectorOp::BinaryScalar { .. }
+                | VectorOp::Reduce { .. }
+                | VectorOp::Broadcast { .. }
+                | VectorOp::Expand { .. }
+                | VectorOp::LeakyRelu { .. }
+                | VectorOp::Fill { .. }
+                | VectorOp::SetValidShape { .. }
+                | VectorOp::FillPad { .. } => true,
             };
             if float(cx, &dst)? && src_float {
                 if in_place_f32(cx, op)? {
@@ -471,10 +488,10 @@ fn rows_of(
 /// also the first operand, or a reduction reads one): no decode into scratch and encode back,
 /// the same arithmetic as [`run`], the same poison checks and marks. False (nothing done) for
 /// any other form, which [`run`] then takes.
-fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<bool, String> {
+fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<bool, String> {
     let aiv = cx.own_aiv();
     match op {
-        Op::Unary { op: u, dst, src } => {
+        VectorOp::Unary { op: u, dst, src } => {
             let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
             let (r, c) = s.valid()?;
             if !same_tile(&s, &d) || d.valid()? != (r, c) {
@@ -486,7 +503,7 @@ fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<bool, String> {
             })?;
             Ok(done.is_some())
         }
-        Op::BinaryScalar {
+        VectorOp::BinaryScalar {
             op: b,
             dst,
             src,
@@ -504,7 +521,7 @@ fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<bool, String> {
             })?;
             Ok(done.is_some())
         }
-        Op::Binary {
+        VectorOp::Binary {
             op: b,
             dst,
             lhs,
@@ -538,7 +555,7 @@ fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<bool, String> {
             f32::give(&mut cx.core.pool, y);
             Ok(done?.is_some())
         }
-        Op::Broadcast {
+        VectorOp::Broadcast {
             op: b,
             axis,
             dst,
@@ -568,7 +585,7 @@ fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<bool, String> {
             f32::give(&mut cx.core.pool, v);
             Ok(done?.is_some())
         }
-        Op::Fill { dst, value } => {
+        VectorOp::Fill { dst, value } => {
             let d = cx.tile(dst)?;
             let (r, c) = d.valid()?;
             let k = cx.scalar(value)? as f32;
@@ -577,7 +594,7 @@ fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<bool, String> {
             })?;
             Ok(done.is_some())
         }
-        Op::Reduce {
+        VectorOp::Reduce {
             op: red,
             axis,
             dst,
@@ -612,14 +629,18 @@ fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<bool, String> {
             }
             Ok(true)
         }
-        _ => Ok(false),
+        VectorOp::Expand { .. }
+        | VectorOp::Cast { .. }
+        | VectorOp::LeakyRelu { .. }
+        | VectorOp::SetValidShape { .. }
+        | VectorOp::FillPad { .. } => Ok(false),
     }
 }
 
-fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> {
+fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), String> {
     let rint = RoundMode::Rint;
     match op {
-        Op::Unary { op: u, dst, src } => {
+        VectorOp::Unary { op: u, dst, src } => {
             let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
             let (r, c) = s.valid()?;
             same(s.valid()?, d.valid()?, "unary")?;
@@ -627,7 +648,7 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             unary_apply(*u, &mut v);
             store(cx, &d, r, c, v, rint)
         }
-        Op::Binary {
+        VectorOp::Binary {
             op: b,
             dst,
             lhs,
@@ -643,7 +664,7 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             F::give(&mut cx.core.pool, y);
             store(cx, &d, r, c, x, rint)
         }
-        Op::BinaryScalar {
+        VectorOp::BinaryScalar {
             op: b,
             dst,
             src,
@@ -657,7 +678,7 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             scalar_apply(*b, &mut x, k);
             store(cx, &d, r, c, x, rint)
         }
-        Op::Reduce {
+        VectorOp::Reduce {
             op: red,
             axis,
             dst,
@@ -683,7 +704,7 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
                 }
             }
         }
-        Op::Broadcast {
+        VectorOp::Broadcast {
             op: b,
             axis,
             dst,
@@ -712,7 +733,7 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             }
             store(cx, &d, r, c, x, rint)
         }
-        Op::Expand { axis, dst, src } => {
+        VectorOp::Expand { axis, dst, src } => {
             let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
             let (r, c) = d.valid()?;
             let mut x = F::take(&mut cx.core.pool, r * c);
@@ -734,14 +755,26 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             }
             store(cx, &d, r, c, x, rint)
         }
-        Op::Cast { dst, src, round } => {
+        VectorOp::Cast { dst, src, round } => {
             let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
             same(s.valid()?, d.valid()?, "cast")?;
             let (r, c) = s.valid()?;
             let x = load::<F>(cx, &s, r, c)?;
             store(cx, &d, r, c, x, *round)
         }
-        Op::Fill { dst, value } => {
+        VectorOp::LeakyRelu { dst, src, slope } => {
+            let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
+            same(s.valid()?, d.valid()?, "leaky_relu")?;
+            let k = F::from_f64(cx.scalar(slope)?);
+            let (r, c) = s.valid()?;
+            let mut x = load::<F>(cx, &s, r, c)?;
+            // `x > 0 ? x : x * slope`; a NaN stays NaN either way.
+            for v in x.iter_mut().filter(|v| **v <= F::zero()) {
+                *v = *v * k;
+            }
+            store(cx, &d, r, c, x, rint)
+        }
+        VectorOp::Fill { dst, value } => {
             let d = cx.tile(dst)?;
             let (r, c) = d.valid()?;
             let k = F::from_f64(cx.scalar(value)?);
@@ -749,6 +782,7 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<(), String> 
             v.fill(k);
             store(cx, &d, r, c, v, rint)
         }
-        _ => Ok(()),
+        // Metadata and fillpad are done by `exec` before `run`.
+        VectorOp::SetValidShape { .. } | VectorOp::FillPad { .. } => Ok(()),
     }
 }

@@ -1,0 +1,40 @@
+//! Synchronisation. Intra-core flags and barriers order pipes; the functional simulation runs
+//! each core's ops in program order, so they need no action here (the timeline and race
+//! detector use them). Cross-core flags block the waiting core until the signal arrives.
+
+use super::{ExecCtx, Flow};
+use crate::ir::SyncOp;
+use crate::sim::trace::SyncInfo;
+
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &SyncOp) -> Result<Flow, String> {
+    match op {
+        SyncOp::SetFlag { src, dst, event } => cx.note_sync(SyncInfo::SetFlag {
+            src: *src,
+            dst: *dst,
+            event: *event,
+        }),
+        SyncOp::WaitFlag { src, dst, event } => cx.note_sync(SyncInfo::WaitFlag {
+            src: *src,
+            dst: *dst,
+            event: *event,
+        }),
+        SyncOp::Barrier { pipe } => cx.note_sync(SyncInfo::Barrier(*pipe)),
+        SyncOp::SetCrossFlag { id, .. } => {
+            let (to, slot) = cx.flags.set(cx.core.id, *id, cx.event_index)?;
+            cx.note_sync(SyncInfo::SetCross { to, slot });
+        }
+        SyncOp::WaitCrossFlag { id, .. } => match cx.flags.try_wait(cx.core.id, *id)? {
+            Some((from, index)) => cx.note_sync(SyncInfo::WaitCross { from, index }),
+            None => return Ok(Flow::Blocked(*id)),
+        },
+        SyncOp::ChannelAcquire { .. }
+        | SyncOp::ChannelPush { .. }
+        | SyncOp::ChannelPop { .. }
+        | SyncOp::ChannelRelease { .. } => {
+            return Err(
+                "channel ops must be lowered to cross-core flags first (passes::compile)".into(),
+            )
+        }
+    }
+    Ok(Flow::Continue)
+}
