@@ -10,7 +10,7 @@ use std::time::Duration;
 use tileops_models::batch::StepRows;
 use tileops_models::deepseek::config::Config;
 use tileops_models::deepseek::model::Model;
-use tileops_models::deepseek::ops::{matmul_rows, row_invariant_min_rows};
+use tileops_models::deepseek::ops::{matmul_rows, row_invariant_min_rows, with_row_invariance};
 use tileops_models::engine::argmax;
 use tileops_models::kv_cache::{PagedKvCache, SeqId};
 use tileops_models::serving::request::{Event, GenerateRequest};
@@ -217,12 +217,34 @@ fn recompute_and_a_shared_prefix_give_the_same_logits() {
 
 /// `matmul_rows(a, b)`'s values.
 fn product(a: &candle_core::Tensor, b: &candle_core::Tensor) -> Vec<f32> {
-    let p = matmul_rows(a, b).unwrap();
+    let p = with_row_invariance(true, || matmul_rows(a, b)).unwrap();
     p.flatten_all().unwrap().to_vec1().unwrap()
 }
 
 #[test]
 fn matmul_rows_is_row_invariant_at_every_kernel_boundary() {
+    // Without the padding a single row's bits differ (the test's cases can fail).
+    {
+        use candle_core::{Device, Tensor};
+        let a = Tensor::randn(0f32, 1.0, (16, 128), &Device::Cpu).unwrap();
+        let b = Tensor::randn(0f32, 1.0, (256, 128), &Device::Cpu)
+            .unwrap()
+            .t()
+            .unwrap();
+        let all: Vec<f32> = matmul_rows(&a, &b)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let one = matmul_rows(&a.narrow(0, 0, 1).unwrap(), &b).unwrap();
+        let one: Vec<f32> = one.flatten_all().unwrap().to_vec1().unwrap();
+        assert_ne!(
+            bits(&one),
+            bits(&all[..256]),
+            "candle's single-row kernel changed"
+        );
+    }
     use candle_core::{Device, Tensor};
     let dev = &Device::Cpu;
     // Column counts on both sides of gemm's size thresholds (N = 4, 64 and 65, 128, 192),
@@ -234,12 +256,16 @@ fn matmul_rows_is_row_invariant_at_every_kernel_boundary() {
         (128, 128),
         (512, 192),
         (32, 30),
+        (1024, 64),
+        (768, 32),
+        (2048, 256),
     ] {
         let a = Tensor::randn(0f32, 1.0, (301, k), dev).unwrap();
         let b = Tensor::randn(0f32, 1.0, (n, k), dev).unwrap().t().unwrap();
         let all = product(&a, &b);
         for m in [1, 2, 3, 64, 65, 300] {
-            let part = matmul_rows(&a.narrow(0, 0, m).unwrap(), &b).unwrap();
+            let part =
+                with_row_invariance(true, || matmul_rows(&a.narrow(0, 0, m).unwrap(), &b)).unwrap();
             assert_eq!(part.dims(), &[m, n]);
             let got: Vec<f32> = part.flatten_all().unwrap().to_vec1().unwrap();
             assert_eq!(bits(&got), bits(&all[..m * n]), "k {k} n {n} m {m}");
@@ -256,9 +282,10 @@ fn matmul_rows_is_row_invariant_at_every_kernel_boundary() {
             bits(&all[h * 20 * 64..h * 20 * 64 + 64])
         );
     }
-    assert_eq!(row_invariant_min_rows(64), 65);
-    assert_eq!(row_invariant_min_rows(128), 3);
-    assert_eq!(row_invariant_min_rows(4096), 2);
+    assert_eq!(row_invariant_min_rows(64, 128), 5);
+    assert_eq!(row_invariant_min_rows(64, 1024), 65);
+    assert_eq!(row_invariant_min_rows(128, 128), 3);
+    assert_eq!(row_invariant_min_rows(4096, 4096), 2);
 }
 
 /// The request's tokens and, for each, the bits of every token's log-probability.

@@ -7,7 +7,7 @@ use super::config::Config;
 use super::indexer::{causal_topk, Indexer};
 use super::mla::Mla;
 use super::moe::{Mlp, Moe};
-use super::ops::{linear, rms_norm, rope_tables, Timers};
+use super::ops::{linear, rms_norm, rope_tables, with_row_invariance, Timers};
 use crate::batch::Batch;
 use crate::error::{ModelError, Result};
 use crate::kv_cache::CopyBlock;
@@ -193,11 +193,12 @@ pub struct Model {
     /// `flash_attention_varlen` (the default); `false` sends it through the indexer and
     /// `sparse_paged_attention` like longer prompts (the tests compare the two).
     pub dense_prefill: bool,
-    /// Sparse attention with the batch-invariant plan
-    /// (`SparseAttentionParams::batch_invariant`): with it (and `dense_prefill` off) a row's
+    /// Batch-invariant numerics: every candle matmul of the model row-invariant
+    /// (`ops::matmul_rows`'s padding) and sparse attention with the batch-invariant plan
+    /// (`SparseAttentionParams::batch_invariant`). With it (and `dense_prefill` off) a row's
     /// logits have the same bits whatever else is in its batch, and a prompt prefilled in one
-    /// chunk or several, or recomputed, caches the same rows (every candle matmul of the model
-    /// is row-invariant already: `ops::matmul_rows`). Off by default.
+    /// chunk or several, or recomputed, caches the same rows. Off by default (it slows a
+    /// single-sequence decode step).
     pub batch_invariant: bool,
 }
 
@@ -327,18 +328,20 @@ impl Model {
             kv_lora_rank: self.cfg.kv_lora_rank,
             batch_invariant: self.batch_invariant,
         };
-        for (li, (l, cache)) in self.layers.iter().zip(self.caches.layers()).enumerate() {
-            let (y, call) = l.forward(x, &step, cache, backend, &self.timers)?;
-            x = y;
-            if li == 0 && call.is_some() {
-                self.last_attention = call;
+        with_row_invariance(self.batch_invariant, || {
+            for (li, (l, cache)) in self.layers.iter().zip(self.caches.layers()).enumerate() {
+                let (y, call) = l.forward(x, &step, cache, backend, &self.timers)?;
+                x = y;
+                if li == 0 && call.is_some() {
+                    self.last_attention = call;
+                }
             }
-        }
-        let idx: Vec<u32> = logit_rows.iter().map(|&r| r as u32).collect();
-        let idx = Tensor::from_vec(idx, logit_rows.len(), dev)?;
-        let last = rms_norm(&x.index_select(&idx, 0)?, &self.norm)?;
-        self.timers
-            .time("head (candle)", || linear(&last, &self.head))
+            let idx: Vec<u32> = logit_rows.iter().map(|&r| r as u32).collect();
+            let idx = Tensor::from_vec(idx, logit_rows.len(), dev)?;
+            let last = rms_norm(&x.index_select(&idx, 0)?, &self.norm)?;
+            self.timers
+                .time("head (candle)", || linear(&last, &self.head))
+        })
     }
 }
 

@@ -1,7 +1,7 @@
 //! Shared pieces of the model: RMSNorm, LayerNorm, RoPE, linear layers, per-op timers.
 
 use candle_core::{DType, Tensor, D};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -68,19 +68,24 @@ pub fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
 /// row's result does not depend on the other rows, bit for bit.
 ///
 /// candle's CPU matmul (the `gemm` crate) picks its kernel by size: a single row takes a
-/// matrix-vector kernel, products with `M * N <= 256` a horizontal kernel, and `M, N <= 64`
-/// another K blocking than larger ones, each summing in its own order, so the same row gets other
-/// bits inside a larger batch. Products with fewer than [`row_invariant_min_rows`] rows are padded
-/// with zero rows to that count (and the padding dropped), so every product of a given `N` runs
-/// the general kernel, whose result for a row is the same for every `M`. This is what makes a
-/// request's logits independent of the batch it runs in (the serving engine's batch invariance).
+/// matrix-vector kernel and products with `M * N <= 256` a horizontal kernel, each summing in
+/// its own order, so the same row gets other bits inside a larger batch. Products with fewer
+/// than [`row_invariant_min_rows`] rows are padded with zero rows to that count (and the padding
+/// dropped), so every product runs the general kernel, whose result for a row is the same for
+/// every `M`. This is what makes a request's logits independent of the batch it runs in (the
+/// serving engine's batch invariance).
+///
+/// The padding is on only inside [`with_row_invariance`]`(true, ..)` (the model's
+/// `batch_invariant` mode): it costs the serving engine's single-sequence decode about 2.4x
+/// (docs/serving.md); elsewhere this is a plain `broadcast_matmul`.
 pub fn matmul_rows(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let rank = a.rank();
-    if rank < 2 {
+    if rank < 2 || !ROW_INVARIANT.with(Cell::get) {
         return Ok(a.broadcast_matmul(b)?);
     }
-    let (m, n) = (a.dim(rank - 2)?, b.dim(b.rank().saturating_sub(1))?);
-    let min = row_invariant_min_rows(n);
+    let (m, k) = (a.dim(rank - 2)?, a.dim(rank - 1)?);
+    let n = b.dim(b.rank().saturating_sub(1))?;
+    let min = row_invariant_min_rows(n, k);
     if m == 0 || m >= min {
         return Ok(a.broadcast_matmul(b)?);
     }
@@ -91,14 +96,34 @@ pub fn matmul_rows(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     Ok(padded.broadcast_matmul(b)?.narrow(rank - 2, 0, m)?)
 }
 
-/// The fewest rows with which a product of `n` columns takes `gemm`'s general kernel whatever
-/// the row count: at least 2 (no matrix-vector kernel), more than `256 / n` (no horizontal
-/// kernel), and more than 64 when `n <= 64` (the general K blocking).
-pub fn row_invariant_min_rows(n: usize) -> usize {
-    if n <= 64 {
+thread_local! {
+    /// Whether [`matmul_rows`] pads on this thread.
+    static ROW_INVARIANT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with [`matmul_rows`]'s row-invariant padding `on` (or off) on this thread, restoring
+/// the previous setting afterwards (also if `f` panics).
+pub fn with_row_invariance<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ROW_INVARIANT.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(ROW_INVARIANT.with(|c| c.replace(on)));
+    f()
+}
+
+/// The fewest rows with which a product of `n` columns and contraction `k` takes `gemm`'s
+/// general kernel whatever the row count: at least 2 (no matrix-vector kernel) and more than
+/// `256 / n` (no horizontal kernel). Up to `k = 512` the general kernel sums the whole
+/// contraction in one pass for every block shape; past it, products with `M, N <= 64` would
+/// block K otherwise, so a narrow product (`n <= 64`) then takes more than 64 rows.
+pub fn row_invariant_min_rows(n: usize, k: usize) -> usize {
+    if k > 512 && n <= 64 {
         65
     } else {
-        (256 / n + 1).max(2)
+        (256 / n.max(1) + 1).max(2)
     }
 }
 
