@@ -35,6 +35,9 @@ struct Args {
     /// Write the throughput plot here.
     #[arg(long)]
     svg: Option<std::path::PathBuf>,
+    /// Tokens in one engine step at most (the chunked-prefill budget; the engine's default 256).
+    #[arg(long, default_value_t = 256)]
+    max_batch_tokens: usize,
 }
 
 struct Point {
@@ -217,6 +220,7 @@ fn main() -> Result<()> {
                 max_running: 64,
                 kv_blocks: 1024,
                 max_waiting: 1024,
+                max_batch_tokens: a.max_batch_tokens,
                 ..EngineConfig::default()
             };
             let engine = Engine::spawn(&cfg, &weights, ec, tok.clone())?;
