@@ -1,20 +1,19 @@
 //! Simulator smoke tests against plain-Rust computations.
 
+#[path = "support/mod.rs"]
+mod support;
+
+use support::{planned, simulate_on};
 use tile_backend::arch::Arch;
 use tile_backend::ir::*;
 use tile_backend::sim::io::Rng;
 use tile_backend::sim::{self, Arg, GmTensor, SimOptions};
 
-/// Memory planning (the real pass; these kernels carry their own syncs).
-fn plan(k: Kernel) -> Kernel {
-    tile_backend::passes::memory::plan(&k, &Arch::ascend950()).expect("kernel fits")
-}
-
 #[test]
 fn matmul_f16_matches_plain_rust() {
     // The straight matmul fixture: c[64, 96] = a[64, 128] b[128, 96], f16 operands.
     let (m, k, n) = (64u64, 128u64, 96u64);
-    let kern = plan(tile_backend::kernels::worked_matmul());
+    let kern = planned(tile_backend::kernels::worked_matmul());
     assert!(
         tile_backend::verify::verify(&kern).is_ok(),
         "{}",
@@ -31,13 +30,7 @@ fn matmul_f16_matches_plain_rust() {
         Arg::Tensor(bt),
         Arg::Tensor(GmTensor::zeros(DType::F32, &[m as usize, n as usize])),
     ];
-    sim::run(
-        &kern,
-        &Arch::ascend950(),
-        &mut args,
-        SimOptions { block_dim: 1 },
-    )
-    .unwrap();
+    simulate_on(&kern, &mut args, 1).unwrap();
     let out = args[2].tensor().unwrap().to_f32();
     for i in 0..m as usize {
         for j in 0..n as usize {
@@ -101,7 +94,7 @@ fn a_kernel_relaunched_with_other_scalars_resolves_its_tiles_afresh() {
             });
         });
     });
-    let kern = plan(kb.build());
+    let kern = planned(kb.build());
     let xv: Vec<f32> = (0..128).map(|v| v as f32).collect();
     for width in [64usize, 16, 40] {
         let mut args = vec![
@@ -109,13 +102,7 @@ fn a_kernel_relaunched_with_other_scalars_resolves_its_tiles_afresh() {
             Arg::Tensor(GmTensor::from_f32(DType::F32, &[2, 64], &xv)),
             Arg::Tensor(GmTensor::zeros(DType::F32, &[2, 64])),
         ];
-        sim::run(
-            &kern,
-            &Arch::ascend950(),
-            &mut args,
-            SimOptions { block_dim: 1 },
-        )
-        .expect("runs");
+        simulate_on(&kern, &mut args, 1).expect("runs");
         let out = args[2].tensor().expect("a tensor").to_f32();
         let want: Vec<f32> = (0..128)
             .map(|e| if e % 64 < width { e as f32 } else { 0.0 })

@@ -5,6 +5,10 @@
 //! move does not cover must all give the copied bytes. Each case is checked against a plain-Rust
 //! product and against the traced run, bit for bit.
 
+#[path = "support/mod.rs"]
+mod support;
+
+use support::{simulate, simulate_traced};
 use tile_backend::arch::Arch;
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::*;
@@ -111,11 +115,10 @@ fn run(k: &Kernel, traced: bool) -> Run {
         Arg::Tensor(b2),
         Arg::Tensor(GmTensor::zeros(DType::F32, &[M as usize, N as usize])),
     ];
-    let (arch, opts) = (Arch::ascend950(), SimOptions { block_dim: 1 });
     let ran = if traced {
-        sim::run_traced(k, &arch, &mut args, opts).map(|_| ())
+        simulate_traced(k, &mut args)
     } else {
-        sim::run(k, &arch, &mut args, opts).map(|_| ())
+        simulate(k, &mut args)
     };
     if let Err(e) = ran {
         panic!("the kernel failed (traced: {traced}): {e}");

@@ -4,10 +4,14 @@
 //! on full and partial valid shapes (rows of a partial region are a tile row apart), and must
 //! still refuse never-written bytes.
 
+#[path = "support/mod.rs"]
+mod support;
+
+use support::{planned, simulate};
 use tile_backend::arch::Arch;
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::*;
-use tile_backend::sim::{self, Arg, GmTensor, SimError, SimOptions};
+use tile_backend::sim::{Arg, GmTensor, SimError};
 
 const R: u64 = 8;
 const C: u64 = 64;
@@ -118,12 +122,7 @@ fn kernel(op: &OpFn, in_place: bool, (vr, vc): (u64, u64)) -> Kernel {
         });
     });
     let k = kb.build();
-    tile_backend::passes::memory::plan(&k, &Arch::ascend950()).expect("kernel fits")
-}
-
-/// Runs `k` on one block of the Ascend 950 simulator.
-fn simulate(k: &Kernel, args: &mut [Arg<'_>]) -> Result<(), SimError> {
-    sim::run(k, &Arch::ascend950(), args, SimOptions { block_dim: 1 }).map(|_| ())
+    planned(k)
 }
 
 fn run(k: &Kernel) -> Result<Vec<u32>, SimError> {

@@ -2,6 +2,10 @@
 //! never written; mutable borrows (`Arg::InOut`) are read and written in place exactly like owned
 //! tensors (`Arg::Tensor`): same results, atomic adds, races and hazards.
 
+#[path = "support/mod.rs"]
+mod support;
+
+use support::simulate;
 use tile_backend::arch::Arch;
 use tile_backend::dsl::KernelBuilder;
 use tile_backend::ir::*;
@@ -40,25 +44,15 @@ fn x_values() -> GmTensor {
     GmTensor::from_f32(DType::F32, &[N as usize, N as usize], &v)
 }
 
-fn run(kernel: &Kernel, args: &mut [Arg<'_>]) -> Result<(), SimError> {
-    sim::run(
-        kernel,
-        &Arch::ascend950(),
-        args,
-        SimOptions { block_dim: 1 },
-    )
-    .map(|_| ())
-}
-
 #[test]
 fn a_borrowed_input_reads_like_an_owned_one() {
     let k = double_kernel(false);
     let x = x_values();
     let zeros = || GmTensor::zeros(DType::F32, &[N as usize, N as usize]);
     let mut owned = vec![Arg::Tensor(x.clone()), Arg::Tensor(zeros())];
-    run(&k, &mut owned).expect("owned inputs run");
+    simulate(&k, &mut owned).expect("owned inputs run");
     let mut borrowed = vec![Arg::Input(x.as_input()), Arg::Tensor(zeros())];
-    run(&k, &mut borrowed).expect("borrowed inputs run");
+    simulate(&k, &mut borrowed).expect("borrowed inputs run");
     let want: Vec<f32> = x.to_f32().iter().map(|v| v * 2.0).collect();
     assert_eq!(owned[1].tensor().expect("y").to_f32(), want);
     assert_eq!(borrowed[1].tensor().expect("y").to_f32(), want);
@@ -71,7 +65,7 @@ fn an_output_cannot_be_a_borrowed_input() {
     let k = double_kernel(false);
     let (x, y) = (x_values(), x_values());
     let mut args = vec![Arg::Tensor(x), Arg::Input(y.as_input())];
-    match run(&k, &mut args) {
+    match simulate(&k, &mut args) {
         Err(SimError::BadArg { name, why }) => {
             assert_eq!(name, "y");
             assert!(why.contains("borrowed"), "{why}");
@@ -86,14 +80,14 @@ fn a_kernel_that_writes_a_borrowed_input_fails_and_an_owned_one_is_written() {
     let x = x_values();
     let zeros = GmTensor::zeros(DType::F32, &[N as usize, N as usize]);
     let mut args = vec![Arg::Input(x.as_input()), Arg::Tensor(zeros.clone())];
-    let e = run(&k, &mut args).expect_err("a store into a borrowed input is an error");
+    let e = simulate(&k, &mut args).expect_err("a store into a borrowed input is an error");
     assert!(
         matches!(&e, SimError::Op { why, .. } if why.contains("read-only borrowed input")),
         "{e}"
     );
     // Owned, the same kernel writes x in place.
     let mut args = vec![Arg::Tensor(x.clone()), Arg::Tensor(zeros)];
-    run(&k, &mut args).expect("an owned input may be written");
+    simulate(&k, &mut args).expect("an owned input may be written");
     let want: Vec<f32> = x.to_f32().iter().map(|v| v * 2.0).collect();
     assert_eq!(args[0].tensor().expect("x").to_f32(), want);
 }
@@ -107,13 +101,13 @@ fn a_scalar_write_into_a_borrowed_input_is_an_error() {
     let k = passes::compile(&kb.build(), &Arch::ascend950()).expect("the kernel compiles");
     let x = GmTensor::from_i64(DType::I32, &[16], &[0; 16]);
     let mut args = vec![Arg::Input(x.as_input())];
-    let e = run(&k, &mut args).expect_err("a scalar write into a borrowed input is an error");
+    let e = simulate(&k, &mut args).expect_err("a scalar write into a borrowed input is an error");
     assert!(
         matches!(&e, SimError::Op { why, .. } if why.contains("borrowed input is read-only")),
         "{e}"
     );
     let mut args = vec![Arg::Tensor(x)];
-    run(&k, &mut args).expect("an owned input may be written");
+    simulate(&k, &mut args).expect("an owned input may be written");
     assert_eq!(args[0].tensor().expect("x").to_i64()[3], 42);
 }
 
@@ -133,10 +127,10 @@ fn an_inout_arg_is_read_and_written_in_place_like_an_owned_one() {
     let k = double_kernel(true);
     let (x, y) = (x_values(), y_values());
     let mut owned = vec![Arg::Tensor(x.clone()), Arg::Tensor(y.clone())];
-    run(&k, &mut owned).expect("owned arguments run");
+    simulate(&k, &mut owned).expect("owned arguments run");
     let (mut x_in, mut y_in) = (x.clone(), y.clone());
     let mut borrowed = vec![Arg::InOut(x_in.as_inout()), Arg::InOut(y_in.as_inout())];
-    run(&k, &mut borrowed).expect("borrowed in/out arguments run");
+    simulate(&k, &mut borrowed).expect("borrowed in/out arguments run");
     // Views of the results while the borrows are alive, then the caller's own bytes.
     assert_eq!(borrowed[0].as_gm(), owned[0].as_gm());
     assert_eq!(borrowed[1].as_gm(), owned[1].as_gm());
@@ -177,9 +171,9 @@ fn an_inout_arg_keeps_the_bytes_the_kernel_does_not_write() {
     }
     let y0 = y.clone();
     let mut owned = vec![Arg::Tensor(x.clone()), Arg::Tensor(y0.clone())];
-    run(&k, &mut owned).expect("owned arguments run");
+    simulate(&k, &mut owned).expect("owned arguments run");
     let mut args = vec![Arg::Input(x.as_input()), Arg::InOut(y.as_inout())];
-    run(&k, &mut args).expect("an InOut output runs");
+    simulate(&k, &mut args).expect("an InOut output runs");
     drop(args);
     let rb = N as usize * 4;
     assert_eq!(y.data[..4 * rb], y0.data[..4 * rb]);
@@ -194,7 +188,7 @@ fn an_inout_arg_is_checked_like_an_owned_one() {
     let x = x_values();
     let mut wrong_shape = GmTensor::zeros(DType::F32, &[N as usize, N as usize + 1]);
     let mut args = vec![Arg::Input(x.as_input()), Arg::InOut(wrong_shape.as_inout())];
-    match run(&k, &mut args) {
+    match simulate(&k, &mut args) {
         Err(SimError::BadArg { name, why }) => {
             assert_eq!(name, "y");
             assert!(why.contains("shape"), "{why}");
@@ -203,7 +197,7 @@ fn an_inout_arg_is_checked_like_an_owned_one() {
     }
     let mut wrong_dtype = GmTensor::zeros(DType::F16, &[N as usize, N as usize]);
     let mut args = vec![Arg::Input(x.as_input()), Arg::InOut(wrong_dtype.as_inout())];
-    match run(&k, &mut args) {
+    match simulate(&k, &mut args) {
         Err(SimError::BadArg { name, why }) => {
             assert_eq!(name, "y");
             assert!(why.contains("f16") || why.contains("F16"), "{why}");
@@ -318,10 +312,10 @@ fn a_scalar_write_into_an_inout_arg_lands_in_place() {
     let k = passes::compile(&kb.build(), &Arch::ascend950()).expect("the kernel compiles");
     let vals: Vec<i64> = (0..16).map(|i| 10 * i).collect();
     let mut owned = vec![Arg::Tensor(GmTensor::from_i64(DType::I32, &[16], &vals))];
-    run(&k, &mut owned).expect("an owned input may be written");
+    simulate(&k, &mut owned).expect("an owned input may be written");
     let mut x = GmTensor::from_i64(DType::I32, &[16], &vals);
     let mut args = vec![Arg::InOut(x.as_inout())];
-    run(&k, &mut args).expect("an InOut input may be written");
+    simulate(&k, &mut args).expect("an InOut input may be written");
     drop(args);
     let mut want = vals.clone();
     want[3] = 51;

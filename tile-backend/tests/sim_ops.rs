@@ -1,6 +1,10 @@
 //! Each simulator op family against a scalar model, including the tails and traps of
 //! ASCEND950.md §5-§7.
 
+#[path = "support/mod.rs"]
+mod support;
+
+use support::{run_verified, simulate_on, vec_tile};
 use tile_backend::arch::Arch;
 use tile_backend::dsl::{KernelBuilder, Reinterpret};
 use tile_backend::ir::*;
@@ -16,18 +20,8 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
     Rng::new(seed).uniform_vec(n, -2.0, 2.0)
 }
 
-fn run(k: &Kernel, args: &mut [Arg]) {
-    let report = tile_backend::verify::verify(k);
-    assert!(report.is_ok(), "{report}");
-    sim::run(k, &Arch::ascend950(), args, SimOptions { block_dim: 1 }).unwrap();
-}
-
 fn out(args: &[Arg], i: usize) -> Vec<f32> {
     args[i].tensor().unwrap().to_f32()
-}
-
-fn vec_tile(dt: DType, r: u64, c: u64) -> TileType {
-    TileType::new(MemSpace::Vec, dt, r, c, Layout::ND)
 }
 
 /// One vector kernel: load x (and y) [r, c], apply `body`, store z. Only AIV0 works.
@@ -104,7 +98,7 @@ fn elementwise_ops_round_once_per_op() {
             );
             let (mut args, xv, yv) =
                 vector_args(dt, r as usize, c as usize, (r as usize, c as usize), dt);
-            run(&k, &mut args);
+            run_verified(&k, &mut args);
             let got = out(&args, 2);
             for i in 0..xv.len() {
                 let want = numeric::round_to(dt, f(xv[i], yv[i]));
@@ -138,7 +132,7 @@ fn unary_and_scalar_forms() {
         );
         let (mut args, xv, _) =
             vector_args(dt, r as usize, c as usize, (r as usize, c as usize), dt);
-        run(&k, &mut args);
+        run_verified(&k, &mut args);
         let got = out(&args, 2);
         for i in 0..xv.len() {
             // The simulator's exp model (itself checked against f64 exp in `numeric`).
@@ -178,7 +172,7 @@ fn row_and_column_reductions_and_broadcasts() {
         Arg::Tensor(GmTensor::from_f32(dt, &[r as usize, c as usize], &xv)),
         Arg::Tensor(GmTensor::zeros(dt, &[r as usize, c as usize])),
     ];
-    run(&k, &mut args);
+    run_verified(&k, &mut args);
     let got = out(&args, 1);
     for i in 0..r as usize {
         let row = &xv[i * c as usize..(i + 1) * c as usize];
@@ -214,7 +208,7 @@ fn row_and_column_reductions_and_broadcasts() {
         }
     }
     let (mut args, xv, _) = vector_args(dt, r as usize, c as usize, (1, c as usize), dt);
-    run(&k2, &mut args);
+    run_verified(&k2, &mut args);
     let got = out(&args, 2);
     for j in 0..c as usize {
         let want = (0..r as usize)
@@ -263,7 +257,7 @@ fn casts_use_their_rounding_mode_and_saturate() {
             Arg::Tensor(GmTensor::zeros(DType::F32, &[1, 8])),
             Arg::Tensor(GmTensor::zeros(DType::I32, &[1, 8])),
         ];
-        run(&k, &mut args);
+        run_verified(&k, &mut args);
         assert_eq!(args[2].tensor().unwrap().to_i64(), want, "{mode:?}");
     }
 }
@@ -297,7 +291,7 @@ fn dynamic_valid_shape_fillpad_and_partial_loads() {
         Arg::Tensor(GmTensor::from_f32(dt, &[5, 7], &xv)),
         Arg::Tensor(GmTensor::zeros(dt, &[8, 8])),
     ];
-    run(&k, &mut args);
+    run_verified(&k, &mut args);
     let got = out(&args, 1);
     for i in 0..8 {
         for j in 0..8 {
@@ -433,7 +427,7 @@ fn dual_split_n_tails() {
             false,
         );
         let mut args = ones_args(m, n, (m, half));
-        run(&k, &mut args);
+        run_verified(&k, &mut args);
         let got = out(&args, 2);
         let (v0, v1) = (half.min(n), n.saturating_sub(half));
         for aiv in 0..2u64 {
@@ -464,7 +458,7 @@ fn dual_split_m_tails() {
             false,
         );
         let mut args = ones_args(m, n, (half.max(1), n));
-        run(&k, &mut args);
+        run_verified(&k, &mut args);
         let got = out(&args, 2);
         let rows1 = m - half;
         for i in 0..half {
@@ -601,7 +595,7 @@ fn quant_kernel_with(signed: bool, write_scales: bool) -> (Kernel, Vec<Arg<'stat
 fn per_channel_int8_output_signed_and_unsigned() {
     for signed in [true, false] {
         let (k, mut args, want) = quant_kernel(signed);
-        run(&k, &mut args);
+        run_verified(&k, &mut args);
         let got = args[3].tensor().unwrap().to_i64();
         assert!(
             want.iter().any(|v| *v < 0) || !signed,
@@ -658,7 +652,7 @@ fn nz_reinterpreted_as_zn_is_a_transpose() {
         Arg::Tensor(GmTensor::from_f32(dt, &[32, 32], &idv)),
         Arg::Tensor(GmTensor::zeros(DType::F32, &[16, 32])),
     ];
-    run(&k, &mut args);
+    run_verified(&k, &mut args);
     let got = out(&args, 2);
     for i in 0..16 {
         for j in 0..32 {
@@ -680,7 +674,7 @@ fn scalar_writes_to_one_line_from_two_cores_lose_one() {
     });
     let k = plan(kb.build());
     let mut args = vec![Arg::Tensor(GmTensor::zeros(DType::I32, &[48]))];
-    run(&k, &mut args);
+    run_verified(&k, &mut args);
     let got = args[0].tensor().unwrap().to_i64();
     assert_eq!(got[0], 0, "AIV0's write to the shared line is lost");
     assert_eq!(got[1], 11);
@@ -746,15 +740,7 @@ fn results_do_not_depend_on_thread_count() {
             .build()
             .unwrap();
         let mut args = mk();
-        pool.install(|| {
-            sim::run(
-                &kern,
-                &Arch::ascend950(),
-                &mut args,
-                SimOptions { block_dim: 4 },
-            )
-            .unwrap()
-        });
+        pool.install(|| simulate_on(&kern, &mut args, 4).unwrap());
         results.push(args[2].tensor().unwrap().data.clone());
     }
     assert_eq!(results[0], results[1]);
@@ -766,7 +752,7 @@ fn hang_is_reported_not_spun() {
     let mut kb = KernelBuilder::new("hang");
     kb.cube(|q| q.wait_cross_flag(Pipe::Fix, 3));
     let k = plan(kb.build());
-    let err = sim::run(&k, &Arch::ascend950(), &mut [], SimOptions { block_dim: 1 }).unwrap_err();
+    let err = simulate_on(&k, &mut [], 1).unwrap_err();
     assert!(err.to_string().contains("hangs"), "{err}");
 }
 
@@ -781,25 +767,13 @@ fn bad_arguments_are_errors() {
         vec_tile(DType::F32, 8, 8),
     );
     let mut args = vec![Arg::Tensor(GmTensor::zeros(DType::F16, &[8, 8]))];
-    assert!(sim::run(
-        &k,
-        &Arch::ascend950(),
-        &mut args,
-        SimOptions { block_dim: 1 }
-    )
-    .is_err());
+    assert!(simulate_on(&k, &mut args, 1).is_err());
     let mut args = vec![
         Arg::Tensor(GmTensor::zeros(DType::F32, &[8, 8])),
         Arg::Tensor(GmTensor::zeros(DType::F32, &[8, 9])),
         Arg::Tensor(GmTensor::zeros(DType::F32, &[8, 8])),
     ];
-    let err = sim::run(
-        &k,
-        &Arch::ascend950(),
-        &mut args,
-        SimOptions { block_dim: 1 },
-    )
-    .unwrap_err();
+    let err = simulate_on(&k, &mut args, 1).unwrap_err();
     assert!(err.to_string().contains("`y`"), "{err}");
 }
 
@@ -832,7 +806,7 @@ fn vec_moves_extract_and_insert_at_offsets() {
         Arg::Tensor(GmTensor::zeros(dt, &[8, 16])),
         Arg::Tensor(GmTensor::zeros(dt, &[16, 32])),
     ];
-    run(&k, &mut args);
+    run_verified(&k, &mut args);
     let (s, b) = (out(&args, 1), out(&args, 2));
     for i in 0..8 {
         for j in 0..16 {
@@ -880,7 +854,7 @@ fn expand_rows_and_columns() {
         Arg::Tensor(GmTensor::zeros(dt, &[8, 16])),
         Arg::Tensor(GmTensor::zeros(dt, &[8, 16])),
     ];
-    run(&k, &mut args);
+    run_verified(&k, &mut args);
     let (gr, gc) = (out(&args, 1), out(&args, 2));
     for i in 0..8 {
         let sum: f32 = xv[i * 16..(i + 1) * 16].iter().sum();
@@ -914,13 +888,7 @@ fn atomic_add_stores_sum_over_blocks() {
         Arg::Tensor(GmTensor::from_f32(dt, &[8, 16], &[1.0; 128])),
     ];
     assert!(tile_backend::verify::verify(&k).is_ok());
-    sim::run(
-        &k,
-        &Arch::ascend950(),
-        &mut args,
-        SimOptions { block_dim: 4 },
-    )
-    .unwrap();
+    simulate_on(&k, &mut args, 4).unwrap();
     let got = out(&args, 1);
     for e in 0..128 {
         // Applied in block order: ((((1 + b0) + b1) + b2) + b3) in f32.
@@ -993,7 +961,7 @@ fn matmul_with_bias_accumulate_and_acc_to_mat() {
         Arg::Tensor(GmTensor::from_f32(dt, &[n as usize, n as usize], &idv)),
         Arg::Tensor(GmTensor::zeros(DType::F32, &[m as usize, n as usize])),
     ];
-    run(&kern, &mut args);
+    run_verified(&kern, &mut args);
     let got = out(&args, 4);
     let (m, k, n) = (m as usize, k as usize, n as usize);
     for i in 0..m {
@@ -1014,14 +982,7 @@ fn a_fixpipe_scale_from_a_never_written_scaling_tile_is_poison() {
     // A block's bytes are those the previous block on the thread left (as on the machine), so
     // scale words nobody wrote must stop the run, not pick up an earlier block's scales.
     let (k, mut args, _) = quant_kernel_with(true, false);
-    let err = sim::run(
-        &k,
-        &Arch::ascend950(),
-        &mut args,
-        SimOptions { block_dim: 1 },
-    )
-    .unwrap_err()
-    .to_string();
+    let err = simulate_on(&k, &mut args, 1).unwrap_err().to_string();
     assert!(
         err.contains("poison: a Fixpipe scale") && err.contains("`sc`"),
         "{err}"
@@ -1071,14 +1032,7 @@ fn bytes_an_earlier_block_wrote_are_poison_to_the_next() {
             .build()
             .unwrap();
         let k = build(both);
-        let r = pool.install(|| {
-            sim::run(
-                &k,
-                &Arch::ascend950(),
-                &mut args,
-                SimOptions { block_dim: 2 },
-            )
-        });
+        let r = pool.install(|| simulate_on(&k, &mut args, 2));
         if both {
             r.unwrap();
             assert_eq!(
@@ -1101,13 +1055,7 @@ fn poison_reaching_gm_or_a_value_is_an_error() {
     // never-written row to GM.
     let k = split_kernel(7, 32, 16, 32, AccToVecMode::DualModeSplitM, (4, 32), true);
     let mut args = ones_args(7, 32, (4, 32));
-    let err = sim::run(
-        &k,
-        &Arch::ascend950(),
-        &mut args,
-        SimOptions { block_dim: 1 },
-    )
-    .unwrap_err();
+    let err = simulate_on(&k, &mut args, 1).unwrap_err();
     let text = err.to_string();
     assert!(
         text.contains("AIV1") && text.contains("poison") && text.contains("[3, 0]"),
@@ -1174,12 +1122,7 @@ fn poison_reaching_gm_or_a_value_is_an_error() {
             )),
             Arg::Tensor(GmTensor::zeros(DType::F32, &[m as usize, n as usize])),
         ];
-        let r = sim::run(
-            &k,
-            &Arch::ascend950(),
-            &mut args,
-            SimOptions { block_dim: 1 },
-        );
+        let r = simulate_on(&k, &mut args, 1);
         if fill {
             r.unwrap();
             assert!(out(&args, 2).iter().all(|v| v.is_finite()));
@@ -1208,13 +1151,7 @@ fn out_of_range_gm_access_is_an_error_not_a_read() {
         Arg::Tensor(GmTensor::zeros(dt, &[8, 16])),
         Arg::Tensor(GmTensor::zeros(dt, &[16, 16])),
     ];
-    let err = sim::run(
-        &k,
-        &Arch::ascend950(),
-        &mut args,
-        SimOptions { block_dim: 1 },
-    )
-    .unwrap_err();
+    let err = simulate_on(&k, &mut args, 1).unwrap_err();
     assert!(err.to_string().contains("outside argument"), "{err}");
 }
 
@@ -1239,13 +1176,7 @@ fn out_of_range_gm_store_is_an_error_and_writes_nothing() {
         Arg::Tensor(GmTensor::from_f32(dt, &[16, 16], &values(16 * 16, 8))),
         Arg::Tensor(GmTensor::from_f32(dt, &[8, 16], &before)),
     ];
-    let err = sim::run(
-        &k,
-        &Arch::ascend950(),
-        &mut args,
-        SimOptions { block_dim: 1 },
-    )
-    .unwrap_err();
+    let err = simulate_on(&k, &mut args, 1).unwrap_err();
     assert!(err.to_string().contains("outside argument"), "{err}");
     assert_eq!(out(&args, 1), before);
 }

@@ -4,11 +4,14 @@
 //! slot it cannot prove non-negative (C++'s `%` would give -1, an index before the group), and
 //! plain `%` where it can.
 
-use tile_backend::arch::Arch;
+#[path = "support/mod.rs"]
+mod support;
+
+use support::{arch, compiled, simulate};
 use tile_backend::codegen::pto::{emit, LaunchSpec};
 use tile_backend::dsl::KernelBuilder;
 use tile_backend::ir::*;
-use tile_backend::sim::{self, Arg, GmTensor, SimOptions};
+use tile_backend::sim::{Arg, GmTensor};
 
 const R: u64 = 8;
 const C: u64 = 64;
@@ -41,7 +44,7 @@ fn kernel(shift: i64) -> Kernel {
             );
         });
     });
-    tile_backend::passes::compile(&kb.build(), &Arch::ascend950()).expect("compiles")
+    compiled(&kb.build())
 }
 
 #[test]
@@ -57,19 +60,13 @@ fn a_negative_runtime_slot_is_the_same_buffer_on_the_simulator_and_in_the_code()
             )),
             Arg::Tensor(GmTensor::zeros(DType::F32, &[2 * R as usize, C as usize])),
         ];
-        sim::run(
-            &k,
-            &Arch::ascend950(),
-            &mut args,
-            SimOptions { block_dim: 1 },
-        )
-        .unwrap_or_else(|e| panic!("shift {shift}: {e}"));
+        simulate(&k, &mut args).unwrap_or_else(|e| panic!("shift {shift}: {e}"));
         let got = args[1].tensor().expect("out").to_f32();
         assert_eq!(
             got, data,
             "shift {shift}: the load and the store met other buffers"
         );
-        let pkg = emit(&k, &Arch::ascend950(), &LaunchSpec::new(1)).expect("emits");
+        let pkg = emit(&k, &arch(), &LaunchSpec::new(1)).expect("emits");
         let euclid = pkg.kernel_cpp.contains("rem_euclid(");
         // A slot below zero at run time takes the Euclidean helper; one the generator can bound
         // below by 0 (i counts up from 0, shift >= 0) is written with plain `%`.

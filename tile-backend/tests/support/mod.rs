@@ -1,8 +1,68 @@
-//! Assertions shared by the verifier tests.
+//! The tile-backend tests' shared support, as `for_each_backend!` serves the ops: the verifier
+//! tests' assertions, and the harness every simulator test runs its kernels through (the
+//! machine, the passes, one launch on the simulator, tile shorthands).
 #![allow(dead_code)]
 
-use tile_backend::ir::{DType, Layout, MemSpace, TileType};
+use tile_backend::arch::Arch;
+use tile_backend::ir::{DType, Kernel, Layout, MemSpace, TileType};
+use tile_backend::sim::{self, Arg, SimError, SimOptions};
 use tile_backend::verify::{Diagnostic, Report, Rule, Severity};
+
+// ---------------------------------------------------------------------------------------------
+// The harness
+// ---------------------------------------------------------------------------------------------
+
+/// The machine every test runs on.
+pub fn arch() -> Arch {
+    Arch::ascend950()
+}
+
+/// `kernel` through the real memory-planning pass only (kernels that carry their own syncs).
+pub fn planned(kernel: Kernel) -> Kernel {
+    tile_backend::passes::memory::plan(&kernel, &arch())
+        .unwrap_or_else(|e| panic!("{}: does not fit: {e}", kernel.name))
+}
+
+/// `kernel` through `passes::compile` (verified, planned, synced).
+pub fn compiled(kernel: &Kernel) -> Kernel {
+    tile_backend::passes::compile(kernel, &arch())
+        .unwrap_or_else(|e| panic!("{}: does not compile: {e}", kernel.name))
+}
+
+/// Runs `kernel` on `block_dim` blocks of the simulator (untraced).
+pub fn simulate_on(
+    kernel: &Kernel,
+    args: &mut [Arg<'_>],
+    block_dim: usize,
+) -> Result<(), SimError> {
+    sim::run(kernel, &arch(), args, SimOptions { block_dim }).map(|_| ())
+}
+
+/// Runs `kernel` on one block of the simulator (untraced).
+pub fn simulate(kernel: &Kernel, args: &mut [Arg<'_>]) -> Result<(), SimError> {
+    simulate_on(kernel, args, 1)
+}
+
+/// Runs `kernel` on one block of the simulator, traced (timeline, hazards, poison).
+pub fn simulate_traced(kernel: &Kernel, args: &mut [Arg<'_>]) -> Result<(), SimError> {
+    sim::run_traced(kernel, &arch(), args, SimOptions { block_dim: 1 }).map(|_| ())
+}
+
+/// Verifies `kernel` (panicking with the report) and runs it on one block (panicking).
+pub fn run_verified(kernel: &Kernel, args: &mut [Arg<'_>]) {
+    let report = tile_backend::verify::verify(kernel);
+    assert!(report.is_ok(), "{report}");
+    simulate(kernel, args).unwrap_or_else(|e| panic!("{}: {e}", kernel.name));
+}
+
+/// A UB tile of `dtype`, `rows x cols`, ND.
+pub fn vec_tile(dtype: DType, rows: u64, cols: u64) -> TileType {
+    TileType::new(MemSpace::Vec, dtype, rows, cols, Layout::ND)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The verifier tests' assertions
+// ---------------------------------------------------------------------------------------------
 
 /// The diagnostics of `rule` with `severity`.
 pub fn of(r: &Report, rule: Rule, severity: Severity) -> Vec<&Diagnostic> {
