@@ -119,6 +119,16 @@ fn deepseek_fields_outside_their_values_and_unknown_fields_are_errors() {
         v[field] = value;
         Config::from_json(&v.to_string()).unwrap();
     }
+    // A field given twice (the first, or one DeepSeek's file omits).
+    let text = std::fs::read_to_string(v32_path()).unwrap();
+    for dup in [
+        "\"dim\": 1,",
+        "\"max_seq_len\": 8,\n    \"max_seq_len\": 9,",
+    ] {
+        let twice = text.replacen('{', &format!("{{\n    {dup}"), 1);
+        let e = Config::from_json(&twice).unwrap_err().to_string();
+        assert!(e.contains("duplicate field"), "{dup}: {e}");
+    }
     // Not an object, not JSON, a missing file.
     assert!(Config::from_json("[1, 2]").is_err());
     assert!(Config::from_json("{").is_err());

@@ -129,6 +129,29 @@ fn invalid(field: &'static str, msg: impl Into<String>) -> ConfigError {
     }
 }
 
+/// A pass over a config's object that fails on a field given twice, or on a document that is
+/// not an object.
+struct UniqueFields;
+
+impl<'de> serde::de::Visitor<'de> for UniqueFields {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object of config fields")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            map.next_value::<serde::de::IgnoredAny>()?;
+            if !seen.insert(key.clone()) {
+                return Err(serde::de::Error::custom(format!("duplicate field `{key}`")));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Config {
     /// Reads and validates a JSON config: this crate's own files, and DeepSeek-V3.2's
     /// `config_671B_v3.2.json` as DeepSeek ships it.
@@ -169,6 +192,11 @@ impl Config {
             path: "(text)".into(),
             msg,
         };
+        // A field twice is an error, as it is for a plain derived struct (a `Value` would keep
+        // the last one silently).
+        let mut de = serde_json::Deserializer::from_str(text);
+        serde::Deserializer::deserialize_any(&mut de, UniqueFields)
+            .map_err(|e| read(e.to_string()))?;
         let mut v: serde_json::Value =
             serde_json::from_str(text).map_err(|e| read(e.to_string()))?;
         let obj = v
