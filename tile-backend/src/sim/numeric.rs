@@ -526,178 +526,85 @@ pub fn fp8_e5m2_to_f32(b: u8) -> f32 {
     f16::from_bits((b as u16) << 8).to_f32()
 }
 
-/// f32 to fp8 e4m3 (OCP), nearest even, saturating to +-448 (infinities too); NaN gives the
-/// NaN code with its sign (0x7f / 0xff); below 2^-10 gives a signed zero. The same bits as the
-/// `float8` crate's `F8E4M3::from_f32` (candle's FP8) for every f32 (tested).
+/// f32 to fp8 e4m3 (OCP), nearest even, saturating to +-448 (from 448 up: (448, 464] rounds to
+/// 448 anyway; infinities too); NaN gives the NaN code with its sign (0x7f / 0xff); below 2^-10
+/// gives a signed zero. The same bits as the `float8` crate's `F8E4M3::from_f32` (candle's FP8)
+/// for every f32 (tested).
 pub fn f32_to_fp8_e4m3(v: f32) -> u8 {
-    let bits = v.to_bits();
-    let sign = ((bits >> 24) & 0x80) as u8;
-    if v.is_nan() {
-        return sign | 0x7f;
-    }
-    let a = v.abs();
-    if a >= 448.0 {
-        // (448, 464] rounds to 448 anyway; above it the finite saturation.
-        return sign | 0x7e;
-    }
-    if a < 2f32.powi(-6) {
-        // Subnormal codes count steps of 2^-9 (8 steps is the smallest normal, code 0x08);
-        // a * 2^9 is exact (a power-of-two scale of a value far above f32's subnormals, or an
-        // f32 subnormal shifted left), so the rounding is the only one.
-        return sign | (a * 512.0).round_ties_even() as u8;
-    }
-    // Normal: the f32 exponent rebiased (7) and 3 of the 23 mantissa bits, nearest even; a
-    // carry out of the mantissa moves to the next exponent (never past 448: a < 448 here).
-    let exp = ((bits >> 23) & 0xff) + 7 - 127;
-    let mant = bits & 0x7f_ffff;
-    let (keep, rest) = (mant >> 20, mant & 0xf_ffff);
-    let up = rest > 0x8_0000 || (rest == 0x8_0000 && keep & 1 == 1);
-    let code = ((exp << 3) | keep) + u32::from(up);
-    sign | code as u8
+    f32_to_fp8(v, 3, 7, 448.0, 0x7e)
 }
 
 /// f32 to fp8 e5m2 (OCP), nearest even in one rounding, saturating to +-57344 (from 61440 up,
 /// infinities too, as candle's `float8` does); NaN gives a NaN code with its sign; below 2^-17 a
 /// signed zero. The same bits as `float8`'s `F8E5M2::from_f32` for every non-NaN f32 (tested).
 pub fn f32_to_fp8_e5m2(v: f32) -> u8 {
+    f32_to_fp8(v, 2, 15, 61440.0, 0x7b)
+}
+
+/// f32 to an fp8 format of `mbits` mantissa bits and exponent `bias`: nearest even in one
+/// rounding; `saturate_from` and up (infinities too) give `max_code`; NaN gives `0x7f` with the
+/// sign.
+fn f32_to_fp8(v: f32, mbits: u32, bias: u32, saturate_from: f32, max_code: u8) -> u8 {
     let bits = v.to_bits();
     let sign = ((bits >> 24) & 0x80) as u8;
     if v.is_nan() {
         return sign | 0x7f;
     }
     let a = v.abs();
-    if a >= 61440.0 {
-        return sign | 0x7b;
+    if a >= saturate_from {
+        return sign | max_code;
     }
-    if a < 2f32.powi(-14) {
-        // Subnormal codes count steps of 2^-16 (4 steps is the smallest normal, code 0x04).
-        return sign | (a * 65536.0).round_ties_even() as u8;
+    let min_normal_exp = 1 - bias as i32;
+    if a < 2f32.powi(min_normal_exp) {
+        // Subnormal codes count steps of 2^(1 - bias - mbits) (2^mbits steps is the smallest
+        // normal); the power-of-two scale is exact (of a value far above f32's subnormals, or
+        // an f32 subnormal shifted left), so the rounding is the only one.
+        let steps = a * 2f32.powi(mbits as i32 - min_normal_exp);
+        return sign | steps.round_ties_even() as u8;
     }
-    let exp = ((bits >> 23) & 0xff) + 15 - 127;
+    // Normal: the f32 exponent rebiased and `mbits` of the 23 mantissa bits, nearest even; a
+    // carry out of the mantissa moves to the next exponent (never to the NaN or infinity codes:
+    // `a` is below the saturation bound here).
+    let exp = ((bits >> 23) & 0xff) + bias - 127;
+    let drop = 23 - mbits;
     let mant = bits & 0x7f_ffff;
-    let (keep, rest) = (mant >> 21, mant & 0x1f_ffff);
-    let up = rest > 0x10_0000 || (rest == 0x10_0000 && keep & 1 == 1);
-    let code = ((exp << 2) | keep) + u32::from(up);
+    let (keep, rest, half) = (mant >> drop, mant & ((1 << drop) - 1), 1 << (drop - 1));
+    let up = rest > half || (rest == half && keep & 1 == 1);
+    let code = ((exp << mbits) | keep) + u32::from(up);
     sign | code as u8
 }
 
 #[cfg(test)]
 mod tests {
-    /// The e4m3 decoder equals the `float8` crate's (candle's FP8) on all 256 codes.
-    #[test]
-    fn e4m3_decodes_all_256_codes_as_float8_does() {
-        for code in 0..=255u8 {
-            let ours = super::fp8_e4m3_to_f32(code);
-            let theirs = float8::F8E4M3::from_bits(code).to_f32();
-            assert!(
-                ours.to_bits() == theirs.to_bits() || (ours.is_nan() && theirs.is_nan()),
-                "code {code:#04x}: {ours} vs {theirs}"
-            );
-        }
-    }
-
-    /// The e5m2 codec equals `float8`'s (candle's FP8): all 256 codes decode alike, and every
-    /// f32 class encodes alike (a NaN to a NaN code of its sign: the payloads differ).
-    #[test]
-    fn e5m2_codec_matches_float8() {
-        use super::{f32_to_fp8_e5m2, fp8_e5m2_to_f32};
-        for code in 0..=255u8 {
-            let ours = fp8_e5m2_to_f32(code);
-            let theirs = float8::F8E5M2::from_bits(code).to_f32();
-            assert!(
-                ours.to_bits() == theirs.to_bits() || (ours.is_nan() && theirs.is_nan()),
-                "code {code:#04x}: {ours} vs {theirs}"
-            );
-        }
-        let check = |v: f32| {
-            let ours = f32_to_fp8_e5m2(v);
-            let theirs = float8::F8E5M2::from_f32(v);
-            if v.is_nan() {
-                let back = fp8_e5m2_to_f32(ours);
-                assert!(
-                    back.is_nan()
-                        && theirs.to_f32().is_nan()
-                        && ours & 0x80 == theirs.to_bits() & 0x80,
-                    "{:#010x}: {ours:#04x} vs {:#04x}",
-                    v.to_bits(),
-                    theirs.to_bits()
-                );
-            } else {
-                assert_eq!(ours, theirs.to_bits(), "{v:e} ({:#010x})", v.to_bits());
-            }
-        };
+    /// The f32 inputs an fp8 encoder is held to: every finite code value `0..last` (decoded by
+    /// `decode`) and every midpoint between neighbours (the last one `edge`, the saturation
+    /// bound), each with the two f32 values either side, both signs; both zeros, f32 subnormals,
+    /// `extra`; infinities, NaNs of both signs and two payloads; and a stride of 509 through all
+    /// 2^32 bit patterns.
+    fn fp8_probes(decode: fn(u8) -> f32, last: u8, edge: f32, extra: &[f32]) -> Vec<f32> {
         let next = |v: f32, d: i32| f32::from_bits((v.to_bits() as i64 + d as i64) as u32);
-        for code in 0..0x7bu8 {
-            let (c, n) = (fp8_e5m2_to_f32(code), fp8_e5m2_to_f32(code + 1));
-            for v in [c, (c + n) / 2.0, 61440.0] {
-                for d in [-2, -1, 0, 1, 2] {
-                    if v == 0.0 && d < 0 {
-                        continue;
-                    }
-                    check(next(v, d));
-                    check(-next(v, d));
-                }
-            }
-        }
-        for v in [
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            f32::NAN,
-            -f32::NAN,
-            f32::MAX,
-            2f32.powi(-17),
-        ] {
-            check(v);
-        }
-        let mut b = 0u64;
-        while b <= u64::from(u32::MAX) {
-            check(f32::from_bits(b as u32));
-            b += 509;
-        }
-    }
-
-    /// The e4m3 encoder equals `float8`'s `F8E4M3::from_f32` bit for bit on every f32 class:
-    /// both zeros, f32 subnormals, e4m3 subnormals and normals, every code value, every
-    /// midpoint between neighbouring codes and the f32 values either side of it, the
-    /// saturation edge (448, 464 and their neighbours), infinities and NaNs of both signs, and
-    /// a stride through all 2^32 bit patterns.
-    #[test]
-    fn e4m3_encodes_every_f32_class_as_float8_does() {
-        use super::{f32_to_fp8_e4m3, fp8_e4m3_to_f32};
-        let check = |v: f32| {
-            let ours = f32_to_fp8_e4m3(v);
-            let theirs = float8::F8E4M3::from_f32(v).to_bits();
-            assert_eq!(ours, theirs, "{v:e} ({:#010x})", v.to_bits());
-        };
-        let next = |v: f32, d: i32| f32::from_bits((v.to_bits() as i64 + d as i64) as u32);
-        for code in 0..0x7fu8 {
-            let c = fp8_e4m3_to_f32(code);
-            let n = fp8_e4m3_to_f32(code + 1);
-            let mid = if code + 1 == 0x7f {
-                464.0
+        let mut out = Vec::new();
+        for code in 0..last {
+            let c = decode(code);
+            let mid = if code + 1 == last {
+                edge
             } else {
-                (c + n) / 2.0
+                (c + decode(code + 1)) / 2.0
             };
             for v in [c, mid] {
                 for d in [-2, -1, 0, 1, 2] {
                     if v == 0.0 && d < 0 {
                         continue;
                     }
-                    check(next(v, d));
-                    check(-next(v, d));
+                    out.extend([next(v, d), -next(v, d)]);
                 }
             }
         }
-        for v in [
+        out.extend([
             0.0,
             -0.0,
             f32::MIN_POSITIVE,
             f32::from_bits(1),
-            2f32.powi(-10),
-            2f32.powi(-9),
-            448.0,
-            464.0,
-            1e9,
             f32::MAX,
             f32::INFINITY,
             f32::NEG_INFINITY,
@@ -705,13 +612,61 @@ mod tests {
             -f32::NAN,
             f32::from_bits(0x7fc0_0001),
             f32::from_bits(0xff80_0001),
-        ] {
-            check(v);
+        ]);
+        out.extend_from_slice(extra);
+        out.extend(
+            (0..=u64::from(u32::MAX))
+                .step_by(509)
+                .map(|b| f32::from_bits(b as u32)),
+        );
+        out
+    }
+
+    /// `decode` equals `theirs` on all 256 codes (NaN codes decode to NaN on both).
+    fn decodes_all_codes_alike(decode: fn(u8) -> f32, theirs: fn(u8) -> f32) {
+        for code in 0..=255u8 {
+            let (ours, theirs) = (decode(code), theirs(code));
+            assert!(
+                ours.to_bits() == theirs.to_bits() || (ours.is_nan() && theirs.is_nan()),
+                "code {code:#04x}: {ours} vs {theirs}"
+            );
         }
-        let mut b = 0u64;
-        while b <= u64::from(u32::MAX) {
-            check(f32::from_bits(b as u32));
-            b += 509;
+    }
+
+    /// The e4m3 codec equals the `float8` crate's (candle's FP8) bit for bit: all 256 codes
+    /// decode alike, and every probe of [`fp8_probes`] (the saturation edge 448 / 464 among
+    /// them) encodes alike.
+    #[test]
+    fn e4m3_codec_matches_float8() {
+        use super::{f32_to_fp8_e4m3, fp8_e4m3_to_f32};
+        decodes_all_codes_alike(fp8_e4m3_to_f32, |c| float8::F8E4M3::from_bits(c).to_f32());
+        let extra = [2f32.powi(-10), 2f32.powi(-9), 448.0, 464.0, 1e9];
+        for v in fp8_probes(fp8_e4m3_to_f32, 0x7f, 464.0, &extra) {
+            let (ours, theirs) = (f32_to_fp8_e4m3(v), float8::F8E4M3::from_f32(v).to_bits());
+            assert_eq!(ours, theirs, "{v:e} ({:#010x})", v.to_bits());
+        }
+    }
+
+    /// The e5m2 codec equals `float8`'s: all 256 codes decode alike, and every probe encodes
+    /// alike (a NaN to a NaN code of its sign: the payloads differ).
+    #[test]
+    fn e5m2_codec_matches_float8() {
+        use super::{f32_to_fp8_e5m2, fp8_e5m2_to_f32};
+        decodes_all_codes_alike(fp8_e5m2_to_f32, |c| float8::F8E5M2::from_bits(c).to_f32());
+        let extra = [2f32.powi(-17), 2f32.powi(-16), 57344.0, 61440.0];
+        for v in fp8_probes(fp8_e5m2_to_f32, 0x7b, 61440.0, &extra) {
+            let (ours, theirs) = (f32_to_fp8_e5m2(v), float8::F8E5M2::from_f32(v));
+            if v.is_nan() {
+                // float8's `F8E5M2::is_nan` knows only 0x7e / 0xfe: decode instead.
+                let nan = fp8_e5m2_to_f32(ours).is_nan() && theirs.to_f32().is_nan();
+                assert!(
+                    nan && ours & 0x80 == theirs.to_bits() & 0x80,
+                    "{:#010x}",
+                    v.to_bits()
+                );
+            } else {
+                assert_eq!(ours, theirs.to_bits(), "{v:e} ({:#010x})", v.to_bits());
+            }
         }
     }
 
