@@ -18,11 +18,12 @@ use std::path::PathBuf;
 use std::time::Instant;
 use tileops_models::engine::pin_thread_count;
 use tileops_models::tokenizer::Tokenizer;
-use tileops_models::train::batches::training_windows;
-use tileops_models::train::model::Mode;
+use tileops_models::train::batches::{Phase, RunData, WindowKind};
+use tileops_models::train::eval::retrieval_exact;
+use tileops_models::train::model::{Mode, TrainModel};
 use tileops_models::train::optim::{AdamParams, Schedule};
 use tileops_models::train::{
-    load_histogram, plot_losses, tiny_config, Stage, TrainConfig, Trainer,
+    load_histogram, plot_losses, tiny_config, AnswerWeight, Stage, TrainConfig, Trainer,
 };
 
 #[derive(Parser, Debug)]
@@ -43,6 +44,37 @@ struct Args {
     /// Tokens per sequence.
     #[arg(long, default_value_t = 256)]
     seq_len: usize,
+    /// How windows are cut: `documents` (each starts at a document sized to fit it) or
+    /// `offsets` (anywhere in the stream, the first shipped run's way).
+    #[arg(long, default_value = "documents", value_parser = parse_windows)]
+    windows: WindowKind,
+    /// Share of retrieval documents (with `--windows documents`).
+    #[arg(long, default_value_t = 0.5)]
+    retrieval_share: f64,
+    /// Weight of answer tokens (after `<|assistant|>` through `<|end|>`) in the optimised
+    /// loss (default: 1, a plain mean).
+    #[arg(long)]
+    answer_weight: Option<f64>,
+    /// Keys per retrieval document at most (default: what the window holds, up to 6).
+    #[arg(long)]
+    max_keys: Option<usize>,
+    /// Train the steps from `--long-from` on at this window length (0: no long phase).
+    #[arg(long, default_value_t = 0)]
+    long_seq_len: usize,
+    /// Sequences per step of the long phase.
+    #[arg(long, default_value_t = 1)]
+    long_batch: usize,
+    /// The first global step of the long phase.
+    #[arg(long, default_value_t = 0)]
+    long_from: u64,
+    /// Only write `indexer_init.safetensors` (the indexer before its warm-up) into `--out`
+    /// for the run logged in its `train_log.json`, then exit.
+    #[arg(long)]
+    indexer_init_only: bool,
+    /// Every this many steps, print the held-out retrieval exact-match of 32 short questions
+    /// (0: never).
+    #[arg(long, default_value_t = 50)]
+    probe_every: u64,
     /// Peak learning rate of the LM stages.
     #[arg(long, default_value_t = 3e-3)]
     lr: f64,
@@ -78,6 +110,38 @@ struct Args {
     /// the held-out names.
     #[arg(long)]
     eval_train_names: bool,
+}
+
+fn parse_windows(s: &str) -> Result<WindowKind, String> {
+    match s {
+        "documents" => Ok(WindowKind::Documents),
+        "offsets" => Ok(WindowKind::Offsets),
+        _ => Err(format!("`{s}`: expected `documents` or `offsets`")),
+    }
+}
+
+/// The retrieval probe: held-out documents of about `words` words of filler with 2 keys.
+fn probe_docs(words: usize, n: usize) -> Vec<tileops_models::data::RetrievalDoc> {
+    (0..n as u64)
+        .map(|i| {
+            tileops_models::data::retrieval_doc(
+                3_000_000 + i,
+                tileops_models::data::Split::Heldout,
+                words,
+                2,
+            )
+        })
+        .collect()
+}
+
+/// Writes `indexer_init.safetensors` into `out`: the indexer before its warm-up, i.e. the
+/// fresh model's of the run's seed (the dense stage leaves it alone), for the demo's retrieval
+/// report.
+fn write_indexer_init(cfg: &TrainConfig, out: &std::path::Path) -> Result<()> {
+    TrainModel::new(&cfg.model, cfg.seed, candle_core::DType::F32)?
+        .export_indexer()?
+        .save(&out.join("indexer_init.safetensors"))?;
+    Ok(())
 }
 
 /// Greedy continuation of `prompt` by the training forward in `mode`, up to `max` tokens or
@@ -219,6 +283,19 @@ fn say(bar: &ProgressBar, line: String) {
 fn main() -> Result<()> {
     let threads = pin_thread_count();
     let args = Args::parse();
+    if args.indexer_init_only {
+        let p = args.out.join("train_log.json");
+        let log: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(&p).with_context(|| p.display().to_string())?,
+        )?;
+        let cfg: TrainConfig = serde_json::from_value(log["config"].clone())?;
+        write_indexer_init(&cfg, &args.out)?;
+        println!(
+            "wrote {}",
+            args.out.join("indexer_init.safetensors").display()
+        );
+        return Ok(());
+    }
     let tok = Tokenizer::train_generated().context("training the tokenizer")?;
     let mut tr = if args.resume {
         Trainer::resume(&args.state).context("resuming")?
@@ -244,6 +321,25 @@ fn main() -> Result<()> {
             clip: 1.0,
             balance_weight: 1e-4,
             bias_rate: 1e-3,
+            windows: args.windows,
+            retrieval_share: args.retrieval_share,
+            max_keys: args.max_keys,
+            answer_weight: match args.answer_weight {
+                Some(weight) => {
+                    let ids = tok.special_ids()?;
+                    Some(AnswerWeight {
+                        assistant: ids.assistant,
+                        end: ids.end,
+                        weight,
+                    })
+                }
+                None => None,
+            },
+            phase: (args.long_seq_len > 0).then_some(Phase {
+                from_step: args.long_from,
+                seq_len: args.long_seq_len,
+                batch: args.long_batch,
+            }),
         };
         Trainer::new(cfg, threads)?
     };
@@ -255,7 +351,7 @@ fn main() -> Result<()> {
         );
     }
     let words = cfg.words;
-    let data = training_windows(&tok, cfg.seed, words)?;
+    let data = RunData::new(&tok, &cfg)?;
     if data.len() <= cfg.seq_len + 1 {
         bail!("the training text is too short: {} tokens", data.len());
     }
@@ -284,6 +380,7 @@ fn main() -> Result<()> {
     );
     bar.set_position(tr.state.step);
     let t0 = Instant::now();
+    let first_step = tr.state.step;
     let (mut tokens, mut flops, mut secs) = (0usize, 0f64, 0f64);
     while tr.state.step < total {
         if args
@@ -297,15 +394,15 @@ fn main() -> Result<()> {
             break;
         }
         let step = tr.state.step;
-        let batch = data.batch(step, cfg.batch, cfg.seq_len + 1)?;
+        let (batch, seq_len) = data.batch(&cfg, step)?;
         let log = tr.step(&batch)?;
         let mode = match log.stage {
             Stage::Dense => Mode::Dense,
             Stage::Warmup => Mode::Warmup,
             Stage::Sparse => Mode::Sparse,
         };
-        tokens += cfg.batch * cfg.seq_len;
-        flops += 3.0 * tr.model.forward_flops(cfg.batch, cfg.seq_len, mode);
+        tokens += batch.len() * seq_len;
+        flops += 3.0 * tr.model.forward_flops(batch.len(), seq_len, mode);
         secs += log.secs;
         let tps = tokens as f64 / secs;
         bar.set_message(format!(
@@ -342,6 +439,25 @@ fn main() -> Result<()> {
                 );
             }
         }
+        if args.probe_every > 0 && (step + 1) % args.probe_every == 0 {
+            let probe_mode = match log.stage {
+                Stage::Sparse => Mode::Sparse,
+                _ => Mode::Dense,
+            };
+            let s = retrieval_exact(&tr.model, &tok, &probe_docs(100, 16), probe_mode)?;
+            say(
+                &bar,
+                format!(
+                    "  probe step {step}: held-out retrieval (~100 words, {:?}) {}/{} = {:.0}%, \
+                     answer tokens {:.0}%",
+                    probe_mode,
+                    s.right,
+                    s.total,
+                    s.percent(),
+                    s.token_percent()
+                ),
+            );
+        }
         if (step + 1) % args.save_every == 0 {
             tr.save(&args.state)?;
         }
@@ -350,7 +466,7 @@ fn main() -> Result<()> {
     tr.save(&args.state)?;
     println!(
         "trained {} steps this run in {:.0} s: {:.0} tokens/s, {:.2} GFLOP/s (3x forward FLOPs)",
-        tokens / (cfg.batch * cfg.seq_len).max(1),
+        tr.state.step - first_step,
         secs,
         tokens as f64 / secs.max(1e-9),
         flops / secs.max(1e-9) / 1e9
@@ -365,6 +481,7 @@ fn main() -> Result<()> {
         serde_json::to_string_pretty(&cfg.model)?,
     )?;
     tok.save(&args.out.join("tokenizer.json"))?;
+    write_indexer_init(&cfg, &args.out)?;
     plot_losses(&tr.state.log, &args.out.join("loss.svg"))?;
     let first: Vec<f64> = tr.state.log.iter().take(20).map(|l| l.lm).collect();
     let replay = serde_json::json!({

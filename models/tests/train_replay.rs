@@ -4,7 +4,7 @@
 
 use std::path::Path;
 use tileops_models::tokenizer::Tokenizer;
-use tileops_models::train::batches::training_windows;
+use tileops_models::train::batches::RunData;
 use tileops_models::train::{TrainConfig, Trainer};
 
 #[test]
@@ -24,11 +24,10 @@ fn the_first_20_training_steps_replay_the_logged_losses() {
         .collect();
     assert_eq!(want.len(), 20);
     let tok = Tokenizer::train_generated().expect("tokenizer");
-    let data = training_windows(&tok, cfg.seed, cfg.words).expect("data");
-    let (b, t) = (cfg.batch, cfg.seq_len);
-    let mut tr = Trainer::new(cfg, threads).expect("trainer");
+    let data = RunData::new(&tok, &cfg).expect("data");
+    let mut tr = Trainer::new(cfg.clone(), threads).expect("trainer");
     for (step, want) in want.iter().enumerate() {
-        let batch = data.batch(step as u64, b, t + 1).expect("batch");
+        let (batch, _) = data.batch(&cfg, step as u64).expect("batch");
         let got = tr.step(&batch).expect("step").lm;
         assert!(
             (got - want).abs() <= 1e-5,

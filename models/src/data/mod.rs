@@ -302,9 +302,17 @@ impl Mix {
     /// window, questions included.
     pub fn for_window(tokens: usize) -> Mix {
         let words = (tokens as f64 * 0.8 / TOKENS_PER_WORD) as usize;
-        let max_keys = (words / 60).clamp(1, 6);
-        // Each question's turn is about 17 tokens; keep them inside the window too.
-        let context = words.saturating_sub(max_keys * 12).max(20);
+        Mix::for_window_keys(tokens, (words / 60).clamp(1, 6))
+    }
+
+    /// [`Mix::for_window`] with up to `max_keys` keys per retrieval document (at least 1, at
+    /// most [`Split::max_keys`] are used): more keys leave less filler.
+    pub fn for_window_keys(tokens: usize, max_keys: usize) -> Mix {
+        let words = (tokens as f64 * 0.8 / TOKENS_PER_WORD) as usize;
+        let max_keys = max_keys.max(1);
+        // Each key costs about 30 tokens (20 words): its statement (about 13 tokens) inside the
+        // context and its question's turn (about 17) after it; keep them inside the window.
+        let context = words.saturating_sub(max_keys * 20).max(20);
         Mix {
             retrieval_share: 0.5,
             grammar_words: ((words / 6).max(10), words.max(10)),

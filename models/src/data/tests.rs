@@ -412,8 +412,18 @@ fn stream_never_yields_half_a_character() {
 #[test]
 fn mix_for_window_keeps_documents_inside_the_window() {
     let t = tokenizer();
-    for window in [256, 512, 1024] {
-        let mix = Mix::for_window(window);
+    let sizes = [
+        (256, None),
+        (512, None),
+        (1024, None),
+        (256, Some(6)),
+        (512, Some(6)),
+    ];
+    for (window, keys) in sizes {
+        let mix = keys.map_or_else(
+            || Mix::for_window(window),
+            |k| Mix::for_window_keys(window, k),
+        );
         let docs: Vec<String> = (0..4).flat_map(|s| training_docs(s, 6000, &mix)).collect();
         assert!(docs.iter().any(|d| d.contains(crate::tokenizer::USER)));
         for d in &docs {

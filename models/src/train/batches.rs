@@ -1,20 +1,74 @@
 //! Training batches: deterministic from the run's seed and the step, so a resumed or replayed
 //! run sees the same tokens.
+//!
+//! Two ways to cut windows ([`WindowKind`]): at seeded offsets anywhere in the stream (the
+//! first shipped run), or starting at a document's `<|bos|>` with every document sized to fit
+//! the window ([`crate::data::Mix::for_window`]), so a retrieval document's questions are
+//! always seen with the keys they ask about.
 
-use super::Result;
+use super::{Result, TrainConfig, TrainError};
+use crate::data::Mix;
+use crate::tokenizer::Tokenizer;
 use crate::weights::Rng;
+use serde::{Deserialize, Serialize};
+
+/// How a run cuts its training windows from the generated text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum WindowKind {
+    /// Windows at seeded offsets anywhere in [`crate::data::training_text`] (the default
+    /// [`Mix`]): a retrieval document longer than the window is mostly seen without its keys.
+    #[default]
+    Offsets,
+    /// Every window starts at a document's `<|bos|>`, and documents come from
+    /// [`Mix::for_window`] of the window's length (with the run's retrieval share), so each
+    /// retrieval document, keys and questions, lies inside the window that starts it.
+    Documents,
+}
+
+/// A stretch of the run trained at another window length and batch (for example long
+/// windows at the end, so retrieval is learnt over long contexts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Phase {
+    /// The first global step of the phase (it lasts to the end of the run).
+    pub from_step: u64,
+    /// Tokens per sequence.
+    pub seq_len: usize,
+    /// Sequences per step.
+    pub batch: usize,
+}
 
 /// A stream of training token windows, cut from a token stream at seeded offsets.
 #[derive(Debug, Clone)]
 pub struct Windows {
     tokens: Vec<u32>,
     seed: u64,
+    /// Where windows may start (document starts); empty: anywhere.
+    starts: Vec<usize>,
 }
 
 impl Windows {
     /// Windows over `tokens` (the training text, tokenised), offsets from `seed`.
     pub fn new(tokens: Vec<u32>, seed: u64) -> Windows {
-        Windows { tokens, seed }
+        Windows {
+            tokens,
+            seed,
+            starts: Vec::new(),
+        }
+    }
+
+    /// Windows over `tokens` that start only at a position holding `bos` (a document start).
+    pub fn at_documents(tokens: Vec<u32>, seed: u64, bos: u32) -> Windows {
+        let starts = tokens
+            .iter()
+            .enumerate()
+            .filter(|(_, &t)| t == bos)
+            .map(|(i, _)| i)
+            .collect();
+        Windows {
+            tokens,
+            seed,
+            starts,
+        }
     }
 
     /// Tokens in the stream.
@@ -30,16 +84,31 @@ impl Windows {
     /// The `batch` windows of `len` tokens of step `step`.
     pub fn batch(&self, step: u64, batch: usize, len: usize) -> Result<Vec<Vec<u32>>> {
         if self.tokens.len() <= len {
-            return Err(super::TrainError::Invalid(format!(
+            return Err(TrainError::Invalid(format!(
                 "the training text has {} tokens, not more than a window of {len}",
                 self.tokens.len()
             )));
         }
         let mut rng = Rng(self.seed ^ step.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let span = (self.tokens.len() - len) as u64;
+        if self.starts.is_empty() {
+            return Ok((0..batch)
+                .map(|_| {
+                    let at = (rng.next_u64() % span) as usize;
+                    self.tokens[at..at + len].to_vec()
+                })
+                .collect());
+        }
+        // Document starts from which a whole window fits in the stream.
+        let fit = self.starts.partition_point(|&s| s as u64 <= span);
+        if fit == 0 {
+            return Err(TrainError::Invalid(format!(
+                "no document start leaves a window of {len} tokens"
+            )));
+        }
         Ok((0..batch)
             .map(|_| {
-                let at = (rng.next_u64() % span) as usize;
+                let at = self.starts[(rng.next_u64() % fit as u64) as usize];
                 self.tokens[at..at + len].to_vec()
             })
             .collect())
@@ -48,14 +117,93 @@ impl Windows {
 
 /// The training stream of a run: [`crate::data::training_text`] of `seed` and `words`,
 /// tokenised by `tok`, cut at offsets from `seed`.
-pub fn training_windows(
-    tok: &crate::tokenizer::Tokenizer,
+pub fn training_windows(tok: &Tokenizer, seed: u64, words: usize) -> Result<Windows> {
+    let text = crate::data::training_text(seed, words);
+    Ok(Windows::new(encode(tok, &text)?, seed))
+}
+
+fn encode(tok: &Tokenizer, text: &str) -> Result<Vec<u32>> {
+    tok.encode(text)
+        .map_err(|e| TrainError::Invalid(e.to_string()))
+}
+
+/// Document-aligned windows of `len` tokens: documents of [`Mix::for_window`]`(len)` (or
+/// [`Mix::for_window_keys`] with `max_keys`) with `retrieval_share`, from `seed`.
+pub fn document_windows(
+    tok: &Tokenizer,
     seed: u64,
     words: usize,
+    len: usize,
+    retrieval_share: f64,
+    max_keys: Option<usize>,
 ) -> Result<Windows> {
-    let text = crate::data::training_text(seed, words);
-    let ids = tok
-        .encode(&text)
-        .map_err(|e| super::TrainError::Invalid(e.to_string()))?;
-    Ok(Windows::new(ids, seed))
+    let sized = match max_keys {
+        Some(k) => Mix::for_window_keys(len, k),
+        None => Mix::for_window(len),
+    };
+    let mix = Mix {
+        retrieval_share,
+        ..sized
+    };
+    let text = crate::data::training_text_with(seed, words, &mix);
+    let bos = tok
+        .special_ids()
+        .map_err(|e| TrainError::Invalid(e.to_string()))?
+        .bos;
+    Ok(Windows::at_documents(encode(tok, &text)?, seed, bos))
+}
+
+/// Every window of a run: the main stream and, when the run has one, its [`Phase`]'s.
+#[derive(Debug, Clone)]
+pub struct RunData {
+    main: Windows,
+    phase: Option<(Phase, Windows)>,
+}
+
+impl RunData {
+    /// The streams `config` trains on (its seed, words, window kind, retrieval share and
+    /// phase).
+    pub fn new(tok: &Tokenizer, config: &TrainConfig) -> Result<RunData> {
+        let build = |len: usize, seed: u64| match config.windows {
+            WindowKind::Offsets => training_windows(tok, seed, config.words),
+            WindowKind::Documents => document_windows(
+                tok,
+                seed,
+                config.words,
+                len + 1,
+                config.retrieval_share,
+                config.max_keys,
+            ),
+        };
+        let main = build(config.seq_len, config.seed)?;
+        let phase = match config.phase {
+            Some(p) => Some((p, build(p.seq_len, config.seed ^ 0x7068_6173_6532)?)),
+            None => None,
+        };
+        Ok(RunData { main, phase })
+    }
+
+    /// Tokens of the main stream.
+    pub fn len(&self) -> usize {
+        self.main.len()
+    }
+
+    /// Whether the main stream is empty.
+    pub fn is_empty(&self) -> bool {
+        self.main.is_empty()
+    }
+
+    /// The sequences of global step `step` (each its window's length + 1 tokens: inputs and
+    /// shifted targets), and the window length.
+    pub fn batch(&self, config: &TrainConfig, step: u64) -> Result<(Vec<Vec<u32>>, usize)> {
+        match &self.phase {
+            Some((p, w)) if step >= p.from_step => {
+                Ok((w.batch(step, p.batch, p.seq_len + 1)?, p.seq_len))
+            }
+            _ => Ok((
+                self.main.batch(step, config.batch, config.seq_len + 1)?,
+                config.seq_len,
+            )),
+        }
+    }
 }

@@ -14,6 +14,7 @@
 //! small sequence-wise balance loss.
 
 pub mod batches;
+pub mod eval;
 pub mod model;
 pub mod optim;
 
@@ -157,6 +158,57 @@ pub struct TrainConfig {
     pub balance_weight: f64,
     /// The router bias's step per update (V3: 1e-3).
     pub bias_rate: f64,
+    /// How windows are cut from the generated text (runs logged before this field existed
+    /// used [`batches::WindowKind::Offsets`]).
+    #[serde(default)]
+    pub windows: batches::WindowKind,
+    /// Share of retrieval documents in a [`batches::WindowKind::Documents`] stream.
+    #[serde(default = "half")]
+    pub retrieval_share: f64,
+    /// A final stretch at another window length and batch, if any.
+    #[serde(default)]
+    pub phase: Option<batches::Phase>,
+    /// Keys per retrieval document at most (`None`: what the window holds, up to 6).
+    #[serde(default)]
+    pub max_keys: Option<usize>,
+    /// Weight of the answer tokens in the optimised next-token loss (`None`: every token
+    /// weighs 1). The logged `lm` stays the plain mean.
+    #[serde(default)]
+    pub answer_weight: Option<AnswerWeight>,
+}
+
+/// The answer tokens of chat turns weigh more in the optimised loss: every target from the
+/// one after `<|assistant|>` up to and including `<|end|>`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct AnswerWeight {
+    /// The id of `<|assistant|>`.
+    pub assistant: u32,
+    /// The id of `<|end|>`.
+    pub end: u32,
+    /// The answer targets' weight (the others weigh 1).
+    pub weight: f64,
+}
+
+impl AnswerWeight {
+    /// The weight of each target of `seq` (`seq.len() - 1` of them: target `i` is `seq[i + 1]`).
+    pub fn weights(&self, seq: &[u32]) -> Vec<f32> {
+        let mut inside = false;
+        let mut w = Vec::with_capacity(seq.len().saturating_sub(1));
+        for pair in seq.windows(2) {
+            if pair[0] == self.assistant {
+                inside = true;
+            }
+            w.push(if inside { self.weight as f32 } else { 1.0 });
+            if pair[1] == self.end {
+                inside = false;
+            }
+        }
+        w
+    }
+}
+
+fn half() -> f64 {
+    0.5
 }
 
 impl TrainConfig {
@@ -168,6 +220,14 @@ impl TrainConfig {
             Stage::Warmup
         } else {
             Stage::Sparse
+        }
+    }
+
+    /// Sequences per step and tokens per sequence at global step `step`.
+    pub fn shape_at(&self, step: u64) -> (usize, usize) {
+        match self.phase {
+            Some(p) if step >= p.from_step => (p.batch, p.seq_len),
+            _ => (self.batch, self.seq_len),
         }
     }
 
@@ -287,8 +347,23 @@ impl Trainer {
             Stage::Sparse => Mode::Sparse,
         };
         let fwd = self.model.forward(&inputs, mode)?;
-        let targets = Tensor::from_vec(targets.clone(), targets.len(), &Device::Cpu)?;
+        let n_targets = targets.len();
+        let targets = Tensor::from_vec(targets, n_targets, &Device::Cpu)?;
         let lm = candle_nn::loss::cross_entropy(&fwd.logits, &targets)?;
+        // The optimised LM term: the plain mean, or answer tokens weighted.
+        let lm_opt = match &cfg.answer_weight {
+            None => lm.clone(),
+            Some(aw) => {
+                let w: Vec<f32> = seqs.iter().flat_map(|s| aw.weights(s)).collect();
+                let total: f32 = w.iter().sum();
+                let w = Tensor::from_vec(w, (n_targets, 1), &Device::Cpu)?
+                    .to_dtype(fwd.logits.dtype())?;
+                let nll = candle_nn::ops::log_softmax(&fwd.logits, candle_core::D::Minus1)?
+                    .gather(&targets.unsqueeze(1)?, 1)?
+                    .neg()?;
+                ((nll * w)?.sum_all()? / f64::from(total))?
+            }
+        };
         let scalar =
             |t: &Tensor| -> Result<f64> { Ok(t.to_dtype(DType::F64)?.to_scalar::<f64>()?) };
         let mut loss = match stage {
@@ -296,7 +371,7 @@ impl Trainer {
                 .index_kl
                 .clone()
                 .ok_or_else(|| TrainError::Invalid("the warm-up needs the indexer".into()))?,
-            _ => lm.clone(),
+            _ => lm_opt,
         };
         if stage != Stage::Warmup {
             if let Some(b) = &fwd.balance {

@@ -225,6 +225,18 @@ impl TrainModel {
         Ok(w)
     }
 
+    /// The lightning indexer's tensors alone (F32), for [`Weights::replace_indexer`]: of a
+    /// fresh model of the run's seed they are the indexer before its warm-up (the dense stage
+    /// does not train it).
+    pub fn export_indexer(&self) -> Result<Weights> {
+        let mut w = Weights::default();
+        for s in specs(&self.cfg).into_iter().filter(|s| is_indexer(&s.name)) {
+            w.dense
+                .insert(s.name.clone(), self.p(&s.name)?.to_dtype(DType::F32)?);
+        }
+        Ok(w)
+    }
+
     /// Rounds every routed expert to its int8 grid (quantise and dequantise in place), so that
     /// the f32 weights are the ones the exported checkpoint holds.
     pub fn snap_experts(&self) -> Result<()> {
