@@ -69,6 +69,125 @@ struct Args {
     /// checkpoint in models/checkpoints/tiny.
     #[arg(long)]
     random_weights: bool,
+    /// Held-out retrieval documents per cell of the report's grid (0: no report; the report
+    /// needs the trained checkpoint).
+    #[arg(long, default_value_t = 2)]
+    retrieval_docs: u64,
+}
+
+/// The retrieval report's grid: words of filler (about 1.9 held-out tokens a word) and the
+/// key's depth in it.
+const GRID_WORDS: [usize; 2] = [300, 600];
+const GRID_DEPTHS: [f64; 3] = [0.1, 0.5, 0.9];
+
+/// One row of the retrieval report: exact match and per-layer recall per grid cell, printed.
+fn report_row(
+    label: &str,
+    engine: &mut Engine,
+    tok: &Tokenizer,
+    cells: &[Vec<tileops_models::eval::Case>],
+) -> Result<Vec<Vec<String>>> {
+    let t = std::time::Instant::now();
+    let mut line = format!("  {label:<34}");
+    let mut answers = Vec::new();
+    for cases in cells {
+        let r = tileops_models::eval::evaluate(engine, tok, cases)?;
+        let recall: Vec<String> = (0..r.recall.len())
+            .map(|l| format!("{:.0}", r.recall_percent(l)))
+            .collect();
+        line.push_str(&format!(
+            " {:>4.0} {:>9}",
+            r.exact_percent(),
+            recall.join("/")
+        ));
+        answers.push(vec![format!("{}/{}", r.exact, r.questions)]);
+    }
+    println!("{line}   [{:.1} s]", t.elapsed().as_secs_f64());
+    Ok(answers)
+}
+
+/// The retrieval report: held-out documents (names, key pairs and codes never seen in
+/// training), one key each at a grid of context length x depth; each row a way of choosing
+/// the positions sparse attention reads.
+fn retrieval_report(
+    cfg: &Config,
+    weights: &Weights,
+    trained: &Path,
+    tok: &Tokenizer,
+    backend: Backend,
+    num_blocks: usize,
+    docs: u64,
+) -> Result<()> {
+    use tileops_models::deepseek::model::Selection;
+    let mut cells = Vec::new();
+    let mut header = format!("  {:<34}", "");
+    for (wi, &words) in GRID_WORDS.iter().enumerate() {
+        for (di, &depth) in GRID_DEPTHS.iter().enumerate() {
+            let seed = 5_000_000 + 1000 * (wi * GRID_DEPTHS.len() + di) as u64;
+            let cases =
+                tileops_models::eval::held_out_cases(tok, seed..seed + docs, words, &[depth])?;
+            let avg = cases.iter().map(|c| c.context.len()).sum::<usize>() / cases.len().max(1);
+            header.push_str(&format!(" {:>14}", format!("{avg}t d{depth:.1}")));
+            cells.push(cases);
+        }
+    }
+    let k = cfg.index_topk;
+    println!(
+        "\nretrieval: {} held-out questions per cell (names, key pairs and codes never seen in training), \
+         one key at depth d of a context of t tokens; each cell: exact match % and the recall of the \
+         code's tokens among the positions each layer read (layer 0/1 %)",
+        docs
+    );
+    println!("{header}");
+    let other = match backend {
+        Backend::Reference => Backend::TileSim,
+        _ => Backend::Reference,
+    };
+    let mut engine = Engine::new(cfg, weights, backend, num_blocks, BLOCK)?;
+    let mine = report_row(
+        &format!("trained top-{k} ({})", backend.name()),
+        &mut engine,
+        tok,
+        &cells,
+    )?;
+    let mut check = Engine::new(cfg, weights, other, num_blocks, BLOCK)?;
+    let theirs = report_row(
+        &format!("trained top-{k} ({})", other.name()),
+        &mut check,
+        tok,
+        &cells,
+    )?;
+    engine.model.selection = Selection::Random { seed: 7 };
+    report_row(
+        &format!("{k} random positions ({})", backend.name()),
+        &mut engine,
+        tok,
+        &cells,
+    )?;
+    let init = trained.join("indexer_init.safetensors");
+    let mut before = weights.clone();
+    before.replace_indexer(cfg, &init)?;
+    let mut pre = Engine::new(cfg, &before, backend, num_blocks, BLOCK)?;
+    report_row(
+        &format!("indexer before warm-up ({})", backend.name()),
+        &mut pre,
+        tok,
+        &cells,
+    )?;
+    let mut dense = Engine::new(cfg, weights, Backend::Reference, num_blocks, BLOCK)?;
+    dense.model.selection = Selection::Dense;
+    report_row("dense attention (reference)", &mut dense, tok, &cells)?;
+    println!(
+        "  trained top-{k}: {} and {} give {} scores",
+        backend.name(),
+        other.name(),
+        if mine == theirs {
+            "the same"
+        } else {
+            "DIFFERENT"
+        }
+    );
+    Ok(())
 }
 
 /// Prompts in the trained model's style (its data generator's), after `<|bos|>`.
@@ -264,6 +383,18 @@ fn main() -> Result<()> {
         if !same {
             bail!("the backends' greedy tokens differ");
         }
+    }
+
+    if !a.random_weights && a.retrieval_docs > 0 {
+        retrieval_report(
+            &cfg,
+            &weights,
+            &trained,
+            &tok,
+            backend,
+            num_blocks,
+            a.retrieval_docs,
+        )?;
     }
 
     let tps = |n: usize, d: std::time::Duration| n as f64 / d.as_secs_f64().max(1e-12);

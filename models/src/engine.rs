@@ -51,6 +51,17 @@ pub struct Generation {
     pub first_decode_time: Duration,
 }
 
+/// Greedy answers to questions about one context ([`Engine::answer_questions`]).
+#[derive(Debug, Clone, Default)]
+pub struct Answers {
+    /// Each question's answer tokens (the stop token left out).
+    pub tokens: Vec<Vec<u32>>,
+    /// Per question, per layer: the positions that layer's sparse attention read for the
+    /// question's last row (the row that chooses the first answer token); empty for a layer
+    /// that took the dense prefill.
+    pub selected: Vec<Vec<Vec<i32>>>,
+}
+
 /// Pins candle's CPU thread count for this process: sets `RAYON_NUM_THREADS` to the number of
 /// physical cores (candle's own default) unless it is already set, and returns the count in
 /// force. Without it candle 0.11 re-derives the count on every CPU matmul by reading and
@@ -329,6 +340,94 @@ impl Engine {
             self.cache.free(id)?;
         }
         r
+    }
+
+    /// Greedy answers to `questions` about `context`, the context computed once: it is
+    /// prefilled in one sequence, every question continues on a fork of that sequence (sharing
+    /// its blocks; the partly filled last one is copied on write), and all questions decode
+    /// together, each for at most `max_new` tokens or until a token of `stop` (left out). Each
+    /// question is checked with the context as one prompt ([`check_request`]); the sequences
+    /// are freed at the end, also on an error.
+    pub fn answer_questions(
+        &mut self,
+        context: &[u32],
+        questions: &[Vec<u32>],
+        max_new: usize,
+        stop: &[u32],
+    ) -> Result<Answers> {
+        if questions.is_empty() {
+            return Err(ModelError::Invalid("no question to answer".into()));
+        }
+        for (i, q) in questions.iter().enumerate() {
+            if q.is_empty() {
+                return Err(ModelError::Invalid(format!("question {i} is empty")));
+            }
+            let whole: Vec<u32> = context.iter().chain(q).copied().collect();
+            check_request(self.model.config(), &[whole], max_new, &Sampling::Greedy)?;
+        }
+        let root = self.add_sequences(1)?;
+        let mut seqs = root.clone();
+        let r = self.answer_on(&mut seqs, context, questions, max_new, stop);
+        for id in seqs {
+            self.cache.free(id)?;
+        }
+        r
+    }
+
+    fn answer_on(
+        &mut self,
+        seqs: &mut Vec<SeqId>,
+        context: &[u32],
+        questions: &[Vec<u32>],
+        max_new: usize,
+        stop: &[u32],
+    ) -> Result<Answers> {
+        self.step(&seqs[..1], &[context.to_vec()])?;
+        let mut forks = Vec::with_capacity(questions.len());
+        for _ in questions {
+            let f = self.cache.fork(seqs[0])?;
+            seqs.push(f);
+            forks.push(f);
+        }
+        let b = self.batch(&forks, questions)?;
+        let last = b.last_rows();
+        let logits = to_vec_f32(&self.model.forward(&b, &last, self.backend)?)?;
+        let mut ans = Answers {
+            tokens: vec![Vec::new(); questions.len()],
+            selected: vec![Vec::new(); questions.len()],
+        };
+        for idx in &self.model.last_indices {
+            let rows: Vec<Vec<i32>> = match idx {
+                Some(t) => t.to_vec2::<i32>()?,
+                None => Vec::new(),
+            };
+            for (q, &r) in last.iter().enumerate() {
+                ans.selected[q].push(rows.get(r).cloned().unwrap_or_default());
+            }
+        }
+        let vocab = self.model.config().vocab_size;
+        let mut live: Vec<usize> = (0..questions.len()).collect();
+        let mut rows: Vec<Vec<f32>> = logits.chunks(vocab).map(<[f32]>::to_vec).collect();
+        for step in 0..max_new {
+            let mut next = Vec::new();
+            let mut still = Vec::new();
+            for (&q, l) in live.iter().zip(&rows) {
+                let t = argmax(l);
+                if stop.contains(&t) {
+                    continue;
+                }
+                ans.tokens[q].push(t);
+                next.push(vec![t]);
+                still.push(q);
+            }
+            live = still;
+            if live.is_empty() || step + 1 == max_new {
+                break;
+            }
+            let ids: Vec<SeqId> = live.iter().map(|&q| forks[q]).collect();
+            rows = self.step(&ids, &next)?;
+        }
+        Ok(ans)
     }
 
     fn run(

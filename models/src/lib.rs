@@ -14,6 +14,7 @@ pub mod data;
 pub mod deepseek;
 pub mod engine;
 pub mod error;
+pub mod eval;
 pub mod kv_cache;
 pub mod progress;
 pub mod serving;

@@ -296,6 +296,25 @@ impl Weights {
     /// dtype, shape, values) and copies it out. F32 values must be finite, int8 scales finite
     /// and positive; every error names the file and the tensor ([`WeightError`]).
     pub fn load(cfg: &Config, path: &Path) -> Result<Weights, WeightError> {
+        Weights::load_where(cfg, path, |_| true)
+    }
+
+    /// Replaces the lightning indexer's tensors (`layers.{i}.indexer.*`) with those of the
+    /// file `path`, which must hold every one of them for `cfg` (checked as [`Weights::load`]
+    /// checks; other tensors in it are ignored): for instance the indexer as it was before
+    /// its warm-up, which the demo's retrieval report compares.
+    pub fn replace_indexer(&mut self, cfg: &Config, path: &Path) -> Result<(), WeightError> {
+        let other = Weights::load_where(cfg, path, |s| s.name.contains(".indexer."))?;
+        self.dense.extend(other.dense);
+        Ok(())
+    }
+
+    /// [`Weights::load`] of the tensors of [`specs`] that `wanted` keeps.
+    fn load_where(
+        cfg: &Config,
+        path: &Path,
+        wanted: impl Fn(&Spec) -> bool,
+    ) -> Result<Weights, WeightError> {
         let file_name = path.display().to_string();
         let io = |msg: String| WeightError::Io {
             path: file_name.clone(),
@@ -314,7 +333,7 @@ impl Weights {
             path: &file_name,
         };
         let mut w = Weights::default();
-        for s in specs(cfg) {
+        for s in specs(cfg).into_iter().filter(|s| wanted(s)) {
             if s.kind == Kind::Int8 {
                 let q = f.int8(&s)?;
                 w.quant.insert(s.name, q);

@@ -33,6 +33,62 @@ struct Layer {
     ffn: Ffn,
 }
 
+/// Which cached positions a query row's sparse attention reads (the retrieval report compares
+/// them; the model itself uses [`Selection::Indexer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Selection {
+    /// The lightning indexer's causal top-k (the model as trained).
+    #[default]
+    Indexer,
+    /// `index_topk` positions drawn uniformly, without repeats, among the row's visible ones
+    /// (all of them when fewer), from `seed`, the layer and the row's position.
+    Random {
+        /// Seed of the draw.
+        seed: u64,
+    },
+    /// Every visible position: dense attention through the same sparse op (the ceiling).
+    Dense,
+}
+
+/// The indices `[rows, width]` of `selection` (not [`Selection::Indexer`]) for rows at
+/// `positions`: ascending positions, -1 padded; the width is `topk` (random) or the longest
+/// row's visible positions (dense).
+fn chosen_positions(
+    selection: Selection,
+    positions: &[usize],
+    topk: usize,
+    layer: usize,
+) -> (Vec<i32>, usize) {
+    let width = match selection {
+        Selection::Dense => positions.iter().map(|p| p + 1).max().unwrap_or(1),
+        _ => topk,
+    };
+    let mut out = vec![-1i32; positions.len() * width];
+    let mut pool: Vec<usize> = Vec::new();
+    for (row, &p) in positions.iter().enumerate() {
+        pool.clear();
+        pool.extend(0..=p);
+        if let Selection::Random { seed } = selection {
+            if pool.len() > width {
+                let mut rng = crate::weights::Rng(
+                    seed ^ (layer as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                        ^ (p as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9),
+                );
+                for i in 0..width {
+                    let j = i + (rng.next_u64() % (pool.len() - i) as u64) as usize;
+                    pool.swap(i, j);
+                }
+                pool.truncate(width);
+                pool.sort_unstable();
+            }
+        }
+        for (j, &q) in pool.iter().take(width).enumerate() {
+            out[row * width + j] = q as i32;
+        }
+    }
+    (out, width)
+}
+
 /// What every layer of one forward pass reads, made once from the [`Batch`].
 struct StepInputs<'a> {
     batch: &'a Batch,
@@ -48,6 +104,8 @@ struct StepInputs<'a> {
     topk: usize,
     kv_lora_rank: usize,
     batch_invariant: bool,
+    selection: Selection,
+    layer: usize,
 }
 
 impl Layer {
@@ -96,9 +154,14 @@ impl Layer {
                 t.time("mla output (candle)", || self.mla.output_heads(&o))?
             }
             None => {
-                // Each row's causal top-k of the indexer's scores.
+                // Each row's causal top-k of the indexer's scores (or the report's other choices).
                 let topk = step.topk;
                 let indices = t.time("indexer (candle)", || -> Result<Tensor> {
+                    if step.selection != Selection::Indexer {
+                        let (all, width) =
+                            chosen_positions(step.selection, &batch.positions, topk, step.layer);
+                        return Ok(Tensor::from_vec(all, (batch.len(), width), dev)?);
+                    }
                     let (qi, wi) = self.indexer.queries(&q.qr, &h, cos, sin)?;
                     let flat = cache.index_keys.reshape(((), self.indexer.head_dim))?;
                     let mut all = Vec::with_capacity(batch.len() * topk);
@@ -189,6 +252,9 @@ pub struct Model {
     pub timers: Timers,
     /// The last sparse-attention call of layer 0.
     pub last_attention: Option<AttentionCall>,
+    /// Each layer's selected positions `[rows, width]` (i32 logical positions, -1 padded) in
+    /// the last forward pass; `None` for a layer that took the dense prefill.
+    pub last_indices: Vec<Option<Tensor>>,
     /// Prefill of fresh prompts no longer than `index_topk` runs the non-absorbed form through
     /// `flash_attention_varlen` (the default); `false` sends it through the indexer and
     /// `sparse_paged_attention` like longer prompts (the tests compare the two).
@@ -200,6 +266,9 @@ pub struct Model {
     /// chunk or several, or recomputed, caches the same rows. Off by default (it slows a
     /// single-sequence decode step).
     pub batch_invariant: bool,
+    /// Which positions sparse attention reads: the indexer's top-k (the default), or the
+    /// retrieval report's baselines (random positions, every position).
+    pub selection: Selection,
 }
 
 impl Model {
@@ -244,8 +313,10 @@ impl Model {
             caches,
             timers: Timers::default(),
             last_attention: None,
+            last_indices: vec![None; cfg.n_layers],
             dense_prefill: true,
             batch_invariant: false,
+            selection: Selection::Indexer,
         })
     }
 
@@ -316,7 +387,7 @@ impl Model {
             .flatten()
             .map(|cu| Tensor::from_vec(cu, batch.seqs.len() + 1, dev))
             .transpose()?;
-        let step = StepInputs {
+        let mut step = StepInputs {
             batch,
             cos,
             sin,
@@ -327,11 +398,17 @@ impl Model {
             topk,
             kv_lora_rank: self.cfg.kv_lora_rank,
             batch_invariant: self.batch_invariant,
+            selection: self.selection,
+            layer: 0,
         };
         with_row_invariance(self.batch_invariant, || {
             for (li, (l, cache)) in self.layers.iter().zip(self.caches.layers()).enumerate() {
+                step.layer = li;
                 let (y, call) = l.forward(x, &step, cache, backend, &self.timers)?;
                 x = y;
+                if let Some(slot) = self.last_indices.get_mut(li) {
+                    *slot = call.as_ref().map(|c| c.indices.clone());
+                }
                 if li == 0 && call.is_some() {
                     self.last_attention = call;
                 }
