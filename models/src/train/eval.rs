@@ -55,10 +55,21 @@ pub fn retrieval_exact(
             let prompt = tok
                 .encode(&format!("{BOS}{}\n{}", doc.context, q.query()))
                 .map_err(tok_err)?;
-            let mut answer = tok.encode(&q.answer).map_err(tok_err)?;
-            answer.push(ids.end);
-            let mut seq = prompt.clone();
-            seq.extend_from_slice(&answer[..answer.len() - 1]);
+            // The answer's tokens as training sees them: the whole turn encoded in place.
+            let full = tok
+                .encode(&format!("{BOS}{}\n{}", doc.context, q.turn()))
+                .map_err(tok_err)?;
+            if !full.starts_with(&prompt)
+                || full.len() <= prompt.len()
+                || full.last() != Some(&ids.end)
+            {
+                return Err(TrainError::Invalid(format!(
+                    "the answer `{}` does not tokenise apart from its question",
+                    q.answer
+                )));
+            }
+            let answer = full[prompt.len()..].to_vec();
+            let seq = full[..full.len() - 1].to_vec();
             if seq.len() > m.cfg.max_seq_len {
                 return Err(TrainError::Invalid(format!(
                     "a question's prompt and answer take {} tokens, past max_seq_len {}",

@@ -352,3 +352,18 @@ fn diagnostic_copy_task() {
         }
     }
 }
+
+/// The retrieval probe asks every question and scores each answer's four digits and its
+/// `<|end|>` as training tokenises them.
+#[test]
+fn the_retrieval_probe_scores_every_answer_token() {
+    let tok = crate::tokenizer::Tokenizer::train_generated().expect("tokenizer");
+    let m = TrainModel::new(&super::tiny_config(tok.vocab_size()), 1, DType::F32).expect("model");
+    let docs: Vec<_> = (0..2)
+        .map(|s| crate::data::retrieval_doc(40 + s, crate::data::Split::Heldout, 30, 2))
+        .collect();
+    let s = super::eval::retrieval_exact(&m, &tok, &docs, Mode::Dense).expect("probe");
+    assert_eq!(s.total, 4);
+    assert_eq!(s.tokens_total, 4 * 5);
+    assert!(s.tokens_right <= s.tokens_total && s.right <= s.total);
+}
