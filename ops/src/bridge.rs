@@ -419,6 +419,41 @@ pub(crate) fn check_scale(op: &'static str, scale: f32) -> Result<(), OpError> {
     }
 }
 
+/// Checks a `slot_mapping` of `op`: each value -1 (skip) or a slot in `0..num_slots`, the valid ones
+/// distinct. O(rows written), whatever the cache's size (it never allocates per cache slot).
+pub(crate) fn check_slots(
+    op: &'static str,
+    slots: &[i64],
+    num_slots: usize,
+    (num_blocks, block_size): (usize, usize),
+) -> Result<(), OpError> {
+    // The first row writing each slot: O(rows written), whatever the cache's size.
+    let mut first: std::collections::HashMap<i64, usize> =
+        std::collections::HashMap::with_capacity(slots.len());
+    for (i, &s) in slots.iter().enumerate() {
+        if s == -1 {
+            continue;
+        }
+        if s < -1 || s >= num_slots as i64 {
+            return Err(OpError::invalid(
+                op,
+                "slot_mapping",
+                format!(
+                    "slot_mapping[{i}] = {s} must be -1 (skip) or in 0..{num_slots} (num_blocks {num_blocks} * block_size {block_size})"
+                ),
+            ));
+        }
+        if let Some(f) = first.insert(s, i) {
+            return Err(OpError::invalid(
+                op,
+                "slot_mapping",
+                format!("slot_mapping[{i}] = {s} duplicates slot_mapping[{f}]: valid slots must be distinct"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The physical slot (`block * block_size + offset`) of logical token `t` of row `row` of a
 /// block table (`max_blocks` columns), checking the entry it reaches: non-negative and
 /// `< num_blocks`. `who` describes the index reaching it, for the message. `t` must already be in
