@@ -231,7 +231,7 @@ pub(crate) fn check_group_width(
     arg: &'static str,
     d: usize,
 ) -> Result<(), OpError> {
-    if d % FP8_GROUP == 0 {
+    if d.is_multiple_of(FP8_GROUP) {
         Ok(())
     } else {
         Err(OpError::invalid(

@@ -28,18 +28,9 @@ pub use shape::LightningIndexerShape;
 
 const OP: &str = "lightning_indexer";
 
-/// What the missing tile kernel of the indexer's ops would have to provide.
+/// What the indexer's missing tile kernel would have to provide.
 const NO_KERNEL: &str =
     "the device top-k (TSORT32/TMRGSORT) and the FP8 score kernel are not built yet";
-
-/// [`OpError::NoKernel`] for `op` on `backend`.
-pub(crate) fn no_kernel(op: &'static str, backend: Backend) -> OpError {
-    OpError::NoKernel {
-        op,
-        backend,
-        missing: NO_KERNEL,
-    }
-}
 
 /// The parameters of [`lightning_indexer`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

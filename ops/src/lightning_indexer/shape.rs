@@ -75,7 +75,7 @@ const OP: &str = "lightning_indexer";
 fn check(s: &LightningIndexerShape, path: CheckPath) -> Result<(), OpError> {
     check_dtype(OP, s.dtype)?;
     match s.key_dtype {
-        DType::F8E4M3 if s.head_dim % super::FP8_GROUP != 0 => {
+        DType::F8E4M3 if !s.head_dim.is_multiple_of(super::FP8_GROUP) => {
             return Err(OpError::invalid(
                 OP,
                 "head_dim",
