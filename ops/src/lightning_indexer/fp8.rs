@@ -75,17 +75,6 @@ impl ScaleFormat {
     }
 }
 
-/// `v` rounded to an integer by `mode` (A5's CAST modes).
-fn round_with(v: f64, mode: RoundMode) -> f64 {
-    match mode {
-        RoundMode::Rint => v.round_ties_even(),
-        RoundMode::Round => v.round(),
-        RoundMode::Floor => v.floor(),
-        RoundMode::Ceil => v.ceil(),
-        RoundMode::Trunc => v.trunc(),
-    }
-}
-
 /// The binary exponent of a finite non-zero f64 (`floor(log2 |x|)`, exact).
 fn exponent(x: f64) -> i32 {
     ((x.to_bits() >> 52) & 0x7ff) as i32 - 1023
@@ -116,7 +105,7 @@ pub fn f32_to_e4m3(v: f32, conv: Fp8Conversion) -> u8 {
     // step 2^-9), unbounded above; overflow is decided after rounding.
     let e = exponent(x).max(-6);
     let step = 2f64.powi(e - 3);
-    let r = round_with(x / step, conv.round) * step; // exact: a power-of-two scale
+    let r = conv.round.round(x / step) * step; // exact: a power-of-two scale
     let m = r.abs();
     if m > f64::from(FP8_E4M3_MAX) {
         // Rounded toward zero (Trunc; Floor of a positive, Ceil of a negative value): IEEE's

@@ -167,40 +167,13 @@ impl IndexerCall {
                 format!("is {bs}, but the cache's blocks hold {block_size} slots (k_cache dim 1)"),
             ));
         }
-        let (td, table) = bridge::check_index(
+        let (max_blocks, table, lens) = bridge::read_table_and_lens(
             OP,
-            "block_table",
             block_table,
-            "[T, max_blocks]",
-            2,
-            bridge::TABLE_DTYPES,
+            context_lens,
+            (tokens, "T", "q is [T, H_idx, D]"),
         )?;
-        bridge::check_dim(OP, "block_table", &td, 0, "T", tokens, "q is [T, H_idx, D]")?;
-        let max_blocks = td[1];
-        let (cd, lens) = bridge::check_positions(OP, "context_lens", context_lens, "[T]", 1)?;
-        bridge::check_dim(
-            OP,
-            "context_lens",
-            &cd,
-            0,
-            "T",
-            tokens,
-            "q is [T, H_idx, D]",
-        )?;
-        let capacity = (max_blocks as u128 * block_size as u128).min(i64::MAX as u128) as i64;
-        if let Some((t, &len)) = lens
-            .iter()
-            .enumerate()
-            .find(|(_, &l)| !(0..=capacity).contains(&l))
-        {
-            return Err(OpError::invalid(
-                OP,
-                "context_lens",
-                format!(
-                    "context_lens[{t}] = {len} must be in 0..={capacity} (block table capacity {max_blocks} blocks * block_size {block_size})"
-                ),
-            ));
-        }
+        bridge::check_context_lens(OP, &lens, 0, max_blocks, block_size)?;
         let (key_dtype, ue8m0) = match k_cache.format() {
             cache::IndexKeyFormat::Dense(d) => (bridge::data_dtype(OP, "k_cache", d)?, false),
             cache::IndexKeyFormat::Fp8(f) => {
