@@ -11,6 +11,8 @@ use crate::bridge;
 use crate::error::OpError;
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, DType, Device, InplaceOp1, Layout, Storage, Tensor};
+use rayon::prelude::*;
+use tile_backend::sim::numeric::fp8_e4m3_to_f32;
 
 const OP: &str = "index_key_cache";
 const APPEND: &str = "index_cache_append";
@@ -169,36 +171,66 @@ impl IndexKeyCache {
         (d[0], d[1], d[2])
     }
 
-    /// The f32 keys of `slots` (physical slot ids), `[n, D]`: one `index_select` of the slots'
-    /// data (and scales), cast to f32, times the scales. Reads no other slot.
+    /// The f32 keys of `slots` (physical slot ids), `[n, D]`. Plain keys: one `index_select`
+    /// and a cast. FP8 keys: one pass over the slots' codes and scales, each code decoded by a
+    /// 256-entry table and multiplied by its group's scale in f32 (the values of candle's cast
+    /// times the scale, without an f32 copy of the gathered codes first). Reads no other slot.
     pub(crate) fn keys_f32(&self, slots: &[i64]) -> Result<Tensor, OpError> {
         let (nb, bs, d) = self.dims();
         let dev = self.data.device();
         let n = slots.len();
-        let ids = Tensor::from_slice(slots, n, dev)?;
         let Some(scales) = &self.scales else {
+            let ids = Tensor::from_slice(slots, n, dev)?;
             let rows = self.data.reshape((nb * bs, d))?;
             return Ok(rows.index_select(&ids, 0)?.to_dtype(DType::F32)?);
         };
         let g = d / FP8_GROUP;
-        let data = self.data.reshape((nb * bs, g, FP8_GROUP))?;
-        let k = data.index_select(&ids, 0)?.to_dtype(DType::F32)?; // [n, G, 128]
-        let s = if scales.dtype() == DType::F8E8M0 {
-            // candle has no op on F8E8M0: decode the gathered slots' codes on the host.
-            let codes = raw_u8(scales)?;
-            let v: Vec<f32> = slots
-                .iter()
-                .flat_map(|&s| codes[s as usize * g..(s as usize + 1) * g].iter())
-                .map(|&c| ue8m0_to_f32(c))
-                .collect();
-            Tensor::from_vec(v, (n, g, 1), dev)?
-        } else {
-            scales
-                .reshape((nb * bs, g))?
-                .index_select(&ids, 0)?
-                .reshape((n, g, 1))?
+        let lut: [f32; 256] = std::array::from_fn(|c| fp8_e4m3_to_f32(c as u8));
+        let (data, dl) = self.data.storage_and_layout();
+        let (sdata, sl) = scales.storage_and_layout();
+        let (Some((a, b)), Some((sa, sb))) = (dl.contiguous_offsets(), sl.contiguous_offsets())
+        else {
+            return Err(OpError::invalid(OP, "data", "must be contiguous"));
         };
-        Ok(k.broadcast_mul(&s)?.reshape((n, d))?)
+        let Storage::Cpu(CpuStorage::F8E4M3(codes)) = &*data else {
+            return Err(OpError::invalid(OP, "data", "must be F8E4M3 on the CPU"));
+        };
+        let codes = &codes[a..b];
+        let scale: Box<dyn Fn(usize) -> f32 + Sync> = match &*sdata {
+            Storage::Cpu(CpuStorage::F32(v)) => {
+                let v = &v[sa..sb];
+                Box::new(move |i| v[i])
+            }
+            Storage::Cpu(CpuStorage::F8E8M0(v)) => {
+                let v = &v[sa..sb];
+                Box::new(move |i| ue8m0_to_f32(v[i]))
+            }
+            _ => {
+                return Err(OpError::invalid(
+                    OP,
+                    "scales",
+                    "must be F32 or F8E8M0 on the CPU",
+                ))
+            }
+        };
+        let mut out = vec![0f32; n * d];
+        out.par_chunks_mut(d)
+            .zip(slots.par_iter())
+            .for_each(|(o, &slot)| {
+                let s = slot as usize;
+                let row = &codes[s * d..(s + 1) * d];
+                for (gi, (o, row)) in o
+                    .chunks_exact_mut(FP8_GROUP)
+                    .zip(row.chunks_exact(FP8_GROUP))
+                    .enumerate()
+                {
+                    let sc = scale(s * g + gi);
+                    for (o, c) in o.iter_mut().zip(row) {
+                        *o = lut[usize::from(c.to_bits())] * sc;
+                    }
+                }
+            });
+        Ok(Tensor::from_vec(out, (n, d), dev)?)
     }
 
     /// Every key as f32 `[num_blocks, block_size, D]` (dequantised): for comparisons, e.g.
@@ -210,18 +242,6 @@ impl IndexKeyCache {
         let (nb, bs, d) = self.dims();
         let all: Vec<i64> = (0..(nb * bs) as i64).collect();
         Ok(self.keys_f32(&all)?.reshape((nb, bs, d))?)
-    }
-}
-
-/// The bytes of a contiguous `F8E8M0` tensor.
-fn raw_u8(t: &Tensor) -> Result<Vec<u8>, OpError> {
-    let (storage, layout) = t.storage_and_layout();
-    let (a, b) = layout
-        .contiguous_offsets()
-        .ok_or_else(|| OpError::invalid(OP, "scales", "must be contiguous"))?;
-    match &*storage {
-        Storage::Cpu(CpuStorage::F8E8M0(v)) => Ok(v[a..b].to_vec()),
-        _ => Err(OpError::invalid(OP, "scales", "must be F8E8M0 on the CPU")),
     }
 }
 

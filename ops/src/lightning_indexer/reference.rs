@@ -4,9 +4,9 @@
 //! Rows are taken in runs of consecutive rows whose block tables agree on every entry both
 //! reach (a prompt's prefill rows; a decode batch is one row per run), cut into chunks of at
 //! most [`CHUNK_ELEMENTS`] head scores. Per chunk: the physical slots of positions
-//! `0..longest context` (host-computed from the validated table), one `index_select` of their
-//! keys (FP8 data and scales gathered, cast to f32, multiplied: dequantised by table), one
-//! matmul `[rows * H, D] x [D, L]`, ReLU, the weighted head sum as a batched matmul `[rows, 1,
+//! `0..longest context` (host-computed from the validated table), their keys gathered and
+//! dequantised in one pass (`IndexKeyCache::keys_f32`: FP8 codes through a 256-entry table
+//! times their scales; plain keys one `index_select`), one matmul `[rows * H, D] x [D, L]`, ReLU, the weighted head sum as a batched matmul `[rows, 1,
 //! H] x [rows, H, L]`, and the non-finite fold (below). Then each row selects its top-k among
 //! its own `context_lens[t]` scores with `select_nth_unstable_by` and sorts only those k
 //! (O(L + k log k), not a sort of the row).
