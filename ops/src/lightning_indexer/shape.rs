@@ -75,19 +75,7 @@ const OP: &str = "lightning_indexer";
 fn check(s: &LightningIndexerShape, path: CheckPath) -> Result<(), OpError> {
     check_dtype(OP, s.dtype)?;
     match s.key_dtype {
-        DType::F8E4M3 if !s.head_dim.is_multiple_of(super::FP8_GROUP) => {
-            return Err(OpError::invalid(
-                OP,
-                "head_dim",
-                format!(
-                    "D = {} must be a multiple of {} for FP8 keys: one scale covers {} values",
-                    s.head_dim,
-                    super::FP8_GROUP,
-                    super::FP8_GROUP
-                ),
-            ))
-        }
-        DType::F8E4M3 => {}
+        DType::F8E4M3 => super::fp8::check_group_width(OP, "head_dim", s.head_dim)?,
         DType::F32 | DType::F16 | DType::BF16 if s.ue8m0 => {
             return Err(OpError::invalid(
                 OP,
