@@ -3,11 +3,13 @@
 //!
 //! Rows are taken in runs of consecutive rows whose block tables agree on every entry both
 //! reach (a prompt's prefill rows; a decode batch is one row per run), cut into chunks of at
-//! most [`CHUNK_ELEMENTS`] head scores. Per chunk: the physical slots of positions
+//! most [`CHUNK_ELEMENTS`] head scores (a row that sees more is scored in windows of positions,
+//! so no intermediate grows past the chunk). Per chunk (window): the physical slots of positions
 //! `0..longest context` (host-computed from the validated table), their keys gathered and
 //! dequantised in one pass (`IndexKeyCache::keys_f32`: FP8 codes through a 256-entry table
-//! times their scales; plain keys one `index_select`), one matmul `[rows * H, D] x [D, L]`, ReLU, the weighted head sum as a batched matmul `[rows, 1,
-//! H] x [rows, H, L]`, and the non-finite fold (below). Then each row selects its top-k among
+//! times their scales; plain keys one `index_select`), one matmul `[rows * H, D] x [D, L]`,
+//! ReLU, the weighted head sum as a batched matmul `[rows, 1, H] x [rows, H, L]`, and the
+//! non-finite fold (below). Then each row selects its top-k among
 //! its own `context_lens[t]` scores with `select_nth_unstable_by` and sorts only those k
 //! (O(L + k log k), not a sort of the row).
 //!
@@ -67,7 +69,9 @@ pub(crate) fn lightning_indexer(
 }
 
 /// The scores `[rows, len]` of rows `r0..r1` against positions `0..len` (through row
-/// `master`'s table, which every row of the chunk agrees with where it reaches).
+/// `master`'s table, which every row of the chunk agrees with where it reaches), computed in
+/// windows of positions so that no window holds more than [`CHUNK_ELEMENTS`] head scores (a
+/// single row may see more).
 fn chunk_scores(
     qf: &Tensor,
     wf: &Tensor,
@@ -82,24 +86,31 @@ fn chunk_scores(
     let n = r1 - r0;
     let master = (r0..r1).max_by_key(|&r| call.context_lens[r]).unwrap_or(r0);
     let row = &call.block_table[master * call.max_blocks..(master + 1) * call.max_blocks];
-    let slots: Vec<i64> = (0..len)
-        .map(|p| row[p / bs] * bs as i64 + (p % bs) as i64)
-        .collect();
-    let k = cache.keys_f32(&slots)?; // [L, D] f32
     let q = qf.narrow(0, r0, n)?; // [n, H, D]
     let w = wf.narrow(0, r0, n)?; // [n, H]
-    let dots = q
-        .reshape((n * h, d))?
-        .matmul(&k.t()?)?
-        .reshape((n, h, len))?;
-    let sum = w.unsqueeze(1)?.matmul(&dots.relu()?)?.squeeze(1)?; // [n, L]
-                                                                  // 0 or NaN per row (q, weights) and per position (key).
+    let qm = q.reshape((n * h, d))?;
+    let wm = w.unsqueeze(1)?; // [n, 1, H]
+                              // 0 or NaN per row (q, weights).
     let row_poison = (q.reshape((n, h * d))?.affine(0.0, 0.0)?.sum_keepdim(1)?
         + w.affine(0.0, 0.0)?.sum_keepdim(1)?)?; // [n, 1]
-    let key_poison = k.affine(0.0, 0.0)?.sum(1)?.unsqueeze(0)?; // [1, L]
-    let sum = sum.broadcast_add(&row_poison)?.broadcast_add(&key_poison)?;
-    let sum = (&sum + sum.affine(0.0, 0.0)?)?; // ±inf -> NaN
-    Ok(sum.to_vec2::<f32>()?)
+    let window = (CHUNK_ELEMENTS / (n * h)).max(1);
+    let mut out = vec![Vec::with_capacity(len); n];
+    for p0 in (0..len).step_by(window) {
+        let l = window.min(len - p0);
+        let slots: Vec<i64> = (p0..p0 + l)
+            .map(|p| row[p / bs] * bs as i64 + (p % bs) as i64)
+            .collect();
+        let k = cache.keys_f32(&slots)?; // [l, D] f32
+        let dots = qm.matmul(&k.t()?)?.reshape((n, h, l))?;
+        let sum = wm.matmul(&dots.relu()?)?.squeeze(1)?; // [n, l]
+        let key_poison = k.affine(0.0, 0.0)?.sum(1)?.unsqueeze(0)?; // [1, l]: 0 or NaN
+        let sum = sum.broadcast_add(&row_poison)?.broadcast_add(&key_poison)?;
+        let sum = (&sum + sum.affine(0.0, 0.0)?)?; // ±inf -> NaN
+        for (o, r) in out.iter_mut().zip(sum.to_vec2::<f32>()?) {
+            o.extend(r);
+        }
+    }
+    Ok(out)
 }
 
 /// Row ranges `r0..r1`: runs of consecutive rows whose tables agree on every entry both reach,

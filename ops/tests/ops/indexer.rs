@@ -1311,3 +1311,43 @@ fn kernel_backends_have_no_kernel_yet() {
     };
     expect_invalid(launches(&bad), OP, "ue8m0", &["no scales"]);
 }
+
+/// One row whose head scores (H 64 x 300000 positions) exceed the Reference's chunk: computed in
+/// windows of positions, still the brute force's top-k.
+#[test]
+fn a_row_past_the_chunk_is_windowed() {
+    let mut rng = Rng::new(29);
+    let (h, d, bs, len, topk) = (64usize, 1usize, 1000usize, 300_000usize, 50usize);
+    let nb = len / bs;
+    let keys = rng.vec(len * d, -1.0, 1.0);
+    let slots: Vec<i64> = (0..len as i64).collect();
+    let cache = cache_with(Keys::Dense(DType::F32), (nb, bs, d), &keys, &slots);
+    let q = rng.vec(h * d, -1.0, 1.0);
+    let w = rng.vec(h, -1.0, 1.0);
+    let table: Vec<i64> = (0..nb as i64).rev().collect();
+    let (qt, wt) = (
+        Tensor::from_slice(&q, (1, h, d), &CPU).expect("q"),
+        Tensor::from_slice(&w, (1, h), &CPU).expect("w"),
+    );
+    let (tt, lt) = (
+        ints(&table, &[1, nb], DType::I32),
+        ints(&[len as i64], &[1], DType::I32),
+    );
+    let mut p = LightningIndexerParams::new(topk);
+    p.return_scores = true;
+    let (idx, s) =
+        lightning_indexer(&qt, &wt, &cache, &tt, &lt, &p, Some(Backend::Reference)).expect("runs");
+    let idx = idx
+        .flatten_all()
+        .and_then(|i| i.to_vec1::<i32>())
+        .expect("idx");
+    let k64: Vec<f64> = keys.iter().map(|&v| f64::from(v)).collect();
+    let rows = model(&q, &w, &k64, (h, d, bs), &table, nb, &[len as i64]);
+    check_rows(
+        "windowed row",
+        &idx,
+        Some(&values(&s.expect("scores"))),
+        &rows,
+        topk,
+    );
+}
