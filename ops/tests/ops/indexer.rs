@@ -234,7 +234,7 @@ impl Case {
             .max(1);
         let max_blocks = used + 1;
         let nb = if shared { used + 2 } else { t * used + 2 };
-        let mut perm = rng.perm(nb);
+        let perm = rng.perm(nb);
         let mut table = vec![-1i64; t * max_blocks];
         for r in 0..t {
             for j in 0..used {
@@ -242,7 +242,6 @@ impl Case {
                 table[r * max_blocks + j] = perm[b] as i64;
             }
         }
-        perm.clear();
         let keys = rng.vec(nb * bs * d, -1.0, 1.0);
         let q = rng.vec(t * h * d, -1.0, 1.0);
         let w = rng.vec(t * h, -1.0, 1.0);
