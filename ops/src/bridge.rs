@@ -419,6 +419,84 @@ pub(crate) fn check_scale(op: &'static str, scale: f32) -> Result<(), OpError> {
     }
 }
 
+/// Checks a `slot_mapping` of `op`: each value -1 (skip) or a slot in `0..num_slots`, the valid ones
+/// distinct. O(rows written), whatever the cache's size (it never allocates per cache slot).
+pub(crate) fn check_slots(
+    op: &'static str,
+    slots: &[i64],
+    num_slots: usize,
+    (num_blocks, block_size): (usize, usize),
+) -> Result<(), OpError> {
+    // The first row writing each slot: O(rows written), whatever the cache's size.
+    let mut first: std::collections::HashMap<i64, usize> =
+        std::collections::HashMap::with_capacity(slots.len());
+    for (i, &s) in slots.iter().enumerate() {
+        if s == -1 {
+            continue;
+        }
+        if s < -1 || s >= num_slots as i64 {
+            return Err(OpError::invalid(
+                op,
+                "slot_mapping",
+                format!(
+                    "slot_mapping[{i}] = {s} must be -1 (skip) or in 0..{num_slots} (num_blocks {num_blocks} * block_size {block_size})"
+                ),
+            ));
+        }
+        if let Some(f) = first.insert(s, i) {
+            return Err(OpError::invalid(
+                op,
+                "slot_mapping",
+                format!("slot_mapping[{i}] = {s} duplicates slot_mapping[{f}]: valid slots must be distinct"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The block table `[rows, max_blocks]` (I32/I64/U32) and the context lengths `[rows]` (I32/I64)
+/// of a call with one table row and one context per query row (`row` names that dim, e.g.
+/// `"B"`; `why` says which argument sets it): their shapes checked, their values read. Returns
+/// `(max_blocks, table, lens)`; the lengths' range is [`check_context_lens`]'s.
+pub(crate) fn read_table_and_lens(
+    op: &'static str,
+    block_table: &Tensor,
+    context_lens: &Tensor,
+    (rows, row, why): (usize, &str, &str),
+) -> Result<(usize, Vec<i64>, Vec<i64>), OpError> {
+    let form = format!("[{row}, max_blocks]");
+    let (td, table) = check_index(op, "block_table", block_table, &form, 2, TABLE_DTYPES)?;
+    check_dim(op, "block_table", &td, 0, row, rows, why)?;
+    let (cd, lens) = check_positions(op, "context_lens", context_lens, &format!("[{row}]"), 1)?;
+    check_dim(op, "context_lens", &cd, 0, row, rows, why)?;
+    Ok((td[1], table, lens))
+}
+
+/// Checks every context length in `min..=max_blocks * block_size` (the table's capacity).
+pub(crate) fn check_context_lens(
+    op: &'static str,
+    lens: &[i64],
+    min: i64,
+    max_blocks: usize,
+    block_size: usize,
+) -> Result<(), OpError> {
+    let capacity = (max_blocks as u128 * block_size as u128).min(i64::MAX as u128) as i64;
+    match lens
+        .iter()
+        .enumerate()
+        .find(|(_, &l)| !(min..=capacity).contains(&l))
+    {
+        None => Ok(()),
+        Some((b, len)) => Err(OpError::invalid(
+            op,
+            "context_lens",
+            format!(
+                "context_lens[{b}] = {len} must be in {min}..={capacity} (block table capacity {max_blocks} blocks * block_size {block_size})"
+            ),
+        )),
+    }
+}
+
 /// The physical slot (`block * block_size + offset`) of logical token `t` of row `row` of a
 /// block table (`max_blocks` columns), checking the entry it reaches: non-negative and
 /// `< num_blocks`. `who` describes the index reaching it, for the message. `t` must already be in

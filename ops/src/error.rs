@@ -34,6 +34,18 @@ pub enum OpError {
         /// What is missing (the CANN runtime, a device).
         missing: String,
     },
+    /// The op has no tile kernel yet, so this backend cannot run it (only
+    /// [`Backend::Reference`](crate::Backend::Reference) does); the call was validated first.
+    /// Never a fallback to another backend.
+    #[error("{op}: the {backend} backend cannot run this op: it has no tile kernel yet ({missing}); only the reference backend runs it")]
+    NoKernel {
+        /// The op.
+        op: &'static str,
+        /// The backend asked for.
+        backend: crate::Backend,
+        /// What is missing.
+        missing: &'static str,
+    },
     /// A kernel failed to compile (a defect of the op's kernel template for these shapes).
     #[error("{op}: kernel `{kernel}` does not compile: {source}")]
     Compile {

@@ -40,6 +40,7 @@ mod bridge;
 pub mod error;
 pub mod flash_attention;
 pub mod kv_cache;
+pub mod lightning_indexer;
 pub mod paged_attention;
 pub mod paged_gather;
 pub mod quant_matmul;
@@ -55,6 +56,10 @@ pub use flash_attention::{
     flash_attention, flash_attention_varlen, qk_softmax, FlashAttentionParams,
 };
 pub use kv_cache::reshape_and_cache;
+pub use lightning_indexer::{
+    hadamard_rotate, index_cache_append, lightning_indexer, quantize_index_q, Fp8Conversion,
+    Fp8Saturation, IndexKeyCache, IndexKeyFormat, LightningIndexerParams, ScaleFormat,
+};
 pub use paged_attention::{paged_attention, PagedAttentionParams};
 pub use paged_gather::paged_gather;
 pub use quant_matmul::{

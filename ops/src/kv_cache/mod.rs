@@ -142,7 +142,7 @@ impl CacheCall {
         let (sd, slots) = bridge::check_positions(OP, "slot_mapping", slot_mapping, "[N]", 1)?;
         bridge::check_dim(OP, "slot_mapping", &sd, 0, "N", n, "rows is [N, ...row]")?;
         let num_slots = num_blocks * block_size;
-        check_slots(&slots, num_slots, (num_blocks, block_size))?;
+        bridge::check_slots(OP, &slots, num_slots, (num_blocks, block_size))?;
         let shape = ReshapeAndCacheShape {
             dtype: bridge::data_dtype(OP, "cache", cache.dtype())?,
             tokens: n,
@@ -165,40 +165,6 @@ impl CacheCall {
     pub(crate) fn num_slots(&self) -> usize {
         self.num_blocks * self.block_size
     }
-}
-
-/// Checks `slot_mapping`: each value -1 (skip) or a slot in `0..num_slots`, the valid ones
-/// distinct. O(rows written), whatever the cache's size (it never allocates per cache slot).
-fn check_slots(
-    slots: &[i64],
-    num_slots: usize,
-    (num_blocks, block_size): (usize, usize),
-) -> Result<(), OpError> {
-    // The first row writing each slot: O(rows written), whatever the cache's size.
-    let mut first: std::collections::HashMap<i64, usize> =
-        std::collections::HashMap::with_capacity(slots.len());
-    for (i, &s) in slots.iter().enumerate() {
-        if s == -1 {
-            continue;
-        }
-        if s < -1 || s >= num_slots as i64 {
-            return Err(OpError::invalid(
-                OP,
-                "slot_mapping",
-                format!(
-                    "slot_mapping[{i}] = {s} must be -1 (skip) or in 0..{num_slots} (num_blocks {num_blocks} * block_size {block_size})"
-                ),
-            ));
-        }
-        if let Some(f) = first.insert(s, i) {
-            return Err(OpError::invalid(
-                OP,
-                "slot_mapping",
-                format!("slot_mapping[{i}] = {s} duplicates slot_mapping[{f}]: valid slots must be distinct"),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// The in-place candle op running the tile kernel (simulated, or packaged for the Ascend 950)
@@ -245,7 +211,12 @@ impl InplaceOp2 for CacheOp {
 
 #[cfg(test)]
 mod tests {
-    use super::check_slots;
+    use super::OP;
+    use crate::bridge;
+
+    fn check_slots(slots: &[i64], n: usize, dims: (usize, usize)) -> Result<(), crate::OpError> {
+        bridge::check_slots(OP, slots, n, dims)
+    }
 
     /// A one-row write into a 2^28-slot cache: checked on the slot count alone, no cache, no
     /// per-slot scratch.

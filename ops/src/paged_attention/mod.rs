@@ -142,31 +142,16 @@ impl PagedCall {
                 ),
             ));
         }
-        let (td, table) = bridge::check_index(
+        let (max_blocks, table, lens) = bridge::read_table_and_lens(
             OP,
-            "block_table",
             block_table,
-            "[B, max_blocks]",
-            2,
-            bridge::TABLE_DTYPES,
+            context_lens,
+            (batch, "B", "q is [B, H, D]"),
         )?;
-        bridge::check_dim(OP, "block_table", &td, 0, "B", batch, "q is [B, H, D]")?;
-        let max_blocks = td[1];
-        let (cd, lens) = bridge::check_positions(OP, "context_lens", context_lens, "[B]", 1)?;
-        bridge::check_dim(OP, "context_lens", &cd, 0, "B", batch, "q is [B, H, D]")?;
         bridge::check_scale(OP, p.scale)?;
-        let capacity = (max_blocks as u128 * block_size as u128).min(i64::MAX as u128) as i64;
+        bridge::check_context_lens(OP, &lens, 1, max_blocks, block_size)?;
         let mut slots = Vec::with_capacity(batch);
         for (b, &len) in lens.iter().enumerate() {
-            if len < 1 || len > capacity {
-                return Err(OpError::invalid(
-                    OP,
-                    "context_lens",
-                    format!(
-                        "context_lens[{b}] = {len} must be in 1..={capacity} (block table capacity {max_blocks} blocks * block_size {block_size})"
-                    ),
-                ));
-            }
             let mut row = Vec::with_capacity(len as usize);
             for t in 0..len {
                 row.push(bridge::reach(

@@ -24,6 +24,7 @@
 //! | [`crate::quant_matmul()`] | `quant_matmul_<out>_b<bias>_r<relu>` (or `quant_matmul_i8_r<relu>`) |
 //! | [`crate::flash_attention()`] | `flash_attn_<dtype>` (DN mode, one row per query tile, at most one block per cluster) |
 //! | [`crate::qk_softmax()`] | `qk_softmax_<dtype>` (the flash kernel writing P^T) |
+//! | [`crate::lightning_indexer()`] | none yet: its shape ([`LightningIndexerShape`]) is checked by the same [`OpShape`] path but is not in [`OPS`]; [`launches`] gives `OpError::NoKernel` |
 //!
 //! ```
 //! use tileops_ops::registry::{launches, SparseAttentionShape};
@@ -88,6 +89,7 @@ pub use spec::{launches, BuildError, CheckPath, Checked, OpShape, OpSpec, Param,
 
 pub use crate::flash_attention::{FlashAttentionShape, QkSoftmaxShape};
 pub use crate::kv_cache::ReshapeAndCacheShape;
+pub use crate::lightning_indexer::LightningIndexerShape;
 pub use crate::paged_attention::PagedAttentionShape;
 pub use crate::paged_gather::PagedGatherShape;
 pub use crate::quant_matmul::QuantMatmulShape;

@@ -45,7 +45,8 @@ pub trait OpShape: Default + Clone {
     /// Every rule of the shape, naming the shape parameter it breaks; `path` says who asks
     /// (a tensor call may carry a runtime count of 0 that `emit` refuses).
     fn check(&self, path: CheckPath) -> Result<(), OpError>;
-    /// The kernels a checked shape launches on the device, in order.
+    /// The kernels a checked shape launches on the device, in order; empty only for an op with
+    /// no tile kernel yet ([`launches`] then reports [`OpError::NoKernel`]).
     fn plan(shape: &Checked<Self>) -> Vec<Launch>;
 }
 
@@ -136,9 +137,19 @@ pub(crate) fn as_call_error(e: OpError, op: &'static str, map: &[(&str, &'static
 /// that shape).
 ///
 /// # Errors
-/// The first rule `shape` breaks ([`OpError::Invalid`] naming the shape parameter).
+/// The first rule `shape` breaks ([`OpError::Invalid`] naming the shape parameter);
+/// [`OpError::NoKernel`] for an op whose plan launches nothing because it has no tile kernel
+/// yet (`lightning_indexer`, which is not in [`OPS`](super::OPS) for that reason).
 pub fn launches<S: OpShape>(shape: &S) -> Result<Vec<Launch>, OpError> {
-    Ok(S::plan(&Checked::emit(shape.clone())?))
+    let plan = S::plan(&Checked::emit(shape.clone())?);
+    if plan.is_empty() {
+        return Err(OpError::NoKernel {
+            op: S::NAME,
+            backend: crate::Backend::Ascend950,
+            missing: "its shape plans no device launch",
+        });
+    }
+    Ok(plan)
 }
 
 /// Why a registered op could not build its launches from named values.

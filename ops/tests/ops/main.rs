@@ -11,6 +11,7 @@ mod cache;
 mod gather;
 mod hardening;
 mod hostile;
+mod indexer;
 mod invalid;
 mod nonfinite;
 mod paged;

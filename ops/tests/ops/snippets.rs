@@ -99,6 +99,43 @@ fn reshape_and_cache_snippet() -> R {
     Ok(())
 }
 
+#[test]
+fn lightning_indexer_snippet() -> R {
+    use candle_core::{DType, Device, Tensor};
+    use tileops_ops::{
+        index_cache_append, lightning_indexer, Backend, Fp8Conversion, IndexKeyCache,
+        LightningIndexerParams, ScaleFormat,
+    };
+
+    let dev = Device::Cpu;
+    let (t, h, d, block_size) = (2, 4, 128, 16);
+    let cache = IndexKeyCache::zeros_fp8(8, block_size, d, ScaleFormat::Ue8m0, &dev)?;
+    let keys = Tensor::randn(0f32, 1.0, (40, d), &dev)?; // 40 tokens' index keys
+    let slots = Tensor::arange(16i64, 56, &dev)?; // tokens 0..40 in blocks 1, 2, 3
+    let conv = Fp8Conversion::default(); // nearest even, saturating
+    index_cache_append(&cache, &keys, &slots, conv, Some(Backend::Reference))?;
+    let q = Tensor::randn(0f32, 1.0, (t, h, d), &dev)?.to_dtype(DType::BF16)?;
+    let weights = Tensor::randn(0f32, 1.0, (t, h), &dev)?;
+    let block_table = Tensor::new(&[[1i32, 2, 3], [1, 2, -1]], &dev)?; // -1: never reached
+    let context_lens = Tensor::new(&[40i32, 20], &dev)?;
+    let mut params = LightningIndexerParams::new(32);
+    params.return_scores = true;
+    let (indices, scores) = lightning_indexer(
+        &q,
+        &weights,
+        &cache,
+        &block_table,
+        &context_lens,
+        &params,
+        Some(Backend::Reference),
+    )?;
+    assert_eq!(indices.dims(), &[t, 32]);
+    assert_eq!(indices.dtype(), DType::I32);
+    assert_eq!(indices.to_vec2::<i32>()?[1][20..], [-1; 12]); // row 1 sees 20 positions
+    assert!(scores.is_some());
+    Ok(())
+}
+
 /// Every ```rust block of docs/ops.md appears, line by line and in order, in this file.
 #[test]
 fn docs_show_these_snippets() {
@@ -121,5 +158,5 @@ fn docs_show_these_snippets() {
         blocks += 1;
         rest = &body[end + 3..];
     }
-    assert_eq!(blocks, 4, "docs/ops.md should show one snippet per op");
+    assert_eq!(blocks, 5, "docs/ops.md should show one snippet per op");
 }

@@ -90,6 +90,19 @@ pub enum RoundMode {
     Trunc,
 }
 
+impl RoundMode {
+    /// `v` rounded to an integer (as f64) the way this mode rounds.
+    pub fn round(self, v: f64) -> f64 {
+        match self {
+            RoundMode::Rint => v.round_ties_even(),
+            RoundMode::Round => v.round(),
+            RoundMode::Floor => v.floor(),
+            RoundMode::Ceil => v.ceil(),
+            RoundMode::Trunc => v.trunc(),
+        }
+    }
+}
+
 /// A vector-unit op.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum VectorOp {

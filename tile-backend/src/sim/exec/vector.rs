@@ -42,16 +42,6 @@ trait Scratch: Float + Send + Sync + 'static {
     }
 }
 
-fn round_with(v: f64, mode: RoundMode) -> f64 {
-    match mode {
-        RoundMode::Rint => v.round_ties_even(),
-        RoundMode::Round => v.round(),
-        RoundMode::Floor => v.floor(),
-        RoundMode::Ceil => v.ceil(),
-        RoundMode::Trunc => v.trunc(),
-    }
-}
-
 fn encode_any(dtype: DType, v: f64, round: RoundMode, out: &mut [u8]) {
     if dtype.is_float() {
         numeric::encode_one(dtype, v as f32, out)
@@ -60,7 +50,7 @@ fn encode_any(dtype: DType, v: f64, round: RoundMode, out: &mut [u8]) {
     } else {
         numeric::encode_i64(
             dtype,
-            round_with(v, round).clamp(i64::MIN as f64, i64::MAX as f64) as i64,
+            round.round(v).clamp(i64::MIN as f64, i64::MAX as f64) as i64,
             out,
         )
     }
