@@ -2,8 +2,8 @@
 //! tables are not transcribed yet; it borrows the 950 tables (flagged by `rules_documented = false`).
 
 use super::{
-    cast_pairs_950, move_table_950, vector_dtypes_950, Arch, Figure, LoadRule, MatmulDtypes, Rates,
-    SpaceSpec, Target,
+    cast_pairs_950, move_table_950, vector_dtypes_950, Arch, Figure, LoadRule, MatmulDtypes,
+    MrgSortTies, Rates, SpaceSpec, Target,
 };
 use crate::ir::{DType, Layout, MemSpace};
 
@@ -127,5 +127,6 @@ pub(super) fn arch() -> Arch {
         },
         rules_documented: false,
         l2: false,
+        mrgsort_ties: MrgSortTies::EarlierListFirst,
     }
 }

@@ -2,7 +2,7 @@
 
 use super::{
     cast_pairs_950, vector_dtypes_950, Arch, Figure, LayoutRule, LoadRule, MatmulDtypes, MoveRule,
-    Rates, ScaleRule, ShapeRel, Sku, SpaceSpec, Target,
+    MrgSortTies, Rates, ScaleRule, ShapeRel, Sku, SpaceSpec, Target,
 };
 use crate::ir::{DType, Layout, MemSpace, Pipe};
 
@@ -47,6 +47,7 @@ pub(super) fn arch(sku: Sku) -> Arch {
         rates: rates_950(sku),
         rules_documented: true,
         l2: false,
+        mrgsort_ties: MrgSortTies::EarlierListFirst,
     }
 }
 
