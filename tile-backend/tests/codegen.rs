@@ -1494,7 +1494,11 @@ fn sort_instructions_emit_and_their_constraints_fail_the_syntax_check() {
         kb.build()
     };
     let p = package(&sort(DType::U32, 1), 1);
-    for call in ["TSORT32(pairs, src, idx);", "MrgSortExecutedNumList", "false>(best, "] {
+    for call in [
+        "TSORT32(pairs, src, idx);",
+        "MrgSortExecutedNumList",
+        "false>(best, ",
+    ] {
         assert!(p.kernel_cpp.contains(call), "{call}:\n{}", p.kernel_cpp);
     }
     assert_syntax_ok(&p);

@@ -191,7 +191,13 @@ fn run_sort32(c: &Sort32Case, seed: u64) {
     );
     assert_eq!(got.len(), want.len(), "{what}");
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        assert_eq!(g, w, "{what}: pair {i} (row {}, block {})", i / padded, i % padded / 32);
+        assert_eq!(
+            g,
+            w,
+            "{what}: pair {i} (row {}, block {})",
+            i / padded,
+            i % padded / 32
+        );
     }
 }
 
@@ -497,8 +503,13 @@ fn a_runtime_shape_breaking_a_sort_rule_is_an_error() {
         simulate(&k, &mut args)
     };
     run(64).expect("64 columns are whole blocks");
-    let err = run(33).expect_err("33 columns need the tail form").to_string();
-    assert!(err.contains("[sort-tmp]") && err.contains("4-argument form"), "{err}");
+    let err = run(33)
+        .expect_err("33 columns need the tail form")
+        .to_string();
+    assert!(
+        err.contains("[sort-tmp]") && err.contains("4-argument form"),
+        "{err}"
+    );
 }
 
 /// The cost of each form is its A2/A3-derived figure: TSORT32 6 + 2 per block, TMRGSORT 20 +
@@ -547,8 +558,8 @@ fn sort_costs_follow_their_figures() {
         Arg::Tensor(GmTensor::zeros(DType::U32, &[1, 64])),
         Arg::Tensor(GmTensor::from_f32(dt, &[1, 512], &xs_v)),
     ];
-    let (_, trace) = sim::run_traced(&k, &arch, &mut args, SimOptions { block_dim: 1 })
-        .expect("runs");
+    let (_, trace) =
+        sim::run_traced(&k, &arch, &mut args, SimOptions { block_dim: 1 }).expect("runs");
     let tl = block_timeline(
         &k,
         &arch,

@@ -116,7 +116,11 @@ fn the_well_formed_sorts_are_clean() {
 fn sort_tiles_live_in_ub() {
     let mut c = sort32_f32();
     c.src = t(Mat, F32, 4, 64, ND);
-    expect_err(&check_sort32(&c), Rule::SortSpace, &["`src`", "UB (Vec) only"]);
+    expect_err(
+        &check_sort32(&c),
+        Rule::SortSpace,
+        &["`src`", "UB (Vec) only"],
+    );
     let r = check_lists(list(64), t(Mat, F32, 1, 256, ND), &[list(64), list(64)]);
     expect_err(&r, Rule::SortSpace, &["`tmp`"]);
 }
@@ -141,7 +145,11 @@ fn sort_values_are_f32_or_f16_and_indices_u32() {
     expect_err(&check_sort32(&c), Rule::SortDtype, &["f32 or f16"]);
     let mut c = sort32_f16_tail();
     c.tmp = Some(t(Vec, F32, 1, 128, ND));
-    expect_err(&check_sort32(&c), Rule::SortDtype, &["`tmp` is f32", "one dtype"]);
+    expect_err(
+        &check_sort32(&c),
+        Rule::SortDtype,
+        &["`tmp` is f32", "one dtype"],
+    );
     let r = check_mrgsort(t(Vec, I32, 1, 512, ND), t(Vec, I32, 1, 512, ND), 64);
     expect_err(&r, Rule::SortDtype, &["f32 or f16"]);
     let r = check_lists(list(64), list(256), &[list(64), t(Vec, F16, 1, 64, ND)]);
@@ -153,32 +161,56 @@ fn sort32_shapes() {
     // dst too narrow for the pairs.
     let mut c = sort32_f32();
     c.dst = t(Vec, F32, 4, 64, ND);
-    expect_err(&check_sort32(&c), Rule::SortShape, &["64 pairs", "dst has 64"]);
+    expect_err(
+        &check_sort32(&c),
+        Rule::SortShape,
+        &["64 pairs", "dst has 64"],
+    );
     // dst sorts its own valid rows: they must be src's.
     let mut c = sort32_f32();
     c.dst = t(Vec, F32, 4, 128, ND).valid(3, 128);
-    expect_err(&check_sort32(&c), Rule::SortShape, &["dst's 3 valid rows", "src has 4"]);
+    expect_err(
+        &check_sort32(&c),
+        Rule::SortShape,
+        &["dst's 3 valid rows", "src has 4"],
+    );
     // idx: one row or one per row, and an index per value.
     let mut c = sort32_f32();
     c.idx = t(Vec, U32, 4, 64, ND).valid(2, 64);
     expect_err(&check_sort32(&c), Rule::SortShape, &["2 valid rows"]);
     let mut c = sort32_f32();
     c.idx = t(Vec, U32, 4, 64, ND).valid(4, 32);
-    expect_err(&check_sort32(&c), Rule::SortShape, &["32 valid columns, src 64"]);
+    expect_err(
+        &check_sort32(&c),
+        Rule::SortShape,
+        &["32 valid columns, src 64"],
+    );
     // The padded last block reads 128 indices per row.
     let mut c = sort32_f16_tail();
     c.idx = t(Vec, U32, 1, 104, ND).valid(1, 100);
-    expect_err(&check_sort32(&c), Rule::SortShape, &["reads 128 indices", "104 columns"]);
+    expect_err(
+        &check_sort32(&c),
+        Rule::SortShape,
+        &["reads 128 indices", "104 columns"],
+    );
 }
 
 #[test]
 fn a_sort32_tail_needs_its_tmp() {
     let mut c = sort32_f16_tail();
     c.tmp = None;
-    expect_err(&check_sort32(&c), Rule::SortTmp, &["100 valid columns", "4-argument form"]);
+    expect_err(
+        &check_sort32(&c),
+        Rule::SortTmp,
+        &["100 valid columns", "4-argument form"],
+    );
     let mut c = sort32_f16_tail();
     c.tmp = Some(t(Vec, F16, 1, 112, ND));
-    expect_err(&check_sort32(&c), Rule::SortTmp, &["112 columns", "needs 128"]);
+    expect_err(
+        &check_sort32(&c),
+        Rule::SortTmp,
+        &["112 columns", "needs 128"],
+    );
     // Over 8160 bytes a row's tail alone goes through tmp: 32 columns.
     expect_err(
         &check_sort32(&long_f32_row(16)),
@@ -196,7 +228,11 @@ fn a5s_long_row_tail_underflows_at_255_blocks() {
         idx: t(Vec, U32, 1, 8160, ND).valid(1, 8150),
         tmp: Some(t(Vec, F32, 1, 32, ND)),
     };
-    expect_err(&check_sort32(&c), Rule::SortRepeat, &["255 blocks", "underflows"]);
+    expect_err(
+        &check_sort32(&c),
+        Rule::SortRepeat,
+        &["255 blocks", "underflows"],
+    );
     // 8100 columns (254 blocks) are fine.
     let ok = Sort32 {
         src: t(Vec, F32, 1, 8104, ND).valid(1, 8100),
@@ -211,14 +247,14 @@ fn mrgsort_block_length_and_repeat() {
     let r = check_mrgsort(list(512), list(512), 96);
     expect_err(&r, Rule::SortRepeat, &["96 elements", "multiple of 64"]);
     let r = check_mrgsort(list(512), list(512).valid(1, 384), 64);
-    expect_err(&r, Rule::SortRepeat, &["384 valid columns", "4 x block length (256)"]);
+    expect_err(
+        &r,
+        Rule::SortRepeat,
+        &["384 valid columns", "4 x block length (256)"],
+    );
     let r = check_mrgsort(list(512), list(512), 256);
     expect_err(&r, Rule::SortRepeat, &["512 / 1024 = 0", "1..=255"]);
-    let r = check_mrgsort(
-        t(Vec, F16, 1, 65536, ND),
-        t(Vec, F16, 1, 65536, ND),
-        64,
-    );
+    let r = check_mrgsort(t(Vec, F16, 1, 65536, ND), t(Vec, F16, 1, 65536, ND), 64);
     expect_err(&r, Rule::SortRepeat, &["= 256", "1..=255"]);
 }
 
@@ -239,7 +275,11 @@ fn mrgsort_lists_counts_and_sizes() {
     let r = check_lists(list(64), list(512), &vec![list(64); 5]);
     expect_err(&r, Rule::SortLists, &["2 to 4 lists, got 5"]);
     let r = check_lists(list(64), list(256), &[list(64), list(64).valid(1, 63)]);
-    expect_err(&r, Rule::SortLists, &["list 1 has 63 valid columns", "2-column pairs"]);
+    expect_err(
+        &r,
+        Rule::SortLists,
+        &["list 1 has 63 valid columns", "2-column pairs"],
+    );
     // 65536 pairs do not fit vmrgsort4's 16-bit count.
     let r = check_lists(list(64), list(131072 + 64), &[list(131072), list(64)]);
     expect_err(&r, Rule::SortLists, &["65536 pairs", "65535"]);

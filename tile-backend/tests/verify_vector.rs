@@ -418,7 +418,13 @@ fn multiplication_and_division_follow_their_instruction() {
         let r = same3(dt, |v, [a, b, c]| v.mul(a, b, c));
         expect_unsupported(&r, "mul", dt, "TMUL", "f32, f16, bf16, i32, u32, i64, u64");
         let r = same3(dt, |v, [a, b, _]| v.muls(a, b, 3.0));
-        expect_unsupported(&r, "muls", dt, "TMULS", "f32, f16, bf16, i32, u32, i64, u64");
+        expect_unsupported(
+            &r,
+            "muls",
+            dt,
+            "TMULS",
+            "f32, f16, bf16, i32, u32, i64, u64",
+        );
     }
     expect_clean(&same3(BF16, |v, [a, b, c]| {
         v.mul(a, b, c);

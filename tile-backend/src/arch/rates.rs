@@ -225,10 +225,7 @@ impl Rates {
             ("sort32_head_cycles", sort32_head_cycles),
             ("sort32_cycles_per_block", sort32_cycles_per_block),
             ("mrgsort_head_cycles", mrgsort_head_cycles),
-            (
-                "mrgsort_cycles_per_128_pairs",
-                mrgsort_cycles_per_128_pairs,
-            ),
+            ("mrgsort_cycles_per_128_pairs", mrgsort_cycles_per_128_pairs),
             ("l2_bytes", l2_bytes),
             ("l2_line_bytes", l2_line_bytes),
             ("l2_hit_latency_cycles", l2_hit_latency_cycles),

@@ -407,8 +407,9 @@ pub fn encode_one(dtype: DType, v: f32, out: &mut [u8]) {
         DType::I32 => out[..4].copy_from_slice(
             &(sat_round(v, i32::MIN as f32, i32::MAX as f32) as i32).to_le_bytes(),
         ),
-        DType::U32 => out[..4]
-            .copy_from_slice(&(sat_round(v, 0.0, u32::MAX as f32) as u32).to_le_bytes()),
+        DType::U32 => {
+            out[..4].copy_from_slice(&(sat_round(v, 0.0, u32::MAX as f32) as u32).to_le_bytes())
+        }
         DType::I64 => out[..8].copy_from_slice(&(v.round_ties_even() as i64).to_le_bytes()),
         DType::U64 => {
             out[..8].copy_from_slice(&(v.max(0.0).round_ties_even() as u64).to_le_bytes())

@@ -249,7 +249,11 @@ impl MrgSortListDims {
 }
 
 pub(super) fn check(cx: &mut Ctx<'_>, op: &SortOp) {
-    let tiles: Vec<&TileRef> = op.tile_reads().into_iter().chain(op.tile_writes()).collect();
+    let tiles: Vec<&TileRef> = op
+        .tile_reads()
+        .into_iter()
+        .chain(op.tile_writes())
+        .collect();
     let mut decls = vec![];
     for r in tiles {
         if let Some(d) = cx.tile(r) {
@@ -368,7 +372,10 @@ fn values(cx: &mut Ctx<'_>, name: &str, tiles: &[&TileDecl]) -> Option<u64> {
     if pc.is_none() {
         cx.error(
             Rule::SortDtype,
-            format!("{name} sorts f32 or f16 values, `{}` is {dtype}", first.name),
+            format!(
+                "{name} sorts f32 or f16 values, `{}` is {dtype}",
+                first.name
+            ),
         );
     }
     if ok {
@@ -396,7 +403,10 @@ fn one_row(cx: &mut Ctx<'_>, name: &str, tiles: &[&TileDecl]) {
 /// A5 TMRGSORT's `CheckOverMemory`: the output (tmp, or dst in the single-list form) and the
 /// first source fit in UB together (`PTO_UBUF_SIZE_BYTES`; our UB capacity).
 fn ub_budget(cx: &mut Ctx<'_>, name: &str, out_bytes: u64, first: &TileDecl) {
-    let ub = cx.arch.space(MemSpace::Vec).map_or(u64::MAX, |s| s.capacity);
+    let ub = cx
+        .arch
+        .space(MemSpace::Vec)
+        .map_or(u64::MAX, |s| s.capacity);
     let src = first.ty.cols * first.ty.dtype.size_bytes();
     if out_bytes + src > ub {
         cx.error(
@@ -409,13 +419,7 @@ fn ub_budget(cx: &mut Ctx<'_>, name: &str, out_bytes: u64, first: &TileDecl) {
     }
 }
 
-fn sort32(
-    cx: &mut Ctx<'_>,
-    dst: &TileRef,
-    src: &TileRef,
-    idx: &TileRef,
-    tmp: Option<&TileRef>,
-) {
+fn sort32(cx: &mut Ctx<'_>, dst: &TileRef, src: &TileRef, idx: &TileRef, tmp: Option<&TileRef>) {
     let (Some(d), Some(s), Some(i)) = (decl(cx, dst), decl(cx, src), decl(cx, idx)) else {
         return;
     };
