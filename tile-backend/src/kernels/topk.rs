@@ -72,7 +72,7 @@ pub struct TopkTiles {
     pub pad_values: TileId,
     /// u32 `[1, ceil32(k)]`.
     pub pad_index: TileId,
-    /// The probe's two lists and its merge (`[1, 64]` f32) and that merge's bits as i32.
+    /// The probe's two lists and its merge (`[1, 64]` f32 each).
     pub probe: [TileId; 3],
     /// The probe merge's scratch.
     pub probe_tmp: TileId,
@@ -96,7 +96,17 @@ impl TopkTiles {
         let best_cols = (pc * k).max(pc * CHUNK).div_ceil(8) * 8;
         let mut tile = |name: &str, ty: TileType| kb.tile(format!("{prefix}{name}"), ty);
         let probe_merge = tile("probe_m", vec_f32(pc * CHUNK).dynamic());
-        let t = TopkTiles {
+        let probe_bits = kb.reinterpret(
+            format!("{prefix}probe_bits"),
+            probe_merge,
+            Reinterpret {
+                dtype: Some(DType::I32),
+                shape: Some((1, pc * CHUNK)),
+                layout: None,
+            },
+        );
+        let mut tile = |name: &str, ty: TileType| kb.tile(format!("{prefix}{name}"), ty);
+        TopkTiles {
             k,
             chunk: tile("chunk", vec_f32(CHUNK).dynamic()),
             idx: tile("idx", vec_u32(CHUNK)),
@@ -116,20 +126,7 @@ impl TopkTiles {
                 probe_merge,
             ],
             probe_tmp: tile("probe_tmp", vec_f32(2 * pc * CHUNK)),
-            probe_bits: probe_merge,
-        };
-        let bits = kb.reinterpret(
-            format!("{prefix}probe_bits"),
-            probe_merge,
-            Reinterpret {
-                dtype: Some(DType::I32),
-                shape: Some((1, pc * CHUNK)),
-                layout: None,
-            },
-        );
-        TopkTiles {
-            probe_bits: bits,
-            ..t
+            probe_bits,
         }
     }
 }
@@ -138,7 +135,7 @@ impl TopkTiles {
 /// `(1.0, 1)` pairs and reads the first index. The variable is 1 when the later list won the
 /// tie (pass the list to favour last), 0 when the earlier one did. Also builds the pad pairs.
 pub fn probe_tie_order(b: &mut Body<'_>, t: &TopkTiles) -> VarId {
-    let pc = 2i64;
+    let pc = pair_cols(DType::F32).unwrap_or(2) as i64;
     let k32 = t.k.div_ceil(CHUNK) * CHUNK;
     let [pa, pb, pm] = t.probe;
     for (list, index) in [(pa, 0.0), (pb, 1.0)] {

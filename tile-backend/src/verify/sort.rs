@@ -96,7 +96,7 @@ impl Sort32Dims {
                 ),
             ));
         }
-        if c % BLOCK == 0 {
+        if c.is_multiple_of(BLOCK) {
             return out;
         }
         // The tail form.
@@ -134,7 +134,7 @@ impl Sort32Dims {
                 ),
             ));
         }
-        if row_bytes > TAIL_WHOLE_ROW_BYTES && blocks % REPEAT_MAX == 0 {
+        if row_bytes > TAIL_WHOLE_ROW_BYTES && blocks.is_multiple_of(REPEAT_MAX) {
             out.push((
                 Rule::SortRepeat,
                 format!(
@@ -149,7 +149,7 @@ impl Sort32Dims {
 /// TMRGSORT's single-list rules: `src_cols` valid columns, `dst_cols` allocated in dst.
 pub(crate) fn mrgsort_rules(block_len: u64, src_cols: u64, dst_cols: u64) -> Vec<Broken> {
     let mut out = vec![];
-    if block_len == 0 || block_len % MRG_BLOCK_MULTIPLE != 0 {
+    if block_len == 0 || !block_len.is_multiple_of(MRG_BLOCK_MULTIPLE) {
         out.push((
             Rule::SortRepeat,
             format!("mrgsort's block length is {block_len} elements; it must be a positive multiple of 64"),
@@ -157,7 +157,7 @@ pub(crate) fn mrgsort_rules(block_len: u64, src_cols: u64, dst_cols: u64) -> Vec
         return out;
     }
     let group = 4 * block_len;
-    if src_cols % group != 0 {
+    if !src_cols.is_multiple_of(group) {
         out.push((
             Rule::SortRepeat,
             format!("mrgsort's src has {src_cols} valid columns, not a multiple of 4 x block length ({group})"),
@@ -206,7 +206,7 @@ impl MrgSortListDims {
             ));
         }
         for (i, &c) in self.list_cols.iter().enumerate() {
-            if c % self.pc != 0 {
+            if !c.is_multiple_of(self.pc) {
                 out.push((
                     Rule::SortLists,
                     format!(
