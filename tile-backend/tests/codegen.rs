@@ -618,6 +618,9 @@ fn kind(op: &Op) -> &'static str {
         Op::Vector(VectorOp::Fill { .. }) => "Fill",
         Op::Vector(VectorOp::SetValidShape { .. }) => "SetValidShape",
         Op::Vector(VectorOp::FillPad { .. }) => "FillPad",
+        Op::Sort(SortOp::Sort32 { .. }) => "Sort32",
+        Op::Sort(SortOp::MrgSort { .. }) => "MrgSort",
+        Op::Sort(SortOp::MrgSortLists { .. }) => "MrgSortLists",
         Op::Scalar(ScalarOp::ReadScalar { .. }) => "ReadScalar",
         Op::Scalar(ScalarOp::ReadTileScalar { .. }) => "ReadTileScalar",
         Op::Scalar(ScalarOp::WriteScalar { .. }) => "WriteScalar",
@@ -634,7 +637,7 @@ fn kind(op: &Op) -> &'static str {
 }
 
 /// Number of `Op` variants (the arms of `kind`).
-const OP_KINDS: usize = 28;
+const OP_KINDS: usize = 31;
 
 /// Emits `ops` in one section of `base` (planned): each op alone, checking its instruction
 /// appears, then all together through the syntax check; returns the kinds seen.
@@ -956,6 +959,10 @@ fn every_op_kind_has_an_emission_path() {
     let hz = kb.tile("hz", t(Vec, DType::F16, 16, 32, Layout::NZ));
     let hsmall = kb.tile("hsmall", t(Vec, DType::F16, 16, 16, Layout::ND));
     let keys = kb.tile("keys", t(Vec, DType::I32, 1, 8, Layout::ND));
+    let sort_idx = kb.tile("sort_idx", t(Vec, DType::U32, 1, 64, Layout::ND));
+    let pairs = kb.tile("pairs", t(Vec, DType::F32, 1, 128, Layout::ND));
+    let pairs2 = kb.tile("pairs2", t(Vec, DType::F32, 1, 256, Layout::ND));
+    let sort_tmp = kb.tile("sort_tmp", t(Vec, DType::F32, 1, 256, Layout::ND));
     let p_l1 = kb.tile("p_l1", t(Mat, DType::F16, 32, 32, Layout::NZ));
     let un = |op, dst: TileId, src: TileId| {
         Op::Vector(VectorOp::Unary {
@@ -1118,6 +1125,28 @@ fn every_op_kind_has_an_emission_path() {
             var: VarId(0),
             tile: keys.into(),
             index: 5.into(),
+        }),
+        Op::Sort(SortOp::Sort32 {
+            dst: pairs.into(),
+            src: colv.into(),
+            idx: sort_idx.into(),
+            tmp: None,
+        }),
+        Op::Sort(SortOp::Sort32 {
+            dst: pairs.into(),
+            src: colv.into(),
+            idx: sort_idx.into(),
+            tmp: Some(sort_tmp.into()),
+        }),
+        Op::Sort(SortOp::MrgSort {
+            dst: pairs2.into(),
+            src: sort_tmp.into(),
+            block_len: 64,
+        }),
+        Op::Sort(SortOp::MrgSortLists {
+            dst: pairs.into(),
+            tmp: pairs2.into(),
+            srcs: vec![pairs.into(), sort_tmp.into()],
         }),
     ]);
     let mut vbase = kb.build();
@@ -1359,6 +1388,7 @@ fn every_emitted_instruction_has_an_audit_row() {
         include_str!("../src/ir/op/matmul.rs"),
         include_str!("../src/ir/op/gather.rs"),
         include_str!("../src/ir/op/vector.rs"),
+        include_str!("../src/ir/op/sort.rs"),
         include_str!("../src/ir/op/scalar.rs"),
         include_str!("../src/ir/op/sync.rs"),
     ];
@@ -1435,5 +1465,51 @@ fn leaky_relu_simulates_verifies_and_emits() {
             .any(|d| d.rule == tile_backend::verify::Rule::VectorDtype
                 && d.message.contains("TLRELU")),
         "{report}"
+    );
+}
+
+/// The sort instructions: the emitted calls pass the syntax check, and a sort the verifier
+/// refuses (i32 indices, a two-row merge list) also fails it, on the declaration header's
+/// static_asserts from `a5/TSort32.hpp` and `a5/TMrgSort.hpp`.
+#[test]
+fn sort_instructions_emit_and_their_constraints_fail_the_syntax_check() {
+    let sort = |idx_dtype: DType, list_rows: u64| {
+        let mut kb = KernelBuilder::new("sorts");
+        let src = kb.tile("src", t(MemSpace::Vec, DType::F32, 1, 64, Layout::ND));
+        let idx = kb.tile("idx", t(MemSpace::Vec, idx_dtype, 1, 64, Layout::ND));
+        let pairs = kb.tile("pairs", t(MemSpace::Vec, DType::F32, 1, 128, Layout::ND));
+        let other = kb.tile(
+            "other",
+            t(MemSpace::Vec, DType::F32, list_rows, 128, Layout::ND).valid(1, 128),
+        );
+        let tmp = kb.tile("tmp", t(MemSpace::Vec, DType::F32, 1, 256, Layout::ND));
+        let best = kb.tile("best", t(MemSpace::Vec, DType::F32, 1, 64, Layout::ND));
+        kb.vector(|v| {
+            v.fill(src, 1.0);
+            v.fill(idx, 0.0);
+            v.sort32(pairs, src, idx);
+            v.sort32(other, src, idx);
+            v.mrgsort_lists(best, tmp, [pairs.into(), other.into()]);
+        });
+        kb.build()
+    };
+    let p = package(&sort(DType::U32, 1), 1);
+    for call in [
+        "TSORT32(pairs, src, idx);",
+        "MrgSortExecutedNumList",
+        "false>(best, ",
+    ] {
+        assert!(p.kernel_cpp.contains(call), "{call}:\n{}", p.kernel_cpp);
+    }
+    assert_syntax_ok(&p);
+    assert!(!tile_backend::verify::verify(&sort(DType::I32, 1)).is_ok());
+    expect_static_assert(
+        &package_unverified(&sort(DType::I32, 1)),
+        "PTO: TSORT32 indices must be uint32_t",
+    );
+    assert!(!tile_backend::verify::verify(&sort(DType::U32, 2)).is_ok());
+    expect_static_assert(
+        &package_unverified(&sort(DType::U32, 2)),
+        "PTO: TMRGSORT tiles must have one row",
     );
 }

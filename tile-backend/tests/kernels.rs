@@ -151,7 +151,12 @@ fn all_returns_one_clean_kernel_of_each() {
     let names: Vec<&str> = all.iter().map(|k| k.name.as_str()).collect();
     assert_eq!(
         names,
-        ["matmul_f16", "attention_tile_f16", "gather_matmul_f16"]
+        [
+            "matmul_f16",
+            "attention_tile_f16",
+            "gather_matmul_f16",
+            "topk_2048"
+        ]
     );
     for k in &all {
         assert_clean(k);

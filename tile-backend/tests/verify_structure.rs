@@ -347,6 +347,8 @@ fn covered_in(rule: Rule) -> &'static str {
         | ReduceLayout | PadValue | FillpadLayout | ValidShape => {
             include_str!("verify_vector.rs")
         }
+        SortSpace | SortLayout | SortDtype | SortShape | SortTmp | SortRepeat | SortLists
+        | SortUb => include_str!("verify_sort.rs"),
         ScalarTileSpace | ScalarTileDtype | ScalarTileIndex => include_str!("verify_scalar.rs"),
         FlagEvent | FlagPipe | CrossFlag | ChannelSide | ChannelDepth => {
             include_str!("verify_sync.rs")

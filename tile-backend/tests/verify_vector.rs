@@ -401,7 +401,7 @@ fn abs_neg_and_relu_follow_their_instruction() {
     expect_clean(&same3(I8, |v, [a, b, _]| v.unary(UnaryOp::Abs, a, b)));
     // TNEG is TMULS by -1: no 8-bit integers, bf16 fine.
     let r = same3(I8, |v, [a, b, _]| v.unary(UnaryOp::Neg, a, b));
-    expect_unsupported(&r, "neg", I8, "TNEG", "f32, f16, bf16, i32, i64, u64");
+    expect_unsupported(&r, "neg", I8, "TNEG", "f32, f16, bf16, i32, u32, i64, u64");
     expect_clean(&same3(BF16, |v, [a, b, _]| v.unary(UnaryOp::Neg, a, b)));
     // TRELU: half, float, int32.
     for dt in [BF16, I8] {
@@ -416,9 +416,15 @@ fn multiplication_and_division_follow_their_instruction() {
     // TMUL / TMULS: no 8-bit integers.
     for dt in [I8, U8] {
         let r = same3(dt, |v, [a, b, c]| v.mul(a, b, c));
-        expect_unsupported(&r, "mul", dt, "TMUL", "f32, f16, bf16, i32, i64, u64");
+        expect_unsupported(&r, "mul", dt, "TMUL", "f32, f16, bf16, i32, u32, i64, u64");
         let r = same3(dt, |v, [a, b, _]| v.muls(a, b, 3.0));
-        expect_unsupported(&r, "muls", dt, "TMULS", "f32, f16, bf16, i32, i64, u64");
+        expect_unsupported(
+            &r,
+            "muls",
+            dt,
+            "TMULS",
+            "f32, f16, bf16, i32, u32, i64, u64",
+        );
     }
     expect_clean(&same3(BF16, |v, [a, b, c]| {
         v.mul(a, b, c);
@@ -426,12 +432,12 @@ fn multiplication_and_division_follow_their_instruction() {
     }));
     // TDIV / TDIVS: no bf16.
     let r = same3(BF16, |v, [a, b, c]| v.binary(BinaryOp::Div, a, b, c));
-    expect_unsupported(&r, "div", BF16, "TDIV", "f32, f16, i32, i64, u64");
+    expect_unsupported(&r, "div", BF16, "TDIV", "f32, f16, i32, u32, i64, u64");
     expect_err(&r, Rule::VectorDtype, &["cast to f32 first"]);
     let r = same3(BF16, |v, [a, b, _]| {
         v.binary_scalar(BinaryOp::Div, a, b, 2.0)
     });
-    expect_unsupported(&r, "divs", BF16, "TDIVS", "f32, f16, i32, i64, u64");
+    expect_unsupported(&r, "divs", BF16, "TDIVS", "f32, f16, i32, u32, i64, u64");
     expect_clean(&same3(F16, |v, [a, b, c]| {
         v.binary(BinaryOp::Div, a, b, c);
         v.binary_scalar(BinaryOp::Div, a, b, 2.0);

@@ -2,8 +2,8 @@
 //! tables are not transcribed yet; it borrows the 950 tables (flagged by `rules_documented = false`).
 
 use super::{
-    cast_pairs_950, move_table_950, vector_dtypes_950, Arch, Figure, LoadRule, MatmulDtypes, Rates,
-    SpaceSpec, Target,
+    cast_pairs_950, move_table_950, vector_dtypes_950, Arch, Figure, LoadRule, MatmulDtypes,
+    MrgSortTies, Rates, SpaceSpec, Target,
 };
 use crate::ir::{DType, Layout, MemSpace};
 
@@ -114,6 +114,12 @@ pub(super) fn arch() -> Arch {
             dma_latency_overlaps: Figure::assumed(1.0),
             scalar_gm_read_cycles: Figure::assumed(200.0),
             scalar_ub_read_cycles: Figure::assumed(20.0),
+            // cce_costmodel_vector_compute.hpp:87-90 (vbitsort's default) and :271-278
+            // (vmrgsort4 measured on a 910B3), as on the 950.
+            sort32_head_cycles: Figure::a2a3(6.0),
+            sort32_cycles_per_block: Figure::a2a3(2.0),
+            mrgsort_head_cycles: Figure::a2a3(20.0),
+            mrgsort_cycles_per_128_pairs: Figure::a2a3(78.0),
             l2_bytes: Figure::assumed(128.0 * 1024.0 * 1024.0),
             l2_line_bytes: Figure::a2a3(512.0),
             l2_hit_latency_cycles: Figure::a2a3(50.0),
@@ -121,5 +127,6 @@ pub(super) fn arch() -> Arch {
         },
         rules_documented: false,
         l2: false,
+        mrgsort_ties: MrgSortTies::EarlierListFirst,
     }
 }

@@ -2,7 +2,7 @@
 
 use super::{
     cast_pairs_950, vector_dtypes_950, Arch, Figure, LayoutRule, LoadRule, MatmulDtypes, MoveRule,
-    Rates, ScaleRule, ShapeRel, Sku, SpaceSpec, Target,
+    MrgSortTies, Rates, ScaleRule, ShapeRel, Sku, SpaceSpec, Target,
 };
 use crate::ir::{DType, Layout, MemSpace, Pipe};
 
@@ -47,6 +47,7 @@ pub(super) fn arch(sku: Sku) -> Arch {
         rates: rates_950(sku),
         rules_documented: true,
         l2: false,
+        mrgsort_ties: MrgSortTies::EarlierListFirst,
     }
 }
 
@@ -277,6 +278,16 @@ fn rates_950(sku: Sku) -> Rates {
         dma_latency_overlaps: Figure::assumed(1.0),
         scalar_gm_read_cycles: Figure::assumed(200.0),
         scalar_ub_read_cycles: Figure::assumed(20.0),
+        // No A5 source times the sort instructions. PTO-ISA's A2/A3 cost model
+        // (include/pto/costmodel/a2a3/cce_costmodel/cce_costmodel_vector_compute.hpp:87-90)
+        // gives vbitsort (TSORT32) its uncalibrated default, EstimateLinearCycles(repeat) =
+        // 6 + 2 x repeat (cce_costmodel_core.hpp:130); vmrgsort4 (TMRGSORT) was measured on a
+        // 910B3, fp32 single-list blockLen 64: 78 x repeat + 20 (:271-278), a repeat merging
+        // 4 x 32 pairs. A2/A3-derived, an assumption on the 950 (docs/simulator.md).
+        sort32_head_cycles: Figure::a2a3(6.0),
+        sort32_cycles_per_block: Figure::a2a3(2.0),
+        mrgsort_head_cycles: Figure::a2a3(20.0),
+        mrgsort_cycles_per_128_pairs: Figure::a2a3(78.0),
         // The L2 model (off by default): the 950's 128 MiB (ASCEND950.md §1); line, hit latency
         // and read bandwidth from PTO-ISA's A2/A3 perf-sim
         // (include/pto/costmodel/perf_sim/config.hpp:46-49, pypto's CacheConfig defaults:

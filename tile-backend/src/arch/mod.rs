@@ -202,6 +202,22 @@ pub struct Arch {
     /// docs/simulator.md "L2"). Off by default; [`Arch::with_l2`] switches it.
     #[serde(default)]
     pub l2: bool,
+    /// Which list TMRGSORT takes first when the heads of two lists hold equal values: PTO-ISA
+    /// documents no order, so this is a modelled assumption (earlier list first, as PTO's CPU
+    /// model `include/pto/cpu/TMrgSort.hpp` picks); tests flip it to show a result does not
+    /// depend on it.
+    #[serde(default)]
+    pub mrgsort_ties: MrgSortTies,
+}
+
+/// The order TMRGSORT gives equal values from different lists (an assumption: undocumented).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MrgSortTies {
+    /// The list given first wins a tie (the model).
+    #[default]
+    EarlierListFirst,
+    /// The list given last wins a tie (the flipped model, for tests).
+    LaterListFirst,
 }
 
 impl Arch {
@@ -218,6 +234,12 @@ impl Arch {
     /// This machine with the L2 model on or off (off by default).
     pub fn with_l2(mut self, on: bool) -> Arch {
         self.l2 = on;
+        self
+    }
+
+    /// This machine with TMRGSORT's cross-list tie order set (tests flip the assumption).
+    pub fn with_mrgsort_ties(mut self, ties: MrgSortTies) -> Arch {
+        self.mrgsort_ties = ties;
         self
     }
 
@@ -317,6 +339,7 @@ impl Arch {
             }
             Op::Matmul(o) => Some(o.pipe()),
             Op::Gather(o) => Some(o.pipe()),
+            Op::Sort(o) => Some(o.pipe()),
             Op::Vector(o) => o.pipe(space_of),
             Op::Scalar(o) => Some(o.pipe()),
             Op::Sync(o) => Some(o.pipe()),

@@ -16,8 +16,9 @@ pub enum Basis {
     Documented,
     /// Our assumption (no platform file gives it); frozen before kernels are tuned against it.
     Assumption,
-    /// From PTO-ISA's A2/A3 perf-sim (no A5 source): the L2 model's figures, used only when
-    /// the model is switched on ([`crate::arch::Arch::l2`]).
+    /// From PTO-ISA's A2/A3 cost models (no A5 source): the L2 model's figures, used only when
+    /// the model is switched on ([`crate::arch::Arch::l2`]), and the sort instructions'
+    /// (TSORT32, TMRGSORT). An assumption on the 950.
     A2A3Derived,
 }
 
@@ -114,6 +115,15 @@ pub struct Rates {
     /// A scalar read of one UB (Vec tile) element, cycles: the scalar unit reaches UB directly,
     /// without the data cache (no public figure gives its latency: an assumption).
     pub scalar_ub_read_cycles: Figure,
+    /// TSORT32's head, cycles (once per instruction).
+    pub sort32_head_cycles: Figure,
+    /// TSORT32's cycles per sorted 32-element block (VBS32 repeat).
+    pub sort32_cycles_per_block: Figure,
+    /// TMRGSORT's head, cycles (once per instruction).
+    pub mrgsort_head_cycles: Figure,
+    /// TMRGSORT's cycles per 128 merged pairs (one `vmrgsort4` repeat of four 32-pair f32
+    /// blocks, the form it was measured in).
+    pub mrgsort_cycles_per_128_pairs: Figure,
     /// L2 capacity in bytes (the L2 model, off by default: [`crate::arch::Arch::l2`]).
     pub l2_bytes: Figure,
     /// L2 line, bytes: a DMA read hits per line already in L2.
@@ -164,6 +174,10 @@ impl Rates {
             dma_latency_overlaps,
             scalar_gm_read_cycles,
             scalar_ub_read_cycles,
+            sort32_head_cycles,
+            sort32_cycles_per_block,
+            mrgsort_head_cycles,
+            mrgsort_cycles_per_128_pairs,
             l2_bytes,
             l2_line_bytes,
             l2_hit_latency_cycles,
@@ -208,6 +222,10 @@ impl Rates {
             ("dma_latency_overlaps", dma_latency_overlaps),
             ("scalar_gm_read_cycles", scalar_gm_read_cycles),
             ("scalar_ub_read_cycles", scalar_ub_read_cycles),
+            ("sort32_head_cycles", sort32_head_cycles),
+            ("sort32_cycles_per_block", sort32_cycles_per_block),
+            ("mrgsort_head_cycles", mrgsort_head_cycles),
+            ("mrgsort_cycles_per_128_pairs", mrgsort_cycles_per_128_pairs),
             ("l2_bytes", l2_bytes),
             ("l2_line_bytes", l2_line_bytes),
             ("l2_hit_latency_cycles", l2_hit_latency_cycles),

@@ -686,6 +686,63 @@ impl<'k> Body<'k> {
         }));
     }
 
+    /// TSORT32: each 32-element block of each row of `src` with its u32 indices from `idx`
+    /// into sorted (value, index) pairs in `dst` (valid columns a multiple of 32).
+    pub fn sort32(
+        &mut self,
+        dst: impl Into<TileRef>,
+        src: impl Into<TileRef>,
+        idx: impl Into<TileRef>,
+    ) {
+        self.op(Op::Sort(SortOp::Sort32 {
+            dst: dst.into(),
+            src: src.into(),
+            idx: idx.into(),
+            tmp: None,
+        }));
+    }
+
+    /// TSORT32's tail form: any valid column count, the last block padded through `tmp`.
+    pub fn sort32_tail(
+        &mut self,
+        dst: impl Into<TileRef>,
+        src: impl Into<TileRef>,
+        idx: impl Into<TileRef>,
+        tmp: impl Into<TileRef>,
+    ) {
+        self.op(Op::Sort(SortOp::Sort32 {
+            dst: dst.into(),
+            src: src.into(),
+            idx: idx.into(),
+            tmp: Some(tmp.into()),
+        }));
+    }
+
+    /// TMRGSORT, single-list: merges each group of four sorted `block_len`-element blocks of
+    /// `src` into `dst`.
+    pub fn mrgsort(&mut self, dst: impl Into<TileRef>, src: impl Into<TileRef>, block_len: u64) {
+        self.op(Op::Sort(SortOp::MrgSort {
+            dst: dst.into(),
+            src: src.into(),
+            block_len,
+        }));
+    }
+
+    /// TMRGSORT, multi-list: merges 2 to 4 sorted lists into `tmp` and keeps its first `dst`
+    /// valid columns in `dst`.
+    pub fn mrgsort_lists(
+        &mut self,
+        dst: impl Into<TileRef>,
+        tmp: impl Into<TileRef>,
+        srcs: impl IntoIterator<Item = TileRef>,
+    ) {
+        self.op(Op::Sort(SortOp::MrgSortLists {
+            dst: dst.into(),
+            tmp: tmp.into(),
+            srcs: srcs.into_iter().collect(),
+        }));
+    }
+
     /// Reduction along `axis`.
     pub fn reduce(
         &mut self,

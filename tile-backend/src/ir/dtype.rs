@@ -22,6 +22,8 @@ pub enum DType {
     U8,
     /// Signed 32-bit integer.
     I32,
+    /// Unsigned 32-bit integer (the index tiles of the sort instructions, TSORT32's `idx`).
+    U32,
     /// Signed 64-bit integer.
     I64,
     /// Unsigned 64-bit integer (Fixpipe scale words).
@@ -34,13 +36,14 @@ pub enum DType {
 
 impl DType {
     /// Every dtype, for exhaustive tests and tables.
-    pub const ALL: [DType; 10] = [
+    pub const ALL: [DType; 11] = [
         DType::F32,
         DType::F16,
         DType::BF16,
         DType::I8,
         DType::U8,
         DType::I32,
+        DType::U32,
         DType::I64,
         DType::U64,
         DType::F8E4M3,
@@ -50,7 +53,7 @@ impl DType {
     /// Size of one element in bytes.
     pub const fn size_bytes(self) -> u64 {
         match self {
-            DType::F32 | DType::I32 => 4,
+            DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F16 | DType::BF16 => 2,
             DType::I8 | DType::U8 | DType::F8E4M3 | DType::F8E5M2 => 1,
             DType::I64 | DType::U64 => 8,
@@ -84,6 +87,7 @@ impl DType {
             DType::I8 => "i8",
             DType::U8 => "u8",
             DType::I32 => "i32",
+            DType::U32 => "u32",
             DType::I64 => "i64",
             DType::U64 => "u64",
             DType::F8E4M3 => "f8e4m3",

@@ -18,9 +18,9 @@ pub use kernel::{
 };
 pub use layout::{c0, round_up, Fractal, Layout, C0_BYTES};
 pub use op::{
-    op_names, AccToVecMode, Axis, BinaryOp, ChannelId, CostClass, GatherOp, GmUse, Listing,
-    LoadStoreOp, MatmulOp, MoveOp, Op, OpDisplay, Phase, Pipe, QuantWord, ReduceOp, RoundMode,
-    ScalarArg, ScalarOp, Scale, SpaceOf, SyncOp, UnaryOp, UnitFlag, VectorOp,
+    op_names, pair_cols, AccToVecMode, Axis, BinaryOp, ChannelId, CostClass, GatherOp, GmUse,
+    Listing, LoadStoreOp, MatmulOp, MoveOp, Op, OpDisplay, Phase, Pipe, QuantWord, ReduceOp,
+    RoundMode, ScalarArg, ScalarOp, Scale, SortOp, SpaceOf, SyncOp, UnaryOp, UnitFlag, VectorOp,
 };
 pub use space::{CoreKind, MemSpace};
 pub use tile::{GmView, PadValue, Storage, TileDecl, TileId, TileRef, TileType, ValidDim};

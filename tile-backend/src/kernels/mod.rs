@@ -12,6 +12,8 @@
 //!   DualModeSplitM back).
 //! - [`gather_matmul`]: `S = Q · K^T` with the K rows gathered from a paged cache straight into
 //!   L1 by `gather_in_l1` (f16 and the int8 -> int32 form of ASCEND950.md §8).
+//! - [`topk`]: the best `k` (value, index) pairs of a row of scores of runtime length, from
+//!   TSORT32 and TMRGSORT ([`topk_row`] is the piece other kernels call).
 //!
 //! Shapes are static parameters. The IR has no launch grid, so each parameter struct has a
 //! `block_dim()` saying how many blocks to launch.
@@ -19,11 +21,13 @@
 mod attention;
 mod gather;
 mod matmul;
+mod topk;
 mod worked;
 
 pub use attention::{attention_tile, AttentionParams, Handoff};
 pub use gather::{gather_matmul, GatherMatmulParams};
 pub use matmul::{matmul, MatmulParams};
+pub use topk::{lanes, probe_tie_order, topk, topk_row, TopkParams, TopkRow, TopkTiles, CHUNK};
 pub use worked::worked_matmul;
 
 use crate::dsl::Body;
@@ -35,6 +39,7 @@ pub fn all() -> Vec<Kernel> {
         matmul(&MatmulParams::default()),
         attention_tile(&AttentionParams::default()),
         gather_matmul(&GatherMatmulParams::default()),
+        topk(&TopkParams::default()),
     ]
 }
 

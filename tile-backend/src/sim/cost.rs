@@ -336,6 +336,7 @@ pub fn report_from(
                     Op::LoadStore(LoadStoreOp::Load { .. })
                     | Op::Gather(_)
                     | Op::Vector(_)
+                    | Op::Sort(_)
                     | Op::Scalar(_)
                     | Op::Sync(_) => {}
                 }

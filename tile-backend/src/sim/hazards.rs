@@ -423,6 +423,7 @@ impl<'a, 'k> BlockScan<'a, 'k> {
                 Op::LoadStore(LoadStoreOp::Load { .. })
                 | Op::Gather(_)
                 | Op::Vector(_)
+                | Op::Sort(_)
                 | Op::Scalar(_)
                 | Op::Sync(_) => {}
             }

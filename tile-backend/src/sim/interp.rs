@@ -426,6 +426,7 @@ fn event<'k>(cx: &ExecCtx<'k, '_, '_>, op: &'k Op, locs: &OpLocs<'_>, rec: OpRec
         pipe: cx.arch.pipe_of(op, &space_of).unwrap_or(crate::ir::Pipe::S),
         accesses: coalesce(rec.accesses),
         cube: rec.cube,
+        sort: rec.sort,
         sync: rec.sync.unwrap_or(SyncInfo::None),
     }
 }

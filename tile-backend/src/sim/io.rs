@@ -289,3 +289,18 @@ pub fn output_stats(kernel: &Kernel, args: &[Arg]) -> Vec<OutputStats> {
         })
         .collect()
 }
+
+/// `(value, index)` of each 8-byte pair of the sort instructions (TSORT32, TMRGSORT) in `bytes`:
+/// an f32 value, then the u32 index read as i32 (so `-1` marks a missing pair of
+/// `kernels::topk`). For f32 pair tiles; an f16 pair's value is the low half of the first word.
+pub fn decode_pairs(bytes: &[u8]) -> Vec<(f32, i32)> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| {
+            (
+                f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                i32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+            )
+        })
+        .collect()
+}

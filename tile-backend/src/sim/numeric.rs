@@ -304,6 +304,7 @@ pub fn decode_one(dtype: DType, b: &[u8]) -> f32 {
         DType::I8 => b[0] as i8 as f32,
         DType::U8 => b[0] as f32,
         DType::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32,
+        DType::U32 => u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32,
         DType::I64 => i64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])) as f32,
         DType::U64 => u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])) as f32,
         DType::F8E4M3 => fp8_e4m3_to_f32(b[0]),
@@ -318,6 +319,7 @@ pub fn decode_i64(dtype: DType, b: &[u8]) -> i64 {
         DType::I8 => b[0] as i8 as i64,
         DType::U8 => b[0] as i64,
         DType::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64,
+        DType::U32 => u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64,
         DType::I64 => i64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])),
         DType::U64 => u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])) as i64,
         _ => decode_one(dtype, b) as i64,
@@ -405,6 +407,9 @@ pub fn encode_one(dtype: DType, v: f32, out: &mut [u8]) {
         DType::I32 => out[..4].copy_from_slice(
             &(sat_round(v, i32::MIN as f32, i32::MAX as f32) as i32).to_le_bytes(),
         ),
+        DType::U32 => {
+            out[..4].copy_from_slice(&(sat_round(v, 0.0, u32::MAX as f32) as u32).to_le_bytes())
+        }
         DType::I64 => out[..8].copy_from_slice(&(v.round_ties_even() as i64).to_le_bytes()),
         DType::U64 => {
             out[..8].copy_from_slice(&(v.max(0.0).round_ties_even() as u64).to_le_bytes())
@@ -422,6 +427,7 @@ pub fn encode_i64(dtype: DType, v: i64, out: &mut [u8]) {
         DType::U8 => out[0] = v.clamp(0, 255) as u8,
         DType::I32 => out[..4]
             .copy_from_slice(&(v.clamp(i32::MIN as i64, i32::MAX as i64) as i32).to_le_bytes()),
+        DType::U32 => out[..4].copy_from_slice(&(v.clamp(0, u32::MAX as i64) as u32).to_le_bytes()),
         DType::I64 => out[..8].copy_from_slice(&v.to_le_bytes()),
         DType::U64 => out[..8].copy_from_slice(&(v.max(0) as u64).to_le_bytes()),
         _ => encode_one(dtype, v as f32, out),

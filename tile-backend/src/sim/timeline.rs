@@ -255,12 +255,38 @@ pub fn op_cost(
             r.vector_col_reduce_cycles_per_repeat.value,
         ),
         CostClass::VectorSimple => vector_op(e, r, in_or_out(e), 1.0),
+        // The sort figures are A2/A3-derived assumptions (`arch::ascend950`, docs/simulator.md):
+        // a head, then per 32-element block (TSORT32) or per 128 merged pairs (TMRGSORT); a
+        // UB -> UB copy adds a cycle per 256 bytes.
+        CostClass::Sort32 => {
+            let w = e.sort.unwrap_or_default();
+            (
+                r.sort32_head_cycles.value
+                    + w.units as f64 * r.sort32_cycles_per_block.value
+                    + ub_copy(r, w.copied_bytes),
+                0.0,
+            )
+        }
+        CostClass::MrgSort => {
+            let w = e.sort.unwrap_or_default();
+            (
+                r.mrgsort_head_cycles.value
+                    + w.units.div_ceil(128) as f64 * r.mrgsort_cycles_per_128_pairs.value
+                    + ub_copy(r, w.copied_bytes),
+                0.0,
+            )
+        }
         CostClass::ScalarGmRead => (r.scalar_gm_read_cycles.value, 0.0),
         CostClass::ScalarUbRead => (r.scalar_ub_read_cycles.value, 0.0),
         // One cycle each: a scalar write to the data cache, valid-shape metadata, and the sync
         // and channel ops (their waiting is the timeline's, not a cost).
         CostClass::Unit => (1.0, 0.0),
     }
+}
+
+/// A UB -> UB copy inside a sort instruction: a cycle per 256-byte repeat.
+fn ub_copy(r: &Rates, bytes: usize) -> f64 {
+    (bytes as f64 / r.vector_bytes_per_cycle.value).ceil()
 }
 
 /// The larger of the bytes an op writes and the bytes it reads (all sources summed).
@@ -287,6 +313,7 @@ pub fn event_pipe(e: &Event) -> Pipe {
         | Op::Matmul(_)
         | Op::Gather(_)
         | Op::Vector(_)
+        | Op::Sort(_)
         | Op::Scalar(_) => e.pipe,
     }
 }

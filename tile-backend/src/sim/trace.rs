@@ -86,6 +86,8 @@ pub struct Event<'k> {
     pub accesses: Vec<Access>,
     /// For matmul: the m, k, n the cube computed (whole fractals).
     pub cube: Option<[usize; 3]>,
+    /// For a sort instruction: the work it did (its cost).
+    pub sort: Option<SortWork>,
     /// Synchronisation.
     pub sync: SyncInfo,
 }
@@ -139,7 +141,19 @@ pub fn core_index(c: CoreId) -> usize {
 pub(crate) struct OpRecord {
     pub accesses: Vec<Access>,
     pub cube: Option<[usize; 3]>,
+    pub sort: Option<SortWork>,
     pub sync: Option<SyncInfo>,
+}
+
+/// What a sort instruction did, for its cost: TSORT32's 32-element blocks sorted, or
+/// TMRGSORT's pairs merged, and the bytes it copied UB -> UB (the tail form's row copy into
+/// `tmp`, the multi-list form's copy of the best pairs from `tmp` to `dst`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SortWork {
+    /// Blocks sorted (TSORT32) or pairs merged (TMRGSORT).
+    pub units: usize,
+    /// Bytes copied within UB.
+    pub copied_bytes: usize,
 }
 
 impl OpRecord {

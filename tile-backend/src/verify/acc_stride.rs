@@ -156,6 +156,7 @@ pub(super) fn check(cx: &mut Ctx<'_>) {
                 }
                 Op::LoadStore(LoadStoreOp::Load { .. })
                 | Op::Gather(_)
+                | Op::Sort(_)
                 | Op::Scalar(_)
                 | Op::Sync(_) => {}
             }

@@ -3,7 +3,7 @@
 //! Each violation is a [`Diagnostic`] naming the rule, the op and the numbers involved. Rules live
 //! in one file per family: `memory` (tile shapes, capacity, alignment, loads and stores),
 //! `moves`, `acc_stride` (the L0C stride of a Fixpipe read against the matmul's), `matmul`,
-//! `quant`, `gather`, `reinterpret`, `vector`, `scalar`, `sync` and `structure` (ids, scopes
+//! `quant`, `gather`, `reinterpret`, `vector`, `sort`, `scalar`, `sync` and `structure` (ids, scopes
 //! and which core may touch which space), and `ranges` (every number in range: run first, and
 //! alone when it finds an error).
 
@@ -16,6 +16,7 @@ mod quant;
 mod ranges;
 mod reinterpret;
 mod scalar;
+pub(crate) mod sort;
 mod structure;
 mod sync;
 mod vector;
@@ -118,6 +119,15 @@ rules! {
     PadValue,
     FillpadLayout,
     ValidShape,
+    // sort (TSORT32, TMRGSORT)
+    SortSpace,
+    SortLayout,
+    SortDtype,
+    SortShape,
+    SortTmp,
+    SortRepeat,
+    SortLists,
+    SortUb,
     // scalar
     ScalarTileSpace,
     ScalarTileDtype,
@@ -434,6 +444,7 @@ impl Walker {
             Op::Matmul(o) => matmul::check(cx, o),
             Op::Gather(o) => gather::check(cx, o),
             Op::Vector(o) => vector::check(cx, o),
+            Op::Sort(o) => sort::check(cx, o),
             Op::Sync(o) => sync::check(cx, o, self.section),
             Op::Scalar(o) => {
                 scalar::check(cx, o);

@@ -259,7 +259,7 @@ fn check_op(cx: &mut Ctx<'_>, op: &Op) {
             value(cx, "the index", index);
             value(cx, "the value", v);
         }
-        Op::Matmul(_) | Op::Sync(_) => {}
+        Op::Matmul(_) | Op::Sort(_) | Op::Sync(_) => {}
     }
     for r in refs {
         let Some(v) = value(cx, "the buffer slot", &r.slot) else {

@@ -172,7 +172,7 @@ pub(super) fn check_op(cx: &mut Ctx<'_>, op: &Op, section: CoreKind, scope: &Has
                 );
             }
         }
-        Op::Matmul(_) => {}
+        Op::Matmul(_) | Op::Sort(_) => {}
     }
     for r in &refs {
         check_expr(cx, &r.slot, scope);
@@ -201,7 +201,12 @@ pub(super) fn check_op(cx: &mut Ctx<'_>, op: &Op, section: CoreKind, scope: &Has
                 _ => None,
             }
         }
-        Op::LoadStore(_) | Op::Matmul(_) | Op::Gather(_) | Op::Scalar(_) | Op::Sync(_) => None,
+        Op::LoadStore(_)
+        | Op::Matmul(_)
+        | Op::Gather(_)
+        | Op::Sort(_)
+        | Op::Scalar(_)
+        | Op::Sync(_) => None,
     };
     for r in refs {
         let Some(decl) = cx.tile(r) else { continue };

@@ -2193,6 +2193,130 @@ PTO_INST RecordEvent TRESHAPE(TileDataOut& dst, TileDataIn& src, WaitEvents&... 
     return {};
 }
 
+// ---- Sort instructions (a5/TSort32.hpp CheckStatic, a5/TMrgSort.hpp CheckStatic; docs/isa/TSORT32.md,
+// TMRGSORT.md): Vec, row-major, half or float values, u32 indices; TMRGSORT's tiles are one row. ----
+namespace detail {
+template <typename Dst, typename Src>
+constexpr void sort_values_check()
+{
+    TILEOPS_PTO_VEC(TSORT32_TMRGSORT, Dst);
+    TILEOPS_PTO_VEC(TSORT32_TMRGSORT, Src);
+    static_assert(Dst::isRowMajor && Src::isRowMajor, "PTO: the sort instructions take row-major tiles only");
+    static_assert(std::is_same_v<typename Dst::DType, typename Src::DType>,
+        "PTO: the sort instructions require equal value element types");
+    static_assert(is_one_of_v<typename Dst::DType, half, float>,
+        "PTO: the sort instructions sort half or float values only");
+}
+template <typename T>
+constexpr void mrgsort_row_check()
+{
+    static_assert(T::Rows == 1, "PTO: TMRGSORT tiles must have one row");
+}
+// The multi-list form: dst, tmp and every list share the value type, one row each.
+template <typename Dst, typename Tmp, typename... Srcs>
+constexpr void mrgsort_lists_check()
+{
+    sort_values_check<Dst, Tmp>();
+    (sort_values_check<Dst, Srcs>(), ...);
+    mrgsort_row_check<Dst>();
+    mrgsort_row_check<Tmp>();
+    (mrgsort_row_check<Srcs>(), ...);
+}
+} // namespace detail
+
+// Elements consumed from each list by an exhausted-mode TMRGSORT (read from VMS4_SR).
+struct MrgSortExecutedNumList {
+    uint16_t mrgSortList0;
+    uint16_t mrgSortList1;
+    uint16_t mrgSortList2;
+    uint16_t mrgSortList3;
+};
+
+template <typename DstTileData, typename SrcTileData, typename IdxTileData>
+PTO_INST RecordEvent TSORT32(DstTileData& dst, SrcTileData& src, IdxTileData& idx)
+{
+    detail::sort_values_check<DstTileData, SrcTileData>();
+    TILEOPS_PTO_VEC(TSORT32, IdxTileData);
+    static_assert(IdxTileData::isRowMajor, "PTO: the sort instructions take row-major tiles only");
+    static_assert(std::is_same_v<typename IdxTileData::DType, uint32_t>, "PTO: TSORT32 indices must be uint32_t");
+    (void)dst;
+    (void)src;
+    (void)idx;
+    return {};
+}
+template <typename DstTileData, typename SrcTileData, typename IdxTileData, typename TmpTileData>
+PTO_INST RecordEvent TSORT32(DstTileData& dst, SrcTileData& src, IdxTileData& idx, TmpTileData& tmp)
+{
+    detail::sort_values_check<DstTileData, SrcTileData>();
+    detail::sort_values_check<TmpTileData, SrcTileData>();
+    TILEOPS_PTO_VEC(TSORT32, IdxTileData);
+    static_assert(IdxTileData::isRowMajor, "PTO: the sort instructions take row-major tiles only");
+    static_assert(std::is_same_v<typename IdxTileData::DType, uint32_t>, "PTO: TSORT32 indices must be uint32_t");
+    (void)dst;
+    (void)src;
+    (void)idx;
+    (void)tmp;
+    return {};
+}
+
+template <typename DstTileData, typename SrcTileData, typename... WaitEvents>
+PTO_INST RecordEvent TMRGSORT(DstTileData& dst, SrcTileData& src, uint32_t blockLen, WaitEvents&... events)
+{
+    detail::sort_values_check<DstTileData, SrcTileData>();
+    detail::mrgsort_row_check<DstTileData>();
+    detail::mrgsort_row_check<SrcTileData>();
+    (void)dst;
+    (void)src;
+    (void)blockLen;
+    TSYNC(events...);
+    return {};
+}
+template <typename DstTileData, typename TmpTileData, typename Src0TileData, typename Src1TileData,
+    typename Src2TileData, typename Src3TileData, bool exhausted, typename... WaitEvents>
+PTO_INST RecordEvent TMRGSORT(DstTileData& dst, MrgSortExecutedNumList& executedNumList, TmpTileData& tmp,
+    Src0TileData& src0, Src1TileData& src1, Src2TileData& src2, Src3TileData& src3, WaitEvents&... events)
+{
+    detail::mrgsort_lists_check<DstTileData, TmpTileData, Src0TileData, Src1TileData, Src2TileData, Src3TileData>();
+    (void)dst;
+    (void)executedNumList;
+    (void)tmp;
+    (void)src0;
+    (void)src1;
+    (void)src2;
+    (void)src3;
+    TSYNC(events...);
+    return {};
+}
+template <typename DstTileData, typename TmpTileData, typename Src0TileData, typename Src1TileData,
+    typename Src2TileData, bool exhausted, typename... WaitEvents>
+PTO_INST RecordEvent TMRGSORT(DstTileData& dst, MrgSortExecutedNumList& executedNumList, TmpTileData& tmp,
+    Src0TileData& src0, Src1TileData& src1, Src2TileData& src2, WaitEvents&... events)
+{
+    detail::mrgsort_lists_check<DstTileData, TmpTileData, Src0TileData, Src1TileData, Src2TileData>();
+    (void)dst;
+    (void)executedNumList;
+    (void)tmp;
+    (void)src0;
+    (void)src1;
+    (void)src2;
+    TSYNC(events...);
+    return {};
+}
+template <typename DstTileData, typename TmpTileData, typename Src0TileData, typename Src1TileData, bool exhausted,
+    typename... WaitEvents>
+PTO_INST RecordEvent TMRGSORT(DstTileData& dst, MrgSortExecutedNumList& executedNumList, TmpTileData& tmp,
+    Src0TileData& src0, Src1TileData& src1, WaitEvents&... events)
+{
+    detail::mrgsort_lists_check<DstTileData, TmpTileData, Src0TileData, Src1TileData>();
+    (void)dst;
+    (void)executedNumList;
+    (void)tmp;
+    (void)src0;
+    (void)src1;
+    TSYNC(events...);
+    return {};
+}
+
 #undef TILEOPS_PTO_VEC
 #undef TILEOPS_PTO_SAME
 #undef TILEOPS_PTO_STR

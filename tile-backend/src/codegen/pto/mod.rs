@@ -24,6 +24,7 @@ mod load_store;
 mod matmul;
 mod moves;
 mod scalar;
+mod sort;
 mod sync;
 mod types;
 mod vector;
@@ -642,6 +643,7 @@ impl<'k> Emitter<'k> {
             Op::Matmul(o) => matmul::emit(self, o),
             Op::Gather(o) => gather::emit(self, o),
             Op::Vector(o) => vector::emit(self, o),
+            Op::Sort(o) => sort::emit(self, o),
             Op::Scalar(o) => scalar::emit(self, o),
             Op::Sync(o) => sync::emit(self, o),
         }

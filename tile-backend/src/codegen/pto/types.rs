@@ -14,6 +14,7 @@ pub fn ctype(dt: DType) -> &'static str {
         DType::I8 => "int8_t",
         DType::U8 => "uint8_t",
         DType::I32 => "int32_t",
+        DType::U32 => "uint32_t",
         DType::I64 => "int64_t",
         DType::U64 => "uint64_t",
         DType::F8E4M3 => "float8_e4m3_t",

@@ -106,6 +106,7 @@ impl fmt::Display for OpDisplay<'_> {
             Op::Matmul(o) => o.fmt(n, f),
             Op::Gather(o) => o.fmt(n, f),
             Op::Vector(o) => o.fmt(n, f),
+            Op::Sort(o) => o.fmt(n, f),
             Op::Scalar(o) => o.fmt(n, f),
             Op::Sync(o) => o.fmt(n, f),
         }

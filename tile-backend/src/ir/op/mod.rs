@@ -1,6 +1,6 @@
 //! The operations of the tile machine (ASCEND950.md §4-§8), two-level: [`Op`] is one variant per
 //! family, each family an enum of its own in a file of its own (`load_store.rs`, `moves.rs`,
-//! `matmul.rs`, `gather.rs`, `vector.rs`, `scalar.rs`, `sync.rs`) holding that family's facts
+//! `matmul.rs`, `gather.rs`, `vector.rs`, `sort.rs`, `scalar.rs`, `sync.rs`) holding that family's facts
 //! next to its ops: name, tiles read and written, GM use, pipe, PTO instruction, cost class and
 //! listing. Every match over ops is exhaustive, so a new op fails to compile until each fact is
 //! given (docs/adding-an-op.md).
@@ -15,6 +15,7 @@ mod load_store;
 mod matmul;
 mod moves;
 mod scalar;
+mod sort;
 mod sync;
 mod vector;
 
@@ -24,6 +25,7 @@ pub use load_store::LoadStoreOp;
 pub use matmul::MatmulOp;
 pub use moves::{AccToVecMode, MoveOp};
 pub use scalar::ScalarOp;
+pub use sort::{pair_cols, SortOp};
 pub use sync::SyncOp;
 pub use vector::{Axis, BinaryOp, ReduceOp, RoundMode, UnaryOp, VectorOp};
 
@@ -277,6 +279,11 @@ pub enum CostClass<'a> {
     ColReduce,
     /// Any other vector instruction: one cycle per repeat of its larger side.
     VectorSimple,
+    /// TSORT32: a head and a figure per sorted 32-element block (A2/A3-derived, an assumption).
+    Sort32,
+    /// TMRGSORT: a head and a figure per 128 merged pairs (A2/A3-derived, an assumption), plus
+    /// the multi-list form's UB copy.
+    MrgSort,
     /// A scalar read of GM through the data cache.
     ScalarGmRead,
     /// A scalar read of a UB tile element.
@@ -307,6 +314,8 @@ pub enum Op {
     Gather(GatherOp),
     /// Vector-unit ops, fillpad and set_validshape.
     Vector(VectorOp),
+    /// The sort instructions (TSORT32, TMRGSORT).
+    Sort(SortOp),
     /// Scalar reads (GM through the data cache, or a UB tile element) and GM writes.
     Scalar(ScalarOp),
     /// Flags, barriers, cross-core flags and channel ops.
@@ -323,6 +332,7 @@ macro_rules! each_family {
             Op::Matmul($o) => $body,
             Op::Gather($o) => $body,
             Op::Vector($o) => $body,
+            Op::Sort($o) => $body,
             Op::Scalar($o) => $body,
             Op::Sync($o) => $body,
         }
@@ -370,7 +380,7 @@ impl Op {
             Op::LoadStore(o) => o.unit_flag(),
             Op::Move(o) => o.unit_flag(),
             Op::Matmul(o) => o.unit_flag(),
-            Op::Gather(_) | Op::Vector(_) | Op::Scalar(_) | Op::Sync(_) => None,
+            Op::Gather(_) | Op::Vector(_) | Op::Sort(_) | Op::Scalar(_) | Op::Sync(_) => None,
         }
     }
 
@@ -380,7 +390,12 @@ impl Op {
         match self {
             Op::LoadStore(o) => o.dma_gm(),
             Op::Gather(o) => o.dma_gm(),
-            Op::Move(_) | Op::Matmul(_) | Op::Vector(_) | Op::Scalar(_) | Op::Sync(_) => vec![],
+            Op::Move(_)
+            | Op::Matmul(_)
+            | Op::Vector(_)
+            | Op::Sort(_)
+            | Op::Scalar(_)
+            | Op::Sync(_) => vec![],
         }
     }
 
@@ -412,6 +427,7 @@ from_family!(
     Matmul(MatmulOp),
     Gather(GatherOp),
     Vector(VectorOp),
+    Sort(SortOp),
     Scalar(ScalarOp),
     Sync(SyncOp),
 );
@@ -426,17 +442,19 @@ enum Family {
     Matmul,
     Gather,
     Vector,
+    Sort,
     Scalar,
     Sync,
 }
 
 /// The name table: each family's variant names (every family lists its own, next to its enum).
-const FAMILIES: [(Family, &[&str]); 7] = [
+const FAMILIES: [(Family, &[&str]); 8] = [
     (Family::LoadStore, LoadStoreOp::NAMES),
     (Family::Move, MoveOp::NAMES),
     (Family::Matmul, MatmulOp::NAMES),
     (Family::Gather, GatherOp::NAMES),
     (Family::Vector, VectorOp::NAMES),
+    (Family::Sort, SortOp::NAMES),
     (Family::Scalar, ScalarOp::NAMES),
     (Family::Sync, SyncOp::NAMES),
 ];
@@ -487,6 +505,7 @@ impl<'de> Visitor<'de> for OpVisitor {
             Family::Matmul => Op::Matmul(MatmulOp::deserialize(one)?),
             Family::Gather => Op::Gather(GatherOp::deserialize(one)?),
             Family::Vector => Op::Vector(VectorOp::deserialize(one)?),
+            Family::Sort => Op::Sort(SortOp::deserialize(one)?),
             Family::Scalar => Op::Scalar(ScalarOp::deserialize(one)?),
             Family::Sync => Op::Sync(SyncOp::deserialize(one)?),
         })
@@ -572,6 +591,7 @@ mod tests {
         ops.extend(MatmulOp::samples().into_iter().map(Op::from));
         ops.extend(GatherOp::samples().into_iter().map(Op::from));
         ops.extend(VectorOp::samples().into_iter().map(Op::from));
+        ops.extend(SortOp::samples().into_iter().map(Op::from));
         ops.extend(ScalarOp::samples().into_iter().map(Op::from));
         ops.extend(SyncOp::samples().into_iter().map(Op::from));
         ops

@@ -538,6 +538,7 @@ impl Build<'_> {
             | Op::Matmul(_)
             | Op::Gather(_)
             | Op::Vector(_)
+            | Op::Sort(_)
             | Op::Scalar(_)
                 if !op.touches_data() =>
             {
@@ -548,6 +549,7 @@ impl Build<'_> {
             | Op::Matmul(_)
             | Op::Gather(_)
             | Op::Vector(_)
+            | Op::Sort(_)
             | Op::Scalar(_) => {
                 let space_of = |r: &crate::ir::TileRef| k.space_of(r);
                 let pipe = arch

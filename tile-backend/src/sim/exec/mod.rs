@@ -5,6 +5,7 @@ mod load_store;
 mod matmul;
 mod moves;
 mod scalar;
+mod sort;
 mod sync;
 mod vector;
 
@@ -60,6 +61,7 @@ pub(crate) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<Flow, String
         Op::Matmul(o) => matmul::exec(cx, o)?,
         Op::Gather(o) => gather::exec(cx, o)?,
         Op::Vector(o) => vector::exec(cx, o)?,
+        Op::Sort(o) => sort::exec(cx, o)?,
         Op::Scalar(o) => scalar::exec(cx, o)?,
         Op::Sync(o) => return sync::exec(cx, o),
     }
@@ -90,6 +92,13 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
     pub fn note_sync(&mut self, s: SyncInfo) {
         if let Some(r) = &mut self.rec {
             r.sync = Some(s);
+        }
+    }
+
+    /// Records the work a sort instruction did (traced runs only).
+    pub fn note_sort(&mut self, w: super::trace::SortWork) {
+        if let Some(r) = &mut self.rec {
+            r.sort = Some(w);
         }
     }
 

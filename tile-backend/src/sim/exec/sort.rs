@@ -1,0 +1,330 @@
+//! TSORT32 and TMRGSORT (A5-FACTS §6): what they compute on UB bytes.
+//!
+//! A pair is 8 bytes, the value (an f32, or an f16 in the low half and zero above) then the u32
+//! index, whatever the tile's dtype. Values compare as floats, descending, with two modelled
+//! choices no public source settles (docs/simulator.md, "Sort instructions"): `-0 == +0`, and
+//! NaN ordered by its sign, a positive NaN above `+inf` and a negative one below `-inf` (IEEE
+//! totalOrder). TSORT32 breaks ties by the smaller index (documented); TMRGSORT compares values
+//! only and takes the earlier list first on a tie, an assumption ([`MrgSortTies`]).
+//!
+//! TSORT32's tail form pads the last block with the value A5's header writes,
+//! `-(0.0 / 0.0)`: a negative quiet NaN, so the padded pairs sort last (the ISA page calls it
+//! `-inf`; the bits are the header's).
+
+use super::ExecCtx;
+use crate::arch::MrgSortTies;
+use crate::ir::{pair_cols, DType, SortOp, TileRef};
+use crate::sim::tile::TileLoc;
+use crate::sim::trace::SortWork;
+use crate::verify::sort::{
+    mrgsort_rules, Broken, MrgSortListDims, Sort32Dims, BLOCK, TAIL_WHOLE_ROW_BYTES,
+};
+use half::f16;
+
+/// One (value, index) pair as it sits in UB, with its sort key.
+#[derive(Debug, Clone, Copy)]
+struct Pair {
+    bytes: [u8; 8],
+    key: i32,
+    /// The index bytes were written (poison travels with them).
+    index_defined: bool,
+}
+
+impl Pair {
+    fn new(value: [u8; 4], dtype: DType, index: [u8; 4], index_defined: bool) -> Self {
+        // The value is an f16 in the low half for f16 tiles, an f32 otherwise (only f32 and
+        // f16 reach here: `values_dtype`).
+        let v = if dtype == DType::F16 {
+            f16::from_bits(u16::from_le_bytes([value[0], value[1]])).to_f32()
+        } else {
+            f32::from_le_bytes(value)
+        };
+        let mut bytes = [0u8; 8];
+        bytes[..4].copy_from_slice(&value);
+        bytes[4..].copy_from_slice(&index);
+        Pair {
+            bytes,
+            key: order_key(v),
+            index_defined,
+        }
+    }
+
+    fn from_bytes(b: &[u8], dtype: DType) -> Self {
+        let mut value = [0u8; 4];
+        let mut index = [0u8; 4];
+        value.copy_from_slice(&b[..4]);
+        index.copy_from_slice(&b[4..8]);
+        Pair::new(value, dtype, index, true)
+    }
+
+    fn index(&self) -> u32 {
+        u32::from_le_bytes([self.bytes[4], self.bytes[5], self.bytes[6], self.bytes[7]])
+    }
+}
+
+/// A key whose integer order is the modelled value order: IEEE totalOrder with `-0 = +0`.
+fn order_key(v: f32) -> i32 {
+    let v = if v == 0.0 { 0.0 } else { v };
+    let b = v.to_bits() as i32;
+    b ^ (((b >> 31) as u32) >> 1) as i32
+}
+
+/// The value bytes A5's tail form pads with: `-(0.0 / 0.0)`, a negative quiet NaN.
+fn pad_value(dtype: DType) -> [u8; 4] {
+    if dtype == DType::F16 {
+        let [a, b] = 0xfe00u16.to_le_bytes();
+        [a, b, 0, 0]
+    } else {
+        0xffc0_0000u32.to_le_bytes()
+    }
+}
+
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &SortOp) -> Result<(), String> {
+    match op {
+        SortOp::Sort32 { dst, src, idx, tmp } => sort32(cx, dst, src, idx, tmp.as_ref()),
+        SortOp::MrgSort {
+            dst,
+            src,
+            block_len,
+        } => mrgsort(cx, dst, src, *block_len),
+        SortOp::MrgSortLists { dst, tmp, srcs } => mrgsort_lists(cx, dst, tmp, srcs),
+    }
+}
+
+/// The rules a runtime shape breaks, as the simulator's error.
+fn runtime(what: &str, broken: Vec<Broken>) -> Result<(), String> {
+    if broken.is_empty() {
+        return Ok(());
+    }
+    let msgs: Vec<String> = broken
+        .into_iter()
+        .map(|(rule, m)| format!("[{}] {m}", rule.code()))
+        .collect();
+    Err(format!("{what} at run time: {}", msgs.join("; ")))
+}
+
+fn values_dtype(loc: &TileLoc<'_>, what: &str) -> Result<(DType, usize), String> {
+    let dtype = loc.ty.dtype;
+    let pc = pair_cols(dtype)
+        .ok_or_else(|| format!("{what} of {dtype} tile `{}`: f32 or f16 only", loc.name()))?;
+    Ok((dtype, pc as usize))
+}
+
+/// The pairs of the first `n` pairs of row 0 of a list tile (all written).
+fn read_pairs(
+    cx: &mut ExecCtx<'_, '_, '_>,
+    loc: &TileLoc<'_>,
+    pc: usize,
+    n: usize,
+    what: &str,
+) -> Result<Vec<Pair>, String> {
+    let aiv = cx.own_aiv();
+    cx.require_defined(loc, aiv, (0, 0), (1, n * pc), what)?;
+    let mut b = Vec::new();
+    cx.read_bytes(loc, aiv, (0, 0), (1, n * pc), &mut b)?;
+    Ok(b.chunks_exact(8)
+        .map(|c| Pair::from_bytes(c, loc.ty.dtype))
+        .collect())
+}
+
+/// Writes pairs at the start of row `row` of `loc` (an index whose bytes were never written
+/// stays poison).
+fn write_pairs(
+    cx: &mut ExecCtx<'_, '_, '_>,
+    loc: &TileLoc<'_>,
+    row: usize,
+    pc: usize,
+    pairs: &[Pair],
+) -> Result<(), String> {
+    let aiv = cx.own_aiv();
+    let bytes: Vec<u8> = pairs.iter().flat_map(|p| p.bytes).collect();
+    // The index is the last 4 bytes of a pair: the last element (f32) or two (f16).
+    let index_elems = 4 / loc.es().max(1);
+    let defined: Vec<bool> = pairs
+        .iter()
+        .flat_map(|p| (0..pc).map(move |e| e < pc - index_elems || p.index_defined))
+        .collect();
+    cx.write_bytes_masked(loc, aiv, (row, 0), (1, pairs.len() * pc), &bytes, &defined)
+}
+
+/// TMRGSORT's merge of sorted lists: the largest head next; equal heads by the modelled
+/// cross-list order (`ties`); within a list, its own order.
+fn merge(lists: &[&[Pair]], ties: MrgSortTies) -> Vec<Pair> {
+    let total = lists.iter().map(|l| l.len()).sum();
+    let mut at = vec![0usize; lists.len()];
+    let mut out = Vec::with_capacity(total);
+    for _ in 0..total {
+        let mut pick: Option<(usize, i32)> = None;
+        for (i, l) in lists.iter().enumerate() {
+            let Some(p) = l.get(at[i]) else { continue };
+            let better = match pick {
+                None => true,
+                Some((_, k)) => match ties {
+                    MrgSortTies::EarlierListFirst => p.key > k,
+                    MrgSortTies::LaterListFirst => p.key >= k,
+                },
+            };
+            if better {
+                pick = Some((i, p.key));
+            }
+        }
+        let Some((i, _)) = pick else { break };
+        out.push(lists[i][at[i]]);
+        at[i] += 1;
+    }
+    out
+}
+
+fn sort32(
+    cx: &mut ExecCtx<'_, '_, '_>,
+    dst: &TileRef,
+    src: &TileRef,
+    idx: &TileRef,
+    tmp: Option<&TileRef>,
+) -> Result<(), String> {
+    let (d, s, i) = (cx.tile(dst)?, cx.tile(src)?, cx.tile(idx)?);
+    let t = tmp.map(|r| cx.tile(r)).transpose()?;
+    let (dtype, pc) = values_dtype(&s, "sort32")?;
+    let ((src_rows, cols), (dst_rows, _), (idx_rows, idx_cols)) =
+        (s.valid()?, d.valid()?, i.valid()?);
+    let dims = Sort32Dims {
+        es: s.es() as u64,
+        pc: pc as u64,
+        src_rows: src_rows as u64,
+        dst_rows: dst_rows as u64,
+        cols: cols as u64,
+        dst_cols: d.cols() as u64,
+        idx_rows: idx_rows as u64,
+        idx_cols: idx_cols as u64,
+        idx_alloc_cols: i.cols() as u64,
+        tmp_cols: t.as_ref().map(|t| t.cols() as u64),
+    };
+    runtime("sort32", dims.broken())?;
+    let (blocks, es, aiv) = (dims.blocks() as usize, s.es(), cx.own_aiv());
+    let padded = blocks * BLOCK as usize;
+    let tail = cols % BLOCK as usize;
+    let mut work = SortWork {
+        units: dst_rows * blocks,
+        copied_bytes: 0,
+    };
+    let (mut vb, mut ib) = (Vec::new(), Vec::new());
+    for r in 0..dst_rows {
+        cx.require_defined(&s, aiv, (r, 0), (1, cols), "sort32")?;
+        cx.read_bytes(&s, aiv, (r, 0), (1, cols), &mut vb)?;
+        let ir = if idx_rows == 1 { 0 } else { r };
+        cx.require_defined(&i, aiv, (ir, 0), (1, cols), "sort32")?;
+        // The padded last block reads the indices past the valid columns too.
+        let idef = cx.defined_mask(&i, aiv, (ir, 0), (1, padded))?;
+        cx.read_bytes(&i, aiv, (ir, 0), (1, padded), &mut ib)?;
+        let value = |k: usize| -> [u8; 4] {
+            if k >= cols {
+                return pad_value(dtype);
+            }
+            let mut v = [0u8; 4];
+            v[..es].copy_from_slice(&vb[k * es..(k + 1) * es]);
+            v
+        };
+        if let (Some(t), true) = (&t, tail != 0) {
+            // The tail form sorts the padded copy in tmp: the whole row when it is at most
+            // 8160 bytes, else the last block.
+            let first = if cols * es <= TAIL_WHOLE_ROW_BYTES as usize {
+                0
+            } else {
+                padded - BLOCK as usize
+            };
+            let copy: Vec<u8> = (first..padded)
+                .flat_map(|k| value(k).into_iter().take(es))
+                .collect();
+            cx.write_bytes(t, aiv, (0, 0), (1, padded - first), &copy)?;
+            work.copied_bytes += ((cols - first) * es).div_ceil(32) * 32;
+        }
+        let mut pairs: Vec<Pair> = (0..padded)
+            .map(|k| {
+                let mut index = [0u8; 4];
+                index.copy_from_slice(&ib[k * 4..k * 4 + 4]);
+                Pair::new(value(k), dtype, index, idef[k])
+            })
+            .collect();
+        for block in pairs.chunks_mut(BLOCK as usize) {
+            // Descending by value, ties to the smaller index (stable, so equal pairs keep
+            // their order).
+            block.sort_by(|a, b| b.key.cmp(&a.key).then(a.index().cmp(&b.index())));
+        }
+        write_pairs(cx, &d, r, pc, &pairs)?;
+    }
+    cx.note_sort(work);
+    Ok(())
+}
+
+fn mrgsort(
+    cx: &mut ExecCtx<'_, '_, '_>,
+    dst: &TileRef,
+    src: &TileRef,
+    block_len: u64,
+) -> Result<(), String> {
+    let (d, s) = (cx.tile(dst)?, cx.tile(src)?);
+    let (_, pc) = values_dtype(&s, "mrgsort")?;
+    let (_, cols) = s.valid()?;
+    runtime(
+        "mrgsort",
+        mrgsort_rules(block_len, cols as u64, d.cols() as u64),
+    )?;
+    let pairs = read_pairs(cx, &s, pc, cols / pc, "mrgsort")?;
+    let per_block = block_len as usize / pc;
+    let ties = cx.arch.mrgsort_ties;
+    let mut out = Vec::with_capacity(pairs.len());
+    for group in pairs.chunks(4 * per_block) {
+        let lists: Vec<&[Pair]> = group.chunks(per_block).collect();
+        out.extend(merge(&lists, ties));
+    }
+    write_pairs(cx, &d, 0, pc, &out)?;
+    cx.note_sort(SortWork {
+        units: pairs.len(),
+        copied_bytes: 0,
+    });
+    Ok(())
+}
+
+fn mrgsort_lists(
+    cx: &mut ExecCtx<'_, '_, '_>,
+    dst: &TileRef,
+    tmp: &TileRef,
+    srcs: &[TileRef],
+) -> Result<(), String> {
+    let (d, t) = (cx.tile(dst)?, cx.tile(tmp)?);
+    let (_, pc) = values_dtype(&d, "mrgsort_lists")?;
+    let lists: Vec<TileLoc<'_>> = srcs.iter().map(|r| cx.tile(r)).collect::<Result<_, _>>()?;
+    let list_cols: Vec<usize> = lists
+        .iter()
+        .map(|l| l.valid().map(|v| v.1))
+        .collect::<Result<_, _>>()?;
+    let dst_cols = d.valid()?.1;
+    let dims = MrgSortListDims {
+        pc: pc as u64,
+        list_cols: list_cols.iter().map(|c| *c as u64).collect(),
+        list_alloc_cols: lists.iter().map(|l| l.cols() as u64).collect(),
+        tmp_cols: t.cols() as u64,
+        dst_cols: dst_cols as u64,
+    };
+    runtime("mrgsort_lists", dims.broken())?;
+    let mut pairs = Vec::with_capacity(lists.len());
+    for (l, c) in lists.iter().zip(&list_cols) {
+        pairs.push(read_pairs(cx, l, pc, c / pc, "mrgsort_lists")?);
+    }
+    let refs: Vec<&[Pair]> = pairs.iter().map(|p| p.as_slice()).collect();
+    let merged = merge(&refs, cx.arch.mrgsort_ties);
+    write_pairs(cx, &t, 0, pc, &merged)?;
+    // The first dst valid columns of tmp, copied in 32-byte blocks (A5's MovUb2Ub).
+    let (aiv, es) = (cx.own_aiv(), d.es());
+    let copied = (dst_cols * es).div_ceil(32) * 32;
+    let n = copied / es;
+    let defined = cx.defined_mask(&t, aiv, (0, 0), (1, n))?;
+    let mut b = Vec::new();
+    cx.read_bytes(&t, aiv, (0, 0), (1, n), &mut b)?;
+    cx.write_bytes_masked(&d, aiv, (0, 0), (1, n), &b, &defined)?;
+    cx.note_sort(SortWork {
+        units: merged.len(),
+        copied_bytes: copied,
+    });
+    Ok(())
+}
