@@ -396,12 +396,17 @@ fn package_listing(q: &Tensor, k: &Tensor, v: &Tensor, p: &FlashAttentionParams)
 
 /// The Ascend950 backend writes the DN-mode kernel's package (syntax-checked against the PTO
 /// declaration header by `expect_package`); its listing moves S^T with DualModeSplitN and P V
-/// with DualModeSplitM, and each AIV's softmax runs column reductions over its half.
+/// with DualModeSplitM, and each AIV's softmax runs column reductions over its half. The third
+/// call (16-bit, no causal mask, more than 128 queries) takes the device plan's wide tiling.
 #[test]
 fn ascend950_writes_the_dn_mode_package() {
     let mut rng = Rng::new(600);
-    for (dtype, causal) in [(DType::BF16, true), (DType::F32, false)] {
-        let (q, _) = rand_data(&mut rng, &[1, 4, 40, 64], dtype);
+    for (dtype, causal, sq) in [
+        (DType::BF16, true, 40),
+        (DType::F32, false, 40),
+        (DType::BF16, false, 300),
+    ] {
+        let (q, _) = rand_data(&mut rng, &[1, 4, sq, 64], dtype);
         let (k, _) = rand_data(&mut rng, &[1, 2, 150, 64], dtype);
         let (v, _) = rand_data(&mut rng, &[1, 2, 150, 32], dtype);
         let p = FlashAttentionParams::new(0.125, causal);

@@ -5,30 +5,37 @@
 //! CONTRACT (the op layer in `mod.rs` calls exactly this): [`run`] and [`run_qk`] receive a
 //! validated call ([`FlashCall`], [`QkCall`]) and the storage it describes; [`plan`] and
 //! [`qk_plan`] are the calls' one launch plans, which the runs and `tileops emit`
-//! ([`super::shape::launches`], [`super::shape::qk_launches`]) both launch from. The plans are the
-//! same on every target (the kernel overlaps its pipes on the device and runs them one after
-//! another in the simulator with the same tiles), so they take the shape alone.
+//! ([`super::shape::launches`], [`super::shape::qk_launches`]) both launch from. The flash plan
+//! depends on the target ([`PlanTarget`]): the device plan of a call without the causal mask
+//! takes the kernel's wide tiling (256-query tiles, so K and V are read once per 256 queries,
+//! `FlashCfg::wide`) where it fits, the CPU plan keeps the 128-query tiles the simulator runs
+//! fastest; `qk_softmax`'s plan is the same on every target.
 
 use super::{FlashAttentionShape, FlashCall, QkCall, QkSoftmaxShape, Seqs};
 use crate::bridge;
 use crate::error::OpError;
 use crate::registry::Checked;
-use crate::runtime::Runner;
+use crate::runtime::{PlanTarget, Runner};
 use crate::templates::attention::{
     run_flash, FlashCfg, FlashInputs, FlashLens, FlashPlan, FlashProblem, FlashSpec,
 };
 use tile_backend::ir::DType;
 use tile_backend::launch::{GmInput, GmTensor};
 
-/// The launch plan of a flash call of `shape` whose sequences lie as `seqs` says: the kernel
-/// tiled for problems of at most `seq_q` queries and `seq_kv` keys, and one problem per
+/// The launch plan of a flash call of `shape` whose sequences lie as `seqs` says, for
+/// `target`: the kernel tiled for problems of at most `seq_q` queries and `seq_kv` keys (on
+/// the device and without the causal mask, wide where that fits), and one problem per
 /// (sequence, head), head `h` reading KV head `h / (H / Hkv)`.
 ///
 /// Dense: `q [B, H, Sq, D]`, `k [B, Hkv, Skv, D]`, `v [B, Hkv, Skv, Dv]` -> `out [B, H, Sq, Dv]`,
 /// `lse [B, H, Sq]`; row strides `[D, D, Dv, Dv]`. Packed: `q [total_q, H, D]`, `k [total_k,
 /// Hkv, D]`, `v [total_k, Hkv, Dv]` -> `out [total_q, H, Dv]`, lse head-major `[H, total_q]`;
 /// row strides `[H D, Hkv D, Hkv Dv, H Dv]`.
-pub(crate) fn plan(shape: &Checked<FlashAttentionShape>, seqs: &Seqs) -> FlashPlan {
+pub(crate) fn plan(
+    shape: &Checked<FlashAttentionShape>,
+    seqs: &Seqs,
+    target: PlanTarget,
+) -> FlashPlan {
     let s = shape;
     let cfg = FlashCfg::new(FlashSpec {
         name: "flash_attn",
@@ -38,6 +45,8 @@ pub(crate) fn plan(shape: &Checked<FlashAttentionShape>, seqs: &Seqs) -> FlashPl
         max_sq: s.seq_q as u64,
         max_skv: s.seq_kv as u64,
         write_p: false,
+        device: target == PlanTarget::Device,
+        causal: s.causal,
     });
     let (h, hkv, d, dv) = (s.heads, s.kv_heads.max(1), s.head_dim, s.v_dim);
     let g = (h / hkv).max(1);
@@ -109,6 +118,8 @@ pub(crate) fn qk_plan(shape: &Checked<QkSoftmaxShape>) -> FlashPlan {
             max_sq: m as u64,
             max_skv: n as u64,
             write_p: true,
+            device: false,
+            causal: false,
         }),
         problems: vec![FlashProblem {
             q_off: 0,
@@ -145,7 +156,7 @@ pub(crate) fn run(
     v: GmInput<'_>,
 ) -> Result<(GmTensor, GmTensor), OpError> {
     let op = call.op();
-    let plan = plan(&call.shape, &call.seqs);
+    let plan = plan(&call.shape, &call.seqs, runner.plan_target());
     let dtype = call.shape.dtype;
     for (arg, t, len) in [
         ("q", &q, plan.lens.q),

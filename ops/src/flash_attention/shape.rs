@@ -6,6 +6,7 @@ use super::kernel::{plan, qk_plan};
 use super::{Seqs, MAX_HEAD_DIM};
 use crate::error::OpError;
 use crate::registry::{check_dims, check_dtype, check_range, CheckPath, MAX_DIM};
+use crate::runtime::PlanTarget;
 use tile_backend::ir::DType;
 
 /// The shape of a [`crate::flash_attention()`] call (`q [batch, heads, seq_q, head_dim]`, `k
@@ -81,7 +82,7 @@ crate::op_shape! {
     "dense prefill attention with GQA and a bottom-right causal mask \
      (tileops_ops::flash_attention): the DN-mode kernel, one row per query tile, at most one block per cluster";
     check(s, path) = check_flash(s, path);
-    plan(s) = vec![plan(s, &Seqs::Dense).launch()];
+    plan(s) = vec![plan(s, &Seqs::Dense, PlanTarget::Device).launch()];
     dtype: "q, k, v dtype: f32, f16, bf16",
     batch: "batch B",
     heads: "query heads H",

@@ -68,6 +68,21 @@
 //! the max may drop); `O += 0 O` turns ±inf from V into NaN. On the simulator min and max
 //! drop a NaN operand, so a NaN score of a hidden key is masked too.
 //!
+//! Wide tiling ([`FlashCfg::wide`], the device plan of calls without the causal mask whose
+//! problems have more than 128 queries): `ts` = 256, so each 128-key K/V tile is read once
+//! per 256 queries, not per 128. What that costs on chip: one score accumulator (`s_acc`
+//! `[128, 256]` f32 is half of L0C, beside one `[256, ns]` P V accumulator per Dv slice), one
+//! score buffer per UB (`[128, 128]` f32), P^T moved into L0A in two key halves (P V of each Dv
+//! slice accumulates over them, Partial then Final), P cast over its own scores' bytes (a view
+//! of them: each 256-byte repeat of f32 is read before its 128 bytes of P land on scores
+//! already read) and released with channel S only once its NZ copy is made; the NZ copy and
+//! the output cast are views of the mask tile's bytes, guarded by hand-written MTE3 -> V flags
+//! (one wait per KV tile and per row end, so sets and waits pair outside the runtime `if`s,
+//! and a V -> MTE3 handshake before the row's possibly skipped stores). The vector cores run
+//! tile t's first Dv slice of the O update between tile t + 1's softmax and its P: the Fixpipe
+//! moves in program order, and with one P V buffer the second slice's move would otherwise
+//! hold tile t + 2's scores behind this P's release.
+//!
 //! Single-vector-core fallback ([`FlashCfg::single`], calls of at most 16 queries per
 //! problem, kernel `<name>_single_<dtype>`): `ts = H = 16`, the scores and P V move whole to
 //! AIV0 with `SingleModeVec0` and P goes into L1 without an offset. Both AIVs run the same
@@ -134,12 +149,24 @@ pub(crate) struct FlashCfg {
     /// The `qk_softmax` variant: no V; two passes over the keys (the statistics, then P),
     /// writing P^T (`[N, M]`, keys by queries: each AIV's tile as it lies in UB) to `out`.
     pub write_p: bool,
+    /// The device plan's wide tiling ([`FlashCfg::new`] on [`FlashSpec::device`]): query tiles
+    /// of up to 256 (each AIV 128 queries), so K and V are read once per 256 queries, with the
+    /// buffers that lets fit: one score accumulator and one score buffer per UB, P^T moved into
+    /// L0A in two key halves (P V accumulates over them, one Acc per Dv slice), P cast into its
+    /// own score buffer's bytes, P's NZ copy and the output cast in the mask tile's.
+    pub wide: bool,
 }
 
 /// L1 bytes the kernel plans within (of 512 KiB).
 const L1_BUDGET: u64 = 500 * 1024;
 /// UB bytes per AIV the kernel plans within (of the 240 KiB safe).
 const UB_BUDGET: u64 = 224 * 1024;
+/// UB bytes per AIV the wide tiling plans within: the 240 KiB safe (ASCEND950.md §2).
+const UB_WIDE_BUDGET: u64 = 240 * 1024;
+/// L0A / L0B bytes.
+const L0AB: u64 = 64 * 1024;
+/// L0C bytes on the 950.
+const L0C: u64 = 256 * 1024;
 
 /// What a flash op asks of the DN-mode kernel, field by field: [`FlashCfg::new`] chooses the
 /// tiling from it.
@@ -159,6 +186,14 @@ pub(crate) struct FlashSpec {
     pub max_skv: u64,
     /// The `qk_softmax` variant ([`FlashCfg::write_p`]); the tiling does not depend on it.
     pub write_p: bool,
+    /// Tiles for the device plan (`PlanTarget::Device`): the wide tiling
+    /// ([`FlashCfg::wide`]) where it fits; the CPU plan keeps the 128-query tiles.
+    pub device: bool,
+    /// The call is causal. The wide tiling is for calls without the mask: on the causal
+    /// bench shape it measured slower than the 128-query tiles (docs/measurements.md, "Flash
+    /// attention: the wide device tiling"), its diagonal tiles loading a mask tile twice the
+    /// size and its blocks running half as many, longer-to-start rows.
+    pub causal: bool,
 }
 
 impl FlashCfg {
@@ -166,8 +201,13 @@ impl FlashCfg {
     /// `max_skv` keys: query tiles of up to 128 (rounded to 32; 16 on one vector core when
     /// `max_sq <= 16`), KV tiles of up to 128 keys (the power of two from 16 that holds
     /// `max_skv`, so short sequences do not compute and simulate padding keys) and slices that
-    /// fit L1, L0A/L0B and UB with K and V double buffered.
+    /// fit L1, L0A/L0B and UB with K and V double buffered. On the device, calls without the
+    /// causal mask whose problems have more than 128 queries take the wide tiling
+    /// ([`FlashCfg::wide`]) where it fits.
     pub fn new(spec: FlashSpec) -> Self {
+        if let Some(cfg) = Self::wide_tiling(spec) {
+            return cfg;
+        }
         let FlashSpec {
             name,
             dtype,
@@ -176,6 +216,8 @@ impl FlashCfg {
             max_sq,
             max_skv,
             write_p,
+            device: _,
+            causal: _,
         } = spec;
         let es = dtype.size_bytes();
         let dp = round_up(d, 16);
@@ -226,7 +268,52 @@ impl FlashCfg {
             ks,
             ns,
             write_p,
+            wide: false,
         }
+    }
+
+    /// The wide tiling of [`FlashCfg::wide`], when `spec` asks for the device plan, the call is
+    /// not causal, its data are 16-bit, its longest problem has more than 128 queries and at
+    /// least 128 keys, and the tiles fit: `ts` = 256 (or the multiple of 32 that holds the
+    /// queries), 128-key KV tiles, D slices of 32, Dv slices of 64 (at most two).
+    fn wide_tiling(spec: FlashSpec) -> Option<Self> {
+        let (dtype, d, dv, max_sq) = (spec.dtype, spec.d, spec.dv, spec.max_sq);
+        let es = dtype.size_bytes();
+        let asked = spec.device && !spec.causal && !spec.write_p;
+        if !asked || es != 2 || max_sq <= 128 || spec.max_skv < 128 {
+            return None;
+        }
+        let (ts, tkv) = (round_up(max_sq.min(256), 32), 128);
+        let h = ts / 2;
+        let dp = round_up(d, 16);
+        let ks = best_slice(dp, 32);
+        let ns = 64.min(round_up(dv, 16));
+        let vp = round_up(round_up(dv, 16), ns);
+        let fits = vp / ns <= 2
+            // L1: Q, K and V twice, P twice.
+            && ts * dp * es + 2 * tkv * (dp + vp) * es + 2 * tkv * ts * es <= L1_BUDGET
+            // L0A: half of P^T and two K slices; L0B: two Q^T slices and two V slices.
+            && ts * (tkv / 2) * es + 2 * tkv * ks * es <= L0AB
+            && 2 * ks * ts * es + 2 * (tkv / 2) * ns * es <= L0AB
+            // L0C: one S^T accumulator and one P V accumulator per Dv slice.
+            && tkv * ts * 4 + vp * ts * 4 <= L0C
+            // UB: the scores and the mask (P and the output cast live in their bytes), O,
+            // the P V slice and the statistics.
+            && 2 * tkv * h * 4 + h * vp * 4 + h * ns * 4 + 16 * h * 4 <= UB_WIDE_BUDGET;
+        fits.then_some(FlashCfg {
+            name: spec.name,
+            dtype,
+            d,
+            dv,
+            ts,
+            single: false,
+            tkv,
+            s_bufs: 1,
+            ks,
+            ns,
+            write_p: false,
+            wide: true,
+        })
     }
 
     /// The cache key (every static parameter the kernel reads).
@@ -247,7 +334,7 @@ impl FlashCfg {
     /// Buffers of the output cast (`[H, ns]` each): two where they fit the 128 columns the UB
     /// plan gives it, else one.
     pub fn o_cast_bufs(&self) -> u64 {
-        if 2 * self.ns <= 128 && self.vp() > self.ns {
+        if !self.wide && 2 * self.ns <= 128 && self.vp() > self.ns {
             2
         } else {
             1
@@ -289,6 +376,26 @@ impl FlashCfg {
             Expr::from(0)
         } else {
             Expr::SubBlockIdx * self.h() as i64
+        }
+    }
+
+    /// Score accumulators in L0C: one with the wide tiling, else two (the cube computes tile
+    /// t + 1's scores into the other while tile t's are still being moved out).
+    pub fn s_accs(&self) -> u64 {
+        if self.wide {
+            1
+        } else {
+            2
+        }
+    }
+
+    /// Keys of each part of P^T moved into L0A for P V: half a KV tile with the wide tiling,
+    /// else all of it.
+    pub fn pt_keys(&self) -> u64 {
+        if self.wide {
+            self.tkv / 2
+        } else {
+            self.tkv
         }
     }
 
@@ -520,30 +627,70 @@ pub(crate) fn flash_dn(cfg: &FlashCfg) -> Kernel {
     );
     let k_l0 = kb.tile_group("k_l0", ty(Left, dt, tkv, ks, NZ), 2);
     let qt_l0 = kb.tile_group("qt_l0", ty(Right, dt, ks, ts, ZN), 2);
-    let pt_l0 = kb.tile("pt_l0", ty(Left, dt, ts, tkv, NZ));
-    let v_l0 = kb.tile_group("v_l0", ty(Right, dt, tkv, ns, ZN), 2);
-    let s_acc = kb.tile_group("s_acc", ty(Acc, DType::F32, tkv, ts, NZ), 2);
+    let pk = cfg.pt_keys();
+    let pt_l0 = kb.tile("pt_l0", ty(Left, dt, ts, pk, NZ));
+    let v_l0 = kb.tile_group("v_l0", ty(Right, dt, pk, ns, ZN), 2);
+    let s_acc = kb.tile_group(
+        "s_acc",
+        ty(Acc, DType::F32, tkv, ts, NZ),
+        cfg.s_accs() as u32,
+    );
     let pv_acc = kb.tile_group("pv_acc", ty(Acc, DType::F32, ts, ns, NZ), 2);
     // Vector tiles (one set per AIV, at the same UB addresses).
-    let s_ub = kb.tile_group(
-        "s_ub",
-        ty(Ub, DType::F32, tkv, h, ND).dynamic().pad(PadValue::Min),
-        cfg.s_bufs as u32,
-    );
-    let mask_ub = kb.tile("mask_ub", ty(Ub, DType::F32, tkv, h, ND));
-    let p_ub = (!f32_data).then(|| kb.tile("p_ub", ty(Ub, dt, tkv, h, ND).dynamic()));
-    let p_nz = kb.tile("p_nz", ty(Ub, dt, tkv, h, NZ));
+    // The wide tiling's P lives in bytes already planned: the cast writes P over its own
+    // scores (each 256-byte repeat of f32 read before its 128 bytes of P land on scores
+    // already read), the NZ copy and the output cast go into the mask tile (a diagonal tile's
+    // mask is dead once its column minimum is taken, and the next load waits for them). The
+    // scores and the mask are then views of a data-dtype allocation of their bytes.
+    let view = |kb: &mut KernelBuilder, n: &str, src: TileId, dtype, shape, layout| {
+        kb.reinterpret(
+            n,
+            src,
+            Reinterpret {
+                dtype: Some(dtype),
+                shape: Some(shape),
+                layout: Some(layout),
+            },
+        )
+    };
+    let (s_ub, mask_ub, p_ub, p_nz, mask_bytes) = if cfg.wide {
+        let s_bytes = kb.tile(
+            "s_bytes",
+            ty(Ub, dt, tkv, 2 * h, ND).dynamic().pad(PadValue::Min),
+        );
+        let mask_bytes = kb.tile("mask_bytes", ty(Ub, dt, tkv, 2 * h, ND));
+        (
+            view(&mut kb, "s_ub", s_bytes, DType::F32, (tkv, h), ND),
+            view(&mut kb, "mask_ub", mask_bytes, DType::F32, (tkv, h), ND),
+            Some(view(&mut kb, "p_ub", s_bytes, dt, (tkv, h), ND)),
+            view(&mut kb, "p_nz", mask_bytes, dt, (tkv, h), NZ),
+            Some(mask_bytes),
+        )
+    } else {
+        (
+            kb.tile_group(
+                "s_ub",
+                ty(Ub, DType::F32, tkv, h, ND).dynamic().pad(PadValue::Min),
+                cfg.s_bufs as u32,
+            ),
+            kb.tile("mask_ub", ty(Ub, DType::F32, tkv, h, ND)),
+            (!f32_data).then(|| kb.tile("p_ub", ty(Ub, dt, tkv, h, ND).dynamic())),
+            kb.tile("p_nz", ty(Ub, dt, tkv, h, NZ)),
+            None,
+        )
+    };
     let pv_ub = kb.tile("pv_ub", ty(Ub, DType::F32, h, ns, ND).dynamic());
     let nns = vp / ns;
     let o_t = kb.tile_group("o", ty(Ub, DType::F32, h, ns, ND).dynamic(), nns as u32);
     // Two cast buffers where they fit the UB plan's 128 columns, so slice j + 1's cast does
     // not wait for slice j's store.
-    let o_cast = (!f32_data).then(|| {
-        kb.tile_group(
+    let o_cast = (!f32_data).then(|| match mask_bytes {
+        Some(bytes) => view(&mut kb, "o_cast", bytes, dt, (h, ns), ND),
+        None => kb.tile_group(
             "o_cast",
             ty(Ub, dt, h, ns, ND).dynamic(),
             cfg.o_cast_bufs() as u32,
-        )
+        ),
     });
     let row = |kb: &mut KernelBuilder, n: &str| kb.tile(n, ty(Ub, DType::F32, 1, h, ND).dynamic());
     let (m, l, mc, lc, lse_t) = (

@@ -175,64 +175,91 @@ fn scores(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
         } else {
             Phase::Partial
         };
+        // The accumulator of this slot (the wide tiling has one, on event 0).
+        let acc = slot % cfg.s_accs();
         if j == 0 {
-            b.wait_flag(Fix, Mm, slot as u8);
-            b.matmul(k.s_acc.at(slot), kl, ql).phase(phase);
+            b.wait_flag(Fix, Mm, acc as u8);
+            b.matmul(k.s_acc.at(acc), kl, ql).phase(phase);
         } else {
-            b.matmul_acc(k.s_acc.at(slot), kl, ql).phase(phase);
+            b.matmul_acc(k.s_acc.at(acc), kl, ql).phase(phase);
         }
         b.set_flag(Mm, Mte1, x);
     }
     // S^T -> both UBs, columns split: each AIV holds all keys of half the queries (or all of
     // it to AIV0 in the single-vector-core fallback).
+    let acc = slot % cfg.s_accs();
     b.acquire(k.ch_s(slot));
     b.set_fixpipe_validshape(k.s(slot), (cfg.tkv, cfg.ts), cfg.s_mode());
-    b.mov(k.s(slot), k.s_acc.at(slot))
+    b.mov(k.s(slot), k.s_acc.at(acc))
         .mode(cfg.s_mode())
         .phase(Phase::Final);
-    b.set_flag(Fix, Mm, slot as u8);
+    b.set_flag(Fix, Mm, acc as u8);
     b.push(k.ch_s(slot));
 }
 
 /// A KV tile (V already in L1 slot `slot`): P (both halves, in L1 as P^T NZ = P
 /// ZN) into L0A, O_j = P V_j moved back with DualModeSplitM (channel PV) to the AIV owning
-/// each query.
+/// each query. With the wide tiling P^T goes into L0A in two key halves and each Dv slice's
+/// product accumulates over them (Partial, then Final) in its own accumulator.
 fn pv(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
     let cfg = k.cfg;
     let ns = cfg.ns;
     let nks = cfg.dp() / cfg.ks;
     let nns = cfg.vp() / ns;
+    let pk = cfg.pt_keys();
+    let parts = cfg.tkv / pk;
     let Some(v_l1) = k.v_l1 else {
         return;
     };
     let (ch_p, ch_pv) = (k.ch_p, k.ch_pv);
     b.pop(ch_p);
-    b.wait_flag(Mm, Mte1, PT_EV);
-    b.mov(k.pt_l0, k.pt_l1.at(slot));
-    b.set_flag(Mte1, Mm, PT_EV);
-    b.release(ch_p);
-    b.wait_flag(Mte1, Mm, PT_EV);
-    for j in 0..nns {
-        let xs = (nks + j) % 2;
-        let x = xs as u8;
-        let ys = j % 2;
-        let vl = k.v_l0.at(xs);
-        b.wait_flag(Mm, Mte1, x);
-        b.mov(vl.clone(), v_l1.at(slot)).offset(0, j * ns);
-        b.set_flag(Mte1, Mm, x);
-        b.wait_flag(Mte1, Mm, x);
-        b.wait_flag(Fix, Mm, 2 + ys as u8);
-        b.matmul(k.pv_acc.at(ys), k.pt_l0, vl).phase(Phase::Final);
-        b.set_flag(Mm, Mte1, x);
-        if j + 1 == nns {
-            b.set_flag(Mm, Mte1, PT_EV);
+    for part in 0..parts {
+        let last_part = part + 1 == parts;
+        b.wait_flag(Mm, Mte1, PT_EV);
+        if parts == 1 {
+            b.mov(k.pt_l0, k.pt_l1.at(slot));
+        } else {
+            b.mov(k.pt_l0, k.pt_l1.at(slot)).offset(0, part * pk);
         }
-        b.acquire(ch_pv);
-        b.set_fixpipe_validshape(k.pv_ub, (cfg.ts, ns), cfg.pv_mode());
-        b.mov(k.pv_ub, k.pv_acc.at(ys))
-            .mode(cfg.pv_mode())
-            .phase(Phase::Final);
-        b.set_flag(Fix, Mm, 2 + ys as u8);
-        b.push(ch_pv);
+        b.set_flag(Mte1, Mm, PT_EV);
+        if last_part {
+            b.release(ch_p);
+        }
+        b.wait_flag(Mte1, Mm, PT_EV);
+        for j in 0..nns {
+            let xs = (nks + part * nns + j) % 2;
+            let x = xs as u8;
+            // One accumulator per Dv slice when the parts accumulate, else two in turn.
+            let ys = if parts == 1 { j % 2 } else { j };
+            let vl = k.v_l0.at(xs);
+            b.wait_flag(Mm, Mte1, x);
+            b.mov(vl.clone(), v_l1.at(slot)).offset(part * pk, j * ns);
+            b.set_flag(Mte1, Mm, x);
+            b.wait_flag(Mte1, Mm, x);
+            let phase = if last_part {
+                Phase::Final
+            } else {
+                Phase::Partial
+            };
+            if part == 0 {
+                b.wait_flag(Fix, Mm, 2 + ys as u8);
+                b.matmul(k.pv_acc.at(ys), k.pt_l0, vl).phase(phase);
+            } else {
+                b.matmul_acc(k.pv_acc.at(ys), k.pt_l0, vl).phase(phase);
+            }
+            b.set_flag(Mm, Mte1, x);
+            if j + 1 == nns {
+                b.set_flag(Mm, Mte1, PT_EV);
+            }
+            if last_part {
+                b.acquire(ch_pv);
+                b.set_fixpipe_validshape(k.pv_ub, (cfg.ts, ns), cfg.pv_mode());
+                b.mov(k.pv_ub, k.pv_acc.at(ys))
+                    .mode(cfg.pv_mode())
+                    .phase(Phase::Final);
+                b.set_flag(Fix, Mm, 2 + ys as u8);
+                b.push(ch_pv);
+            }
+        }
     }
 }

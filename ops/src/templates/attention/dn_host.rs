@@ -285,6 +285,8 @@ mod tests {
             max_sq,
             max_skv,
             write_p: false,
+            device: false,
+            causal: false,
         }
     }
 
@@ -366,6 +368,49 @@ mod tests {
                 (c.ts, c.single, c.h()),
                 (ts, single, if single { 16 } else { ts / 2 })
             );
+        }
+    }
+
+    #[test]
+    fn the_device_plan_is_wide_without_the_causal_mask_where_it_fits() {
+        let cfg = |dtype, (d, dv), sq, device, causal| {
+            FlashCfg::new(FlashSpec {
+                device,
+                causal,
+                ..spec(dtype, (d, dv), sq, 2048)
+            })
+        };
+        // The bench shape without the mask, on the device: 256-query tiles, one score buffer.
+        let wide = cfg(DType::BF16, (128, 128), 2048, true, false);
+        assert!(wide.wide);
+        assert_eq!(
+            (
+                wide.ts,
+                wide.tkv,
+                wide.s_bufs,
+                wide.ks,
+                wide.ns,
+                wide.s_accs()
+            ),
+            (256, 128, 1, 32, 64, 1)
+        );
+        assert_eq!(wide.pt_keys(), 64);
+        // MLA prefill's head dims fit too; a 300-query problem rounds to 256.
+        assert!(cfg(DType::F16, (192, 128), 300, true, false).wide);
+        // Not wide: the CPU plan, a causal call, f32 data, 128 queries or fewer, D 256.
+        for (dtype, dims, sq, device, causal) in [
+            (DType::BF16, (128, 128), 2048, false, false),
+            (DType::BF16, (128, 128), 2048, true, true),
+            (DType::F32, (128, 128), 2048, true, false),
+            (DType::BF16, (128, 128), 128, true, false),
+            (DType::BF16, (256, 256), 2048, true, false),
+        ] {
+            let c = cfg(dtype, dims, sq, device, causal);
+            assert!(
+                !c.wide,
+                "{dtype:?} {dims:?} sq {sq} device {device} causal {causal}"
+            );
+            assert!(c.ts <= 128);
         }
     }
 

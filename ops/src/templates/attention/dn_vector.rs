@@ -14,6 +14,12 @@ use tile_backend::ir::{
 
 /// The event of the mask tile's hand-written V <-> MTE2 flags.
 const MASK_EV: u8 = 0;
+/// The event of the wide tiling's hand-written MTE3 -> V flags on the mask tile's bytes,
+/// which also hold P's NZ copy and the output cast (dn.rs): the vector pipe waits once per KV
+/// tile (and once per row end) for MTE3 to have read them, whether or not the tile loads a
+/// mask, so the sets and waits pair up outside the runtime `if`; a mask load then waits for
+/// the vector pipe (V -> MTE2, set just before it).
+const REGION_EV: u8 = 0;
 
 /// Appends the vector program of the flash kernel `k` to `v`. In the single-vector-core
 /// fallback both AIVs run it, but only AIV0 holds data: AIV1 skips every op that reads what
@@ -23,9 +29,17 @@ const MASK_EV: u8 = 0;
 pub(super) fn body(v: &mut Body<'_>, k: &FlashKernel<'_>) {
     // mask_ub starts free; its flags are written by hand (a load under a runtime `if`, whose
     // pair the sync pass would hoist out of it). The pass owns p_nz's and the stored P's.
-    v.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+    if k.cfg.wide {
+        v.set_flag(Pipe::Mte3, Pipe::V, REGION_EV);
+    } else {
+        v.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+    }
     k.for_each_row(v, |v, row| query_tile(v, k, &row));
-    v.wait_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+    if k.cfg.wide {
+        v.wait_flag(Pipe::Mte3, Pipe::V, REGION_EV);
+    } else {
+        v.wait_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+    }
 }
 
 /// The query tile of descriptor row `row`.
@@ -58,6 +72,11 @@ fn query_tile(v: &mut Body<'_>, k: &FlashKernel<'_>, row: &Expr) {
     }
     if let Some(pu) = k.p_ub {
         v.set_validshape(pu, tkv, h);
+    }
+    if cfg.wide {
+        // Views of planned bytes (dn.rs): their valid shapes start unset.
+        v.set_validshape(k.mask_ub, tkv, h);
+        v.set_validshape(k.p_nz, tkv, h);
     }
     for t in [st.m, st.l, st.mc, st.lc, st.lse, st.low_tile, st.low] {
         v.set_validshape(t, 1, h);
@@ -99,8 +118,21 @@ fn query_tile(v: &mut Body<'_>, k: &FlashKernel<'_>, row: &Expr) {
         v.if_(Expr::Var(iters).gt(0), |b| {
             tile(b, Expr::from(0), 0);
             ping_pong(b, Expr::Var(iters) - 1, &mut |b, it, slot| {
-                tile(b, it + 1, 1 - slot);
-                o_update(b, k, slot, false);
+                if cfg.wide {
+                    // Tile t's first Dv slice between tile t + 1's softmax and its P: the
+                    // Fixpipe, in order, then moves P V's next slice (one P V buffer) before
+                    // tile t + 2's scores wait for this P's release, not after.
+                    let it = it + 1;
+                    let j0 = b.let_("j0", it * tkv);
+                    let nv = b.let_("nv", (kv_end.clone() - j0).min(tkv as i64));
+                    softmax_tile(b, k, (diag, j0, nv), 1 - slot);
+                    o_update_slices(b, k, slot, false, 0..1);
+                    p_out(b, k, 1 - slot);
+                    o_update_slices(b, k, slot, false, 1..nns);
+                } else {
+                    tile(b, it + 1, 1 - slot);
+                    o_update(b, k, slot, false);
+                }
             });
             let last_odd = ((Expr::Var(iters) - 1) % 2).eq_(1);
             b.if_else(
@@ -131,6 +163,15 @@ fn query_tile(v: &mut Body<'_>, k: &FlashKernel<'_>, row: &Expr) {
     }
     v.unary(UnaryOp::Ln, st.lse, st.l);
     v.add(st.lse, st.lse, st.m);
+    if cfg.wide {
+        // The output cast goes into the mask tile's bytes: after the last P's move out. The
+        // stores below may be skipped (an AIV with no query), so MTE3 is handed the order
+        // (V -> MTE3) before them: every later set on MTE3, this one's at the row's end and
+        // the sync pass's, then follows the vector pipe's waits here.
+        v.wait_flag(Pipe::Mte3, Pipe::V, REGION_EV);
+        v.set_flag(Pipe::V, Pipe::Mte3, REGION_EV);
+        v.wait_flag(Pipe::V, Pipe::Mte3, REGION_EV);
+    }
     v.if_(Expr::Var(mine).gt(0), |t| {
         if !cfg.write_p {
             store_o(t, k, o_off, mine);
@@ -141,6 +182,9 @@ fn query_tile(v: &mut Body<'_>, k: &FlashKernel<'_>, row: &Expr) {
             st.lse,
         );
     });
+    if cfg.wide {
+        v.set_flag(Pipe::Mte3, Pipe::V, REGION_EV);
+    }
 }
 
 /// One KV tile's scores (channel S) into the running statistics: `s` ends as
@@ -155,6 +199,9 @@ fn softmax_tile(
     let (tkv, h) = (k.cfg.tkv, k.cfg.h());
     let st = k.stats;
     let s = k.s(slot);
+    if k.cfg.wide {
+        b.wait_flag(Pipe::Mte3, Pipe::V, REGION_EV);
+    }
     b.pop(k.ch_s(slot));
     aiv0(b, k.cfg.single, |b| {
         b.muls(s.clone(), s.clone(), k.sp.scale)
@@ -181,22 +228,37 @@ fn softmax_tile(
     // then -keep (the low band) gives the column minimum of the seen scores as
     // max(-keep, s) (a hidden key's -inf meets +inf there).
     b.if_(Expr::Var(delta).lt(tkv as i64 - 1), |t| {
-        let clamped = Expr::Var(delta).max(-(h as i64)).min(tkv as i64 - 1);
-        let row0 = t.let_("row0", Expr::from(tkv as i64 - 1) - clamped);
-        let at = Expr::Var(row0) * h;
-        t.wait_flag(Pipe::V, Pipe::Mte2, MASK_EV);
-        t.load(k.mask_ub, GmView::nd(k.mask, at, tkv, h, h));
-        t.set_flag(Pipe::Mte2, Pipe::V, MASK_EV);
-        t.wait_flag(Pipe::Mte2, Pipe::V, MASK_EV);
-        aiv0(t, k.cfg.single, |t| {
-            t.binary(BinaryOp::Min, s.clone(), s.clone(), k.mask_ub);
-            t.unary(UnaryOp::Neg, k.mask_ub, k.mask_ub);
-            t.max(k.mask_ub, k.mask_ub, s.clone());
-            t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, k.mask_ub);
-        });
-        t.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+        masked(t, k, &s, delta)
     });
     aiv0(b, k.cfg.single, |b| online_softmax(b, k, slot));
+}
+
+/// The causal mask of a tile crossing the diagonal (`delta`: the last key, relative to the
+/// tile's first, that this AIV's first query sees), from one load of the keep band (see
+/// [`softmax_tile`]).
+fn masked(t: &mut Body<'_>, k: &FlashKernel<'_>, s: &TileRef, delta: VarId) {
+    let (tkv, h) = (k.cfg.tkv, k.cfg.h());
+    let st = k.stats;
+    let clamped = Expr::Var(delta).max(-(h as i64)).min(tkv as i64 - 1);
+    let row0 = t.let_("row0", Expr::from(tkv as i64 - 1) - clamped);
+    let at = Expr::Var(row0) * h;
+    if k.cfg.wide {
+        // The region is free once the vector pipe has waited for MTE3 (REGION_EV).
+        t.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+    }
+    t.wait_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+    t.load(k.mask_ub, GmView::nd(k.mask, at, tkv, h, h));
+    t.set_flag(Pipe::Mte2, Pipe::V, MASK_EV);
+    t.wait_flag(Pipe::Mte2, Pipe::V, MASK_EV);
+    aiv0(t, k.cfg.single, |t| {
+        t.binary(BinaryOp::Min, s.clone(), s.clone(), k.mask_ub);
+        t.unary(UnaryOp::Neg, k.mask_ub, k.mask_ub);
+        t.max(k.mask_ub, k.mask_ub, s.clone());
+        t.reduce(ReduceOp::Min, Axis::Col, st.low_tile, k.mask_ub);
+    });
+    if !k.cfg.wide {
+        t.set_flag(Pipe::V, Pipe::Mte2, MASK_EV);
+    }
 }
 
 /// `low = min(low, low_tile)`, then the online softmax down the columns of `s_ub` (one per
@@ -229,10 +291,16 @@ fn p_out(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
     match k.p_ub {
         Some(pu) => {
             aiv0(b, k.cfg.single, |b| b.cast(pu, k.s(slot), RoundMode::Rint));
-            b.release(k.ch_s(slot));
+            // With the wide tiling P lies in the score buffer's bytes: released once copied.
+            if !k.cfg.wide {
+                b.release(k.ch_s(slot));
+            }
             aiv0(b, k.cfg.single, |b| {
                 b.mov(k.p_nz, pu);
             });
+            if k.cfg.wide {
+                b.release(k.ch_s(slot));
+            }
         }
         None => {
             aiv0(b, k.cfg.single, |b| {
@@ -250,6 +318,9 @@ fn p_out(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
                 .offset(0, k.cfg.first_query());
         }
     });
+    if k.cfg.wide {
+        b.set_flag(Pipe::Mte3, Pipe::V, REGION_EV);
+    }
     b.push(k.ch_p);
 }
 
@@ -259,7 +330,18 @@ fn p_out(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64) {
 /// this AIV still holds it.
 fn o_update(b: &mut Body<'_>, k: &FlashKernel<'_>, slot: u64, last: bool) {
     let nns = k.cfg.vp() / k.cfg.ns;
-    for j in 0..nns {
+    o_update_slices(b, k, slot, last, 0..nns);
+}
+
+/// [`o_update`] of the Dv slices `slices` only.
+fn o_update_slices(
+    b: &mut Body<'_>,
+    k: &FlashKernel<'_>,
+    slot: u64,
+    last: bool,
+    slices: std::ops::Range<u64>,
+) {
+    for j in slices {
         let o = k.o_t.at(j);
         aiv0(b, k.cfg.single, |b| {
             b.broadcast(
