@@ -80,13 +80,14 @@ struct Args {
 const GRID_WORDS: [usize; 2] = [300, 600];
 const GRID_DEPTHS: [f64; 3] = [0.1, 0.5, 0.9];
 
-/// One row of the retrieval report: exact match and per-layer recall per grid cell, printed.
+/// One row of the retrieval report: exact match and per-layer recall per grid cell, printed;
+/// returns every question's answer tokens.
 fn report_row(
     label: &str,
     engine: &mut Engine,
     tok: &Tokenizer,
     cells: &[Vec<tileops_models::eval::Case>],
-) -> Result<Vec<Vec<String>>> {
+) -> Result<Vec<Vec<u32>>> {
     let t = std::time::Instant::now();
     let mut line = format!("  {label:<34}");
     let mut answers = Vec::new();
@@ -100,7 +101,7 @@ fn report_row(
             r.exact_percent(),
             recall.join("/")
         ));
-        answers.push(vec![format!("{}/{}", r.exact, r.questions)]);
+        answers.extend(r.answers);
     }
     println!("{line}   [{:.1} s]", t.elapsed().as_secs_f64());
     Ok(answers)
@@ -178,14 +179,15 @@ fn retrieval_report(
     dense.model.selection = Selection::Dense;
     report_row("dense attention (reference)", &mut dense, tok, &cells)?;
     println!(
-        "  trained top-{k}: {} and {} give {} scores",
+        "  trained top-{k}: {} and {} give {} answers ({} questions)",
         backend.name(),
         other.name(),
         if mine == theirs {
-            "the same"
+            "identical"
         } else {
             "DIFFERENT"
-        }
+        },
+        mine.len()
     );
     Ok(())
 }

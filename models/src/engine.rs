@@ -355,6 +355,9 @@ impl Engine {
         max_new: usize,
         stop: &[u32],
     ) -> Result<Answers> {
+        if context.is_empty() {
+            return Err(ModelError::Invalid("the context is empty".into()));
+        }
         if questions.is_empty() {
             return Err(ModelError::Invalid("no question to answer".into()));
         }
@@ -365,8 +368,7 @@ impl Engine {
             let whole: Vec<u32> = context.iter().chain(q).copied().collect();
             check_request(self.model.config(), &[whole], max_new, &Sampling::Greedy)?;
         }
-        let root = self.add_sequences(1)?;
-        let mut seqs = root.clone();
+        let mut seqs = self.add_sequences(1)?;
         let r = self.answer_on(&mut seqs, context, questions, max_new, stop);
         for id in seqs {
             self.cache.free(id)?;

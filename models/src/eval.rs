@@ -82,6 +82,8 @@ pub struct Report {
     pub recall: Vec<usize>,
     /// Context tokens (summed over cases).
     pub context_tokens: usize,
+    /// Every question's answer tokens, in order (to compare backends).
+    pub answers: Vec<Vec<u32>>,
 }
 
 impl Report {
@@ -118,6 +120,7 @@ pub fn evaluate(engine: &mut Engine, tok: &Tokenizer, cases: &[Case]) -> Result<
                 .decode(&a.tokens[qi])
                 .map_err(|e| ModelError::Invalid(e.to_string()))?;
             r.exact += usize::from(text.trim() == q.answer);
+            r.answers.push(a.tokens[qi].clone());
             for (l, sel) in a.selected[qi].iter().enumerate() {
                 // A layer that read every position (dense prefill) recalls trivially.
                 let hit =

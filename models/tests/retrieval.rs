@@ -67,6 +67,8 @@ fn answers_on_forks_equal_separate_generations() {
         assert!(s.tokens[0].is_empty());
         // Bad input is an error that leaves the pool whole.
         assert!(e.answer_questions(&context, &[], 4, &[]).is_err());
+        let err = e.answer_questions(&[], &questions, 4, &[]).unwrap_err();
+        assert!(err.to_string().contains("context is empty"), "{err}");
         assert!(e.answer_questions(&context, &[vec![]], 4, &[]).is_err());
         let long = vec![1u32; cfg.max_seq_len];
         assert!(e.answer_questions(&long, &questions, 4, &[]).is_err());

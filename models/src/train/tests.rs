@@ -310,18 +310,24 @@ fn answer_weights_cover_the_answer_targets() {
 }
 
 /// Diagnostic (ignored): can the tiny shape learn to copy a repeated random sequence (the
-/// induction pattern retrieval needs)? Prints the loss on the repeated half.
+/// induction pattern retrieval needs)? Prints the loss and the copied tokens of a probe
+/// sequence. `COPY_STEPS`, `COPY_BATCH`, `COPY_LR`, `COPY_EVERY` set the run.
 #[test]
 #[ignore]
 fn diagnostic_copy_task() {
-    let steps: u64 = std::env::var("COPY_STEPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(400);
+    let env = |k: &str, d: f64| -> f64 {
+        std::env::var(k)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(d)
+    };
+    let steps = env("COPY_STEPS", 400.0) as u64;
+    let batch = env("COPY_BATCH", 8.0) as usize;
+    let every = env("COPY_EVERY", 100.0) as u64;
     let mut cfg = tiny_run(steps, 0, 0);
     cfg.model = super::tiny_config(1024);
     cfg.lr = Schedule {
-        peak: 3e-3,
+        peak: env("COPY_LR", 3e-3),
         floor: 3e-4,
         warmup: 20,
         total: steps,
@@ -329,7 +335,7 @@ fn diagnostic_copy_task() {
     let mut tr = Trainer::new(cfg, 2).expect("trainer");
     let mut r = crate::weights::Rng(99);
     for step in 0..steps {
-        let seqs: Vec<Vec<u32>> = (0..8)
+        let seqs: Vec<Vec<u32>> = (0..batch)
             .map(|_| {
                 let half: Vec<u32> = (0..24).map(|_| 10 + (r.next_u64() % 900) as u32).collect();
                 let mut s = half.clone();
@@ -339,7 +345,7 @@ fn diagnostic_copy_task() {
             })
             .collect();
         let log = tr.step(&seqs).expect("step");
-        if step % 100 == 0 {
+        if step % every == 0 {
             let f = tr
                 .model
                 .forward(&[seqs[0][..48].to_vec()], Mode::Dense)
