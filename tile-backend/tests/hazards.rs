@@ -10,7 +10,9 @@ use tile_backend::kernels::*;
 use tile_backend::passes;
 use tile_backend::sim::hazards::{self, Hazard, HazardKind};
 use tile_backend::sim::trace::{core_index, Event, Mem, SyncInfo, Trace};
-use tile_backend::sim::{self, io, SimError, SimOptions};
+use tile_backend::sim::{io, SimError};
+
+mod support;
 
 // ---------------------------------------------------------------------------------------------
 // Brute-force all-pairs race checker: explicit happens-before graph, reachability by BFS.
@@ -258,12 +260,7 @@ fn compiled(kernel: &Kernel) -> Kernel {
 
 fn traced(kernel: &Kernel, block_dim: usize) -> Result<(Vec<Hazard>, BTreeSet<RaceKey>), SimError> {
     let mut args = io::generate(kernel, 7)?;
-    let (_, trace) = sim::run_traced(
-        kernel,
-        &Arch::ascend950(),
-        &mut args,
-        SimOptions { block_dim },
-    )?;
+    let trace = support::trace_on(kernel, &support::arch(), &mut args, block_dim)?;
     Ok((hazards::check(kernel, &trace), brute_races(&trace)))
 }
 
@@ -909,15 +906,7 @@ fn larger_trace_checks_quickly() {
     };
     let k = compiled(&matmul(&p));
     let mut args = io::generate(&k, 1).unwrap();
-    let (_, trace) = sim::run_traced(
-        &k,
-        &Arch::ascend950(),
-        &mut args,
-        SimOptions {
-            block_dim: p.block_dim() as usize,
-        },
-    )
-    .unwrap();
+    let trace = support::trace_on(&k, &support::arch(), &mut args, p.block_dim() as usize).unwrap();
     let events: usize = trace
         .blocks
         .iter()

@@ -4,10 +4,9 @@
 mod support;
 
 use support::{planned, simulate_on};
-use tile_backend::arch::Arch;
 use tile_backend::ir::*;
 use tile_backend::sim::io::Rng;
-use tile_backend::sim::{self, Arg, GmTensor, SimOptions};
+use tile_backend::sim::{self, Arg, GmTensor};
 
 #[test]
 fn matmul_f16_matches_plain_rust() {
@@ -60,7 +59,7 @@ fn a_wait_nobody_releases_is_a_hang_naming_the_flag() {
         }))],
     };
     for block_dim in [1, 3] {
-        match sim::run(&kern, &Arch::ascend950(), &mut [], SimOptions { block_dim }) {
+        match support::simulate_on(&kern, &mut [], block_dim) {
             Err(sim::SimError::Hang { block: 0, waits }) => assert_eq!(
                 waits,
                 "AIV0 waits for cross-core flag 3; AIV1 waits for cross-core flag 3"

@@ -13,7 +13,7 @@ use tile_backend::arch::Arch;
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::*;
 use tile_backend::sim::io::Rng;
-use tile_backend::sim::{self, Arg, GmTensor, SimOptions};
+use tile_backend::sim::{self, Arg, GmTensor};
 
 const M: u64 = 16;
 const K: u64 = 32;
@@ -320,13 +320,11 @@ fn the_reference_kernels_give_the_same_bits_with_moves_deferred_and_copied() {
             .unwrap_or_else(|e| panic!("{}: {e}", kernel.name));
         let outputs = |traced: bool| {
             let mut args = sim::io::generate(&compiled, 11).expect("seeded inputs");
-            let opts = SimOptions {
-                block_dim: block_dim as usize,
-            };
+            let block_dim = block_dim as usize;
             let ran = if traced {
-                sim::run_traced(&compiled, &arch, &mut args, opts).map(|_| ())
+                support::trace_on(&compiled, &arch, &mut args, block_dim).map(|_| ())
             } else {
-                sim::run(&compiled, &arch, &mut args, opts).map(|_| ())
+                support::simulate_with(&compiled, &arch, &mut args, block_dim)
             };
             ran.unwrap_or_else(|e| panic!("{} (traced: {traced}): {e}", kernel.name));
             args.iter()

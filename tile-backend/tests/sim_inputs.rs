@@ -12,7 +12,7 @@ use tile_backend::ir::*;
 use tile_backend::passes;
 use tile_backend::sim::hazards::{self, HazardKind};
 use tile_backend::sim::trace::Mem;
-use tile_backend::sim::{self, Arg, GmTensor, SimError, SimOptions};
+use tile_backend::sim::{Arg, GmTensor, SimError};
 
 const N: u64 = 16;
 
@@ -244,12 +244,11 @@ fn shared_y() -> GmTensor {
 fn atomic_adds_land_in_an_inout_arg() {
     let k = shared_rows_kernel(true);
     let (x, y0) = (shared_x(), shared_y());
-    let opts = SimOptions { block_dim: 2 };
     let mut owned = vec![Arg::Tensor(x.clone()), Arg::Tensor(y0.clone())];
-    sim::run(&k, &Arch::ascend950(), &mut owned, opts).expect("owned arguments run");
+    support::simulate_on(&k, &mut owned, 2).expect("owned arguments run");
     let mut y = y0.clone();
     let mut args = vec![Arg::Input(x.as_input()), Arg::InOut(y.as_inout())];
-    sim::run(&k, &Arch::ascend950(), &mut args, opts).expect("an InOut output runs");
+    support::simulate_on(&k, &mut args, 2).expect("an InOut output runs");
     drop(args);
     // Rows 0..32 get x twice (one add per block) on top of their prior value; rows 32.. keep it.
     let (xv, y0v) = (x.to_f32(), y0.to_f32());
@@ -269,16 +268,15 @@ fn atomic_adds_land_in_an_inout_arg() {
 #[test]
 fn a_cross_block_race_on_an_inout_arg_is_reported_like_on_an_owned_one() {
     let arch = Arch::ascend950();
-    let opts = SimOptions { block_dim: 2 };
     let (x, y0) = (shared_x(), shared_y());
     for atomic in [false, true] {
         let k = shared_rows_kernel(atomic);
         let mut owned = vec![Arg::Tensor(x.clone()), Arg::Tensor(y0.clone())];
-        let (_, trace) = sim::run_traced(&k, &arch, &mut owned, opts).expect("owned run");
+        let trace = support::trace_on(&k, &arch, &mut owned, 2).expect("owned run");
         let owned_hz = hazards::check(&k, &trace);
         let mut y = y0.clone();
         let mut args = vec![Arg::Input(x.as_input()), Arg::InOut(y.as_inout())];
-        let (_, trace) = sim::run_traced(&k, &arch, &mut args, opts).expect("InOut run");
+        let trace = support::trace_on(&k, &arch, &mut args, 2).expect("InOut run");
         let inout_hz = hazards::check(&k, &trace);
         drop(args);
         assert_eq!(inout_hz, owned_hz, "atomic {atomic}");

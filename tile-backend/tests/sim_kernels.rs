@@ -1,26 +1,17 @@
 //! The reference tile kernels compiled (verify, plan, sync) and simulated end to end, against
 //! plain-Rust computations on the same (rounded) inputs.
 
-use tile_backend::arch::Arch;
 use tile_backend::ir::{DType, Kernel};
 use tile_backend::kernels::*;
-use tile_backend::passes;
-use tile_backend::sim::{self, io, Arg, SimOptions};
+use tile_backend::sim::{self, io, Arg};
+
+mod support;
 
 fn simulate(kernel: &Kernel, block_dim: u64, seed: u64) -> Vec<Arg<'static>> {
-    let arch = Arch::ascend950();
-    let compiled =
-        passes::compile(kernel, &arch).unwrap_or_else(|e| panic!("{}: {e}", kernel.name));
+    let compiled = support::compiled(kernel);
     let mut args = io::generate(&compiled, seed).unwrap();
-    sim::run(
-        &compiled,
-        &arch,
-        &mut args,
-        SimOptions {
-            block_dim: block_dim as usize,
-        },
-    )
-    .unwrap_or_else(|e| panic!("{}: {e}", kernel.name));
+    support::simulate_on(&compiled, &mut args, block_dim as usize)
+        .unwrap_or_else(|e| panic!("{}: {e}", kernel.name));
     args
 }
 

@@ -9,7 +9,7 @@ use tile_backend::arch::Arch;
 use tile_backend::dsl::{KernelBuilder, Reinterpret};
 use tile_backend::ir::*;
 use tile_backend::sim::io::Rng;
-use tile_backend::sim::{self, numeric, Arg, GmTensor, SimOptions};
+use tile_backend::sim::{numeric, Arg, GmTensor};
 
 /// Memory planning (the real pass; these kernels carry their own syncs).
 fn plan(k: Kernel) -> Kernel {
@@ -1207,13 +1207,7 @@ fn tile_scalar_run(k: &Kernel) -> Result<i64, String> {
         Arg::Tensor(GmTensor::from_i64(DType::I32, &[1, 8], &keys)),
         Arg::Tensor(GmTensor::zeros(DType::I32, &[1, 16])),
     ];
-    sim::run(
-        k,
-        &Arch::ascend950(),
-        &mut args,
-        SimOptions { block_dim: 1 },
-    )
-    .map_err(|e| e.to_string())?;
+    support::simulate(k, &mut args).map_err(|e| e.to_string())?;
     let t = args[1].tensor().ok_or("out is a tensor")?;
     Ok(numeric::decode_i64(DType::I32, &t.data[..4]))
 }

@@ -9,7 +9,7 @@ use tile_backend::ir::*;
 use tile_backend::passes::compile;
 use tile_backend::sim::io::{decode_pairs, Rng};
 use tile_backend::sim::timeline::{block_timeline, LaunchRates};
-use tile_backend::sim::{self, Arg, GmTensor, SimOptions};
+use tile_backend::sim::{Arg, GmTensor};
 
 mod support;
 use support::*;
@@ -326,7 +326,7 @@ fn run_on(k: &Kernel, arch: &Arch, args: &mut [Arg<'_>]) {
     let report = tile_backend::verify::verify(k);
     assert!(report.is_ok(), "{report}");
     let c = compile(k, arch).unwrap_or_else(|e| panic!("{}: {e}", k.name));
-    sim::run(&c, arch, args, SimOptions { block_dim: 1 }).unwrap_or_else(|e| panic!("{e}"));
+    support::simulate_with(&c, arch, args, 1).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// The single-list form over `repeat` groups of four blocks of `block_len` elements.
@@ -558,8 +558,7 @@ fn sort_costs_follow_their_figures() {
         Arg::Tensor(GmTensor::zeros(DType::U32, &[1, 64])),
         Arg::Tensor(GmTensor::from_f32(dt, &[1, 512], &xs_v)),
     ];
-    let (_, trace) =
-        sim::run_traced(&k, &arch, &mut args, SimOptions { block_dim: 1 }).expect("runs");
+    let trace = support::trace_on(&k, &arch, &mut args, 1).expect("runs");
     let tl = block_timeline(
         &k,
         &arch,

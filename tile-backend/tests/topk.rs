@@ -7,7 +7,7 @@ use tile_backend::ir::{DType, Kernel};
 use tile_backend::kernels::{lanes, topk, TopkParams};
 use tile_backend::passes::compile;
 use tile_backend::sim::io::{decode_pairs, Rng};
-use tile_backend::sim::{self, Arg, GmTensor, SimOptions};
+use tile_backend::sim::{Arg, GmTensor};
 
 mod support;
 use support::arch;
@@ -39,7 +39,7 @@ fn run(kernel: &Kernel, arch: &Arch, scores: &[f32], k: usize) -> Vec<(u32, i32)
         Arg::Tensor(GmTensor::from_i64(DType::U32, &[1, 32], &lanes())),
         Arg::Tensor(GmTensor::zeros(DType::F32, &[1, 2 * k])),
     ];
-    sim::run(&compiled, arch, &mut args, SimOptions { block_dim: 1 })
+    support::simulate_with(&compiled, arch, &mut args, 1)
         .unwrap_or_else(|e| panic!("n {n} k {k}: {e}"));
     let out = args[3].tensor().expect("out");
     decode_pairs(&out.data)
@@ -143,8 +143,7 @@ fn the_compiled_topk_has_no_hazard() {
             Arg::Tensor(GmTensor::from_i64(DType::U32, &[1, 32], &lanes())),
             Arg::Tensor(GmTensor::zeros(DType::F32, &[1, 2 * k])),
         ];
-        let (_, trace) =
-            sim::run_traced(&kernel, &arch, &mut args, SimOptions { block_dim: 1 }).expect("runs");
+        let trace = support::trace_on(&kernel, &arch, &mut args, 1).expect("runs");
         let hazards = tile_backend::sim::hazards::check(&kernel, &trace);
         assert!(hazards.is_empty(), "n {n} k {k}: {hazards:?}");
     }

@@ -7,7 +7,7 @@ use tile_backend::arch::Arch;
 use tile_backend::dsl::KernelBuilder;
 use tile_backend::ir::*;
 use tile_backend::sim::io::Rng;
-use tile_backend::sim::{self, Arg, GmTensor, SimOptions};
+use tile_backend::sim::{Arg, GmTensor};
 use tile_backend::verify::{verify, Rule};
 
 mod support;
@@ -82,9 +82,7 @@ fn simulate(k: &Kernel, mv: i64) -> Result<(), String> {
     let a = GmTensor::from_f32(DType::F16, &[64, 32], &rng.uniform_vec(64 * 32, -1.0, 1.0));
     let b = GmTensor::from_f32(DType::F16, &[32, 32], &rng.uniform_vec(32 * 32, -1.0, 1.0));
     let mut args = vec![Arg::Int(mv), Arg::Tensor(a), Arg::Tensor(b)];
-    sim::run(&k, &arch, &mut args, SimOptions { block_dim: 1 })
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    support::simulate_with(&k, &arch, &mut args, 1).map_err(|e| e.to_string())
 }
 
 #[test]

@@ -5,6 +5,7 @@
 
 use tile_backend::arch::Arch;
 use tile_backend::ir::{DType, Kernel, Layout, MemSpace, TileType};
+use tile_backend::sim::trace::Trace;
 use tile_backend::sim::{self, Arg, SimError, SimOptions};
 use tile_backend::verify::{Diagnostic, Report, Rule, Severity};
 
@@ -29,13 +30,35 @@ pub fn compiled(kernel: &Kernel) -> Kernel {
         .unwrap_or_else(|e| panic!("{}: does not compile: {e}", kernel.name))
 }
 
+/// Runs `kernel` on `block_dim` blocks of the simulator of `arch` (untraced): for a machine
+/// other than [`arch`]'s (another tie model, other rates).
+pub fn simulate_with(
+    kernel: &Kernel,
+    arch: &Arch,
+    args: &mut [Arg<'_>],
+    block_dim: usize,
+) -> Result<(), SimError> {
+    sim::run(kernel, arch, args, SimOptions { block_dim }).map(|_| ())
+}
+
 /// Runs `kernel` on `block_dim` blocks of the simulator (untraced).
 pub fn simulate_on(
     kernel: &Kernel,
     args: &mut [Arg<'_>],
     block_dim: usize,
 ) -> Result<(), SimError> {
-    sim::run(kernel, &arch(), args, SimOptions { block_dim }).map(|_| ())
+    simulate_with(kernel, &arch(), args, block_dim)
+}
+
+/// Runs `kernel` traced on `block_dim` blocks of the simulator of `arch` and returns the trace
+/// (timeline, hazards, cost report).
+pub fn trace_on<'k>(
+    kernel: &'k Kernel,
+    arch: &Arch,
+    args: &mut [Arg<'_>],
+    block_dim: usize,
+) -> Result<Trace<'k>, SimError> {
+    sim::run_traced(kernel, arch, args, SimOptions { block_dim }).map(|(_, t)| t)
 }
 
 /// Runs `kernel` on one block of the simulator (untraced).
@@ -45,7 +68,7 @@ pub fn simulate(kernel: &Kernel, args: &mut [Arg<'_>]) -> Result<(), SimError> {
 
 /// Runs `kernel` on one block of the simulator, traced (timeline, hazards, poison).
 pub fn simulate_traced(kernel: &Kernel, args: &mut [Arg<'_>]) -> Result<(), SimError> {
-    sim::run_traced(kernel, &arch(), args, SimOptions { block_dim: 1 }).map(|_| ())
+    trace_on(kernel, &arch(), args, 1).map(|_| ())
 }
 
 /// Verifies `kernel` (panicking with the report) and runs it on one block (panicking).
