@@ -20,6 +20,8 @@ use tile_backend::ir::*;
 use tile_backend::kernels::{self, AttentionParams, GatherMatmulParams, Handoff, MatmulParams};
 use tile_backend::passes::{compile, memory, sync};
 
+mod support;
+
 fn arch() -> Arch {
     Arch::ascend950()
 }
@@ -1415,7 +1417,7 @@ fn every_emitted_instruction_has_an_audit_row() {
 /// refuses an integer tile, and the emitted call passes the syntax check.
 #[test]
 fn leaky_relu_simulates_verifies_and_emits() {
-    use tile_backend::sim::{self, numeric, Arg, GmTensor, SimOptions};
+    use tile_backend::sim::{numeric, Arg, GmTensor};
     let (r, c) = (8u64, 32u64);
     let build = |dt: DType| {
         let mut kb = KernelBuilder::new("leaky_relu");
@@ -1446,7 +1448,7 @@ fn leaky_relu_simulates_verifies_and_emits() {
             Arg::Float(0.1),
         ];
         let compiled = compile(&k, &arch()).expect("compiles");
-        sim::run(&compiled, &arch(), &mut args, SimOptions { block_dim: 1 }).expect("runs");
+        support::simulate_with(&compiled, &arch(), &mut args, 1).expect("runs");
         let got = args[1].tensor().expect("tensor").to_f32();
         let slope = 0.1f64 as f32;
         for (i, (g, x)) in got.iter().zip(&xv).enumerate() {

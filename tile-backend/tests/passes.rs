@@ -8,6 +8,8 @@ use tile_backend::passes::memory::{buffer_range, plan, PlanError};
 use tile_backend::passes::sync::{insert, SyncError};
 use tile_backend::passes::{compile, CompileError};
 
+mod support;
+
 fn arch() -> Arch {
     Arch::ascend950()
 }
@@ -1557,7 +1559,7 @@ fn a_final_store_after_a_final_matmul_needs_no_m_to_fix_flag() {
 /// hazard checker would see MTE1 set the flag twice before M waits (a lost signal).
 #[test]
 fn sync_pass_does_not_share_an_event_id_the_pipes_do_not_order() {
-    use tile_backend::sim::{self, Arg, GmTensor, SimOptions};
+    use tile_backend::sim::{self, Arg, GmTensor};
     let mut kb = KernelBuilder::new("two_matmuls");
     let a = kb.input("a", DType::F16, [16u64, 32]);
     let b = kb.input("b", DType::F16, [32u64, 16]);
@@ -1626,8 +1628,7 @@ fn sync_pass_does_not_share_an_event_id_the_pipes_do_not_order() {
         Arg::Tensor(GmTensor::zeros(DType::F32, &[16, 16])),
         Arg::Tensor(GmTensor::zeros(DType::F32, &[16, 16])),
     ];
-    let (_, trace) =
-        sim::run_traced(&k, &arch(), &mut args, SimOptions { block_dim: 1 }).expect("runs");
+    let trace = support::trace_on(&k, &arch(), &mut args, 1).expect("runs");
     let hazards = sim::hazards::check(&k, &trace);
     assert!(hazards.is_empty(), "{hazards:?}");
 }
@@ -1728,15 +1729,14 @@ fn handoff_loop() -> Kernel {
 
 /// Hazards of a traced run of `kernel` (scalar `n` first, then `a [32, 16]`, `b [16, 16]`, `y`).
 fn handoff_hazards(kernel: &Kernel, n: i64) -> Vec<String> {
-    use tile_backend::sim::{self, Arg, GmTensor, SimOptions};
+    use tile_backend::sim::{self, Arg, GmTensor};
     let mut args = vec![
         Arg::Int(n),
         Arg::Tensor(GmTensor::from_f32(DType::F16, &[32, 16], &[0.25; 512])),
         Arg::Tensor(GmTensor::from_f32(DType::F16, &[16, 16], &[0.5; 256])),
         Arg::Tensor(GmTensor::zeros(DType::F32, &[32, 16])),
     ];
-    let (_, trace) =
-        sim::run_traced(kernel, &arch(), &mut args, SimOptions { block_dim: 1 }).expect("runs");
+    let trace = support::trace_on(kernel, &arch(), &mut args, 1).expect("runs");
     sim::hazards::check(kernel, &trace)
         .iter()
         .map(|h| h.to_string())

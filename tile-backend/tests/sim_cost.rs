@@ -6,7 +6,9 @@ use tile_backend::dsl::KernelBuilder;
 use tile_backend::ir::*;
 use tile_backend::kernels::*;
 use tile_backend::passes;
-use tile_backend::sim::{self, cost, io, perfetto, timeline, SimOptions};
+use tile_backend::sim::{cost, io, perfetto, timeline};
+
+mod support;
 
 /// Compiles and runs `kernel` traced; returns the op name of each span of block 0's AIC, the
 /// timelines and the report.
@@ -21,7 +23,7 @@ fn traced(
     let arch = Arch::ascend950();
     let k = passes::compile(kernel, &arch).unwrap();
     let mut args = io::generate(&k, 1).unwrap();
-    let (_, trace) = sim::run_traced(&k, &arch, &mut args, SimOptions { block_dim }).unwrap();
+    let trace = support::trace_on(&k, &arch, &mut args, block_dim).unwrap();
     let tls = timeline::timelines(&k, &arch, &trace, block_dim);
     let rep = cost::report_from(&k, &arch, Sku::Ascend950PR, &trace, &tls, block_dim);
     let names = trace.blocks[0].cores[0]
@@ -211,7 +213,7 @@ fn attention_trace_has_a_track_per_pipe_and_flow_arrows() {
     let p = AttentionParams::default();
     let k = passes::compile(&attention_tile(&p), &arch).unwrap();
     let mut args = io::generate(&k, 2).unwrap();
-    let (_, trace) = sim::run_traced(&k, &arch, &mut args, SimOptions { block_dim: 1 }).unwrap();
+    let trace = support::trace_on(&k, &arch, &mut args, 1).unwrap();
     let tls = timeline::timelines(&k, &arch, &trace, 1);
     let json = perfetto::chrome_trace(&trace, &tls, arch.rates.clock_ghz.value);
     let text = serde_json::to_string(&json).unwrap();
@@ -318,7 +320,7 @@ fn the_report_brackets_the_estimate_at_half_and_double_the_dma_latency() {
     let arch = Arch::ascend950();
     let k = passes::compile(&one_matmul(64, 128, 96, DType::F16), &arch).unwrap();
     let mut args = io::generate(&k, 1).unwrap();
-    let (_, trace) = sim::run_traced(&k, &arch, &mut args, SimOptions { block_dim: 1 }).unwrap();
+    let trace = support::trace_on(&k, &arch, &mut args, 1).unwrap();
     let rep = cost::report_with_sensitivity(&k, &arch, Sku::Ascend950PR, &trace, 1);
     let plain = cost::report(&k, &arch, Sku::Ascend950PR, &trace, 1);
     assert_eq!(rep.seconds, plain.seconds);
@@ -380,7 +382,7 @@ fn with_l2_on_rereads_hit_in_block_order_and_wait_the_hit_latency() {
     assert!(!arch.l2, "off by default");
     let k = passes::compile(&kb.build(), &arch).unwrap();
     let mut args = io::generate(&k, 1).unwrap();
-    let (_, trace) = sim::run_traced(&k, &arch, &mut args, SimOptions { block_dim: 2 }).unwrap();
+    let trace = support::trace_on(&k, &arch, &mut args, 2).unwrap();
     let on = arch.clone().with_l2(true);
     let (tl_off, tl_on) = (
         timeline::timelines(&k, &arch, &trace, 2),

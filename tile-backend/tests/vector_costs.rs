@@ -13,7 +13,9 @@ use tile_backend::arch::{instruction, Arch};
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::*;
 use tile_backend::passes;
-use tile_backend::sim::{self, io, timeline, SimOptions};
+use tile_backend::sim::{io, timeline};
+
+mod support;
 
 /// What the row's instruction is.
 #[derive(Clone, Copy, Debug)]
@@ -217,8 +219,8 @@ fn our_cycles(r: &Row) -> f64 {
     let arch = Arch::ascend950();
     let k = passes::compile(&kernel(r), &arch).unwrap_or_else(|e| panic!("{}: {e}", r.instr));
     let mut args = io::generate(&k, 1).expect("inputs");
-    let (_, trace) = sim::run_traced(&k, &arch, &mut args, SimOptions { block_dim: 1 })
-        .unwrap_or_else(|e| panic!("{}: {e}", r.instr));
+    let trace =
+        support::trace_on(&k, &arch, &mut args, 1).unwrap_or_else(|e| panic!("{}: {e}", r.instr));
     let tls = timeline::timelines(&k, &arch, &trace, 1);
     let events = &trace.blocks[0].cores[1].events;
     let spans: Vec<_> = tls[0].cores[1]
