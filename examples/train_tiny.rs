@@ -58,6 +58,14 @@ struct Args {
     /// Keys per retrieval document at most (default: what the window holds, up to 6).
     #[arg(long)]
     max_keys: Option<usize>,
+    /// The first this many dense steps train on random tokens repeated (the copy pattern
+    /// retrieval needs) instead of text (part of `--dense`).
+    #[arg(long, default_value_t = 0)]
+    copy_steps: u64,
+    /// After the copy steps, this share of each step's sequences are copy sequences (keeps
+    /// the copy pattern while text trains).
+    #[arg(long, default_value_t = 0.0)]
+    copy_share: f64,
     /// Train the steps from `--long-from` on at this window length (0: no long phase).
     #[arg(long, default_value_t = 0)]
     long_seq_len: usize,
@@ -297,6 +305,13 @@ fn main() -> Result<()> {
         return Ok(());
     }
     let tok = Tokenizer::train_generated().context("training the tokenizer")?;
+    if args.copy_steps > args.dense {
+        bail!(
+            "--copy-steps {} exceeds --dense {}: the copy steps are the first dense steps",
+            args.copy_steps,
+            args.dense
+        );
+    }
     let mut tr = if args.resume {
         Trainer::resume(&args.state).context("resuming")?
     } else {
@@ -335,6 +350,8 @@ fn main() -> Result<()> {
                 }
                 None => None,
             },
+            copy_steps: args.copy_steps,
+            copy_share: args.copy_share,
             phase: (args.long_seq_len > 0).then_some(Phase {
                 from_step: args.long_from,
                 seq_len: args.long_seq_len,

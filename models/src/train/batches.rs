@@ -153,6 +153,10 @@ pub fn document_windows(
     Ok(Windows::at_documents(encode(tok, &text)?, seed, bos))
 }
 
+/// Tokens per window of the copy steps ([`TrainConfig::copy_steps`]) at most; a step keeps
+/// the run's tokens per step in more, shorter windows.
+pub const COPY_WINDOW: usize = 64;
+
 /// Every window of a run: the main stream and, when the run has one, its [`Phase`]'s.
 #[derive(Debug, Clone)]
 pub struct RunData {
@@ -196,14 +200,83 @@ impl RunData {
     /// The sequences of global step `step` (each its window's length + 1 tokens: inputs and
     /// shifted targets), and the window length.
     pub fn batch(&self, config: &TrainConfig, step: u64) -> Result<(Vec<Vec<u32>>, usize)> {
-        match &self.phase {
+        if step < config.copy_steps {
+            // The step's tokens in short windows (config.shape_at).
+            let (n, len) = config.shape_at(step);
+            let first = crate::tokenizer::SPECIAL_TOKENS.len() as u32;
+            return Ok((
+                copy_batch(
+                    config.seed,
+                    step,
+                    n,
+                    len + 1,
+                    first..config.model.vocab_size as u32,
+                )?,
+                len,
+            ));
+        }
+        let (mut seqs, len) = match &self.phase {
             Some((p, w)) if step >= p.from_step => {
-                Ok((w.batch(step, p.batch, p.seq_len + 1)?, p.seq_len))
+                (w.batch(step, p.batch, p.seq_len + 1)?, p.seq_len)
             }
-            _ => Ok((
+            _ => (
                 self.main.batch(step, config.batch, config.seq_len + 1)?,
                 config.seq_len,
-            )),
+            ),
+        };
+        let copies = ((seqs.len() as f64 * config.copy_share.clamp(0.0, 1.0)).ceil() as usize)
+            .min(seqs.len());
+        if copies > 0 {
+            let first = crate::tokenizer::SPECIAL_TOKENS.len() as u32;
+            let extra = copy_batch(
+                config.seed ^ 0x006d_6978,
+                step,
+                copies,
+                len + 1,
+                first..config.model.vocab_size as u32,
+            )?;
+            let keep = seqs.len() - copies;
+            seqs.truncate(keep);
+            seqs.extend(extra);
         }
+        Ok((seqs, len))
     }
+}
+
+/// The sequences of copy step `step`: `batch` sequences of `len` tokens, each a run of
+/// `len / 2` tokens drawn uniformly from a stretch of `ids` (seeded by `seed` and `step`) and
+/// then that run again, cut to `len`. Predicting the second half is pure copying (the
+/// induction pattern: find where the current token was seen, emit what followed it). The
+/// stretch is all of `ids` for every fourth sequence and 8, 16 or 64 ids for the others, so a
+/// token often repeats inside the run and only the tokens before it say which copy to follow
+/// (as a retrieval key's digits or "is" repeat across keys).
+pub fn copy_batch(
+    seed: u64,
+    step: u64,
+    batch: usize,
+    len: usize,
+    ids: std::ops::Range<u32>,
+) -> Result<Vec<Vec<u32>>> {
+    if ids.is_empty() || len < 2 {
+        return Err(TrainError::Invalid(format!(
+            "copy sequences need a token range and 2 tokens, not {ids:?} and {len}"
+        )));
+    }
+    let all = u64::from(ids.end - ids.start);
+    let mut rng = Rng(seed ^ 0x636f_7079 ^ step.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    Ok((0..batch)
+        .map(|i| {
+            let span = [all, 8, 16, 64][i % 4].min(all);
+            let base = ids.start + (rng.next_u64() % (all - span + 1)) as u32;
+            // The period varies (a quarter to a half of the window), so no fixed offset
+            // predicts the copy: only finding the earlier occurrence does.
+            let half = len.div_ceil(2);
+            let period =
+                (half / 2 + (rng.next_u64() % (half - half / 2 + 1) as u64) as usize).max(1);
+            let run: Vec<u32> = (0..period)
+                .map(|_| base + (rng.next_u64() % span) as u32)
+                .collect();
+            run.iter().cycle().copied().take(len).collect()
+        })
+        .collect())
 }

@@ -175,6 +175,16 @@ pub struct TrainConfig {
     /// weighs 1). The logged `lm` stays the plain mean.
     #[serde(default)]
     pub answer_weight: Option<AnswerWeight>,
+    /// The first `copy_steps` dense steps train on [`batches::copy_batch`] (random tokens,
+    /// repeated) instead of text: the cheap way to form the induction (copy) pattern that
+    /// retrieval needs before the text stage (0: none).
+    #[serde(default)]
+    pub copy_steps: u64,
+    /// After the copy steps, this share of each step's sequences (rounded up) are copy
+    /// sequences of the window's length, so the copy pattern is kept while text trains (0:
+    /// none).
+    #[serde(default)]
+    pub copy_share: f64,
 }
 
 /// The answer tokens of chat turns weigh more in the optimised loss: every target from the
@@ -225,6 +235,10 @@ impl TrainConfig {
 
     /// Sequences per step and tokens per sequence at global step `step`.
     pub fn shape_at(&self, step: u64) -> (usize, usize) {
+        if step < self.copy_steps {
+            let len = self.seq_len.min(batches::COPY_WINDOW);
+            return ((self.batch * self.seq_len).div_ceil(len), len);
+        }
         match self.phase {
             Some(p) if step >= p.from_step => (p.batch, p.seq_len),
             _ => (self.batch, self.seq_len),
