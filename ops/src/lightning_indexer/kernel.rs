@@ -56,8 +56,11 @@
 //! # Dtypes
 //!
 //! The cube multiplies one dtype: the key cache's (f32, f16 or bf16). q is converted on the
-//! host to it when that is exact (q of the same dtype, or bf16/f16 q with f32 keys); other
-//! pairs (q wider than the keys) and FP8 keys are [`OpError::NoKernel`] for now.
+//! host to it when that is exact (q of the same dtype, or bf16/f16 q with f32 keys); with bf16
+//! keys, f32 or f16 q is split into three bf16 parts `hi + mid + lo` (exact) whose three
+//! products accumulate in the f32 Acc (three matmuls a K slice: the cube's arithmetic is not
+//! what bounds the kernel). f32 or bf16 q with f16 keys (f16's range cannot hold the parts) and
+//! FP8 keys are [`OpError::NoKernel`] for now.
 
 use super::{IndexerCall, OP};
 use crate::backend::Backend;
@@ -97,6 +100,9 @@ pub struct ScoreKernel {
     pub heads: u64,
     /// Values per head and key `D`.
     pub head_dim: u64,
+    /// Parts q is split into: 1, or 3 for q wider than bf16 keys (q = hi + mid + lo, each
+    /// part bf16, the three products accumulated in f32: `split_q`).
+    pub q_parts: u64,
 }
 
 impl ScoreKernel {
@@ -134,7 +140,13 @@ pub fn score_kernel(p: &ScoreKernel) -> Kernel {
     let (hp, dp, tn) = (p.rows(), p.dp(), TILE_N);
     let ks = p.k_slice().unwrap_or(16);
     let nks = dp / ks;
-    let mut kb = KernelBuilder::new(format!("indexer_scores_{dt}_h{h}_d{d}"));
+    let parts = p.q_parts.max(1);
+    let name = if parts > 1 {
+        format!("indexer_scores_{dt}_h{h}_d{d}_q{parts}")
+    } else {
+        format!("indexer_scores_{dt}_h{h}_d{d}")
+    };
+    let mut kb = KernelBuilder::new(name);
     let scalar = |kb: &mut KernelBuilder, name: &str| Expr::Param(kb.scalar(name, DType::I64));
     let rows = scalar(&mut kb, "rows");
     let items = scalar(&mut kb, "items");
@@ -143,7 +155,7 @@ pub fn score_kernel(p: &ScoreKernel) -> Kernel {
     let maxb = scalar(&mut kb, "max_blocks");
     let slots = scalar(&mut kb, "slots");
     let bs = scalar(&mut kb, "block_size");
-    let q = kb.input("q", dt, [rows.clone() * hp as i64, Expr::from(d)]);
+    let q = kb.input("q", dt, [rows.clone() * (hp * parts) as i64, Expr::from(d)]);
     let w = kb.input("w", DType::F32, [rows.clone(), Expr::from(hp)]);
     let cache = kb.input("cache", dt, [slots, Expr::from(d)]);
     let pos = kb.input("positions", DType::I32, [Expr::from(1), pos_len.clone()]);
@@ -155,9 +167,10 @@ pub fn score_kernel(p: &ScoreKernel) -> Kernel {
     use Layout::{DN, ND, NZ, ZN};
     use MemSpace::{Acc, Left, Mat, Right, Vec as Ub};
     let ty = TileType::new;
-    let q_l1 = kb.tile(
+    let q_l1 = kb.tile_group(
         "q_l1",
         ty(Mat, dt, hp, dp, NZ).valid(h, d).pad(PadValue::Zero),
+        parts as u32,
     );
     let k_l1 = kb.tile(
         "k_l1",
@@ -216,8 +229,11 @@ pub fn score_kernel(p: &ScoreKernel) -> Kernel {
         each_item(c, &mut |c, item| {
             let (t, ctx, j0, j1) = coords(c, item);
             {
-                c.load(q_l1, GmView::nd(q, Expr::Var(t) * (hp * d) as i64, h, d, d));
-                c.fillpad(q_l1);
+                for part in 0..parts {
+                    let at = (Expr::Var(t) * parts as i64 + part as i64) * (hp * d) as i64;
+                    c.load(q_l1.at(part), GmView::nd(q, at, h, d, d));
+                    c.fillpad(q_l1.at(part));
+                }
                 c.for_range("j", Expr::Var(j0), Expr::Var(j1), 1, |c, j| {
                     let p0 = c.let_("p0", Expr::Var(j) * tn as i64);
                     let nv = c.let_("nv", (Expr::Var(ctx) - Expr::Var(p0)).min(tn as i64));
@@ -243,12 +259,14 @@ pub fn score_kernel(p: &ScoreKernel) -> Kernel {
                     c.set_validshape(kt_l1, dp as i64, tn as i64);
                     c.set_validshape(acc, hp as i64, Expr::Var(nv));
                     for s in 0..nks {
-                        c.mov(q_l0, q_l1).offset(0, (s * ks) as i64);
                         c.mov(kt_l0, kt_l1).offset((s * ks) as i64, 0);
-                        if s == 0 {
-                            c.matmul(acc, q_l0, kt_l0);
-                        } else {
-                            c.matmul_acc(acc, q_l0, kt_l0);
+                        for part in 0..parts {
+                            c.mov(q_l0, q_l1.at(part)).offset(0, (s * ks) as i64);
+                            if s == 0 && part == 0 {
+                                c.matmul(acc, q_l0, kt_l0);
+                            } else {
+                                c.matmul_acc(acc, q_l0, kt_l0);
+                            }
                         }
                     }
                     c.acquire(ch);
@@ -429,6 +447,11 @@ pub(crate) fn plan(shape: &Checked<LightningIndexerShape>, target: PlanTarget) -
         dtype: s.key_dtype,
         heads: s.heads as u64,
         head_dim: s.head_dim as u64,
+        q_parts: if s.key_dtype == DType::BF16 && s.dtype != DType::BF16 {
+            3
+        } else {
+            1
+        },
     };
     let rows = s.tokens.max(1) as u64;
     let tiles = (s.context_len as u64).div_ceil(TILE_N).max(1);
@@ -451,10 +474,10 @@ pub(crate) fn unsupported(shape: &LightningIndexerShape) -> Option<&'static str>
              plain cache or the reference backend)",
         ),
         (k, q) if k == q => None,
-        (DType::F32, DType::BF16 | DType::F16) => None,
+        (DType::F32, DType::BF16 | DType::F16) | (DType::BF16, DType::F32 | DType::F16) => None,
         _ => Some(
-            "q wider than the keys (the cube multiplies one dtype and would round q; pass q in \
-             the keys' dtype or use an f32 cache)",
+            "q wider than f16 keys (the cube multiplies one dtype; f16's range cannot hold a \
+             split of q; pass q as f16 or use an f32 or bf16 cache)",
         ),
     }
 }
@@ -617,19 +640,40 @@ fn host_inputs(
         .to_dtype(CDType::F32)?
         .flatten_all()?
         .to_vec1::<f32>()?;
-    let mut qp = vec![0f32; t * hp * d];
+    let parts = k.q_parts.max(1) as usize;
+    let mut qp = vec![0f32; t * parts * hp * d];
     let mut w = vec![0f32; t * hp];
     for r in 0..t {
         let qr = &qf[r * h * d..(r + 1) * h * d];
         let wr = &wf[r * h..(r + 1) * h];
-        qp[r * hp * d..r * hp * d + h * d].copy_from_slice(qr);
+        for (i, &v) in qr.iter().enumerate() {
+            for (p, part) in split_q(v, parts).into_iter().take(parts).enumerate() {
+                qp[(r * parts + p) * hp * d + i] = part;
+            }
+        }
         let finite = qr.iter().chain(wr).all(|v| v.is_finite());
         for (j, o) in w[r * hp..r * hp + h].iter_mut().enumerate() {
             *o = if finite { wr[j] } else { f32::NAN };
         }
     }
-    // q's values are exact in the matmul dtype (`unsupported` allows only such pairs).
-    Ok((GmTensor::from_f32(k.dtype, &[t * hp, d], &qp), w))
+    // q's values (or its parts) are exact in the matmul dtype (`unsupported` allows only such
+    // pairs).
+    Ok((GmTensor::from_f32(k.dtype, &[t * parts * hp, d], &qp), w))
+}
+
+/// `v` as `parts` values (1, or 3 bf16 values) whose sum is `v`: `hi = bf16(v)`, `mid =
+/// bf16(v - hi)`, `lo = bf16(v - hi - mid)` (each difference exact in f32; 3 x 8 significant
+/// bits cover f32's 24, and bf16 has f32's exponent range, so the sum is `v` but for values
+/// within 2^16 of f32's subnormals). A non-finite `v` is its own `hi` (its row's weights are NaN
+/// anyway).
+fn split_q(v: f32, parts: usize) -> [f32; 3] {
+    if parts <= 1 || !v.is_finite() {
+        return [v, 0.0, 0.0];
+    }
+    let bf = |x: f32| half::bf16::from_f32(x).to_f32();
+    let hi = bf(v);
+    let mid = bf(v - hi);
+    [hi, mid, bf(v - hi - mid)]
 }
 
 /// The pairs `[T, 2k]` as `(indices [T, k]` I32, `scores [T, k]` F32`)`: index bits -1 give

@@ -7,8 +7,9 @@
 //!
 //! Every backend runs it: [`Backend::TileSim`] and [`Backend::Ascend950`] through two tile
 //! kernels (the scores on the cube and the vector core, then the top-k from PTO-ISA's sort
-//! instructions, `kernel.rs`) for f32/f16/bf16 key caches; FP8 keys and q wider than the keys
-//! are [`OpError::NoKernel`] on those backends for now (after validation, never a fallback).
+//! instructions, `kernel.rs`) for f32/f16/bf16 key caches; FP8 keys, and f32/bf16 q with f16
+//! keys, are [`OpError::NoKernel`] on those backends for now (after validation, never a
+//! fallback).
 
 mod cache;
 mod fp8;
@@ -71,8 +72,9 @@ impl LightningIndexerParams {
 /// contiguous first.
 ///
 /// Backends: all three; [`Backend::TileSim`] and [`Backend::Ascend950`] run the tile kernels
-/// of [`kernel`] for f32/f16/bf16 key caches and q exact in the keys' dtype, and return
-/// [`OpError::NoKernel`] after validation for FP8 keys or q wider than the keys.
+/// of [`kernel`] for f32/f16/bf16 key caches (any q with f32 or bf16 keys, f16 q with f16
+/// keys), and return [`OpError::NoKernel`] after validation for FP8 keys or f32/bf16 q with
+/// f16 keys.
 ///
 /// # Errors
 /// [`OpError::Invalid`] naming the argument for any broken rule (before anything is

@@ -319,10 +319,11 @@ impl Case {
         )
     }
 
-    /// Whether the tile kernels take this case (plain keys, q exact in the keys' dtype).
+    /// Whether the tile kernels take this case (plain keys: f32 or bf16 with any q, f16 with
+    /// f16 q).
     fn kernel_runs(&self) -> bool {
         match self.kind {
-            Keys::Dense(k) => k == self.qdt || k == DType::F32,
+            Keys::Dense(k) => k == self.qdt || k == DType::F32 || k == DType::BF16,
             Keys::Fp8(_) => false,
         }
     }
@@ -477,14 +478,18 @@ fn many_shapes_match_the_brute_force(backend: Backend) {
 }
 
 /// The sweep with plain keys in every dtype pair the kernels take (f32 q and keys, bf16 q and
-/// keys, bf16 and f16 q with f32 keys), the longest contexts past one score tile (128
-/// positions): every case runs on the kernel backends.
+/// keys, bf16 and f16 q with f32 keys, f32 and f16 q with bf16 keys: q split in three bf16
+/// parts, f16 q and keys), the longest contexts past one score tile (128 positions): every
+/// case runs on the kernel backends.
 fn plain_keys_match_the_brute_force(backend: Backend) {
     let pairs = [
         (DType::F32, DType::F32),
         (DType::BF16, DType::BF16),
         (DType::BF16, DType::F32),
         (DType::F16, DType::F32),
+        (DType::F32, DType::BF16),
+        (DType::F16, DType::BF16),
+        (DType::F16, DType::F16),
     ];
     sweep_shapes(backend, 360, 130, &|j| {
         let (qdt, kdt) = pairs[j % pairs.len()];
@@ -1430,9 +1435,9 @@ fn kernel_backends_refuse_what_they_cannot_run() {
         let r = lightning_indexer(&c.q, &c.w, &c.cache, &c.table, &c.lens, &c.p, Some(bk));
         expect_invalid(r, OP, "topk", &[]);
         let mut c = good();
-        c.cache = IndexKeyCache::zeros(4, 8, 128, DType::BF16, &CPU).expect("cache");
+        c.cache = IndexKeyCache::zeros(4, 8, 128, DType::F16, &CPU).expect("cache");
         let r = lightning_indexer(&c.q, &c.w, &c.cache, &c.table, &c.lens, &c.p, Some(bk));
-        expect_no_kernel(r); // f32 q, bf16 keys
+        expect_no_kernel(r); // f32 q, f16 keys
         c.cache = IndexKeyCache::zeros(4, 8, 128, DType::F32, &CPU).expect("cache");
         c.p.topk = tileops_ops::lightning_indexer::kernel::MAX_KERNEL_TOPK + 1;
         let r = lightning_indexer(&c.q, &c.w, &c.cache, &c.table, &c.lens, &c.p, Some(bk));
