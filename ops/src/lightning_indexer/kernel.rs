@@ -7,7 +7,7 @@
 //!
 //! # Kernels
 //!
-//! Two launches (the IR has no grid-wide barrier; a row's top-k needs all of its scores):
+//! Three launches (the IR has no grid-wide barrier; a row's top-k needs all of its scores):
 //!
 //! 1. `indexer_scores_<dtype>_h<H>_d<D>`: the scores of every visible position into an f32
 //!    workspace `ws [T, L]` (`L` the longest context). Work items are (row, split): each row's
@@ -38,11 +38,21 @@
 //!    (see docs/ops.md), so the simpler form is kept; the matmul form is the next step if the
 //!    score half ever bounds the kernel.
 //!
-//! 2. `indexer_topk_<k>`: each AIV takes rows (row `2 * block + sub_block`, striding by
-//!    `2 * block_dim`) and selects the best `k` of the row's `context_lens[t]` scores with
+//! 2. `indexer_topk_<k>`: each row's scores are cut into segments (runs of a multiple of 32,
+//!    as many as give every AIV of the target one: V3.2's decode, 4 rows on 64 AIVs, 16
+//!    segments of 512); each AIV takes segments and selects the best `k` of each with
 //!    `tile_backend::kernels::topk_row` (TSORT32 per 32 scores, TMRGSORT into the best so far,
-//!    keeping at most `k`; exact, independent of TMRGSORT's cross-list tie order): `(value,
-//!    index)` pairs into `out [T, 2k]`, `(-inf, -1)` past the context.
+//!    keeping at most `k`; the indices start at the segment's first position through its
+//!    lanes) into a workspace `parts [segments, 2k]`.
+//! 3. `indexer_merge_<k>`: each AIV takes rows and merges their segments' lists in segment
+//!    order into the best `k` (TMRGSORT of two lists, the best so far, which holds the smaller
+//!    indices, where the probed tie order makes ties win), then stores the first `min(k,
+//!    context)` `(value, index)` pairs into `out [T, 2k]`; the host reads no further (-1 past
+//!    them). Exact, and independent of TMRGSORT's cross-list tie order, as `topk_row` is.
+//!
+//! Host-made work lists keep every loop free of empty iterations (rows with an empty context
+//! get no item, no segment and no merge): an iteration without work would set its flags with
+//! nothing to order them (the simulator reports a lost signal).
 //!
 //! # Non-finite data (docs/ops.md)
 //!
@@ -332,47 +342,150 @@ pub fn score_kernel(p: &ScoreKernel) -> Kernel {
     kb.build()
 }
 
-/// The top-k kernel (module docs, launch 2) for `k` pairs per row. Arguments: scalars `rows`
-/// (T), `len_stride` (L), `busy` (rows with a context); tensors `ws [T, L]` f32, `lanes [1,
-/// 32]` u32, `context_lens [1, T]` i32, `row_ids [1, busy]` i32 (the rows with a context),
-/// `out [T, 2k]` f32 (output: pairs, the index's bits in the odd columns; the rows of empty
-/// contexts are not written).
+/// The segment top-k kernel (module docs, launch 2) for `k` pairs: entry `e` of `seg` is `(t,
+/// start, len)`, a run of row `t`'s scores, and its best `k` pairs (indices `start ..`, from
+/// the lanes `lanes[32 e ..] = start + 0..32`) go to `parts[e]`. Arguments: scalars `rows`
+/// (T), `len_stride` (L), `segs`; tensors `ws [T, L]` f32, `lanes [1, 32 segs]` u32, `seg [1,
+/// 3 segs]` i32 (every entry non-empty), `parts [segs, 2k]` f32 (output).
 pub fn topk_kernel(k: u64) -> Kernel {
     let mut kb = KernelBuilder::new(format!("indexer_topk_{k}"));
     let rows = Expr::Param(kb.scalar("rows", DType::I64));
     let lstride = Expr::Param(kb.scalar("len_stride", DType::I64));
-    let ws = kb.input("ws", DType::F32, [rows.clone(), lstride.clone()]);
-    let lanes = kb.input("lanes", DType::U32, [1, CHUNK]);
-    let lens = kb.input("context_lens", DType::I32, [Expr::from(1), rows.clone()]);
-    let busy = Expr::Param(kb.scalar("busy", DType::I64));
-    let row_ids = kb.input("row_ids", DType::I32, [Expr::from(1), busy.clone()]);
-    let out = kb.output("out", DType::F32, [rows.clone(), Expr::from(2 * k)]);
+    let segs = Expr::Param(kb.scalar("segs", DType::I64));
+    let ws = kb.input("ws", DType::F32, [rows, lstride.clone()]);
+    let lanes = kb.input(
+        "lanes",
+        DType::U32,
+        [Expr::from(1), segs.clone() * CHUNK as i64],
+    );
+    let seg = kb.input("seg", DType::I32, [Expr::from(1), segs.clone() * 3]);
+    let out = kb.output("parts", DType::F32, [segs.clone(), Expr::from(2 * k)]);
     let tiles = TopkTiles::declare(&mut kb, "", k);
     kb.vector(|v| {
         let later_first = probe_tie_order(v, &tiles);
-        // This AIV's entries of the busy rows: lane, lane + lanes, .. (a count, not a test per
-        // row: an AIV with a skipped or empty row would set its sort's flags with nothing to
-        // order them).
-        let lanes_total = Expr::BlockDim * 2;
-        let lane = Expr::BlockIdx * 2 + Expr::SubBlockIdx;
-        let mine =
-            (busy.clone() - lane.clone() + lanes_total.clone() - 1).max(0) / lanes_total.clone();
-        v.for_range("it", 0, mine, 1, |v, it| {
-            let at = lane.clone() + Expr::Var(it) * lanes_total.clone();
-            let r = v.read_scalar("r", row_ids, at);
-            let ctx = v.read_scalar("ctx", lens, Expr::Var(r));
+        each_lane(v, segs.clone(), &mut |v, e| {
+            let r = v.read_scalar("r", seg, e.clone() * 3);
+            let start = v.read_scalar("start", seg, e.clone() * 3 + 1);
+            let len = v.read_scalar("len", seg, e.clone() * 3 + 2);
             let row = TopkRow {
                 scores: ws,
-                offset: Expr::Var(r) * lstride.clone(),
-                len: Expr::Var(ctx),
+                offset: Expr::Var(r) * lstride.clone() + Expr::Var(start),
+                len: Expr::Var(len),
                 lanes,
+                lanes_offset: e.clone() * CHUNK as i64,
                 out,
-                out_offset: Expr::Var(r) * (2 * k) as i64,
+                out_offset: e * (2 * k) as i64,
             };
             topk_row(v, &tiles, &row, later_first);
         });
     });
     kb.build()
+}
+
+/// Runs `f` for this AIV's share of `n` entries: `lane, lane + lanes, ..` with `lane = 2 *
+/// block + sub_block` (a count, not a test per entry: an AIV with a skipped entry would set its
+/// flags with nothing to order them).
+fn each_lane(v: &mut Body<'_>, n: Expr, f: &mut dyn FnMut(&mut Body<'_>, Expr)) {
+    let lanes_total = Expr::BlockDim * 2;
+    let lane = Expr::BlockIdx * 2 + Expr::SubBlockIdx;
+    let mine = (n - lane.clone() + lanes_total.clone() - 1).max(0) / lanes_total.clone();
+    v.for_range("it", 0, mine, 1, |v, it| {
+        f(v, lane + Expr::Var(it) * lanes_total)
+    });
+}
+
+/// The merge kernel (module docs, launch 3) for `k` pairs: row entry `i` of `rowseg` is `(t,
+/// e0, n, slen)`: row `t`'s segments are `parts[e0 .. e0 + n]`, each `slen` scores but the
+/// last; their pairs are merged in segment order into the best `k`, and the first `min(k,
+/// context_lens[t])` pairs go to `out[t]` (the host reads no further). Arguments: scalars
+/// `rows` (T), `segs`, `busy`; tensors `parts [segs, 2k]` f32, `rowseg [1, 4 busy]` i32,
+/// `context_lens [1, T]` i32, `out [T, 2k]` f32 (output).
+pub fn merge_kernel(k: u64) -> Kernel {
+    let mut kb = KernelBuilder::new(format!("indexer_merge_{k}"));
+    let rows = Expr::Param(kb.scalar("rows", DType::I64));
+    let segs = Expr::Param(kb.scalar("segs", DType::I64));
+    let busy = Expr::Param(kb.scalar("busy", DType::I64));
+    let parts = kb.input("parts", DType::F32, [segs, Expr::from(2 * k)]);
+    let rowseg = kb.input("rowseg", DType::I32, [Expr::from(1), busy.clone() * 4]);
+    let lens = kb.input("context_lens", DType::I32, [Expr::from(1), rows.clone()]);
+    let out = kb.output("out", DType::F32, [rows, Expr::from(2 * k)]);
+    let probe = TopkTiles::declare(&mut kb, "probe_", CHUNK);
+    let k32 = k.div_ceil(CHUNK) * CHUNK;
+    let list = TileType::new(MemSpace::Vec, DType::F32, 1, 2 * k32, Layout::ND).dynamic();
+    let blk = kb.tile("blk", list.clone());
+    let best = [kb.tile("best_a", list.clone()), kb.tile("best_b", list)];
+    let tmp = kb.tile(
+        "merge_tmp",
+        TileType::new(MemSpace::Vec, DType::F32, 1, 4 * k32, Layout::ND),
+    );
+    let k = k as i64;
+    kb.vector(|v| {
+        let later_first = probe_tie_order(v, &probe);
+        each_lane(v, busy, &mut |v, i| {
+            let at = i * 4;
+            let t = Expr::Var(v.read_scalar("t", rowseg, at.clone()));
+            let e0 = Expr::Var(v.read_scalar("e0", rowseg, at.clone() + 1));
+            let n = Expr::Var(v.read_scalar("n", rowseg, at.clone() + 2));
+            let slen = Expr::Var(v.read_scalar("slen", rowseg, at + 3));
+            let ctx = Expr::Var(v.read_scalar("ctx", lens, t.clone()));
+            // Segment j holds min(slen, ctx - j slen) scores, min(k, that) pairs.
+            let pairs_of = |j: Expr| (ctx.clone() - j * slen.clone()).min(slen.clone()).min(k);
+            // Segment 0 through `blk` and a copy (V) into the best so far: every row then has
+            // vector work between its loads, so no flag of a one-segment row is set twice.
+            let m0 = pairs_of(Expr::from(0));
+            v.set_validshape(blk, 1, m0.clone() * 2);
+            v.load(
+                blk,
+                GmView::nd(parts, e0.clone() * (2 * k), 1, m0.clone() * 2, 2 * k),
+            );
+            v.set_validshape(best[0], 1, m0 * 2);
+            v.mov(best[0], blk);
+            v.for_range("j", 1, n.clone(), 1, |v, j| {
+                let j = Expr::Var(j);
+                let mj = pairs_of(j.clone());
+                let have = (j.clone() * slen.clone()).min(k);
+                let keep = (j.clone() * slen.clone() + mj.clone()).min(k);
+                v.set_validshape(blk, 1, mj.clone() * 2);
+                let row = (e0.clone() + j.clone()) * (2 * k);
+                v.load(blk, GmView::nd(parts, row, 1, mj.clone() * 2, 2 * k));
+                let parity = j % 2;
+                for (cur, prev, p) in [(best[1], best[0], 1), (best[0], best[1], 0)] {
+                    v.if_(parity.clone().eq_(p), |v| {
+                        v.set_validshape(prev, 1, have.clone() * 2);
+                        v.set_validshape(cur, 1, keep.clone() * 2);
+                        // The best so far holds the earlier segments' (smaller) indices: it
+                        // goes where ties win.
+                        v.if_else(
+                            Expr::from(later_first).eq_(0),
+                            |v| v.mrgsort_lists(cur, tmp, [prev.into(), blk.into()]),
+                            |v| v.mrgsort_lists(cur, tmp, [blk.into(), prev.into()]),
+                        );
+                    });
+                }
+            });
+            let m = ctx.min(k);
+            let last = (n - 1) % 2;
+            for (p, b) in best.iter().enumerate() {
+                v.if_(last.clone().eq_(p as i64), |v| {
+                    v.set_validshape(*b, 1, m.clone() * 2);
+                    let dst = GmView::nd(out, t.clone() * (2 * k), 1, m.clone() * 2, 2 * k);
+                    v.store(dst, *b);
+                });
+            }
+        });
+    });
+    kb.build()
+}
+
+/// The top-k's host-made work lists ([`IndexerPlan::segments`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Segments {
+    /// `(t, start, len)` per segment.
+    pub seg: Vec<i64>,
+    /// `start + 0..32` per segment.
+    pub lanes: Vec<i64>,
+    /// `(t, e0, n, slen)` per row with a context.
+    pub rows: Vec<i64>,
 }
 
 /// The launch plan of a call of `shape` on `target`.
@@ -405,9 +518,38 @@ impl IndexerPlan {
         work
     }
 
-    /// Blocks of the top-k kernel for `busy` rows with a context (two a block).
-    pub fn topk_blocks(&self, busy: u64) -> u64 {
-        busy.div_ceil(2).min(self.blocks).max(1)
+    /// Blocks of the segment top-k kernel for `n` segments, or of the merge kernel for `n`
+    /// rows with a context (two an AIV pair, one block each).
+    pub fn lane_blocks(&self, n: u64) -> u64 {
+        n.div_ceil(2).min(self.blocks).max(1)
+    }
+
+    /// The top-k's work of rows of `context_lens`: the segments `(t, start, len)` (each row
+    /// with a context cut into as many runs of a multiple of 32 scores as give every AIV of
+    /// the target one), their lanes (`start + 0..32` each), and per row with a context `(t,
+    /// e0, n, slen)` (its segments `e0 .. e0 + n`, each `slen` long but the last).
+    pub fn segments(&self, context_lens: &[i64]) -> Segments {
+        let busy = context_lens.iter().filter(|&&l| l > 0).count().max(1) as u64;
+        let want = (2 * self.blocks).div_ceil(busy).max(1);
+        let mut g = Segments::default();
+        for (t, &len) in context_lens.iter().enumerate() {
+            if len <= 0 {
+                continue;
+            }
+            let len = len as u64;
+            let n = want.min(len.div_ceil(CHUNK));
+            let slen = len.div_ceil(n).div_ceil(CHUNK) * CHUNK;
+            let n = len.div_ceil(slen);
+            let e0 = g.seg.len() / 3;
+            g.rows.extend([t as i64, e0 as i64, n as i64, slen as i64]);
+            for j in 0..n {
+                let start = j * slen;
+                g.seg
+                    .extend([t as i64, start as i64, (len - start).min(slen) as i64]);
+                g.lanes.extend((start..start + CHUNK).map(|x| x as i64));
+            }
+        }
+        g
     }
 
     /// Blocks of the score kernel for `items` work items.
@@ -420,19 +562,27 @@ impl IndexerPlan {
         crate::runtime::DebugKey("lightning_indexer/scores/", &self.score)
     }
 
-    /// The two launches for `rows` rows and `items` work items, kernels as their builders
-    /// write them.
-    pub fn launches(&self, rows: u64, items: u64) -> Vec<Launch> {
+    /// The three launches for the rows of `context_lens`, kernels as their builders write them.
+    pub fn launches(&self, context_lens: &[i64]) -> Vec<Launch> {
+        let rows = context_lens.len() as i64;
+        let items = (self.work(context_lens).len() / 3) as u64;
+        let g = self.segments(context_lens);
+        let (segs, busy) = ((g.seg.len() / 3) as u64, (g.rows.len() / 4) as u64);
         vec![
             Launch {
                 kernel: score_kernel(&self.score),
                 block_dim: self.score_blocks(items),
-                scalars: vec![("rows", rows as i64), ("items", items as i64)],
+                scalars: vec![("rows", rows), ("items", items as i64)],
             },
             Launch {
                 kernel: topk_kernel(self.k),
-                block_dim: self.topk_blocks(rows),
-                scalars: vec![("rows", rows as i64), ("busy", rows as i64)],
+                block_dim: self.lane_blocks(segs),
+                scalars: vec![("rows", rows), ("segs", segs as i64)],
+            },
+            Launch {
+                kernel: merge_kernel(self.k),
+                block_dim: self.lane_blocks(busy),
+                scalars: vec![("rows", rows), ("segs", segs as i64), ("busy", busy as i64)],
             },
         ]
     }
@@ -533,6 +683,12 @@ pub(crate) fn run(
         || topk_kernel(plan.k),
     )
     .map_err(|e| bridge::kernel_limit(e, "topk", || format!("topk = {}", s.topk)))?;
+    let merge_k = compiled_keyed(
+        OP,
+        format_args!("lightning_indexer/merge/{}", plan.k),
+        || merge_kernel(plan.k),
+    )
+    .map_err(|e| bridge::kernel_limit(e, "topk", || format!("topk = {}", s.topk)))?;
     let (t, d) = (s.tokens, s.head_dim);
     let hp = plan.score.rows() as usize;
     let (qk, w) = host_inputs(q, weights, call, plan.score)?;
@@ -584,33 +740,49 @@ pub(crate) fn run(
         let mut args = runner.launch_named(&score_k, blocks, named)?;
         ws = runner.take(&score_k, &mut args, "ws")?;
     }
-    let lanes = GmTensor::from_i64(
-        DType::U32,
-        &[1, CHUNK as usize],
-        &tile_backend::kernels::lanes(),
-    );
     let k = s.topk;
-    let busy: Vec<i64> = (0..t as i64)
-        .filter(|&r| call.context_lens[r as usize] > 0)
-        .collect();
+    let g = plan.segments(&call.context_lens);
+    let (segs, busy) = (g.seg.len() / 3, g.rows.len() / 4);
     let mut pairs = GmTensor::zeros(DType::F32, &[t, 2 * k]);
-    if !busy.is_empty() {
+    if busy > 0 {
         let named = vec![
             ("rows", Arg::Int(t as i64)),
             ("len_stride", Arg::Int(len as i64)),
+            ("segs", Arg::Int(segs as i64)),
             ("ws", Arg::Tensor(ws)),
-            ("lanes", Arg::Tensor(lanes)),
+            (
+                "lanes",
+                Arg::Tensor(GmTensor::from_i64(
+                    DType::U32,
+                    &[1, g.lanes.len()],
+                    &g.lanes,
+                )),
+            ),
+            ("seg", Arg::Tensor(gm_i32(&[1, g.seg.len()], &g.seg))),
+            (
+                "parts",
+                Arg::Tensor(GmTensor::zeros(DType::F32, &[segs, 2 * k])),
+            ),
+        ];
+        let blocks = plan.lane_blocks(segs as u64) as usize;
+        let mut args = runner.launch_named(&topk_k, blocks, named)?;
+        let parts = runner.take(&topk_k, &mut args, "parts")?;
+        drop(args);
+        let named = vec![
+            ("rows", Arg::Int(t as i64)),
+            ("segs", Arg::Int(segs as i64)),
+            ("busy", Arg::Int(busy as i64)),
+            ("parts", Arg::Tensor(parts)),
+            ("rowseg", Arg::Tensor(gm_i32(&[1, g.rows.len()], &g.rows))),
             (
                 "context_lens",
                 Arg::Tensor(gm_i32(&[1, t], &call.context_lens)),
             ),
-            ("busy", Arg::Int(busy.len() as i64)),
-            ("row_ids", Arg::Tensor(gm_i32(&[1, busy.len()], &busy))),
             ("out", Arg::Tensor(pairs)),
         ];
-        let blocks = plan.topk_blocks(busy.len() as u64) as usize;
-        let mut args = runner.launch_named(&topk_k, blocks, named)?;
-        pairs = runner.take(&topk_k, &mut args, "out")?;
+        let blocks = plan.lane_blocks(busy as u64) as usize;
+        let mut args = runner.launch_named(&merge_k, blocks, named)?;
+        pairs = runner.take(&merge_k, &mut args, "out")?;
     }
     drop(st);
     runner.finish()?;
@@ -676,9 +848,9 @@ fn split_q(v: f32, parts: usize) -> [f32; 3] {
     [hi, mid, bf(v - hi - mid)]
 }
 
-/// The pairs `[T, 2k]` as `(indices [T, k]` I32, `scores [T, k]` F32`)`: index bits -1 give
-/// `(-1, -inf)`; a kept position whose value is -inf had a NaN score; a row with an empty
-/// context (not written by the kernel) is all `(-1, -inf)`.
+/// The pairs `[T, 2k]` as `(indices [T, k]` I32, `scores [T, k]` F32`)`: the first
+/// `min(k, context_lens[t])` pairs of row `t` are its kept positions (a value of -inf: a NaN
+/// score), the rest (not written by the kernels) `(-1, -inf)`.
 fn decode(
     pairs: &GmTensor,
     context_lens: &[i64],
@@ -691,7 +863,8 @@ fn decode(
     let mut idx = Vec::with_capacity(t * k);
     let mut sc = Vec::with_capacity(t * k);
     for (p, pair) in raw.chunks_exact(2).enumerate() {
-        let i = if context_lens[p / k.max(1)] > 0 {
+        let kept = (context_lens[p / k.max(1)].max(0) as usize).min(k);
+        let i = if p % k.max(1) < kept {
             pair[1].to_bits() as i32
         } else {
             -1

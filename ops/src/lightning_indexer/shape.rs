@@ -79,9 +79,7 @@ fn device_launches(
         return Vec::new();
     }
     let plan = super::kernel::plan(shape, crate::runtime::PlanTarget::Device);
-    let lens = vec![shape.context_len as i64; shape.tokens];
-    let items = plan.work(&lens).len() as u64 / 3;
-    plan.launches(shape.tokens as u64, items)
+    plan.launches(&vec![shape.context_len as i64; shape.tokens])
 }
 
 /// Every rule of the shape, naming the shape parameter.

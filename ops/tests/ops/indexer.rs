@@ -1451,7 +1451,7 @@ fn kernel_backends_refuse_what_they_cannot_run() {
     };
     expect_no_kernel(launches(&fp8));
     let launched = launches(&LightningIndexerShape::default()).expect("bf16 keys launch");
-    assert_eq!(launched.len(), 2, "scores, then the top-k");
+    assert_eq!(launched.len(), 3, "scores, segment top-k, merge");
     let bad = LightningIndexerShape {
         head_dim: 192,
         ..fp8
