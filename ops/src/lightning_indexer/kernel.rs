@@ -39,8 +39,8 @@
 //!    score half ever bounds the kernel.
 //!
 //! 2. `indexer_topk_<k>`: each row's scores are cut into segments (runs of a multiple of 32,
-//!    as many as give every AIV of the target one: V3.2's decode, 4 rows on 64 AIVs, 16
-//!    segments of 512); each AIV takes segments and selects the best `k` of each with
+//!    as many as give every AIV of the target one, at least [`MIN_SEGMENT`] scores each: V3.2's
+//!    decode, 4 rows on 64 AIVs, 16 segments of 512); each AIV takes segments and selects the best `k` of each with
 //!    `tile_backend::kernels::topk_row` (TSORT32 per 32 scores, TMRGSORT into the best so far,
 //!    keeping at most `k`; the indices start at the segment's first position through its
 //!    lanes) into a workspace `parts [segments, 2k]`.
@@ -89,6 +89,10 @@ use tile_backend::launch::{Arg, GmInput, GmTensor};
 
 /// Positions scored per cube tile (one gathered L1 tile, one matmul, one Fixpipe handoff).
 pub const TILE_N: u64 = 128;
+
+/// Fewest scores per top-k segment (but a shorter row's one): below it the merge of one more
+/// list costs more than the segment's own selection saves.
+pub const MIN_SEGMENT: u64 = 512;
 
 /// Most positions kept per row by the kernel backends: the top-k's UB tiles take about
 /// `40 * k` bytes of the 240 KiB one AIV plans within.
@@ -526,7 +530,7 @@ impl IndexerPlan {
 
     /// The top-k's work of rows of `context_lens`: the segments `(t, start, len)` (each row
     /// with a context cut into as many runs of a multiple of 32 scores as give every AIV of
-    /// the target one), their lanes (`start + 0..32` each), and per row with a context `(t,
+    /// the target one, none shorter than [`MIN_SEGMENT`] but a row's last), their lanes (`start + 0..32` each), and per row with a context `(t,
     /// e0, n, slen)` (its segments `e0 .. e0 + n`, each `slen` long but the last).
     pub fn segments(&self, context_lens: &[i64]) -> Segments {
         let busy = context_lens.iter().filter(|&&l| l > 0).count().max(1) as u64;
@@ -537,7 +541,7 @@ impl IndexerPlan {
                 continue;
             }
             let len = len as u64;
-            let n = want.min(len.div_ceil(CHUNK));
+            let n = want.min(len.div_ceil(MIN_SEGMENT));
             let slen = len.div_ceil(n).div_ceil(CHUNK) * CHUNK;
             let n = len.div_ceil(slen);
             let e0 = g.seg.len() / 3;

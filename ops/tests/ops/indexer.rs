@@ -497,8 +497,9 @@ fn plain_keys_match_the_brute_force(backend: Backend) {
     });
 }
 
-/// Contexts of several score tiles and splits (1000 and 2100 positions, one row empty), a
-/// top-k of 300 (the merges keep 300 of every chunk's 32) and one past a row's context.
+/// Contexts of several score tiles, work items and top-k segments (1000 and 2100 positions,
+/// one row empty), a top-k of 300 (the merges keep 300 of every chunk's 32) and one past a
+/// row's context; a row of ties across segments.
 fn long_contexts_stream_and_merge(backend: Backend) {
     let mut rng = Rng::new(17);
     for (lens, topk) in [(vec![1000i64, 0, 2100], 300usize), (vec![200, 37], 260)] {
@@ -516,6 +517,28 @@ fn long_contexts_stream_and_merge(backend: Backend) {
             backend,
             &format!("long contexts {:?} topk {topk}", case.lens),
         );
+    }
+    // Every key equal: every score ties, across the top-k's segments (1500 positions: three
+    // on the kernel backends) too; the earlier positions win, in order, exactly.
+    let mut case = Case::random(
+        &mut rng,
+        (1, 4, 128, 64),
+        vec![1500],
+        700,
+        DType::F32,
+        Keys::Dense(DType::F32),
+        false,
+    );
+    let d = case.d;
+    let first: Vec<f32> = case.keys[..d].iter().map(|v| v.abs()).collect();
+    for k in case.keys.chunks_exact_mut(d) {
+        k.copy_from_slice(&first);
+    }
+    case.q.iter_mut().for_each(|v| *v = v.abs());
+    case.w.iter_mut().for_each(|v| *v = v.abs() + 0.1);
+    if let Some((idx, _)) = case.try_run(&case.cache(), backend) {
+        let want: Vec<i32> = (0..700).collect();
+        assert_eq!(idx, want, "all ties: the first 700 positions in order");
     }
 }
 
