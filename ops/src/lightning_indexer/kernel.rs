@@ -44,7 +44,8 @@
 //!    `tile_backend::kernels::topk_row` (TSORT32 per 32 scores, TMRGSORT into the best so far,
 //!    keeping at most `k`; the indices start at the segment's first position through its
 //!    lanes) into a workspace `parts [segments, 2k]`.
-//! 3. `indexer_merge_<k>`: each AIV takes rows and merges their segments' lists in segment
+//! 3. `indexer_merge_<k>` (only when a row has more than one segment; otherwise the host takes
+//!    each row's one segment list as its result): each AIV takes rows and merges their segments' lists in segment
 //!    order into the best `k` (TMRGSORT of two lists, the best so far, which holds the smaller
 //!    indices, where the probed tie order makes ties win), then stores the first `min(k,
 //!    context)` `(value, index)` pairs into `out [T, 2k]`; the host reads no further (-1 past
@@ -566,13 +567,14 @@ impl IndexerPlan {
         crate::runtime::DebugKey("lightning_indexer/scores/", &self.score)
     }
 
-    /// The three launches for the rows of `context_lens`, kernels as their builders write them.
+    /// The launches for the rows of `context_lens`, kernels as their builders write them: the
+    /// scores, the segment top-k and, when a row has more than one segment, the merge.
     pub fn launches(&self, context_lens: &[i64]) -> Vec<Launch> {
         let rows = context_lens.len() as i64;
         let items = (self.work(context_lens).len() / 3) as u64;
         let g = self.segments(context_lens);
         let (segs, busy) = ((g.seg.len() / 3) as u64, (g.rows.len() / 4) as u64);
-        vec![
+        let mut launches = vec![
             Launch {
                 kernel: score_kernel(&self.score),
                 block_dim: self.score_blocks(items),
@@ -583,12 +585,16 @@ impl IndexerPlan {
                 block_dim: self.lane_blocks(segs),
                 scalars: vec![("rows", rows), ("segs", segs as i64)],
             },
-            Launch {
+        ];
+        // One segment a row: the host takes the segment lists as the result, no merge.
+        if segs != busy {
+            launches.push(Launch {
                 kernel: merge_kernel(self.k),
                 block_dim: self.lane_blocks(busy),
                 scalars: vec![("rows", rows), ("segs", segs as i64), ("busy", busy as i64)],
-            },
-        ]
+            });
+        }
+        launches
     }
 }
 
@@ -772,6 +778,24 @@ pub(crate) fn run(
         let mut args = runner.launch_named(&topk_k, blocks, named)?;
         let parts = runner.take(&topk_k, &mut args, "parts")?;
         drop(args);
+        if segs == busy {
+            // One segment a row: its list is the row's result (no merge launch).
+            let row_bytes = 2 * k * 4;
+            for r in g.rows.chunks_exact(4) {
+                let (t, e) = (r[0] as usize, r[1] as usize);
+                pairs.data[t * row_bytes..(t + 1) * row_bytes]
+                    .copy_from_slice(&parts.data[e * row_bytes..(e + 1) * row_bytes]);
+            }
+            drop(st);
+            runner.finish()?;
+            return decode(
+                &pairs,
+                &call.context_lens,
+                k,
+                q.device(),
+                call.return_scores,
+            );
+        }
         let named = vec![
             ("rows", Arg::Int(t as i64)),
             ("segs", Arg::Int(segs as i64)),
