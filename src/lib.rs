@@ -22,8 +22,8 @@
 //!   `paged_attention`, `reshape_and_cache`, `flash_attention`, `flash_attention_varlen`,
 //!   `qk_softmax` and `quant_matmul` (with its quantisers and the int8-output
 //!   `quant_matmul_int8`), each on the Reference, TileSim and Ascend950 backends,
-//!   `lightning_indexer` (with its FP8 index-key cache; Reference backend only until its
-//!   device top-k exists), and the op registry that `tileops emit --op` serves.
+//!   `lightning_indexer` (with its FP8 index-key cache; on the kernel backends for f32/f16/bf16
+//!   key caches, FP8 keys Reference only), and the op registry that `tileops emit --op` serves.
 //! - [`models`] (`tileops-models`): the paged KV-cache manager, the DeepSeek-V3.2-style model
 //!   (MLA, lightning indexer, int8 MoE) with its config, weight loader and tokenizer, the
 //!   training loop and its seeded data generators (which made the shipped checkpoint

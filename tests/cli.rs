@@ -673,6 +673,46 @@ fn emit_sparse_paged_attention_passes_the_syntax_check() {
 }
 
 #[test]
+fn emit_lightning_indexer_passes_the_syntax_check() {
+    // V3.2's decode shape with bf16 keys: scores, segment top-k, merge.
+    let (files, _) = emit_and_syntax_check("lightning-indexer", &[]);
+    assert_eq!(
+        files,
+        names(&[
+            "0-indexer_scores_bf16_h64_d128/indexer_scores_bf16_h64_d128.cpp",
+            "0-indexer_scores_bf16_h64_d128/indexer_scores_bf16_h64_d128.json",
+            "0-indexer_scores_bf16_h64_d128/indexer_scores_bf16_h64_d128_launcher.cpp",
+            "1-indexer_topk_2048/indexer_topk_2048.cpp",
+            "1-indexer_topk_2048/indexer_topk_2048.json",
+            "1-indexer_topk_2048/indexer_topk_2048_launcher.cpp",
+            "2-indexer_merge_2048/indexer_merge_2048.cpp",
+            "2-indexer_merge_2048/indexer_merge_2048.json",
+            "2-indexer_merge_2048/indexer_merge_2048_launcher.cpp",
+        ])
+    );
+    // f32 q against bf16 keys: q split in three, one more K loop of the scores kernel.
+    let (files, _) = emit_and_syntax_check(
+        "lightning-indexer",
+        &[
+            "--dtype",
+            "f32",
+            "--heads",
+            "8",
+            "--topk",
+            "100",
+            "--context-len",
+            "700",
+        ],
+    );
+    assert!(
+        files
+            .iter()
+            .any(|f| f.contains("indexer_scores_bf16_h8_d128_q3")),
+        "{files:?}"
+    );
+}
+
+#[test]
 fn emit_paged_attention_passes_the_syntax_check() {
     // B 8 x Hkv 8 work items fill the device without a top-k split: the split kernel writes
     // the result, no merge.

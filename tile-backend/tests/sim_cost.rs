@@ -350,6 +350,35 @@ fn the_report_brackets_the_estimate_at_half_and_double_the_dma_latency() {
     assert!(rep.to_string().contains("DMA latency x0.5"));
 }
 
+/// The sort instructions' costs have no A5 source: a kernel that sorts also reports its estimate
+/// at half and at double them (ordered around the estimate), one that does not reports none,
+/// and a sum with a non-sorting launch adds that launch's own estimate to both ends.
+#[test]
+fn a_sorting_kernel_brackets_its_estimate_at_half_and_double_the_sort_costs() {
+    let arch = Arch::ascend950();
+    let k = passes::compile(&topk(&TopkParams { k: 256 }), &arch).unwrap();
+    let mut args = io::generate(&k, 3).unwrap();
+    let trace = support::trace_on(&k, &arch, &mut args, 1).unwrap();
+    let rep = cost::report_with_sensitivity(&k, &arch, Sku::Ascend950PR, &trace, 1);
+    let [half, double] = rep.sort_cost_sensitivity.expect("a sorting kernel");
+    assert!(
+        half < rep.seconds && rep.seconds < double,
+        "{half} {} {double}",
+        rep.seconds
+    );
+    assert!(rep.to_string().contains("sort costs x0.5"));
+    let mm = passes::compile(&one_matmul(64, 128, 96, DType::F16), &arch).unwrap();
+    let mut margs = io::generate(&mm, 1).unwrap();
+    let mtrace = support::trace_on(&mm, &arch, &mut margs, 1).unwrap();
+    let plain = cost::report_with_sensitivity(&mm, &arch, Sku::Ascend950PR, &mtrace, 1);
+    assert_eq!(plain.sort_cost_sensitivity, None);
+    let both = cost::CostReport::sum(&[plain.clone(), rep.clone()]).unwrap();
+    assert_eq!(
+        both.sort_cost_sensitivity,
+        Some([plain.seconds + half, plain.seconds + double])
+    );
+}
+
 /// The L2 model (off by default, A2/A3-derived figures): AIV0 of each of two blocks loads the
 /// same GM tile twice. Hits are decided block by block in index order: block 0's first load
 /// misses, its second and both of block 1's hit. A hit waits the 50-cycle hit latency instead

@@ -5,12 +5,15 @@
 //! plain), written by [`index_cache_append`]; [`quantize_index_q`] and [`hadamard_rotate`] are
 //! DeepSeek's host-side preparation of q and k.
 //!
-//! Only [`Backend::Reference`] runs the op today: the device top-k (PTO-ISA's sort
-//! instructions) is not built yet, so [`Backend::TileSim`] and [`Backend::Ascend950`] return
-//! [`OpError::NoKernel`] after validating the call, never a fallback.
+//! Every backend runs it: [`Backend::TileSim`] and [`Backend::Ascend950`] through two tile
+//! kernels (the scores on the cube and the vector core, then the top-k from PTO-ISA's sort
+//! instructions, `kernel.rs`) for f32/f16/bf16 key caches; FP8 keys, and f32/bf16 q with f16
+//! keys, are [`OpError::NoKernel`] on those backends for now (after validation, never a
+//! fallback).
 
 mod cache;
 mod fp8;
+pub mod kernel;
 mod reference;
 pub(crate) mod shape;
 
@@ -27,10 +30,6 @@ pub use fp8::{
 pub use shape::LightningIndexerShape;
 
 const OP: &str = "lightning_indexer";
-
-/// What the indexer's missing tile kernel would have to provide.
-const NO_KERNEL: &str =
-    "the device top-k (TSORT32/TMRGSORT) and the FP8 score kernel are not built yet";
 
 /// The parameters of [`lightning_indexer`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,12 +71,16 @@ impl LightningIndexerParams {
 /// context, `t + 1` for the `t`-th token of a prompt). Non-contiguous q and weights are made
 /// contiguous first.
 ///
-/// Backends: [`Backend::Reference`] only; [`Backend::TileSim`] and [`Backend::Ascend950`]
-/// return [`OpError::NoKernel`] after validation (the device top-k is not built yet).
+/// Backends: all three; [`Backend::TileSim`] and [`Backend::Ascend950`] run the tile kernels
+/// of [`kernel`] for f32/f16/bf16 key caches (any q with f32 or bf16 keys, f16 q with f16
+/// keys), and return [`OpError::NoKernel`] after validation for FP8 keys or f32/bf16 q with
+/// f16 keys.
 ///
 /// # Errors
 /// [`OpError::Invalid`] naming the argument for any broken rule (before anything is
-/// allocated); [`OpError::NoKernel`] on the kernel backends.
+/// allocated); on the kernel backends [`OpError::NoKernel`] as above, `Invalid` naming `topk`
+/// past [`kernel::MAX_KERNEL_TOPK`], and [`OpError::DeviceUnavailable`] on
+/// [`Backend::Ascend950`] after the package is written.
 pub fn lightning_indexer(
     q: &Tensor,
     weights: &Tensor,
@@ -94,11 +97,13 @@ pub fn lightning_indexer(
             let (q, weights) = (&q.contiguous()?, &weights.contiguous()?);
             reference::lightning_indexer(q, weights, k_cache, &call)
         }
-        Backend::TileSim | Backend::Ascend950 => Err(OpError::NoKernel {
-            op: OP,
+        Backend::TileSim | Backend::Ascend950 => kernel::run(
             backend,
-            missing: NO_KERNEL,
-        }),
+            &q.contiguous()?,
+            &weights.contiguous()?,
+            k_cache.data(),
+            &call,
+        ),
     }
 }
 

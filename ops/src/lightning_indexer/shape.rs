@@ -1,8 +1,8 @@
 //! The shape of a `lightning_indexer` call and its rules (the op's one validation path: the
 //! tensor call checks the shape it reads through [`Checked::call`](crate::registry::Checked)).
-//! The op has no tile kernel yet, so its shape plans no launch and is not in the registry's
-//! `OPS` (`tileops emit --op` does not offer it); `registry::launches` of this shape is
-//! [`OpError::NoKernel`].
+//! Its launches are the kernel plan's ([`super::kernel::plan`] on the device); a shape the
+//! kernels do not take (FP8 keys, q wider than the keys) plans none, so `registry::launches` of
+//! it is [`OpError::NoKernel`].
 
 use crate::bridge;
 use crate::error::OpError;
@@ -11,9 +11,9 @@ use tile_backend::ir::DType;
 
 /// The shape of a [`crate::lightning_indexer()`] call: `q [tokens, heads, head_dim]`, keys of
 /// `key_dtype` (FP8 with f32 or ue8m0 scales, or plain) in blocks of `block_size` slots, the
-/// longest row's context and the top-k width. The default is DeepSeek-V3.2's decode shape:
-/// 4 rows, 64 heads of 128, FP8 keys with ue8m0 scales, top-k 2048 of 8192 positions in blocks
-/// of 64, bf16 q.
+/// longest row's context and the top-k width. The default is DeepSeek-V3.2's decode shape
+/// (4 rows, 64 heads of 128, top-k 2048 of 8192 positions in blocks of 64, bf16 q) with bf16
+/// keys: the kernels do not take V3.2's FP8 keys yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LightningIndexerShape {
     /// q's dtype: f32, f16 or bf16.
@@ -40,8 +40,8 @@ impl Default for LightningIndexerShape {
     fn default() -> Self {
         LightningIndexerShape {
             dtype: DType::BF16,
-            key_dtype: DType::F8E4M3,
-            ue8m0: true,
+            key_dtype: DType::BF16,
+            ue8m0: false,
             tokens: 4,
             heads: 64,
             head_dim: 128,
@@ -54,10 +54,10 @@ impl Default for LightningIndexerShape {
 
 crate::op_shape! {
     LightningIndexerShape = "lightning-indexer",
-    "DeepSeek-V3.2's lightning indexer (tileops_ops::lightning_indexer): scores and top-k \
-     positions; no tile kernel yet (launches: OpError::NoKernel)";
+    "DeepSeek-V3.2's lightning indexer (tileops_ops::lightning_indexer): scores on the cube, \
+     top-k from TSORT32/TMRGSORT; f32/f16/bf16 keys";
     check(s, path) = check(s, path);
-    plan(_s) = Vec::new();
+    plan(s) = device_launches(s);
     dtype: "q dtype: f32, f16, bf16",
     key_dtype: "key cache dtype: f8e4m3 (with scales), f32, f16, bf16",
     ue8m0: "FP8 scales as ue8m0 powers of two: true, or f32: false",
@@ -70,6 +70,17 @@ crate::op_shape! {
 }
 
 const OP: &str = "lightning_indexer";
+
+/// The device launches of `shape` (none for a shape the kernels do not take).
+fn device_launches(
+    shape: &crate::registry::Checked<LightningIndexerShape>,
+) -> Vec<crate::registry::Launch> {
+    if super::kernel::unsupported(shape).is_some() || shape.topk > super::kernel::MAX_KERNEL_TOPK {
+        return Vec::new();
+    }
+    let plan = super::kernel::plan(shape, crate::runtime::PlanTarget::Device);
+    plan.launches(&vec![shape.context_len as i64; shape.tokens])
+}
 
 /// Every rule of the shape, naming the shape parameter.
 fn check(s: &LightningIndexerShape, path: CheckPath) -> Result<(), OpError> {

@@ -24,7 +24,7 @@
 //! | [`crate::quant_matmul()`] | `quant_matmul_<out>_b<bias>_r<relu>` (or `quant_matmul_i8_r<relu>`) |
 //! | [`crate::flash_attention()`] | `flash_attn_<dtype>` (DN mode, one row per query tile, at most one block per cluster) |
 //! | [`crate::qk_softmax()`] | `qk_softmax_<dtype>` (the flash kernel writing P^T) |
-//! | [`crate::lightning_indexer()`] | none yet: its shape ([`LightningIndexerShape`]) is checked by the same [`OpShape`] path but is not in [`OPS`]; [`launches`] gives `OpError::NoKernel` |
+//! | [`crate::lightning_indexer()`] | `indexer_scores_<dtype>_h<H>_d<D>[_q3]` (scores), `indexer_topk_<k>` (segment top-k), `indexer_merge_<k>` (merge); FP8 keys: none yet, [`launches`] gives `OpError::NoKernel` |
 //!
 //! ```
 //! use tileops_ops::registry::{launches, SparseAttentionShape};
@@ -109,6 +109,7 @@ pub const OPS: &[OpSpec] = &[
     OpSpec::of::<QuantMatmulShape>(),
     OpSpec::of::<FlashAttentionShape>(),
     OpSpec::of::<QkSoftmaxShape>(),
+    OpSpec::of::<LightningIndexerShape>(),
 ];
 
 /// The registered op called `name`.

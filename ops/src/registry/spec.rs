@@ -138,8 +138,8 @@ pub(crate) fn as_call_error(e: OpError, op: &'static str, map: &[(&str, &'static
 ///
 /// # Errors
 /// The first rule `shape` breaks ([`OpError::Invalid`] naming the shape parameter);
-/// [`OpError::NoKernel`] for an op whose plan launches nothing because it has no tile kernel
-/// yet (`lightning_indexer`, which is not in [`OPS`](super::OPS) for that reason).
+/// [`OpError::NoKernel`] for a shape whose plan launches nothing because its op has no tile
+/// kernel for it yet (`lightning_indexer` with FP8 keys).
 pub fn launches<S: OpShape>(shape: &S) -> Result<Vec<Launch>, OpError> {
     let plan = S::plan(&Checked::emit(shape.clone())?);
     if plan.is_empty() {

@@ -520,7 +520,23 @@ fn rows() -> Vec<Row> {
     fn qk(m: usize, n: usize, d: usize) -> Result<(), OpError> {
         crate::qk_softmax(&z(&[m, d], C::BF16), &z(&[n, d], C::BF16), 0.2, REF).map(|_| ())
     }
+    fn indexer(d: usize) -> Result<(), OpError> {
+        let (q, w) = (z(&[1, 2, d], C::F32), z(&[1, 2], C::F32));
+        let cache = crate::IndexKeyCache::zeros(1, 4, d, C::F32, &Device::Cpu)?;
+        let (table, lens) = (ints(&[0], &[1, 1]), ints(&[3], &[1]));
+        let p = crate::LightningIndexerParams::new(2);
+        crate::lightning_indexer(&q, &w, &cache, &table, &lens, &p, REF).map(|_| ())
+    }
     vec![
+        Row {
+            op: "lightning-indexer",
+            values: &[("head_dim", "65537")],
+            param: "head_dim",
+            arg: "q",
+            shape_rule: true,
+            bad: || indexer(65537),
+            good: || indexer(16),
+        },
         Row {
             op: "sparse-paged-attention",
             values: &[("dqk", "65537")],

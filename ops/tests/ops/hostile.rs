@@ -1281,7 +1281,7 @@ fn judge(want: Want, bk: Backend, r: Result<(), OpError>) -> Option<String> {
     match (want, r) {
         (Want::Ok, Ok(())) => None,
         (Want::Ok, Err(OpError::DeviceUnavailable { .. })) if bk == Backend::Ascend950 => None,
-        // The ops with no tile kernel yet (docs/ops.md, "`lightning_indexer`").
+        // Calls with no tile kernel yet (docs/ops.md, "`lightning_indexer`": FP8 keys).
         (Want::Ok, Err(OpError::NoKernel { op, .. }))
             if bk != Backend::Reference && NO_KERNEL_YET.contains(&op) =>
         {
@@ -1308,7 +1308,8 @@ fn judge(want: Want, bk: Backend, r: Result<(), OpError>) -> Option<String> {
     }
 }
 
-/// The ops the kernel backends answer with `OpError::NoKernel` (after validating the call).
+/// The ops the kernel backends may answer with `OpError::NoKernel` (after validating the call):
+/// `lightning_indexer` with FP8 keys, `index_cache_append`.
 const NO_KERNEL_YET: &[&str] = &["lightning_indexer", "index_cache_append"];
 
 /// Every registered op (but tile-backend's example kernels) has rows in the sweep, so a new op

@@ -1,15 +1,18 @@
 //! `lightning_indexer`, its FP8 index-key cache and DeepSeek's host-side preparation of q and k:
 //! the Reference backend against an f64 brute force (scores and selection), the cache's FP8
 //! codes and scales against a host quantisation built from the `float8` crate, ties, -1
-//! padding, prefill causal rows, the non-finite policy, every bad input; the kernel backends
-//! (no tile kernel yet) give `OpError::NoKernel` after validation.
+//! padding, prefill causal rows, the non-finite policy, every bad input. Every case body runs on
+//! every backend: TileSim runs the tile kernels (f32/f16/bf16 keys, q exact in the keys'
+//! dtype) traced on the device's plan (no hazard) and untraced on the CPU's plan (same bits),
+//! Ascend950 writes their package; cases with FP8 keys or q wider than the keys expect
+//! `OpError::NoKernel` there (the kernels do not take them yet).
 
-use crate::support::{expect_invalid, ints, values, Rng};
+use crate::support::{expect_invalid, expect_package, ints, values, Rng};
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
 use float8::F8E4M3;
 use tileops_ops::lightning_indexer::{f32_to_e4m3, ue8m0_to_f32, RoundMode};
 use tileops_ops::{
-    hadamard_rotate, index_cache_append, lightning_indexer, quantize_index_q, Backend,
+    hadamard_rotate, index_cache_append, lightning_indexer, profile, quantize_index_q, Backend,
     Fp8Conversion, Fp8Saturation, IndexKeyCache, LightningIndexerParams, OpError, ScaleFormat,
 };
 
@@ -316,15 +319,83 @@ impl Case {
         )
     }
 
-    /// Checks the case on `backend`: the Reference against the model; the kernel backends give
-    /// `NoKernel`.
+    /// Whether the tile kernels take this case (plain keys: f32 or bf16 with any q, f16 with
+    /// f16 q).
+    fn kernel_runs(&self) -> bool {
+        match self.kind {
+            Keys::Dense(k) => k == self.qdt || k == DType::F32 || k == DType::BF16,
+            Keys::Fp8(_) => false,
+        }
+    }
+
+    /// Runs the case on `backend` with `cache` as [`Case::run_on`] does; on TileSim also checks
+    /// the traced run on the device's plan (at least one launch, no hazard) against the
+    /// untraced run on the CPU's plan (the same bits).
+    fn run_checked(
+        &self,
+        cache: &IndexKeyCache,
+        backend: Backend,
+        table_dt: DType,
+    ) -> Result<(Vec<i32>, Vec<f32>), OpError> {
+        if backend != Backend::TileSim {
+            return self.run_on(cache, backend, table_dt);
+        }
+        let (traced, launches) = profile(|| self.run_on(cache, backend, table_dt));
+        let traced = traced?;
+        assert!(!launches.is_empty(), "TileSim launched no kernel");
+        for l in &launches {
+            assert!(
+                l.hazards.is_empty(),
+                "kernel {} reported hazards: {:#?}",
+                l.kernel,
+                l.hazards
+            );
+        }
+        let plain = self.run_on(cache, backend, table_dt)?;
+        assert_eq!(plain.0, traced.0, "the CPU plan's indices");
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&plain.1), bits(&traced.1), "the CPU plan's scores");
+        Ok(plain)
+    }
+
+    /// Checks the case on `backend`: the Reference and TileSim against the model; Ascend950
+    /// writes its package; the kernel backends give `NoKernel` for a case the kernels do not
+    /// take.
     fn check(&self, backend: Backend, what: &str) {
         match backend {
-            Backend::Reference => {
-                let (idx, scores) = self.run(backend, DType::I32).expect("the Reference runs");
+            Backend::Ascend950 if self.kernel_runs() => {
+                expect_package(|| self.run(backend, DType::I32).map(|_| ()))
+            }
+            Backend::Reference | Backend::TileSim
+                if backend == Backend::Reference || self.kernel_runs() =>
+            {
+                let (idx, scores) = self
+                    .run_checked(&self.cache(), backend, DType::I32)
+                    .expect("the backend runs");
                 check_rows(what, &idx, Some(&scores), &self.model(), self.topk);
             }
             other => expect_no_kernel(self.run(other, DType::I32)),
+        }
+    }
+
+    /// Runs the case on `backend` when it can (`None` for Ascend950, after checking its
+    /// package, and for a kernel backend the case's dtypes have no kernel on, after checking
+    /// `NoKernel`).
+    fn try_run(&self, cache: &IndexKeyCache, backend: Backend) -> Option<(Vec<i32>, Vec<f32>)> {
+        match backend {
+            Backend::Reference => Some(self.run_on(cache, backend, DType::I32).expect("runs")),
+            _ if !self.kernel_runs() => {
+                expect_no_kernel(self.run_on(cache, backend, DType::I32));
+                None
+            }
+            Backend::TileSim => Some(
+                self.run_checked(cache, backend, DType::I32)
+                    .expect("TileSim runs"),
+            ),
+            Backend::Ascend950 => {
+                expect_package(|| self.run_on(cache, backend, DType::I32).map(|_| ()));
+                None
+            }
         }
     }
 }
@@ -345,6 +416,8 @@ fn expect_no_kernel<T: std::fmt::Debug>(r: Result<T, OpError>) {
 
 for_each_backend!(
     many_shapes_match_the_brute_force,
+    plain_keys_match_the_brute_force,
+    long_contexts_stream_and_merge,
     ties_go_to_the_earlier_position,
     prefill_causal_rows,
     non_finite_scores_are_nan_and_rank_last,
@@ -352,16 +425,11 @@ for_each_backend!(
     index_dtypes_agree,
 );
 
-/// T 1..5, H 1/4/64, D 128/256, block sizes 1/16/64, contexts 1, block_size - 1, many blocks,
-/// below and past the top-k; f32/bf16 q; f32, bf16 and FP8 (f32, ue8m0 scales) keys.
-fn many_shapes_match_the_brute_force(backend: Backend) {
-    let mut rng = Rng::new(36);
-    let kinds = [
-        Keys::Fp8(ScaleFormat::Ue8m0),
-        Keys::Fp8(ScaleFormat::F32),
-        Keys::Dense(DType::F32),
-        Keys::Dense(DType::BF16),
-    ];
+/// Checks 18 cases on `backend`: T 1..5, H 1/4/64, D 128/256, block sizes 1/16/64, top-k
+/// 1/7/40, contexts 1, block_size - 1, many blocks, below and past the top-k (the longest `3 *
+/// topk + tail`); `pick(j)` gives the q dtype and the keys of the `j`-th combination.
+fn sweep_shapes(backend: Backend, seed: u64, tail: i64, pick: &dyn Fn(usize) -> (DType, Keys)) {
+    let mut rng = Rng::new(seed);
     let mut n = 0;
     for (i, &(t, h, d, bs)) in [
         (1usize, 1usize, 128usize, 1usize),
@@ -381,16 +449,11 @@ fn many_shapes_match_the_brute_force(backend: Backend) {
                     1 => (bs.max(2) - 1) as i64,
                     2 => (5 * bs + 3) as i64,
                     3 => topk as i64 - 1,
-                    _ => 3 * topk as i64 + 5,
+                    _ => 3 * topk as i64 + tail,
                 })
                 .map(|l| l.max(1))
                 .collect();
-            let kind = kinds[(i + topk) % kinds.len()];
-            let qdt = if (i + topk) % 2 == 0 {
-                DType::F32
-            } else {
-                DType::BF16
-            };
+            let (qdt, kind) = pick(i + topk);
             let case = Case::random(&mut rng, (t, h, d, bs), lens, topk, qdt, kind, false);
             let what = format!("T {t} H {h} D {d} bs {bs} topk {topk} {kind:?} q {qdt:?}");
             case.check(backend, &what);
@@ -398,6 +461,85 @@ fn many_shapes_match_the_brute_force(backend: Backend) {
         }
     }
     assert_eq!(n, 18);
+}
+
+/// The sweep with f32/bf16 q and f32, bf16 and FP8 (f32, ue8m0 scales) keys.
+fn many_shapes_match_the_brute_force(backend: Backend) {
+    let kinds = [
+        Keys::Fp8(ScaleFormat::Ue8m0),
+        Keys::Fp8(ScaleFormat::F32),
+        Keys::Dense(DType::F32),
+        Keys::Dense(DType::BF16),
+    ];
+    sweep_shapes(backend, 36, 5, &|j| {
+        let qdt = if j % 2 == 0 { DType::F32 } else { DType::BF16 };
+        (qdt, kinds[j % kinds.len()])
+    });
+}
+
+/// The sweep with plain keys in every dtype pair the kernels take (f32 q and keys, bf16 q and
+/// keys, bf16 and f16 q with f32 keys, f32 and f16 q with bf16 keys: q split in three bf16
+/// parts, f16 q and keys), the longest contexts past one score tile (128 positions): every
+/// case runs on the kernel backends.
+fn plain_keys_match_the_brute_force(backend: Backend) {
+    let pairs = [
+        (DType::F32, DType::F32),
+        (DType::BF16, DType::BF16),
+        (DType::BF16, DType::F32),
+        (DType::F16, DType::F32),
+        (DType::F32, DType::BF16),
+        (DType::F16, DType::BF16),
+        (DType::F16, DType::F16),
+    ];
+    sweep_shapes(backend, 360, 130, &|j| {
+        let (qdt, kdt) = pairs[j % pairs.len()];
+        (qdt, Keys::Dense(kdt))
+    });
+}
+
+/// Contexts of several score tiles, work items and top-k segments (1000 and 2100 positions,
+/// one row empty), a top-k of 300 (the merges keep 300 of every chunk's 32) and one past a
+/// row's context; a row of ties across segments.
+fn long_contexts_stream_and_merge(backend: Backend) {
+    let mut rng = Rng::new(17);
+    for (lens, topk) in [(vec![1000i64, 0, 2100], 300usize), (vec![200, 37], 260)] {
+        let t = lens.len();
+        let case = Case::random(
+            &mut rng,
+            (t, 8, 128, 64),
+            lens,
+            topk,
+            DType::BF16,
+            Keys::Dense(DType::BF16),
+            false,
+        );
+        case.check(
+            backend,
+            &format!("long contexts {:?} topk {topk}", case.lens),
+        );
+    }
+    // Every key equal: every score ties, across the top-k's segments (1500 positions: three
+    // on the kernel backends) too; the earlier positions win, in order, exactly.
+    let mut case = Case::random(
+        &mut rng,
+        (1, 4, 128, 64),
+        vec![1500],
+        700,
+        DType::F32,
+        Keys::Dense(DType::F32),
+        false,
+    );
+    let d = case.d;
+    let first: Vec<f32> = case.keys[..d].iter().map(|v| v.abs()).collect();
+    for k in case.keys.chunks_exact_mut(d) {
+        k.copy_from_slice(&first);
+    }
+    case.q.iter_mut().for_each(|v| *v = v.abs());
+    case.w.iter_mut().for_each(|v| *v = v.abs() + 0.1);
+    if let Some((idx, _)) = case.try_run(&case.cache(), backend) {
+        let want: Vec<i32> = (0..700).collect();
+        assert_eq!(idx, want, "all ties: the first 700 positions in order");
+    }
 }
 
 /// Equal keys give equal scores: the earlier position first, exactly.
@@ -431,11 +573,9 @@ fn ties_go_to_the_earlier_position(backend: Backend) {
             let s = case.table[p / 16] as usize * 16 + p % 16;
             case.keys[s * d..(s + 1) * d].copy_from_slice(&better);
         }
-        if backend != Backend::Reference {
-            expect_no_kernel(case.run(backend, DType::I32));
+        let Some((idx, _)) = case.try_run(&case.cache(), backend) else {
             continue;
-        }
-        let (idx, _) = case.run(backend, DType::I32).expect("runs");
+        };
         assert_eq!(
             &idx[..10],
             &[5, 20, 30, 0, 1, 2, 3, 4, 6, 7],
@@ -464,17 +604,26 @@ fn prefill_causal_rows(backend: Backend) {
         Keys::Fp8(ScaleFormat::F32),
         true,
     );
-    case.check(backend, "prefill, shared table");
-    // Each row's table only up to its own context (-1 after): rows agree where both reach.
-    let mut trimmed = case.clone();
-    for r in 0..t {
-        let used = (trimmed.lens[r] as usize).div_ceil(16);
-        trimmed.table[r * trimmed.max_blocks + used..(r + 1) * trimmed.max_blocks].fill(-1);
-    }
-    trimmed.check(backend, "prefill, tables trimmed to each context");
-    if backend == Backend::Reference {
-        let full = case.run(backend, DType::I32).expect("runs");
-        assert_eq!(trimmed.run(backend, DType::I32).expect("runs"), full);
+    for (qdt, kind) in [
+        (DType::BF16, Keys::Fp8(ScaleFormat::F32)),
+        (DType::BF16, Keys::Dense(DType::BF16)),
+    ] {
+        let case = Case {
+            qdt,
+            kind,
+            ..case.clone()
+        };
+        case.check(backend, "prefill, shared table");
+        // Each row's table only up to its own context (-1 after): rows agree where both reach.
+        let mut trimmed = case.clone();
+        for r in 0..t {
+            let used = (trimmed.lens[r] as usize).div_ceil(16);
+            trimmed.table[r * trimmed.max_blocks + used..(r + 1) * trimmed.max_blocks].fill(-1);
+        }
+        trimmed.check(backend, "prefill, tables trimmed to each context");
+        if let Some(full) = case.try_run(&case.cache(), backend) {
+            assert_eq!(trimmed.try_run(&trimmed.cache(), backend), Some(full));
+        }
     }
     let lens: Vec<i64> = (1..=t as i64).collect(); // t + 1
     let case = Case::random(
@@ -487,8 +636,7 @@ fn prefill_causal_rows(backend: Backend) {
         true,
     );
     case.check(backend, "prefill, contexts t + 1");
-    if backend == Backend::Reference {
-        let (idx, _) = case.run(backend, DType::I32).expect("runs");
+    if let Some((idx, _)) = case.try_run(&case.cache(), backend) {
         assert_eq!(&idx[..3], &[0, -1, -1], "row 0 sees position 0 only");
         assert_eq!(
             idx[3..6].iter().filter(|&&i| i == -1).count(),
@@ -519,11 +667,9 @@ fn non_finite_scores_are_nan_and_rank_last(backend: Backend) {
     case.keys[s1 * d + 100] = f32::NEG_INFINITY; // ReLU alone would hide it
     case.q[(case.h + 2) * d + 9] = f32::INFINITY; // row 1, head 2
     case.w[2 * case.h + 1] = f32::NAN; // row 2
-    if backend != Backend::Reference {
-        expect_no_kernel(case.run(backend, DType::I32));
+    let Some((idx, scores)) = case.try_run(&case.cache(), backend) else {
         return;
-    }
-    let (idx, scores) = case.run(backend, DType::I32).expect("runs");
+    };
     let row0 = &idx[..30];
     assert_eq!(
         &row0[28..],
@@ -593,12 +739,10 @@ fn unread_slots_never_matter(backend: Backend) {
             }
             Keys::Fp8(fmt) => host_fp8_cache(&case, fmt, &read),
         };
-        if backend != Backend::Reference {
-            expect_no_kernel(case.run_on(&poisoned, backend, DType::I32));
+        let Some((want, want_s)) = case.try_run(&case.cache(), backend) else {
             continue;
-        }
-        let (want, want_s) = case.run(backend, DType::I32).expect("runs");
-        let (got, got_s) = case.run_on(&poisoned, backend, DType::I32).expect("runs");
+        };
+        let (got, got_s) = case.try_run(&poisoned, backend).expect("runs");
         assert_eq!(got, want, "{kind:?}");
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&got_s), bits(&want_s), "{kind:?}");
@@ -639,26 +783,31 @@ fn host_fp8_cache(case: &Case, fmt: ScaleFormat, keep: &[bool]) -> IndexKeyCache
 /// I32, I64 and U32 block tables give the same bits.
 fn index_dtypes_agree(backend: Backend) {
     let mut rng = Rng::new(13);
-    let case = Case::random(
-        &mut rng,
-        (3, 4, 128, 16),
-        vec![30, 1, 47],
-        12,
-        DType::BF16,
-        Keys::Fp8(ScaleFormat::F32),
-        false,
-    );
-    if backend != Backend::Reference {
+    for kind in [Keys::Fp8(ScaleFormat::F32), Keys::Dense(DType::BF16)] {
+        let case = Case::random(
+            &mut rng,
+            (3, 4, 128, 16),
+            vec![30, 1, 47],
+            12,
+            DType::BF16,
+            kind,
+            false,
+        );
+        let Some(want) = case.try_run(&case.cache(), backend) else {
+            for dt in [DType::I64, DType::U32] {
+                if backend == Backend::Ascend950 && case.kernel_runs() {
+                    expect_package(|| case.run(backend, dt).map(|_| ()));
+                } else {
+                    expect_no_kernel(case.run(backend, dt));
+                }
+            }
+            continue;
+        };
         for dt in [DType::I64, DType::U32] {
-            expect_no_kernel(case.run(backend, dt));
+            let got = case.run_checked(&case.cache(), backend, dt).expect("runs");
+            assert_eq!(got.0, want.0, "{dt:?}");
+            assert_eq!(got.1, want.1, "{dt:?}");
         }
-        return;
-    }
-    let want = case.run(backend, DType::I32).expect("runs");
-    for dt in [DType::I64, DType::U32] {
-        let got = case.run(backend, dt).expect("runs");
-        assert_eq!(got.0, want.0, "{dt:?}");
-        assert_eq!(got.1, want.1, "{dt:?}");
     }
 }
 
@@ -1295,10 +1444,11 @@ fn bad_append() {
     }
 }
 
-/// The kernel backends validate first (bad input is `Invalid` there too), then say plainly that
-/// there is no tile kernel; the registry's launches of the shape say the same.
+/// The kernel backends validate first (bad input is `Invalid` there too); an FP8 cache (or q
+/// wider than the keys) has no tile kernel yet and they say so plainly, as the registry's
+/// launches of such a shape do; a top-k past the kernels' limit is `Invalid` naming `topk`.
 #[test]
-fn kernel_backends_have_no_kernel_yet() {
+fn kernel_backends_refuse_what_they_cannot_run() {
     for bk in [Backend::TileSim, Backend::Ascend950] {
         let c = good();
         let r = lightning_indexer(&c.q, &c.w, &c.cache, &c.table, &c.lens, &c.p, Some(bk));
@@ -1307,17 +1457,32 @@ fn kernel_backends_have_no_kernel_yet() {
         c.p.topk = 0;
         let r = lightning_indexer(&c.q, &c.w, &c.cache, &c.table, &c.lens, &c.p, Some(bk));
         expect_invalid(r, OP, "topk", &[]);
+        let mut c = good();
+        c.cache = IndexKeyCache::zeros(4, 8, 128, DType::F16, &CPU).expect("cache");
+        let r = lightning_indexer(&c.q, &c.w, &c.cache, &c.table, &c.lens, &c.p, Some(bk));
+        expect_no_kernel(r); // f32 q, f16 keys
+        c.cache = IndexKeyCache::zeros(4, 8, 128, DType::F32, &CPU).expect("cache");
+        c.p.topk = tileops_ops::lightning_indexer::kernel::MAX_KERNEL_TOPK + 1;
+        let r = lightning_indexer(&c.q, &c.w, &c.cache, &c.table, &c.lens, &c.p, Some(bk));
+        expect_invalid(r, OP, "topk", &["at most"]);
     }
     use tileops_ops::registry::{launches, LightningIndexerShape};
-    expect_no_kernel(launches(&LightningIndexerShape::default()));
+    let fp8 = LightningIndexerShape {
+        key_dtype: tile_backend::ir::DType::F8E4M3,
+        ue8m0: true,
+        ..Default::default()
+    };
+    expect_no_kernel(launches(&fp8));
+    let launched = launches(&LightningIndexerShape::default()).expect("bf16 keys launch");
+    assert_eq!(launched.len(), 3, "scores, segment top-k, merge");
     let bad = LightningIndexerShape {
         head_dim: 192,
-        ..Default::default()
+        ..fp8
     };
     expect_invalid(launches(&bad), OP, "head_dim", &["multiple of 128"]);
     let bad = LightningIndexerShape {
         key_dtype: tile_backend::ir::DType::F32,
-        ..Default::default()
+        ..fp8
     };
     expect_invalid(launches(&bad), OP, "ue8m0", &["no scales"]);
 }

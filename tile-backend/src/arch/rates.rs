@@ -144,6 +144,23 @@ impl Rates {
         r
     }
 
+    /// These rates with the four sort figures (TSORT32's and TMRGSORT's heads and per-block
+    /// cycles) scaled by `factor`: no A5 source times the sort instructions (A2/A3-derived
+    /// assumptions), so estimates of sorting kernels are also shown at half and at double them
+    /// (`sim::cost::report_with_sensitivity`).
+    pub fn with_sort_costs_scaled(&self, factor: f64) -> Rates {
+        let mut r = self.clone();
+        for f in [
+            &mut r.sort32_head_cycles,
+            &mut r.sort32_cycles_per_block,
+            &mut r.mrgsort_head_cycles,
+            &mut r.mrgsort_cycles_per_128_pairs,
+        ] {
+            f.value *= factor;
+        }
+        r
+    }
+
     /// Every figure with its field name, in declaration order (the frozen table, the docs'
     /// sources table and the sensitivity runs iterate over it).
     pub fn figures(&self) -> Vec<(&'static str, Figure)> {

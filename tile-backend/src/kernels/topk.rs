@@ -168,8 +168,12 @@ pub struct TopkRow {
     pub offset: Expr,
     /// The row's length (runtime; 0 allowed).
     pub len: Expr,
-    /// The lanes tensor (u32 `[1, 32]` = 0..32: PTO's TCI is not in the IR yet).
+    /// The lanes tensor (u32; PTO's TCI is not in the IR yet): 32 consecutive u32 at
+    /// `lanes_offset` are the indices of the row's first chunk (`0..32` for a row whose indices
+    /// are its positions; `s..s + 32` for a segment of a longer row starting at `s`).
     pub lanes: ParamId,
+    /// Where the row's 32 lanes start in `lanes` (elements).
+    pub lanes_offset: Expr,
     /// The output pairs tensor (f32, 2 columns per pair).
     pub out: ParamId,
     /// The row's first pair column in it.
@@ -184,7 +188,13 @@ pub fn topk_row(b: &mut Body<'_>, t: &TopkTiles, row: &TopkRow, later_first: Var
     let chunks = n.clone().ceil_div(CHUNK as i64);
     b.load(
         t.idx,
-        GmView::nd(row.lanes, 0, 1, CHUNK as i64, CHUNK as i64),
+        GmView::nd(
+            row.lanes,
+            row.lanes_offset.clone(),
+            1,
+            CHUNK as i64,
+            CHUNK as i64,
+        ),
     );
     b.for_range("chunk", 0, chunks.clone(), 1, |b, c| {
         let start = Expr::from(c) * CHUNK as i64;
@@ -286,6 +296,7 @@ pub fn topk(p: &TopkParams) -> Kernel {
                 offset: 0.into(),
                 len: Expr::Param(n),
                 lanes,
+                lanes_offset: 0.into(),
                 out,
                 out_offset: 0.into(),
             };

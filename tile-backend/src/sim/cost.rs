@@ -69,6 +69,10 @@ pub struct CostReport {
     /// public source: `dma_latency_cycles` is an assumption); `None` when not computed
     /// ([`report_with_sensitivity`] computes it).
     pub dma_latency_sensitivity: Option<[f64; 2]>,
+    /// The estimate in seconds at half and at double the sort instructions' costs (TSORT32,
+    /// TMRGSORT: A2/A3-derived assumptions), for a kernel that sorts; `None` when not computed
+    /// or when the kernel issues no sort ([`report_with_sensitivity`]).
+    pub sort_cost_sensitivity: Option<[f64; 2]>,
 }
 
 impl CostReport {
@@ -97,6 +101,17 @@ impl CostReport {
         let first = reports.first()?.clone();
         let mut s = first.clone();
         for r in &reports[1..] {
+            // A launch without a sort costs the same at either sort figure (when its other
+            // sensitivity was computed, so was this one).
+            let sorted = |x: &CostReport| {
+                x.sort_cost_sensitivity
+                    .or(x.dma_latency_sensitivity.map(|_| [x.seconds; 2]))
+            };
+            let any_sort = s.sort_cost_sensitivity.is_some() || r.sort_cost_sensitivity.is_some();
+            s.sort_cost_sensitivity = match (sorted(&s), sorted(r)) {
+                (Some([a, b]), Some([c, d])) if any_sort => Some([a + c, b + d]),
+                _ => None,
+            };
             s.kernel = format!("{} + {}", s.kernel, r.kernel);
             let (a, b) = (s.cycles, r.cycles);
             s.busy = s
@@ -365,6 +380,7 @@ pub fn report_from(
         roofline_seconds,
         bound,
         dma_latency_sensitivity: None,
+        sort_cost_sensitivity: None,
     }
 }
 
@@ -387,7 +403,25 @@ pub fn report_with_sensitivity(
         report(kernel, &scaled, sku, trace, block_dim).seconds
     };
     rep.dma_latency_sensitivity = Some([at(0.5), at(2.0)]);
+    if kernel_sorts(kernel) {
+        let at = |factor: f64| {
+            let scaled = Arch {
+                rates: arch.rates.with_sort_costs_scaled(factor),
+                ..arch.clone()
+            };
+            report(kernel, &scaled, sku, trace, block_dim).seconds
+        };
+        rep.sort_cost_sensitivity = Some([at(0.5), at(2.0)]);
+    }
     rep
+}
+
+/// Whether a kernel issues a sort instruction (TSORT32, TMRGSORT).
+fn kernel_sorts(kernel: &Kernel) -> bool {
+    kernel
+        .ops()
+        .iter()
+        .any(|(_, op)| matches!(op, crate::ir::Op::Sort(_)))
 }
 
 fn human_bytes(b: f64) -> String {
@@ -424,6 +458,14 @@ impl fmt::Display for CostReport {
             writeln!(
                 f,
                 "  DMA latency x0.5 {:.2} us, x2 {:.2} us (the latency is an assumption)",
+                half * 1e6,
+                double * 1e6
+            )?;
+        }
+        if let Some([half, double]) = self.sort_cost_sensitivity {
+            writeln!(
+                f,
+                "  sort costs x0.5 {:.2} us, x2 {:.2} us (A2/A3-derived assumptions)",
                 half * 1e6,
                 double * 1e6
             )?;

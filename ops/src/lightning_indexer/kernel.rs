@@ -1,0 +1,916 @@
+//! The lightning indexer's tile kernels and the host code that launches them.
+//!
+//! CONTRACT (the op layer in `mod.rs` calls exactly this): [`run`] receives a validated
+//! [`IndexerCall`], q and the weights (contiguous), and the key cache it describes; [`plan`] is
+//! the call's one launch plan, which [`run`] and `tileops emit --op lightning-indexer` both
+//! launch from.
+//!
+//! # Kernels
+//!
+//! Three launches (the IR has no grid-wide barrier; a row's top-k needs all of its scores):
+//!
+//! 1. `indexer_scores_<dtype>_h<H>_d<D>`: the scores of every visible position into an f32
+//!    workspace `ws [T, L]` (`L` the longest context). Work items are (row, split): each row's
+//!    tiles of `TILE_N` positions are cut into `splits` runs so that a decode batch of a few rows
+//!    still fills the device's clusters. Per tile, the cube gathers the keys of positions
+//!    `p0 .. p0 + nv` straight into L1 through the row's block table (`gather_in_l1`, as the
+//!    attention ops do), and multiplies `Q [Hp, D] · K^T` (K-sliced when `D` or `H` is wide);
+//!    the Fixpipe hands `S [Hp, nv]` to AIV 0 (SingleModeVec0, channel `s`), which takes
+//!    ReLU, multiplies row `h` by `w_h` (a row broadcast) and sums the columns (TCOLSUM: the
+//!    head sum lands as the `[1, nv]` row the sort reads).
+//!
+//!    ```text
+//!    cube per tile:   MTE2 gather_in_l1(k_l1 <- cache rows of positions p0 ..)   (fillpad tail)
+//!                     MTE1 q_l1 / kt_l1 slices -> L0A / L0B;  M  acc = Q K^T (+ acc)
+//!                     FIX  acc -> s_ub (AIV0)                                     channel s
+//!    AIV0 per tile:   poison = s_ub[H, :]   (row H of Q is zero: 0 . k, NaN iff k is not finite)
+//!                     s_ub = relu(s_ub) * w (row broadcast);  score = colsum(s_ub) + poison
+//!                     score += 0 * score (±inf -> NaN);  score = max(score, -inf) (NaN -> -inf)
+//!                     MTE3 score -> ws[t, p0 .. p0 + nv]
+//!    ```
+//!
+//!    Why the head sum runs on the vector core and not as a second matmul `w [1, H] · ReLU(S)`:
+//!    the second matmul needs ReLU(S) back in L1 (Acc -> Mat through the Fixpipe, with the
+//!    transposed S^T so that the NZ result reads as the ZN right operand) and an f32 matmul at
+//!    a quarter of the cube's rate for an M of 1 padded to 16; it saves the vector core one row
+//!    broadcast and one column sum per tile (~300 cycles for `[80, 128]` f32, ASCEND950.md §10),
+//!    while the Fixpipe would still move S once. Either way the vector core's sort dominates
+//!    (see docs/ops.md), so the simpler form is kept; the matmul form is the next step if the
+//!    score half ever bounds the kernel.
+//!
+//! 2. `indexer_topk_<k>`: each row's scores are cut into segments (runs of a multiple of 32,
+//!    as many as give every AIV of the target one, at least [`MIN_SEGMENT`] scores each: V3.2's
+//!    decode, 4 rows on 64 AIVs, 16 segments of 512); each AIV takes segments and selects the best `k` of each with
+//!    `tile_backend::kernels::topk_row` (TSORT32 per 32 scores, TMRGSORT into the best so far,
+//!    keeping at most `k`; the indices start at the segment's first position through its
+//!    lanes) into a workspace `parts [segments, 2k]`.
+//! 3. `indexer_merge_<k>` (only when a row has more than one segment; otherwise the host takes
+//!    each row's one segment list as its result): each AIV takes rows and merges their segments' lists in segment
+//!    order into the best `k` (TMRGSORT of two lists, the best so far, which holds the smaller
+//!    indices, where the probed tie order makes ties win), then stores the first `min(k,
+//!    context)` `(value, index)` pairs into `out [T, 2k]`; the host reads no further (-1 past
+//!    them). Exact, and independent of TMRGSORT's cross-list tie order, as `topk_row` is.
+//!
+//! Host-made work lists keep every loop free of empty iterations (rows with an empty context
+//! get no item, no segment and no merge): an iteration without work would set its flags with
+//! nothing to order them (the simulator reports a lost signal).
+//!
+//! # Non-finite data (docs/ops.md)
+//!
+//! The host sets a row's weights to NaN when its q or weights hold a value that is not finite
+//! (so every score of the row is NaN), and gives the kernel `Hp = ceil16(H + 1)` rows of q with
+//! rows `H..` zero: row `H` of `S` is `0 · k`, 0 for a finite key and NaN otherwise (ReLU
+//! would hide a key of -inf). The kernel maps NaN to -inf before the sort; a kept pair whose
+//! value is -inf (every finite score is finite: ±inf became NaN) is a NaN score, which the host
+//! restores. The sort sees no NaN.
+//!
+//! # Dtypes
+//!
+//! The cube multiplies one dtype: the key cache's (f32, f16 or bf16). q is converted on the
+//! host to it when that is exact (q of the same dtype, or bf16/f16 q with f32 keys); with bf16
+//! keys, f32 or f16 q is split into three bf16 parts `hi + mid + lo` (exact) whose three
+//! products accumulate in the f32 Acc (three matmuls a K slice: the cube's arithmetic is not
+//! what bounds the kernel). f32 or bf16 q with f16 keys (f16's range cannot hold the parts) and
+//! FP8 keys are [`OpError::NoKernel`] for now.
+
+use super::{IndexerCall, OP};
+use crate::backend::Backend;
+use crate::bridge::{self, gm_i32};
+use crate::error::OpError;
+use crate::registry::{Checked, Launch, LightningIndexerShape};
+use crate::runtime::{compiled_keyed, PlanTarget};
+use candle_core::{DType as CDType, Tensor};
+use tile_backend::dsl::{Body, Gather, KernelBuilder, Reinterpret};
+use tile_backend::ir::{
+    c0, AccToVecMode, Axis, BinaryOp, CoreKind, DType, Expr, GmView, Kernel, Layout, MemSpace,
+    PadValue, TileType, UnaryOp,
+};
+use tile_backend::kernels::{probe_tie_order, topk_row, TopkRow, TopkTiles, CHUNK};
+use tile_backend::launch::{Arg, GmInput, GmTensor};
+
+/// Positions scored per cube tile (one gathered L1 tile, one matmul, one Fixpipe handoff).
+pub const TILE_N: u64 = 128;
+
+/// Fewest scores per top-k segment (but a shorter row's one): below it the merge of one more
+/// list costs more than the segment's own selection saves.
+pub const MIN_SEGMENT: u64 = 512;
+
+/// Most positions kept per row by the kernel backends: the top-k's UB tiles take about
+/// `40 * k` bytes of the 240 KiB one AIV plans within.
+pub const MAX_KERNEL_TOPK: usize = 4096;
+
+/// L0A / L0B capacity per operand tile (bytes): one tile each.
+const L0_BYTES: u64 = 64 * 1024;
+
+fn round_up(v: u64, m: u64) -> u64 {
+    v.div_ceil(m) * m
+}
+
+/// The static shape of the score kernel (its compile key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScoreKernel {
+    /// The matmul dtype (the key cache's): f32, f16 or bf16.
+    pub dtype: DType,
+    /// Indexer heads `H`.
+    pub heads: u64,
+    /// Values per head and key `D`.
+    pub head_dim: u64,
+    /// Parts q is split into: 1, or 3 for q wider than bf16 keys (q = hi + mid + lo, each
+    /// part bf16, the three products accumulated in f32: `split_q`).
+    pub q_parts: u64,
+}
+
+impl ScoreKernel {
+    /// q's rows in the kernel: `H` heads and at least one zero row (the key-poison row).
+    pub fn rows(&self) -> u64 {
+        round_up(self.heads + 1, 16)
+    }
+
+    /// `D` padded to the cube's fractal (C0 and 16).
+    pub fn dp(&self) -> u64 {
+        round_up(round_up(self.head_dim, c0(self.dtype)), 16)
+    }
+
+    /// The K slice per matmul: the widest of 256, 128, .., 16 that divides `Dp` and keeps
+    /// both L0 operand tiles within their buffers (`None`: `H` is too wide for L0A).
+    pub fn k_slice(&self) -> Option<u64> {
+        let es = self.dtype.size_bytes();
+        [256u64, 128, 64, 32, 16].into_iter().find(|&ks| {
+            self.dp().is_multiple_of(ks)
+                && ks.is_multiple_of(c0(self.dtype))
+                && self.rows() * ks * es <= L0_BYTES
+                && ks * TILE_N * es <= L0_BYTES
+        })
+    }
+}
+
+/// The score kernel (module docs, launch 1). Arguments (bound by name): scalars `rows` (T),
+/// `items` (work items), `len_stride` (L), `pos_len`, `max_blocks`, `slots`
+/// (cache rows), `block_size`; tensors `q [T * Hp, D]` (the matmul dtype, rows `H..Hp` of each
+/// token zero), `w [T, Hp]` f32, `cache [slots, D]`, `positions [1, pos_len]` i32 (`0, 1, ..`),
+/// `block_table [T, max_blocks]` i32, `context_lens [1, T]` i32, `work [1, 3 items]` i32 (each
+/// item's row and tiles `j0..j1`, non-empty), `ws [T, L]` f32 (output).
+pub fn score_kernel(p: &ScoreKernel) -> Kernel {
+    let (dt, h, d) = (p.dtype, p.heads, p.head_dim);
+    let (hp, dp, tn) = (p.rows(), p.dp(), TILE_N);
+    let ks = p.k_slice().unwrap_or(16);
+    let nks = dp / ks;
+    let parts = p.q_parts.max(1);
+    let name = if parts > 1 {
+        format!("indexer_scores_{dt}_h{h}_d{d}_q{parts}")
+    } else {
+        format!("indexer_scores_{dt}_h{h}_d{d}")
+    };
+    let mut kb = KernelBuilder::new(name);
+    let scalar = |kb: &mut KernelBuilder, name: &str| Expr::Param(kb.scalar(name, DType::I64));
+    let rows = scalar(&mut kb, "rows");
+    let items = scalar(&mut kb, "items");
+    let lstride = scalar(&mut kb, "len_stride");
+    let pos_len = scalar(&mut kb, "pos_len");
+    let maxb = scalar(&mut kb, "max_blocks");
+    let slots = scalar(&mut kb, "slots");
+    let bs = scalar(&mut kb, "block_size");
+    let q = kb.input("q", dt, [rows.clone() * (hp * parts) as i64, Expr::from(d)]);
+    let w = kb.input("w", DType::F32, [rows.clone(), Expr::from(hp)]);
+    let cache = kb.input("cache", dt, [slots, Expr::from(d)]);
+    let pos = kb.input("positions", DType::I32, [Expr::from(1), pos_len.clone()]);
+    let bt = kb.input("block_table", DType::I32, [rows.clone(), maxb.clone()]);
+    let lens = kb.input("context_lens", DType::I32, [Expr::from(1), rows.clone()]);
+    let work = kb.input("work", DType::I32, [Expr::from(1), items.clone() * 3]);
+    let ws = kb.output("ws", DType::F32, [rows.clone(), lstride.clone()]);
+
+    use Layout::{DN, ND, NZ, ZN};
+    use MemSpace::{Acc, Left, Mat, Right, Vec as Ub};
+    let ty = TileType::new;
+    let q_l1 = kb.tile_group(
+        "q_l1",
+        ty(Mat, dt, hp, dp, NZ).valid(h, d).pad(PadValue::Zero),
+        parts as u32,
+    );
+    let k_l1 = kb.tile(
+        "k_l1",
+        ty(Mat, dt, tn, dp, NZ).dynamic().pad(PadValue::Zero),
+    );
+    let kt_l1 = kb.reinterpret(
+        "kt_l1",
+        k_l1,
+        Reinterpret {
+            dtype: None,
+            shape: Some((dp, tn)),
+            layout: Some(ZN),
+        },
+    );
+    let q_l0 = kb.tile("q_l0", ty(Left, dt, hp, ks, NZ));
+    let kt_l0 = kb.tile("kt_l0", ty(Right, dt, ks, tn, ZN));
+    let acc = kb.tile("acc", ty(Acc, DType::F32, hp, tn, NZ).dynamic());
+    let s_ub = kb.tile("s_ub", ty(Ub, DType::F32, hp, tn, ND).dynamic());
+    let w_row = kb.tile("w_row", ty(Ub, DType::F32, 1, hp, ND));
+    let w_col = kb.reinterpret(
+        "w_col",
+        w_row,
+        Reinterpret {
+            dtype: None,
+            shape: Some((hp, 1)),
+            layout: Some(DN),
+        },
+    );
+    let row_ty = ty(Ub, DType::F32, 1, tn, ND).dynamic();
+    let poison = kb.tile("poison", row_ty.clone());
+    let score = kb.tile("score", row_ty.clone());
+    let zero = kb.tile("zero", row_ty.clone());
+    let neg_inf = kb.tile("neg_inf", row_ty);
+    let ch = kb.channel("s", CoreKind::Cube, 1);
+
+    // The work item's coordinates: row t, its tiles j0..j1 (empty when the split has none).
+    // The work item's coordinates, from the host's list: row t, its tiles j0..j1 (never
+    // empty: an empty item would set its flags with no work to order them).
+    let coords = |b: &mut Body<'_>, item: Expr| {
+        let at = item * 3;
+        let t = b.read_scalar("t", work, at.clone());
+        let j0 = b.read_scalar("j0", work, at.clone() + 1);
+        let j1 = b.read_scalar("j1", work, at + 2);
+        let ctx = b.read_scalar("ctx", lens, Expr::Var(t));
+        (t, ctx, j0, j1)
+    };
+    // This block's items: block_idx, block_idx + block_num, .. (a count, no test per item).
+    let mine = (items.clone() - Expr::BlockIdx + Expr::BlockDim - 1).max(0) / Expr::BlockDim;
+    let each_item = |b: &mut Body<'_>, f: &mut dyn FnMut(&mut Body<'_>, Expr)| {
+        b.for_range("it", 0, mine.clone(), 1, |b, it| {
+            f(b, Expr::BlockIdx + Expr::Var(it) * Expr::BlockDim)
+        });
+    };
+
+    kb.cube(|c| {
+        each_item(c, &mut |c, item| {
+            let (t, ctx, j0, j1) = coords(c, item);
+            {
+                for part in 0..parts {
+                    let at = (Expr::Var(t) * parts as i64 + part as i64) * (hp * d) as i64;
+                    c.load(q_l1.at(part), GmView::nd(q, at, h, d, d));
+                    c.fillpad(q_l1.at(part));
+                }
+                c.for_range("j", Expr::Var(j0), Expr::Var(j1), 1, |c, j| {
+                    let p0 = c.let_("p0", Expr::Var(j) * tn as i64);
+                    let nv = c.let_("nv", (Expr::Var(ctx) - Expr::Var(p0)).min(tn as i64));
+                    c.set_validshape(k_l1, Expr::Var(nv), d as i64);
+                    c.gather_in_l1(Gather {
+                        dst: k_l1.into(),
+                        src: cache,
+                        indices: GmView::nd(pos, Expr::Var(p0), 1, Expr::Var(nv), pos_len.clone()),
+                        block_table: GmView::nd(
+                            bt,
+                            Expr::Var(t) * maxb.clone(),
+                            1,
+                            maxb.clone(),
+                            maxb.clone(),
+                        ),
+                        block_size: bs.clone(),
+                        size: d,
+                        col_offset: 0.into(),
+                        is_b_matrix: true,
+                        is_trans: true,
+                    });
+                    c.fillpad(k_l1);
+                    c.set_validshape(kt_l1, dp as i64, tn as i64);
+                    c.set_validshape(acc, hp as i64, Expr::Var(nv));
+                    for s in 0..nks {
+                        c.mov(kt_l0, kt_l1).offset((s * ks) as i64, 0);
+                        for part in 0..parts {
+                            c.mov(q_l0, q_l1.at(part)).offset(0, (s * ks) as i64);
+                            if s == 0 && part == 0 {
+                                c.matmul(acc, q_l0, kt_l0);
+                            } else {
+                                c.matmul_acc(acc, q_l0, kt_l0);
+                            }
+                        }
+                    }
+                    c.acquire(ch);
+                    c.set_validshape(s_ub, hp as i64, Expr::Var(nv));
+                    c.mov(s_ub, acc).mode(AccToVecMode::SingleModeVec0);
+                    c.push(ch);
+                });
+            }
+        });
+    });
+
+    // AIV 0 does the vector work; AIV 1 only pops and releases the channel's slots (the
+    // Fixpipe writes AIV 0's UB alone), in a branch of its own so that no intra-core flag of
+    // AIV 0's work is set on an AIV 1 pipe with nothing to order it.
+    kb.vector(|v| {
+        v.if_else(
+            Expr::SubBlockIdx.eq_(0),
+            |v| {
+                // -inf as -1e20 * 1e20 (a non-finite literal does not survive the kernel's JSON).
+                v.set_validshape(neg_inf, 1, tn as i64);
+                v.fill(neg_inf, -1.0e20);
+                v.muls(neg_inf, neg_inf, 1.0e20);
+                each_item(v, &mut |v, item| {
+                    let (t, ctx, j0, j1) = coords(v, item);
+                    {
+                        v.load(w_row, GmView::nd(w, Expr::Var(t) * hp as i64, 1, hp, hp));
+                        v.set_validshape(w_col, hp as i64, 1);
+                        v.for_range("j", Expr::Var(j0), Expr::Var(j1), 1, |v, j| {
+                            let p0 = v.let_("p0", Expr::Var(j) * tn as i64);
+                            let nv = v.let_("nv", (Expr::Var(ctx) - Expr::Var(p0)).min(tn as i64));
+                            v.pop(ch);
+                            v.set_validshape(s_ub, hp as i64, Expr::Var(nv));
+                            for tile in [poison, score, zero, neg_inf] {
+                                v.set_validshape(tile, 1, Expr::Var(nv));
+                            }
+                            v.mov(poison, s_ub).offset(h as i64, 0);
+                            v.unary(UnaryOp::Relu, s_ub, s_ub);
+                            v.broadcast(BinaryOp::Mul, Axis::Row, s_ub, s_ub, w_col);
+                            v.col_sum(score, s_ub);
+                            v.release(ch);
+                            v.add(score, score, poison);
+                            v.muls(zero, score, 0.0);
+                            v.add(score, score, zero);
+                            v.max(score, score, neg_inf);
+                            let at = Expr::Var(t) * lstride.clone() + Expr::Var(p0);
+                            let dst = GmView::nd(ws, at, 1, Expr::Var(nv), lstride.clone());
+                            v.store(dst, score);
+                        });
+                    }
+                });
+            },
+            |v| {
+                each_item(v, &mut |v, item| {
+                    let (_, _, j0, j1) = coords(v, item);
+                    v.for_range("j", Expr::Var(j0), Expr::Var(j1), 1, |v, _| {
+                        v.pop(ch);
+                        v.release(ch);
+                    });
+                });
+            },
+        );
+    });
+    kb.build()
+}
+
+/// The segment top-k kernel (module docs, launch 2) for `k` pairs: entry `e` of `seg` is `(t,
+/// start, len)`, a run of row `t`'s scores, and its best `k` pairs (indices `start ..`, from
+/// the lanes `lanes[32 e ..] = start + 0..32`) go to `parts[e]`. Arguments: scalars `rows`
+/// (T), `len_stride` (L), `segs`; tensors `ws [T, L]` f32, `lanes [1, 32 segs]` u32, `seg [1,
+/// 3 segs]` i32 (every entry non-empty), `parts [segs, 2k]` f32 (output).
+pub fn topk_kernel(k: u64) -> Kernel {
+    let mut kb = KernelBuilder::new(format!("indexer_topk_{k}"));
+    let rows = Expr::Param(kb.scalar("rows", DType::I64));
+    let lstride = Expr::Param(kb.scalar("len_stride", DType::I64));
+    let segs = Expr::Param(kb.scalar("segs", DType::I64));
+    let ws = kb.input("ws", DType::F32, [rows, lstride.clone()]);
+    let lanes = kb.input(
+        "lanes",
+        DType::U32,
+        [Expr::from(1), segs.clone() * CHUNK as i64],
+    );
+    let seg = kb.input("seg", DType::I32, [Expr::from(1), segs.clone() * 3]);
+    let out = kb.output("parts", DType::F32, [segs.clone(), Expr::from(2 * k)]);
+    let tiles = TopkTiles::declare(&mut kb, "", k);
+    kb.vector(|v| {
+        let later_first = probe_tie_order(v, &tiles);
+        each_lane(v, segs.clone(), &mut |v, e| {
+            let r = v.read_scalar("r", seg, e.clone() * 3);
+            let start = v.read_scalar("start", seg, e.clone() * 3 + 1);
+            let len = v.read_scalar("len", seg, e.clone() * 3 + 2);
+            let row = TopkRow {
+                scores: ws,
+                offset: Expr::Var(r) * lstride.clone() + Expr::Var(start),
+                len: Expr::Var(len),
+                lanes,
+                lanes_offset: e.clone() * CHUNK as i64,
+                out,
+                out_offset: e * (2 * k) as i64,
+            };
+            topk_row(v, &tiles, &row, later_first);
+        });
+    });
+    kb.build()
+}
+
+/// Runs `f` for this AIV's share of `n` entries: `lane, lane + lanes, ..` with `lane = 2 *
+/// block + sub_block` (a count, not a test per entry: an AIV with a skipped entry would set its
+/// flags with nothing to order them).
+fn each_lane(v: &mut Body<'_>, n: Expr, f: &mut dyn FnMut(&mut Body<'_>, Expr)) {
+    let lanes_total = Expr::BlockDim * 2;
+    let lane = Expr::BlockIdx * 2 + Expr::SubBlockIdx;
+    let mine = (n - lane.clone() + lanes_total.clone() - 1).max(0) / lanes_total.clone();
+    v.for_range("it", 0, mine, 1, |v, it| {
+        f(v, lane + Expr::Var(it) * lanes_total)
+    });
+}
+
+/// The merge kernel (module docs, launch 3) for `k` pairs: row entry `i` of `rowseg` is `(t,
+/// e0, n, slen)`: row `t`'s segments are `parts[e0 .. e0 + n]`, each `slen` scores but the
+/// last; their pairs are merged in segment order into the best `k`, and the first `min(k,
+/// context_lens[t])` pairs go to `out[t]` (the host reads no further). Arguments: scalars
+/// `rows` (T), `segs`, `busy`; tensors `parts [segs, 2k]` f32, `rowseg [1, 4 busy]` i32,
+/// `context_lens [1, T]` i32, `out [T, 2k]` f32 (output).
+pub fn merge_kernel(k: u64) -> Kernel {
+    let mut kb = KernelBuilder::new(format!("indexer_merge_{k}"));
+    let rows = Expr::Param(kb.scalar("rows", DType::I64));
+    let segs = Expr::Param(kb.scalar("segs", DType::I64));
+    let busy = Expr::Param(kb.scalar("busy", DType::I64));
+    let parts = kb.input("parts", DType::F32, [segs, Expr::from(2 * k)]);
+    let rowseg = kb.input("rowseg", DType::I32, [Expr::from(1), busy.clone() * 4]);
+    let lens = kb.input("context_lens", DType::I32, [Expr::from(1), rows.clone()]);
+    let out = kb.output("out", DType::F32, [rows, Expr::from(2 * k)]);
+    let probe = TopkTiles::declare(&mut kb, "probe_", CHUNK);
+    let k32 = k.div_ceil(CHUNK) * CHUNK;
+    let list = TileType::new(MemSpace::Vec, DType::F32, 1, 2 * k32, Layout::ND).dynamic();
+    let blk = kb.tile("blk", list.clone());
+    let best = [kb.tile("best_a", list.clone()), kb.tile("best_b", list)];
+    let tmp = kb.tile(
+        "merge_tmp",
+        TileType::new(MemSpace::Vec, DType::F32, 1, 4 * k32, Layout::ND),
+    );
+    let k = k as i64;
+    kb.vector(|v| {
+        let later_first = probe_tie_order(v, &probe);
+        each_lane(v, busy, &mut |v, i| {
+            let at = i * 4;
+            let t = Expr::Var(v.read_scalar("t", rowseg, at.clone()));
+            let e0 = Expr::Var(v.read_scalar("e0", rowseg, at.clone() + 1));
+            let n = Expr::Var(v.read_scalar("n", rowseg, at.clone() + 2));
+            let slen = Expr::Var(v.read_scalar("slen", rowseg, at + 3));
+            let ctx = Expr::Var(v.read_scalar("ctx", lens, t.clone()));
+            // Segment j holds min(slen, ctx - j slen) scores, min(k, that) pairs.
+            let pairs_of = |j: Expr| (ctx.clone() - j * slen.clone()).min(slen.clone()).min(k);
+            // Segment 0 through `blk` and a copy (V) into the best so far: every row then has
+            // vector work between its loads, so no flag of a one-segment row is set twice.
+            let m0 = pairs_of(Expr::from(0));
+            v.set_validshape(blk, 1, m0.clone() * 2);
+            v.load(
+                blk,
+                GmView::nd(parts, e0.clone() * (2 * k), 1, m0.clone() * 2, 2 * k),
+            );
+            v.set_validshape(best[0], 1, m0 * 2);
+            v.mov(best[0], blk);
+            v.for_range("j", 1, n.clone(), 1, |v, j| {
+                let j = Expr::Var(j);
+                let mj = pairs_of(j.clone());
+                let have = (j.clone() * slen.clone()).min(k);
+                let keep = (j.clone() * slen.clone() + mj.clone()).min(k);
+                v.set_validshape(blk, 1, mj.clone() * 2);
+                let row = (e0.clone() + j.clone()) * (2 * k);
+                v.load(blk, GmView::nd(parts, row, 1, mj.clone() * 2, 2 * k));
+                let parity = j % 2;
+                for (cur, prev, p) in [(best[1], best[0], 1), (best[0], best[1], 0)] {
+                    v.if_(parity.clone().eq_(p), |v| {
+                        v.set_validshape(prev, 1, have.clone() * 2);
+                        v.set_validshape(cur, 1, keep.clone() * 2);
+                        // The best so far holds the earlier segments' (smaller) indices: it
+                        // goes where ties win.
+                        v.if_else(
+                            Expr::from(later_first).eq_(0),
+                            |v| v.mrgsort_lists(cur, tmp, [prev.into(), blk.into()]),
+                            |v| v.mrgsort_lists(cur, tmp, [blk.into(), prev.into()]),
+                        );
+                    });
+                }
+            });
+            let m = ctx.min(k);
+            let last = (n - 1) % 2;
+            for (p, b) in best.iter().enumerate() {
+                v.if_(last.clone().eq_(p as i64), |v| {
+                    v.set_validshape(*b, 1, m.clone() * 2);
+                    let dst = GmView::nd(out, t.clone() * (2 * k), 1, m.clone() * 2, 2 * k);
+                    v.store(dst, *b);
+                });
+            }
+        });
+    });
+    kb.build()
+}
+
+/// The top-k's host-made work lists ([`IndexerPlan::segments`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Segments {
+    /// `(t, start, len)` per segment.
+    pub seg: Vec<i64>,
+    /// `start + 0..32` per segment.
+    pub lanes: Vec<i64>,
+    /// `(t, e0, n, slen)` per row with a context.
+    pub rows: Vec<i64>,
+}
+
+/// The launch plan of a call of `shape` on `target`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IndexerPlan {
+    /// The score kernel's static shape.
+    pub score: ScoreKernel,
+    /// Pairs kept per row.
+    pub k: u64,
+    /// Tiles per work item of the score kernel (a row's tiles are cut into runs of this many).
+    pub tps: u64,
+    /// The most blocks the score kernel runs on (at most one per work item).
+    pub blocks: u64,
+}
+
+impl IndexerPlan {
+    /// The work items `(t, j0, j1)` of rows of `context_lens`: each row's tiles in runs of
+    /// `tps` (none for an empty row).
+    pub fn work(&self, context_lens: &[i64]) -> Vec<i64> {
+        let mut work = Vec::new();
+        for (t, &len) in context_lens.iter().enumerate() {
+            let tiles = (len.max(0) as u64).div_ceil(TILE_N);
+            let mut j0 = 0;
+            while j0 < tiles {
+                let j1 = (j0 + self.tps).min(tiles);
+                work.extend([t as i64, j0 as i64, j1 as i64]);
+                j0 = j1;
+            }
+        }
+        work
+    }
+
+    /// Blocks of the segment top-k kernel for `n` segments, or of the merge kernel for `n`
+    /// rows with a context (two an AIV pair, one block each).
+    pub fn lane_blocks(&self, n: u64) -> u64 {
+        n.div_ceil(2).min(self.blocks).max(1)
+    }
+
+    /// The top-k's work of rows of `context_lens`: the segments `(t, start, len)` (each row
+    /// with a context cut into as many runs of a multiple of 32 scores as give every AIV of
+    /// the target one, none shorter than [`MIN_SEGMENT`] but a row's last), their lanes (`start + 0..32` each), and per row with a context `(t,
+    /// e0, n, slen)` (its segments `e0 .. e0 + n`, each `slen` long but the last).
+    pub fn segments(&self, context_lens: &[i64]) -> Segments {
+        let busy = context_lens.iter().filter(|&&l| l > 0).count().max(1) as u64;
+        let want = (2 * self.blocks).div_ceil(busy).max(1);
+        let mut g = Segments::default();
+        for (t, &len) in context_lens.iter().enumerate() {
+            if len <= 0 {
+                continue;
+            }
+            let len = len as u64;
+            let n = want.min(len.div_ceil(MIN_SEGMENT));
+            let slen = len.div_ceil(n).div_ceil(CHUNK) * CHUNK;
+            let n = len.div_ceil(slen);
+            let e0 = g.seg.len() / 3;
+            g.rows.extend([t as i64, e0 as i64, n as i64, slen as i64]);
+            for j in 0..n {
+                let start = j * slen;
+                g.seg
+                    .extend([t as i64, start as i64, (len - start).min(slen) as i64]);
+                g.lanes.extend((start..start + CHUNK).map(|x| x as i64));
+            }
+        }
+        g
+    }
+
+    /// Blocks of the score kernel for `items` work items.
+    pub fn score_blocks(&self, items: u64) -> u64 {
+        items.min(self.blocks).max(1)
+    }
+
+    /// The score kernel's cache key.
+    fn score_key(&self) -> impl std::fmt::Display + '_ {
+        crate::runtime::DebugKey("lightning_indexer/scores/", &self.score)
+    }
+
+    /// The launches for the rows of `context_lens`, kernels as their builders write them: the
+    /// scores, the segment top-k and, when a row has more than one segment, the merge.
+    pub fn launches(&self, context_lens: &[i64]) -> Vec<Launch> {
+        let rows = context_lens.len() as i64;
+        let items = (self.work(context_lens).len() / 3) as u64;
+        let g = self.segments(context_lens);
+        let (segs, busy) = ((g.seg.len() / 3) as u64, (g.rows.len() / 4) as u64);
+        let mut launches = vec![
+            Launch {
+                kernel: score_kernel(&self.score),
+                block_dim: self.score_blocks(items),
+                scalars: vec![("rows", rows), ("items", items as i64)],
+            },
+            Launch {
+                kernel: topk_kernel(self.k),
+                block_dim: self.lane_blocks(segs),
+                scalars: vec![("rows", rows), ("segs", segs as i64)],
+            },
+        ];
+        // One segment a row: the host takes the segment lists as the result, no merge.
+        if segs != busy {
+            launches.push(Launch {
+                kernel: merge_kernel(self.k),
+                block_dim: self.lane_blocks(busy),
+                scalars: vec![("rows", rows), ("segs", segs as i64), ("busy", busy as i64)],
+            });
+        }
+        launches
+    }
+}
+
+/// The plan of `shape` on `target`: the longest row's tiles are cut into work items so that
+/// the rows' items fill the target's concurrent blocks (a decode batch of 4 rows on 32
+/// clusters: 8 items a row), the top-k kernel takes two rows a block.
+pub(crate) fn plan(shape: &Checked<LightningIndexerShape>, target: PlanTarget) -> IndexerPlan {
+    let s = shape;
+    let score = ScoreKernel {
+        dtype: s.key_dtype,
+        heads: s.heads as u64,
+        head_dim: s.head_dim as u64,
+        q_parts: if s.key_dtype == DType::BF16 && s.dtype != DType::BF16 {
+            3
+        } else {
+            1
+        },
+    };
+    let rows = s.tokens.max(1) as u64;
+    let tiles = (s.context_len as u64).div_ceil(TILE_N).max(1);
+    let blocks = target.concurrent_blocks() as u64;
+    let splits = blocks.div_ceil(rows).clamp(1, tiles);
+    let tps = tiles.div_ceil(splits);
+    IndexerPlan {
+        score,
+        k: s.topk as u64,
+        tps,
+        blocks,
+    }
+}
+
+/// Why the kernel backends cannot run a call of `shape` (`None`: they can).
+pub(crate) fn unsupported(shape: &LightningIndexerShape) -> Option<&'static str> {
+    match (shape.key_dtype, shape.dtype) {
+        (DType::F8E4M3, _) => Some(
+            "FP8 e4m3 keys on the cube (the score kernel multiplies f32, f16 or bf16 keys; use a \
+             plain cache or the reference backend)",
+        ),
+        (k, q) if k == q => None,
+        (DType::F32, DType::BF16 | DType::F16) | (DType::BF16, DType::F32 | DType::F16) => None,
+        _ => Some(
+            "q wider than f16 keys (the cube multiplies one dtype; f16's range cannot hold a \
+             split of q; pass q as f16 or use an f32 or bf16 cache)",
+        ),
+    }
+}
+
+/// Runs the indexer on the kernel backend of `runner`: `(indices [T, topk]` I32, `scores [T,
+/// topk]` F32 if asked`)`.
+///
+/// # Errors
+/// [`OpError::NoKernel`] for a dtype pair the kernel does not take (see [`unsupported`]);
+/// [`OpError::Invalid`] for a top-k past [`MAX_KERNEL_TOPK`] or shapes past the machine's
+/// buffers; kernel errors; [`OpError::DeviceUnavailable`] from the Ascend 950 runner's finish.
+pub(crate) fn run(
+    backend: Backend,
+    q: &Tensor,
+    weights: &Tensor,
+    cache: &Tensor,
+    call: &IndexerCall,
+) -> Result<(Tensor, Option<Tensor>), OpError> {
+    let s = &call.shape;
+    if let Some(missing) = unsupported(s) {
+        return Err(OpError::NoKernel {
+            op: OP,
+            backend,
+            missing,
+        });
+    }
+    if s.topk > MAX_KERNEL_TOPK {
+        return Err(OpError::invalid(
+            OP,
+            "topk",
+            format!(
+                "is {}; the kernel backends (TileSim, Ascend950) keep at most {MAX_KERNEL_TOPK} \
+                 positions a row (the top-k's UB tiles); docs/ops.md lists the limits",
+                s.topk
+            ),
+        ));
+    }
+    let mut runner = bridge::runner(OP, backend);
+    let plan = plan(s, runner.plan_target());
+    let limit = |e| {
+        bridge::kernel_limit(e, "q", || {
+            format!(
+                "H_idx = {} with D = {} in {}",
+                s.heads, s.head_dim, s.key_dtype
+            )
+        })
+    };
+    let score_k =
+        compiled_keyed(OP, plan.score_key(), || score_kernel(&plan.score)).map_err(limit)?;
+    let topk_k = compiled_keyed(
+        OP,
+        format_args!("lightning_indexer/topk/{}", plan.k),
+        || topk_kernel(plan.k),
+    )
+    .map_err(|e| bridge::kernel_limit(e, "topk", || format!("topk = {}", s.topk)))?;
+    let merge_k = compiled_keyed(
+        OP,
+        format_args!("lightning_indexer/merge/{}", plan.k),
+        || merge_kernel(plan.k),
+    )
+    .map_err(|e| bridge::kernel_limit(e, "topk", || format!("topk = {}", s.topk)))?;
+    let (t, d) = (s.tokens, s.head_dim);
+    let hp = plan.score.rows() as usize;
+    let (qk, w) = host_inputs(q, weights, call, plan.score)?;
+    let len = s.context_len.max(1);
+    let (st, layout) = cache.storage_and_layout();
+    let candle_core::Storage::Cpu(cs) = &*st else {
+        return Err(OpError::invalid(OP, "k_cache", "must live on the CPU"));
+    };
+    let kin = bridge::gm_input(OP, "k_cache", cs, layout)?;
+    let slots = kin.shape.iter().take(2).product::<usize>();
+    let positions: Vec<i64> = (0..len as i64).collect();
+    let work = plan.work(&call.context_lens);
+    let items = work.len() / 3;
+    let mut ws = GmTensor::zeros(DType::F32, &[t, len]);
+    if items > 0 {
+        let named = vec![
+            ("rows", Arg::Int(t as i64)),
+            ("items", Arg::Int(items as i64)),
+            ("len_stride", Arg::Int(len as i64)),
+            ("pos_len", Arg::Int(len as i64)),
+            ("max_blocks", Arg::Int(call.max_blocks as i64)),
+            ("slots", Arg::Int(slots as i64)),
+            ("block_size", Arg::Int(s.block_size as i64)),
+            ("q", Arg::Tensor(qk)),
+            (
+                "w",
+                Arg::Tensor(GmTensor::from_f32(DType::F32, &[t, hp], &w)),
+            ),
+            (
+                "cache",
+                Arg::Input(GmInput {
+                    shape: vec![slots, d],
+                    ..kin
+                }),
+            ),
+            ("positions", Arg::Tensor(gm_i32(&[1, len], &positions))),
+            (
+                "block_table",
+                Arg::Tensor(gm_i32(&[t, call.max_blocks], &call.block_table)),
+            ),
+            (
+                "context_lens",
+                Arg::Tensor(gm_i32(&[1, t], &call.context_lens)),
+            ),
+            ("work", Arg::Tensor(gm_i32(&[1, items * 3], &work))),
+            ("ws", Arg::Tensor(ws)),
+        ];
+        let blocks = plan.score_blocks(items as u64) as usize;
+        let mut args = runner.launch_named(&score_k, blocks, named)?;
+        ws = runner.take(&score_k, &mut args, "ws")?;
+    }
+    let k = s.topk;
+    let g = plan.segments(&call.context_lens);
+    let (segs, busy) = (g.seg.len() / 3, g.rows.len() / 4);
+    let mut pairs = GmTensor::zeros(DType::F32, &[t, 2 * k]);
+    if busy > 0 {
+        let named = vec![
+            ("rows", Arg::Int(t as i64)),
+            ("len_stride", Arg::Int(len as i64)),
+            ("segs", Arg::Int(segs as i64)),
+            ("ws", Arg::Tensor(ws)),
+            (
+                "lanes",
+                Arg::Tensor(GmTensor::from_i64(
+                    DType::U32,
+                    &[1, g.lanes.len()],
+                    &g.lanes,
+                )),
+            ),
+            ("seg", Arg::Tensor(gm_i32(&[1, g.seg.len()], &g.seg))),
+            (
+                "parts",
+                Arg::Tensor(GmTensor::zeros(DType::F32, &[segs, 2 * k])),
+            ),
+        ];
+        let blocks = plan.lane_blocks(segs as u64) as usize;
+        let mut args = runner.launch_named(&topk_k, blocks, named)?;
+        let parts = runner.take(&topk_k, &mut args, "parts")?;
+        drop(args);
+        if segs == busy {
+            // One segment a row: its list is the row's result (no merge launch).
+            let row_bytes = 2 * k * 4;
+            for r in g.rows.chunks_exact(4) {
+                let (t, e) = (r[0] as usize, r[1] as usize);
+                pairs.data[t * row_bytes..(t + 1) * row_bytes]
+                    .copy_from_slice(&parts.data[e * row_bytes..(e + 1) * row_bytes]);
+            }
+            drop(st);
+            runner.finish()?;
+            return decode(
+                &pairs,
+                &call.context_lens,
+                k,
+                q.device(),
+                call.return_scores,
+            );
+        }
+        let named = vec![
+            ("rows", Arg::Int(t as i64)),
+            ("segs", Arg::Int(segs as i64)),
+            ("busy", Arg::Int(busy as i64)),
+            ("parts", Arg::Tensor(parts)),
+            ("rowseg", Arg::Tensor(gm_i32(&[1, g.rows.len()], &g.rows))),
+            (
+                "context_lens",
+                Arg::Tensor(gm_i32(&[1, t], &call.context_lens)),
+            ),
+            ("out", Arg::Tensor(pairs)),
+        ];
+        let blocks = plan.lane_blocks(busy as u64) as usize;
+        let mut args = runner.launch_named(&merge_k, blocks, named)?;
+        pairs = runner.take(&merge_k, &mut args, "out")?;
+    }
+    drop(st);
+    runner.finish()?;
+    decode(
+        &pairs,
+        &call.context_lens,
+        k,
+        q.device(),
+        call.return_scores,
+    )
+}
+
+/// q as the kernel's `[T * Hp, D]` in the matmul dtype (rows `H..Hp` of each token zero) and
+/// the weights as `[T, Hp]` f32 (zeros past `H`; NaN for a row whose q or weights hold a value
+/// that is not finite).
+fn host_inputs(
+    q: &Tensor,
+    weights: &Tensor,
+    call: &IndexerCall,
+    k: ScoreKernel,
+) -> Result<(GmTensor, Vec<f32>), OpError> {
+    let s = &call.shape;
+    let (t, h, d) = (s.tokens, s.heads, s.head_dim);
+    let hp = k.rows() as usize;
+    let qf = q.to_dtype(CDType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+    let wf = weights
+        .to_dtype(CDType::F32)?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
+    let parts = k.q_parts.max(1) as usize;
+    let mut qp = vec![0f32; t * parts * hp * d];
+    let mut w = vec![0f32; t * hp];
+    for r in 0..t {
+        let qr = &qf[r * h * d..(r + 1) * h * d];
+        let wr = &wf[r * h..(r + 1) * h];
+        for (i, &v) in qr.iter().enumerate() {
+            for (p, part) in split_q(v, parts).into_iter().take(parts).enumerate() {
+                qp[(r * parts + p) * hp * d + i] = part;
+            }
+        }
+        let finite = qr.iter().chain(wr).all(|v| v.is_finite());
+        for (j, o) in w[r * hp..r * hp + h].iter_mut().enumerate() {
+            *o = if finite { wr[j] } else { f32::NAN };
+        }
+    }
+    // q's values (or its parts) are exact in the matmul dtype (`unsupported` allows only such
+    // pairs).
+    Ok((GmTensor::from_f32(k.dtype, &[t * parts * hp, d], &qp), w))
+}
+
+/// `v` as `parts` values (1, or 3 bf16 values) whose sum is `v`: `hi = bf16(v)`, `mid =
+/// bf16(v - hi)`, `lo = bf16(v - hi - mid)` (each difference exact in f32; 3 x 8 significant
+/// bits cover f32's 24, and bf16 has f32's exponent range, so the sum is `v` but for values
+/// within 2^16 of f32's subnormals). A non-finite `v` is its own `hi` (its row's weights are NaN
+/// anyway).
+fn split_q(v: f32, parts: usize) -> [f32; 3] {
+    if parts <= 1 || !v.is_finite() {
+        return [v, 0.0, 0.0];
+    }
+    let bf = |x: f32| half::bf16::from_f32(x).to_f32();
+    let hi = bf(v);
+    let mid = bf(v - hi);
+    [hi, mid, bf(v - hi - mid)]
+}
+
+/// The pairs `[T, 2k]` as `(indices [T, k]` I32, `scores [T, k]` F32`)`: the first
+/// `min(k, context_lens[t])` pairs of row `t` are its kept positions (a value of -inf: a NaN
+/// score), the rest (not written by the kernels) `(-1, -inf)`.
+fn decode(
+    pairs: &GmTensor,
+    context_lens: &[i64],
+    k: usize,
+    dev: &candle_core::Device,
+    with_scores: bool,
+) -> Result<(Tensor, Option<Tensor>), OpError> {
+    let t = context_lens.len();
+    let raw = pairs.to_f32();
+    let mut idx = Vec::with_capacity(t * k);
+    let mut sc = Vec::with_capacity(t * k);
+    for (p, pair) in raw.chunks_exact(2).enumerate() {
+        let kept = (context_lens[p / k.max(1)].max(0) as usize).min(k);
+        let i = if p % k.max(1) < kept {
+            pair[1].to_bits() as i32
+        } else {
+            -1
+        };
+        idx.push(i);
+        sc.push(if i < 0 {
+            f32::NEG_INFINITY
+        } else if pair[0] == f32::NEG_INFINITY {
+            f32::NAN
+        } else {
+            pair[0]
+        });
+    }
+    let indices = Tensor::from_vec(idx, (t, k), dev)?;
+    let scores = if with_scores {
+        Some(Tensor::from_vec(sc, (t, k), dev)?)
+    } else {
+        None
+    };
+    Ok((indices, scores))
+}
