@@ -1,8 +1,8 @@
 //! The lightning indexer's tile kernels and the host code that launches them.
 //!
-//! CONTRACT (the op layer in `mod.rs` calls exactly this): [`run`] receives a validated
-//! [`IndexerCall`], q and the weights (contiguous), and the key cache it describes; [`plan`] is
-//! the call's one launch plan, which [`run`] and `tileops emit --op lightning-indexer` both
+//! CONTRACT (the op layer in `mod.rs` calls exactly this): `run` receives a validated
+//! [`IndexerCall`], q and the weights (contiguous), and the key cache it describes; `plan` is
+//! the call's one launch plan, which `run` and `tileops emit --op lightning-indexer` both
 //! launch from.
 //!
 //! # Kernels
