@@ -19,7 +19,7 @@
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
-use tileops::ops::{flash_attention, profile, runtime::arch, Backend, FlashAttentionParams};
+use tileops::ops::{arch, flash_attention, profile, Backend, FlashAttentionParams};
 
 mod common;
 use common::{max_abs_diff, parse_dtype, print_dma_sensitivity, print_launches, timed_pair};

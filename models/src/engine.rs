@@ -155,19 +155,19 @@ pub const MAX_V32_CONTEXT: usize = 128 * 1024;
 /// Checks a cache pool for `cfg` without making its tensors, and returns its (empty)
 /// manager: the manager's limits ([`crate::kv_cache::MAX_SLOTS`]), and each layer's cache
 /// tensor (`num_blocks x block_size x` the latent row or the indexer key) at most
-/// [`tileops_ops::MAX_ELEMENTS`] elements, the most an op's tensor argument may have.
+/// [`tileops_ops::limits::MAX_ELEMENTS`] elements, the most an op's tensor argument may have.
 pub fn check_pool(cfg: &Config, num_blocks: usize, block_size: usize) -> Result<PagedKvCache> {
     let cache = PagedKvCache::new(num_blocks, block_size)?;
     let row = (cfg.kv_lora_rank + cfg.qk_rope_head_dim).max(cfg.index_head_dim);
     if cache
         .capacity()
         .checked_mul(row)
-        .is_none_or(|n| n > tileops_ops::MAX_ELEMENTS)
+        .is_none_or(|n| n > tileops_ops::limits::MAX_ELEMENTS)
     {
         return Err(ModelError::Invalid(format!(
             "a cache of {num_blocks} blocks x {block_size} slots x {row} values exceeds the \
              {} elements a tensor argument may have",
-            tileops_ops::MAX_ELEMENTS
+            tileops_ops::limits::MAX_ELEMENTS
         )));
     }
     Ok(cache)

@@ -11,10 +11,10 @@
 use std::collections::BTreeMap;
 
 /// Most slots a pool may hold (`num_blocks * block_size`): 2^31, so that every slot number
-/// (at most `MAX_SLOTS - 1` = [`tileops_ops::MAX_POSITION`]) and every block id fits the
+/// (at most `MAX_SLOTS - 1` = [`tileops_ops::limits::MAX_POSITION`]) and every block id fits the
 /// kernels' 32-bit positions and block tables (`reshape_and_cache`'s `slot_mapping`,
 /// `sparse_paged_attention`'s `block_table`).
-pub const MAX_SLOTS: usize = tileops_ops::MAX_POSITION as usize + 1;
+pub const MAX_SLOTS: usize = tileops_ops::limits::MAX_POSITION as usize + 1;
 
 /// Errors of the cache manager. A call that returns one has changed nothing.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -130,7 +130,7 @@ struct Sequence {
 /// The paged KV-cache manager.
 ///
 /// Limits: `1 <= num_blocks`, `1 <= block_size`, `num_blocks * block_size <= MAX_SLOTS`
-/// (2^31), so every slot number is at most [`tileops_ops::MAX_POSITION`] and every block id
+/// (2^31), so every slot number is at most [`tileops_ops::limits::MAX_POSITION`] and every block id
 /// fits an i32 block table; a sequence holds at most the pool's slots. Blocks are handed out
 /// lowest id first and the bookkeeping grows with the blocks in use (a pool of 2^31 one-slot
 /// blocks costs nothing until used). Every call that fails returns an error and leaves the

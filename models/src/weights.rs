@@ -10,7 +10,7 @@ use candle_core::{Device, Tensor};
 use safetensors::{tensor::TensorView, Dtype, SafeTensors};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use tileops_ops::quant_matmul::round_scale_19;
+use tileops_ops::round_scale_19;
 use tileops_ops::{quantize_per_channel, QuantizedWeight};
 
 /// A weight-file error. Every error of [`Weights::load`] names the file, and the tensor

@@ -4,6 +4,7 @@
 //! converted to the I32 the kernels read, after the op has validated their values.
 
 use crate::error::OpError;
+use crate::limits::{MAX_ELEMENTS, MAX_POSITION};
 use bytemuck::{cast_slice, cast_slice_mut, Pod};
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, DType as CDType, Layout, Storage, Tensor};
@@ -165,9 +166,9 @@ pub fn storage_from_gm(op: &'static str, t: &GmTensor) -> Result<CpuStorage, OpE
         DType::BF16 => CpuStorage::BF16(collect::<half::bf16>(&t.data)),
         DType::I64 => CpuStorage::I64(collect::<i64>(&t.data)),
         other => {
-            return Err(OpError::Package {
+            return Err(OpError::Internal {
                 op,
-                why: format!("result dtype {other} has no candle storage"),
+                what: format!("result dtype {other} has no candle storage"),
             })
         }
     })
@@ -180,15 +181,6 @@ pub fn storage_from_gm(op: &'static str, t: &GmTensor) -> Result<CpuStorage, OpE
 /// The dtypes accepted for index tensors (indices, context lengths, slot mappings).
 pub(crate) const INDEX_DTYPES: &[CDType] = &[CDType::I32, CDType::I64];
 
-/// Largest token position, cache slot, context length or count an op accepts: the kernels take
-/// them as 32-bit integers, and a value past it is an error, never clamped (docs/ops.md,
-/// "Limits").
-pub const MAX_POSITION: i64 = i32::MAX as i64;
-
-/// Most elements (logical, whatever the strides) any tensor argument may have, checked before
-/// anything is copied or allocated: a stride-0 view of a huge logical shape is an error, not an
-/// aborted allocation (docs/ops.md, "Limits").
-pub const MAX_ELEMENTS: usize = i32::MAX as usize;
 /// The dtypes accepted for block tables.
 pub(crate) const TABLE_DTYPES: &[CDType] = &[CDType::I32, CDType::I64, CDType::U32];
 
@@ -634,9 +626,9 @@ impl<X> Bridge<X> {
         match r {
             Ok(t) => {
                 let x = self.extra.lock().ok().and_then(|mut g| g.take());
-                x.map(|x| (t, x)).ok_or_else(|| OpError::Package {
+                x.map(|x| (t, x)).ok_or_else(|| OpError::Internal {
                     op: self.op,
-                    why: "the kernel returned no extra output".into(),
+                    what: "the kernel returned no extra output".into(),
                 })
             }
             Err(e) => Err(self
@@ -668,9 +660,9 @@ pub(crate) fn expect_shape(
     if got == want {
         Ok(())
     } else {
-        Err(OpError::Package {
+        Err(OpError::Internal {
             op,
-            why: format!("the kernel returned {what} of shape {got:?}, expected {want:?}"),
+            what: format!("the kernel returned {what} of shape {got:?}, expected {want:?}"),
         })
     }
 }

@@ -66,13 +66,23 @@ pub enum OpError {
         /// The simulator's error.
         source: tile_backend::sim::SimError,
     },
-    /// Writing the kernel package failed.
+    /// Writing the Ascend 950 kernel package failed (a file or folder could not be written).
     #[error("{op}: writing the kernel package failed: {why}")]
     Package {
         /// The op.
         op: &'static str,
         /// What failed.
         why: String,
+    },
+    /// A defect inside tileops, not of the call: a kernel returned outputs of another shape or
+    /// dtype than its op expects, or the op's own arguments did not bind to its kernel. The
+    /// call was valid; please report the message.
+    #[error("{op}: internal error (a tileops defect, not a bad argument): {what}")]
+    Internal {
+        /// The op.
+        op: &'static str,
+        /// What the op found.
+        what: String,
     },
     /// A candle operation failed (the message only: a backtrace candle captured is dropped, so
     /// the error reads as one line).

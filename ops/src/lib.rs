@@ -8,14 +8,21 @@
 //! The ops: [`paged_gather()`], [`sparse_paged_attention`], [`paged_attention()`],
 //! [`reshape_and_cache`], [`flash_attention()`], [`flash_attention_varlen`], [`qk_softmax`],
 //! [`quant_matmul()`] (with [`quantize_per_channel`], [`quantize_per_token`] and the int8-output
-//! [`quant_matmul_int8`]).
+//! [`quant_matmul_int8`]), [`lightning_indexer()`] (with its FP8 [`IndexKeyCache`],
+//! [`index_cache_append`] and [`quantize_index_q`]).
 //!
-//! Layout: [`backend`], [`error`], [`runtime`] (kernel cache, launcher, profiling), [`registry`]
-//! (every op's shape, its one set of shape rules, and the kernels it launches with their block
-//! counts, built from shape parameters alone: what `tileops emit --op` writes), `bridge`
-//! (candle storage <-> GM tensors, shared argument checks),
-//! and one folder per op family with `mod.rs` (the candle op and its validation), `kernel.rs`
-//! (the tile DSL kernels and their host code) and `reference.rs` (the Reference backend).
+//! Public: the ops, their parameter and data types, [`Backend`], [`OpError`], [`profile`] and
+//! its [`LaunchRecord`]s, [`limits`] (every limit an op checks) and [`registry`] (every op's
+//! shape, its one set of shape rules, and the kernels it launches with their block counts, built
+//! from shape parameters alone: what `tileops emit --op` writes). docs/ops.md lists the surface
+//! and `tests/public_api.rs` holds it to that list.
+//!
+//! Crate-private: `runtime` (kernel cache, launcher, profiling hook), `bridge` (candle storage
+//! <-> GM tensors, shared argument checks), `templates` (kernel templates shared by op folders),
+//! and one folder per op family with `mod.rs` (the candle op and its validation), `shape.rs` (its
+//! registry shape), `kernel.rs` (the tile DSL kernels and their host code) and `reference.rs`
+//! (the Reference backend). Their tests live inside the crate (`kernel_tests`, and `tests`
+//! modules beside the code).
 //!
 //! ```
 //! use candle_core::{DType, Device, Tensor};
@@ -35,37 +42,44 @@
 // build those variants); errors are the cold path, so their size does not matter.
 #![allow(clippy::result_large_err)]
 
-pub mod backend;
+mod backend;
 mod bridge;
-pub mod error;
-pub mod flash_attention;
-pub mod kv_cache;
-pub mod lightning_indexer;
-pub mod paged_attention;
-pub mod paged_gather;
-pub mod quant_matmul;
+mod error;
+mod flash_attention;
+mod kv_cache;
+mod lightning_indexer;
+pub mod limits;
+mod paged_attention;
+mod paged_gather;
+mod quant_matmul;
 pub mod registry;
-pub mod runtime;
-pub mod sparse_attention;
+mod runtime;
+mod sparse_attention;
 mod templates;
 
-pub use backend::Backend;
-pub use bridge::{MAX_ELEMENTS, MAX_POSITION};
+// The crate's own tests of its kernels and runtime (crate-private items) share the integration
+// tests' support module, which names this crate `tileops_ops`.
+#[cfg(test)]
+extern crate self as tileops_ops;
+#[cfg(test)]
+mod kernel_tests;
+
+pub use backend::{Backend, BACKEND_ENV};
 pub use error::OpError;
 pub use flash_attention::{
     flash_attention, flash_attention_varlen, qk_softmax, FlashAttentionParams,
 };
 pub use kv_cache::reshape_and_cache;
 pub use lightning_indexer::{
-    hadamard_rotate, index_cache_append, lightning_indexer, quantize_index_q, Fp8Conversion,
-    Fp8Saturation, IndexKeyCache, IndexKeyFormat, LightningIndexerParams, ScaleFormat,
+    f32_to_e4m3, hadamard_rotate, index_cache_append, lightning_indexer, quantize_index_q,
+    ue8m0_to_f32, Fp8Conversion, Fp8Saturation, IndexKeyCache, IndexKeyFormat,
+    LightningIndexerParams, RoundMode, ScaleFormat, FP8_E4M3_MAX, FP8_GROUP, FP8_MIN_AMAX,
 };
 pub use paged_attention::{paged_attention, PagedAttentionParams};
 pub use paged_gather::paged_gather;
 pub use quant_matmul::{
-    quant_matmul, quant_matmul_int8, quantize_per_channel, quantize_per_token, Int8MatmulParams,
-    QuantMatmulParams, QuantizedActivations, QuantizedWeight, MAX_ACTIVATION_SCALE, MAX_QUANT_K,
-    MAX_WEIGHT_SCALE, MIN_ACTIVATION_SCALE, MIN_WEIGHT_SCALE,
+    quant_matmul, quant_matmul_int8, quantize_per_channel, quantize_per_token, round_scale_19,
+    Int8MatmulParams, QuantMatmulParams, QuantizedActivations, QuantizedWeight,
 };
-pub use runtime::{profile, LaunchRecord, PlanTarget, CPU_PLAN_BLOCKS};
+pub use runtime::{arch, profile, LaunchRecord, PlanTarget, CPU_PLAN_BLOCKS, PACKAGE_DIR_ENV};
 pub use sparse_attention::{sparse_paged_attention, SparseAttentionParams};

@@ -242,6 +242,7 @@ impl Runner {
         base.join(op).join(format!("{}-{call}", std::process::id()))
     }
 
+    #[cfg(test)]
     /// Makes every launch plan for `target`, whatever the runner does: e.g. run the CPU plan's
     /// kernels traced under [`profile`] to check them for hazards.
     pub fn plan_for(mut self, target: PlanTarget) -> Self {
@@ -260,6 +261,7 @@ impl Runner {
         }
     }
 
+    #[cfg(test)]
     /// How many blocks the plan's target runs at once, which an op's launch plan sizes its grid
     /// for (e.g. how many top-k splits attention uses): the Ascend 950's clusters, or the
     /// simulator's worker threads (see [`PlanTarget`]).
@@ -267,12 +269,14 @@ impl Runner {
         self.plan_target().concurrent_blocks()
     }
 
+    #[cfg(test)]
     /// Whether the plan's target runs a block's pipes concurrently, so that double buffering
     /// overlaps loads with compute (see [`PlanTarget`]).
     pub fn pipes_overlap(&self) -> bool {
         self.plan_target().pipes_overlap()
     }
 
+    #[cfg(test)]
     /// How many kernels this runner has launched so far.
     pub fn launches(&self) -> usize {
         self.launches
@@ -340,9 +344,9 @@ impl Runner {
         block_dim: usize,
         named: Vec<(&str, Arg<'a>)>,
     ) -> Result<Vec<Arg<'a>>, OpError> {
-        let mut args = launch::bind(kernel, named).map_err(|e| OpError::Package {
+        let mut args = launch::bind(kernel, named).map_err(|e| OpError::Internal {
             op: self.op,
-            why: e.to_string(),
+            what: e.to_string(),
         })?;
         self.launch(kernel, block_dim, &mut args)?;
         Ok(args)
@@ -356,9 +360,9 @@ impl Runner {
         args: &mut [Arg<'_>],
         name: &str,
     ) -> Result<GmTensor, OpError> {
-        launch::take_tensor(kernel, args, name).ok_or_else(|| OpError::Package {
+        launch::take_tensor(kernel, args, name).ok_or_else(|| OpError::Internal {
             op: self.op,
-            why: format!("kernel argument `{name}` is not a tensor"),
+            what: format!("kernel argument `{name}` is not a tensor"),
         })
     }
 

@@ -2,8 +2,7 @@
 //! other test can observe the variable changing.
 
 use candle_core::{Device, Tensor};
-use tileops_ops::backend::BACKEND_ENV;
-use tileops_ops::{paged_gather, Backend, OpError};
+use tileops_ops::{paged_gather, Backend, OpError, BACKEND_ENV};
 
 #[test]
 fn backend_env_selects_the_default_and_rejects_unknown_values() {

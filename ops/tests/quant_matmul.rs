@@ -10,7 +10,7 @@ mod support;
 
 use candle_core::{DType, Device, Tensor};
 use half::f16;
-use tileops_ops::quant_matmul::round_scale_19;
+use tileops_ops::round_scale_19;
 use tileops_ops::{
     profile, quant_matmul, quant_matmul_int8, quantize_per_channel, quantize_per_token, Backend,
     Int8MatmulParams, OpError, QuantMatmulParams, QuantizedActivations, QuantizedWeight,

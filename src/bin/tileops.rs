@@ -614,7 +614,7 @@ fn emit_cmd(
 }
 
 /// The subdirectory of launch `i` (from 0) of a multi-launch op: `<i>-<kernel>`, as the
-/// Ascend950 backend names them (`tileops_ops::runtime::Runner::package`), so the order is in the
+/// Ascend950 backend names them (the ops crate's `Runner::package`), so the order is in the
 /// name and two launches of one kernel never share a directory.
 fn launch_dir(i: usize, kernel: &str) -> String {
     format!("{i}-{kernel}")

@@ -12,6 +12,7 @@ pub(crate) mod shape;
 use crate::backend::Backend;
 use crate::bridge::{self, Bridge};
 use crate::error::OpError;
+use crate::limits::MAX_HEAD_DIM;
 use crate::registry::{self, Checked};
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor};
 use tile_backend::launch::GmTensor;
@@ -37,9 +38,6 @@ const FLASH_ARGS: &[(&str, &str)] = &[
 
 /// The tensor argument carrying each parameter of [`QkSoftmaxShape`].
 const QK_ARGS: &[(&str, &str)] = &[("dtype", "q"), ("m", "q"), ("head_dim", "q"), ("n", "k")];
-
-/// The largest head dim (`D` of q/k, `Dv` of v) the kernel's L1/UB tiles hold: 256.
-pub const MAX_HEAD_DIM: usize = 256;
 
 /// The scalar parameters of [`flash_attention`] and [`flash_attention_varlen`].
 #[derive(Debug, Clone, Copy)]
@@ -162,7 +160,7 @@ pub fn qk_softmax(
 /// kernel and `tileops emit --op qk-softmax` read) and the scale. Made only by
 /// [`QkCall::validate`].
 #[derive(Debug, Clone, PartialEq)]
-pub struct QkCall {
+pub(crate) struct QkCall {
     /// The call's shape: `q [m, head_dim]`, `k [n, head_dim]`.
     pub shape: Checked<QkSoftmaxShape>,
     /// Softmax scale.
@@ -257,7 +255,7 @@ pub(crate) enum Seqs {
 /// [`FlashCall::validate`] and [`FlashCall::validate_varlen`]; the kernel backends run it with
 /// `kernel::run` on q's, k's and v's storage.
 #[derive(Debug, Clone, PartialEq)]
-pub struct FlashCall {
+pub(crate) struct FlashCall {
     /// The call's shape. Varlen: `batch` is the sequences, `seq_q` and `seq_kv` the longest
     /// runs of `cu_seqlens_q` and `cu_seqlens_k` (what the kernel's tiles are sized for).
     pub shape: Checked<FlashAttentionShape>,
@@ -365,9 +363,9 @@ impl FlashOp {
         let elems: usize = shape.iter().product();
         bridge::expect_shape(op, &out.shape, &[elems], "out")?;
         if out.dtype != dtype {
-            return Err(OpError::Package {
+            return Err(OpError::Internal {
                 op,
-                why: format!("the kernel returned out {}, expected {dtype}", out.dtype),
+                what: format!("the kernel returned out {}, expected {dtype}", out.dtype),
             });
         }
         let storage = self.bridge.storage(out)?;

@@ -5,7 +5,8 @@
 use super::kernel::{plan, qk_plan};
 use super::{Seqs, MAX_HEAD_DIM};
 use crate::error::OpError;
-use crate::registry::{check_dims, check_dtype, check_range, CheckPath, MAX_DIM};
+use crate::limits::MAX_DIM;
+use crate::registry::{check_dims, check_dtype, check_range, CheckPath};
 use crate::runtime::PlanTarget;
 use tile_backend::ir::DType;
 

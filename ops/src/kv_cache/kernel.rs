@@ -47,7 +47,8 @@ use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::{DType, Expr, Kernel};
 use tile_backend::launch::{Arg, GmInOut, GmInput};
 
-pub use crate::templates::row_copy::KEY_CHUNK;
+#[cfg(test)]
+pub(crate) use crate::templates::row_copy::KEY_CHUNK;
 
 const OP: &str = "reshape_and_cache";
 

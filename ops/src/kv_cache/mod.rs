@@ -6,7 +6,7 @@
 //! [`Arg::Input`](tile_backend::launch::Arg::Input), so a call costs O(N rows), never a copy of the
 //! cache (a decode step writes a few rows into a cache of tens of MB).
 
-pub mod kernel;
+pub(crate) mod kernel;
 mod reference;
 pub(crate) mod shape;
 
@@ -64,7 +64,7 @@ pub fn reshape_and_cache(
 /// [`CacheCall::validate`]; the kernel runs it with [`kernel::run`] on the cache's and the rows'
 /// storage.
 #[derive(Debug, Clone)]
-pub struct CacheCall {
+pub(crate) struct CacheCall {
     /// The call's shape: dtype, rows `N` (`tokens`) and row width.
     pub shape: Checked<ReshapeAndCacheShape>,
     /// Blocks of the cache.

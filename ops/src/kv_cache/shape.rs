@@ -47,8 +47,8 @@ crate::op_shape! {
 /// blocks as give every AIV a row (at most 32). Errors: `tokens` 0 or above [`MAX_DIM`],
 /// `width` 0 or above [`MAX_WIDTH`], a dtype other than f32/f16/bf16.
 ///
-/// [`MAX_DIM`]: crate::registry::MAX_DIM
-/// [`MAX_WIDTH`]: crate::registry::MAX_WIDTH
+/// [`MAX_DIM`]: crate::limits::MAX_DIM
+/// [`MAX_WIDTH`]: crate::limits::MAX_WIDTH
 fn device_launches(shape: &Checked<ReshapeAndCacheShape>) -> Vec<Launch> {
     let plan = plan(shape, PlanTarget::Device);
     vec![Launch {

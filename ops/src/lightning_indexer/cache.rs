@@ -42,7 +42,7 @@ impl IndexKeyCache {
     ///
     /// # Errors
     /// [`OpError::Invalid`] naming `data` for a size of 0, a `dim` not a multiple of 128, or
-    /// more than [`crate::MAX_ELEMENTS`] values (checked before anything is allocated).
+    /// more than [`crate::limits::MAX_ELEMENTS`] values (checked before anything is allocated).
     pub fn zeros_fp8(
         num_blocks: usize,
         block_size: usize,
@@ -73,7 +73,7 @@ impl IndexKeyCache {
     ///
     /// # Errors
     /// [`OpError::Invalid`] naming `data` for a size of 0, another dtype, or more than
-    /// [`crate::MAX_ELEMENTS`] values.
+    /// [`crate::limits::MAX_ELEMENTS`] values.
     pub fn zeros(
         num_blocks: usize,
         block_size: usize,

@@ -269,7 +269,7 @@ const Q_OP: &str = "quantize_index_q";
 ///
 /// # Errors
 /// [`OpError::Invalid`] naming `q`: not on the CPU, rank 0, empty, a dtype other than f32,
-/// f16, bf16, `D` not a multiple of 128, more than [`crate::MAX_ELEMENTS`] elements, or a
+/// f16, bf16, `D` not a multiple of 128, more than [`crate::limits::MAX_ELEMENTS`] elements, or a
 /// non-finite value (with its row and column).
 pub fn quantize_index_q(
     q: &Tensor,
@@ -305,7 +305,7 @@ const H_OP: &str = "hadamard_rotate";
 ///
 /// # Errors
 /// [`OpError::Invalid`] naming `x`: not on the CPU, rank 0, empty, a dtype other than f32,
-/// f16, bf16, more than [`crate::MAX_ELEMENTS`] elements, or `D` not a power of two.
+/// f16, bf16, more than [`crate::limits::MAX_ELEMENTS`] elements, or `D` not a power of two.
 pub fn hadamard_rotate(x: &Tensor) -> Result<Tensor, OpError> {
     let dims = x.dims().to_vec();
     let rank = dims.len().max(1);

@@ -77,6 +77,7 @@ use super::{IndexerCall, OP};
 use crate::backend::Backend;
 use crate::bridge::{self, gm_i32};
 use crate::error::OpError;
+use crate::limits::MAX_INDEXER_KERNEL_TOPK;
 use crate::registry::{Checked, Launch, LightningIndexerShape};
 use crate::runtime::{compiled_keyed, PlanTarget};
 use candle_core::{DType as CDType, Tensor};
@@ -94,10 +95,6 @@ pub const TILE_N: u64 = 128;
 /// Fewest scores per top-k segment (but a shorter row's one): below it the merge of one more
 /// list costs more than the segment's own selection saves.
 pub const MIN_SEGMENT: u64 = 512;
-
-/// Most positions kept per row by the kernel backends: the top-k's UB tiles take about
-/// `40 * k` bytes of the 240 KiB one AIV plans within.
-pub const MAX_KERNEL_TOPK: usize = 4096;
 
 /// L0A / L0B capacity per operand tile (bytes): one tile each.
 const L0_BYTES: u64 = 64 * 1024;
@@ -647,7 +644,7 @@ pub(crate) fn unsupported(shape: &LightningIndexerShape) -> Option<&'static str>
 ///
 /// # Errors
 /// [`OpError::NoKernel`] for a dtype pair the kernel does not take (see [`unsupported`]);
-/// [`OpError::Invalid`] for a top-k past [`MAX_KERNEL_TOPK`] or shapes past the machine's
+/// [`OpError::Invalid`] for a top-k past [`MAX_INDEXER_KERNEL_TOPK`] or shapes past the machine's
 /// buffers; kernel errors; [`OpError::DeviceUnavailable`] from the Ascend 950 runner's finish.
 pub(crate) fn run(
     backend: Backend,
@@ -664,12 +661,12 @@ pub(crate) fn run(
             missing,
         });
     }
-    if s.topk > MAX_KERNEL_TOPK {
+    if s.topk > MAX_INDEXER_KERNEL_TOPK {
         return Err(OpError::invalid(
             OP,
             "topk",
             format!(
-                "is {}; the kernel backends (TileSim, Ascend950) keep at most {MAX_KERNEL_TOPK} \
+                "is {}; the kernel backends (TileSim, Ascend950) keep at most {MAX_INDEXER_KERNEL_TOPK} \
                  positions a row (the top-k's UB tiles); docs/ops.md lists the limits",
                 s.topk
             ),

@@ -13,7 +13,7 @@
 
 mod cache;
 mod fp8;
-pub mod kernel;
+pub(crate) mod kernel;
 mod reference;
 pub(crate) mod shape;
 
@@ -71,15 +71,15 @@ impl LightningIndexerParams {
 /// context, `t + 1` for the `t`-th token of a prompt). Non-contiguous q and weights are made
 /// contiguous first.
 ///
-/// Backends: all three; [`Backend::TileSim`] and [`Backend::Ascend950`] run the tile kernels
-/// of [`kernel`] for f32/f16/bf16 key caches (any q with f32 or bf16 keys, f16 q with f16
+/// Backends: all three; [`Backend::TileSim`] and [`Backend::Ascend950`] run its tile kernels
+/// for f32/f16/bf16 key caches (any q with f32 or bf16 keys, f16 q with f16
 /// keys), and return [`OpError::NoKernel`] after validation for FP8 keys or f32/bf16 q with
 /// f16 keys.
 ///
 /// # Errors
 /// [`OpError::Invalid`] naming the argument for any broken rule (before anything is
 /// allocated); on the kernel backends [`OpError::NoKernel`] as above, `Invalid` naming `topk`
-/// past [`kernel::MAX_KERNEL_TOPK`], and [`OpError::DeviceUnavailable`] on
+/// past [`MAX_INDEXER_KERNEL_TOPK`](crate::limits::MAX_INDEXER_KERNEL_TOPK), and [`OpError::DeviceUnavailable`] on
 /// [`Backend::Ascend950`] after the package is written.
 pub fn lightning_indexer(
     q: &Tensor,
@@ -110,7 +110,7 @@ pub fn lightning_indexer(
 /// One validated `lightning_indexer` call: its [`shape`](Self::shape) and the host data (the
 /// block table and the contexts). Made only by [`IndexerCall::validate`].
 #[derive(Debug, Clone)]
-pub struct IndexerCall {
+pub(crate) struct IndexerCall {
     /// The call's shape; its `context_len` is the longest row's context.
     pub shape: Checked<LightningIndexerShape>,
     /// Columns of the block table.

@@ -6,7 +6,8 @@
 
 use crate::bridge;
 use crate::error::OpError;
-use crate::registry::{check_dims, check_dtype, check_range, check_width, CheckPath, MAX_DIM};
+use crate::limits::MAX_DIM;
+use crate::registry::{check_dims, check_dtype, check_range, check_width, CheckPath};
 use tile_backend::ir::DType;
 
 /// The shape of a [`crate::lightning_indexer()`] call: `q [tokens, heads, head_dim]`, keys of
@@ -75,7 +76,9 @@ const OP: &str = "lightning_indexer";
 fn device_launches(
     shape: &crate::registry::Checked<LightningIndexerShape>,
 ) -> Vec<crate::registry::Launch> {
-    if super::kernel::unsupported(shape).is_some() || shape.topk > super::kernel::MAX_KERNEL_TOPK {
+    if super::kernel::unsupported(shape).is_some()
+        || shape.topk > crate::limits::MAX_INDEXER_KERNEL_TOPK
+    {
         return Vec::new();
     }
     let plan = super::kernel::plan(shape, crate::runtime::PlanTarget::Device);

@@ -14,8 +14,7 @@ use tile_backend::launch::{GmInput, GmTensor};
 
 const OP: &str = "paged_attention";
 
-/// Most query heads one KV head may serve: a GQA group is one head tile of the template.
-pub(crate) const MAX_GROUP: usize = 128;
+use crate::limits::MAX_KV_GROUP as MAX_GROUP;
 
 /// Query heads per KV head (`H / Hkv`), or the broken rule: `Hkv` must divide `H`, with at most
 /// [`MAX_GROUP`] query heads per KV head.

@@ -1,7 +1,7 @@
 //! `paged_attention`: vLLM-style dense decode attention over a paged K/V cache with GQA and
 //! ragged context lengths, as a candle op.
 
-pub mod kernel;
+pub(crate) mod kernel;
 mod reference;
 pub(crate) mod shape;
 
@@ -75,7 +75,7 @@ pub fn paged_attention(
 /// Reference take. Made only by [`PagedCall::validate`]; the kernels run it with
 /// [`kernel::run`] on q's and the caches' storage.
 #[derive(Debug, Clone)]
-pub struct PagedCall {
+pub(crate) struct PagedCall {
     /// The call's shape; its `context_len` is the longest context (the count the plan splits).
     pub shape: Checked<PagedAttentionShape>,
     /// Blocks of each cache.
@@ -122,14 +122,14 @@ impl PagedCall {
             ));
         }
         let (num_blocks, block_size, kv_heads) = (kd[0], kd[1], kd[2]);
-        if heads % kv_heads == 0 && heads / kv_heads > kernel::MAX_GROUP {
+        if heads % kv_heads == 0 && heads / kv_heads > crate::limits::MAX_KV_GROUP {
             return Err(OpError::invalid(
                 OP,
                 "q",
                 format!(
                     "H = {heads} query heads (q dim 1) over Hkv = {kv_heads} KV heads (k_cache dim 2) is {} query heads per KV head; at most {} are supported",
                     heads / kv_heads,
-                    kernel::MAX_GROUP
+                    crate::limits::MAX_KV_GROUP
                 ),
             ));
         }
@@ -238,9 +238,9 @@ impl PagedOp {
         let shape = [s.batch, s.heads, s.head_dim];
         bridge::expect_shape(OP, &out.shape, &shape, "out")?;
         if out.dtype != s.dtype {
-            return Err(OpError::Package {
+            return Err(OpError::Internal {
                 op: OP,
-                why: format!(
+                what: format!(
                     "the kernel returned out {}, expected {}",
                     out.dtype, s.dtype
                 ),

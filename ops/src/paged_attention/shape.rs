@@ -66,8 +66,8 @@ crate::op_shape! {
 /// ([`MAX_WIDTH`] for `head_dim`), `heads % kv_heads != 0` or more than 128 query heads per KV
 /// head, a dtype other than f32/f16/bf16, `batch * heads` above [`MAX_DIM`].
 ///
-/// [`MAX_DIM`]: crate::registry::MAX_DIM
-/// [`MAX_WIDTH`]: crate::registry::MAX_WIDTH
+/// [`MAX_DIM`]: crate::limits::MAX_DIM
+/// [`MAX_WIDTH`]: crate::limits::MAX_WIDTH
 fn device_launches(shape: &Checked<PagedAttentionShape>) -> Vec<Launch> {
     plan(shape, PlanTarget::Device).launches()
 }

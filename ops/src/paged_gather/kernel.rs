@@ -42,9 +42,12 @@ use crate::templates::row_copy::{
 };
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::{DType, Expr, Kernel};
-use tile_backend::launch::{Arg, GmInOut, GmInput, GmOutput, GmTensor};
+use tile_backend::launch::{Arg, GmInput, GmOutput};
+#[cfg(test)]
+use tile_backend::launch::{GmInOut, GmTensor};
 
-pub use crate::templates::row_copy::{KEY_CHUNK, TABLE_CAP};
+#[cfg(test)]
+pub(crate) use crate::templates::row_copy::{KEY_CHUNK, TABLE_CAP};
 
 const OP: &str = "paged_gather";
 
@@ -131,6 +134,7 @@ pub(crate) fn plan(shape: &Checked<PagedGatherShape>, target: PlanTarget) -> Gat
     }
 }
 
+#[cfg(test)]
 /// Runs the gather of `call` over `src` (borrowed storage, `[T, C]`): returns `[n, size]` in
 /// src's dtype.
 ///
@@ -143,6 +147,7 @@ pub fn run(runner: &mut Runner, call: &GatherCall, src: GmInput<'_>) -> Result<G
     Ok(out)
 }
 
+#[cfg(test)]
 /// [`run`] writing the `[n, size]` result into `out` (`n * size` zero-initialised elements of
 /// src's dtype, as little-endian bytes) in place: the op gathers straight into the buffer its
 /// candle tensor then owns, with no result copy.

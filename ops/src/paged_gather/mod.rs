@@ -5,7 +5,7 @@
 //! `src[block_table[t / block_size] * block_size + t % block_size, 0..size]` for
 //! `t = indices[0, i]`.
 
-pub mod kernel;
+pub(crate) mod kernel;
 mod reference;
 pub(crate) mod shape;
 
@@ -63,7 +63,7 @@ pub fn paged_gather(
 /// Made only by [`GatherCall::validate`]; the kernel runs it with [`kernel::run`] on src's
 /// storage.
 #[derive(Debug, Clone)]
-pub struct GatherCall {
+pub(crate) struct GatherCall {
     /// The call's shape: dtype, rows gathered `n` and columns kept `size`.
     pub shape: Checked<PagedGatherShape>,
     /// Rows `T` of src.
@@ -114,13 +114,13 @@ impl GatherCall {
             1,
             "block_table is [1, nb]",
         )?;
-        if block_size == 0 || block_size as u64 > bridge::MAX_POSITION as u64 {
+        if block_size == 0 || block_size as u64 > crate::limits::MAX_POSITION as u64 {
             return Err(OpError::invalid(
                 OP,
                 "block_size",
                 format!(
                     "must be in 1..={} (the kernels take it as a 32-bit integer), found {block_size}",
-                    bridge::MAX_POSITION
+                    crate::limits::MAX_POSITION
                 ),
             ));
         }

@@ -4,7 +4,8 @@
 
 use super::kernel::plan;
 use crate::error::OpError;
-use crate::registry::{check_dims, check_dtype, check_width, Checked, Launch, MAX_DIM};
+use crate::limits::MAX_DIM;
+use crate::registry::{check_dims, check_dtype, check_width, Checked, Launch};
 use crate::runtime::PlanTarget;
 use tile_backend::ir::DType;
 
@@ -46,8 +47,8 @@ crate::op_shape! {
 /// give every AIV a row (at most 32). Errors: `n` 0 or above [`MAX_DIM`], `size` 0 or above
 /// [`MAX_WIDTH`], a dtype other than f32/f16/bf16.
 ///
-/// [`MAX_DIM`]: crate::registry::MAX_DIM
-/// [`MAX_WIDTH`]: crate::registry::MAX_WIDTH
+/// [`MAX_DIM`]: crate::limits::MAX_DIM
+/// [`MAX_WIDTH`]: crate::limits::MAX_WIDTH
 fn device_launches(shape: &Checked<PagedGatherShape>) -> Vec<Launch> {
     let plan = plan(shape, PlanTarget::Device);
     vec![Launch {

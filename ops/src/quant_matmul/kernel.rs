@@ -523,9 +523,9 @@ fn kept_words(w: &QuantizedWeight, n_pad: usize) -> Result<Arg<'_>, OpError> {
         .dequant()
         .word_bytes
         .get(..n_pad * 8)
-        .ok_or_else(|| OpError::Package {
+        .ok_or_else(|| OpError::Internal {
             op: OP,
-            why: format!("the weight keeps fewer than the plan's {n_pad} Fixpipe words"),
+            what: format!("the weight keeps fewer than the plan's {n_pad} Fixpipe words"),
         })?;
     Ok(Arg::Input(GmInput {
         dtype: DType::U64,

@@ -18,15 +18,13 @@
 //! `acc · (s_x · s_w[n] / s_y)` to int8 through the signed (bit 46) path, so nothing runs on the
 //! vector side but the store.
 
-pub mod kernel;
+pub(crate) mod kernel;
 mod reference;
 pub(crate) mod shape;
 mod weight;
 
-pub use weight::{
-    quantize_per_channel, quantize_per_token, round_scale_19, QuantizedWeight,
-    MAX_ACTIVATION_SCALE, MAX_QUANT_K, MAX_WEIGHT_SCALE, MIN_ACTIVATION_SCALE, MIN_WEIGHT_SCALE,
-};
+use crate::limits::MAX_QUANT_K;
+pub use weight::{quantize_per_channel, quantize_per_token, round_scale_19, QuantizedWeight};
 
 use crate::backend::Backend;
 use crate::bridge;
@@ -83,7 +81,7 @@ pub(crate) struct WeightDequant {
 
 impl Dequant {
     /// `e` from the bound `|acc| <= 127 · 127 · K` and the largest weight scale. The weight's
-    /// limits ([`MIN_WEIGHT_SCALE`], [`MAX_WEIGHT_SCALE`], [`MAX_QUANT_K`], checked when it is
+    /// limits ([`MIN_WEIGHT_SCALE`](crate::limits::MIN_WEIGHT_SCALE), [`MAX_WEIGHT_SCALE`](crate::limits::MAX_WEIGHT_SCALE), [`MAX_QUANT_K`], checked when it is
     /// made) keep `e` in `-59..=60`, so the clamp (which would break the bound) never acts.
     pub(crate) fn new(w: &QuantizedWeight) -> Dequant {
         let smax = w.scale().iter().copied().fold(0f32, f32::max) as f64;
@@ -247,9 +245,9 @@ pub fn quant_matmul(
             DType::F32 => run_into::<f32>(w, &call, backend, device),
             DType::F16 => run_into::<half::f16>(w, &call, backend, device),
             DType::BF16 => run_into::<half::bf16>(w, &call, backend, device),
-            other => Err(OpError::Package {
+            other => Err(OpError::Internal {
                 op: OP,
-                why: format!("the kernel has no {other} float result"),
+                what: format!("the kernel has no {other} float result"),
             }),
         },
     }

@@ -4,7 +4,8 @@
 
 use super::kernel::plan;
 use crate::error::OpError;
-use crate::registry::{check_dims, check_dtype, Checked, Launch, MAX_DIM};
+use crate::limits::MAX_DIM;
+use crate::registry::{check_dims, check_dtype, Checked, Launch};
 use crate::runtime::PlanTarget;
 use tile_backend::ir::DType;
 
@@ -59,7 +60,7 @@ crate::op_shape! {
 /// `shape`: one block per output tile (at most 128 x 256, `quant_matmul::kernel::Tiles`). Errors: a size of 0 or above [`MAX_DIM`], an
 /// output dtype other than f32/f16/bf16/i8, a bias with the int8 output.
 ///
-/// [`MAX_DIM`]: crate::registry::MAX_DIM
+/// [`MAX_DIM`]: crate::limits::MAX_DIM
 fn device_launches(shape: &Checked<QuantMatmulShape>) -> Vec<Launch> {
     let plan = plan(shape, PlanTarget::Device);
     vec![Launch {
@@ -71,10 +72,10 @@ fn device_launches(shape: &Checked<QuantMatmulShape>) -> Vec<Launch> {
 
 /// The rules of a quant-matmul shape, shared by `tileops emit --op quant-matmul` and the tensor
 /// calls (which rename the parameter to the argument carrying it): a size of 0 or above
-/// [`MAX_DIM`], `k` above [`MAX_QUANT_K`](crate::MAX_QUANT_K), an output dtype other than
+/// [`MAX_DIM`], `k` above [`MAX_QUANT_K`](crate::limits::MAX_QUANT_K), an output dtype other than
 /// f32/f16/bf16/i8, a bias with the int8 output.
 ///
-/// [`MAX_DIM`]: crate::registry::MAX_DIM
+/// [`MAX_DIM`]: crate::limits::MAX_DIM
 fn check(shape: &QuantMatmulShape) -> Result<(), OpError> {
     let op = if shape.out_dtype == DType::I8 {
         "quant_matmul_int8"

@@ -6,6 +6,9 @@
 
 use super::{Dequant, WeightDequant};
 use crate::error::OpError;
+use crate::limits::{
+    MAX_ACTIVATION_SCALE, MAX_QUANT_K, MAX_WEIGHT_SCALE, MIN_ACTIVATION_SCALE, MIN_WEIGHT_SCALE,
+};
 use candle_core::{DType as CDType, Device, Tensor};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
@@ -16,30 +19,6 @@ const OP: &str = "quantize";
 
 /// Largest quantised magnitude (symmetric int8: `-127..=127`, -128 unused).
 pub(crate) const QMAX: f32 = 127.0;
-
-/// Largest `K` (input features) of a quantised weight: `2^17 - 1`, so that the int32
-/// accumulator `sum_k x_k w_k` of any int8 data (`|x_k w_k| <= 128 * 128 = 2^14`) cannot
-/// overflow (docs/ops.md, `quant_matmul` limits).
-pub const MAX_QUANT_K: usize = (1 << 17) - 1;
-
-/// Smallest per-channel weight scale (after the 19-bit rounding): `2^-58`. With
-/// [`MAX_WEIGHT_SCALE`] and [`MAX_QUANT_K`] it keeps the Fixpipe's power of two `2^-e` in
-/// `e = -59..=60` for every K, so that the f16 intermediate neither overflows nor underflows and
-/// every scale word is a normal f32 (docs/ops.md derives the range).
-pub const MIN_WEIGHT_SCALE: f32 = 1.0 / (1u64 << 58) as f32;
-
-/// Largest per-channel weight scale: `2^44` (see [`MIN_WEIGHT_SCALE`]).
-pub const MAX_WEIGHT_SCALE: f32 = (1u64 << 44) as f32;
-
-/// Smallest per-token activation scale of [`quant_matmul`](crate::quant_matmul()) and
-/// [`quantize_per_token`] (a row of max `|x|` below about `127 * 2^-66 = 1.7e-18` that is not
-/// all zero): `2^-66`, so that the vector side's row factor `s_x * 2^e` is a normal f32 for
-/// every weight in range.
-pub const MIN_ACTIVATION_SCALE: f32 = 1.0 / (1u128 << 66) as f32;
-
-/// Largest per-token activation scale (a row of max `|x|` above about `127 * 2^52 = 5.7e17`):
-/// `2^52` (see [`MIN_ACTIVATION_SCALE`]).
-pub const MAX_ACTIVATION_SCALE: f32 = (1u64 << 52) as f32;
 
 /// The range a row's scale must lie in, with its bounds as text for the message.
 #[derive(Debug, Clone, Copy)]

@@ -1,16 +1,8 @@
 //! The limits every shape parameter obeys and the checks the ops' shapes share.
 
 use crate::error::OpError;
+use crate::limits::{MAX_DIM, MAX_WIDTH};
 use tile_backend::ir::DType;
-
-/// Largest size or count any shape parameter may take: the kernels take these values as
-/// 32-bit scalar arguments (or index GM with them).
-pub const MAX_DIM: usize = i32::MAX as usize;
-
-/// Largest row width (`dqk`, `v_dim`, `head_dim`, gathered `size`, cache `width`): these are
-/// static tile columns, and the builders unroll over column slices and chunks, so an unbounded
-/// width would build an unbounded kernel. The attention kernels stop fitting L1 far below it.
-pub const MAX_WIDTH: usize = 65536;
 
 /// A data dtype the ops take.
 pub(crate) fn check_dtype(op: &'static str, dtype: DType) -> Result<(), OpError> {

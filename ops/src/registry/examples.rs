@@ -1,7 +1,8 @@
 //! Registry descriptions of tile-backend's example kernels (`tile_backend::kernels`), so that
 //! `tileops emit --op` serves them like the ops.
 
-use super::{CheckPath, Checked, Launch, OpShape, Param, ParamValue, MAX_DIM, MAX_WIDTH};
+use super::{CheckPath, Checked, Launch, OpShape, Param, ParamValue};
+use crate::limits::{MAX_DIM, MAX_WIDTH};
 use crate::OpError;
 use tile_backend::kernels::{AttentionParams, GatherMatmulParams, MatmulParams};
 

@@ -82,7 +82,6 @@ mod examples;
 mod spec;
 
 pub(crate) use checks::{check_dims, check_dtype, check_range, check_width};
-pub use checks::{MAX_DIM, MAX_WIDTH};
 pub use examples::{GatherMatmulShape, WorkedMatmul};
 pub(crate) use spec::as_call_error;
 pub use spec::{launches, BuildError, CheckPath, Checked, OpShape, OpSpec, Param, ParamValue};

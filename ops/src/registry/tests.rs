@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::error::OpError;
+use crate::limits::{MAX_DIM, MAX_WIDTH};
 use crate::runtime::profile;
 use tile_backend::ir::DType;
 

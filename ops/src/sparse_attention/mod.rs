@@ -1,7 +1,7 @@
 //! `sparse_paged_attention`: DeepSeek-V3.2 sparse (top-k) attention decode over a paged latent
 //! cache, in the absorbed MLA form, as a candle op.
 
-pub mod kernel;
+pub(crate) mod kernel;
 mod reference;
 pub(crate) mod shape;
 
@@ -109,7 +109,7 @@ pub fn sparse_paged_attention(
 /// kernels and the Reference take. Made only by [`SparseCall::validate`]; the kernels run it
 /// with [`kernel::run`] on q's and the cache's storage.
 #[derive(Debug, Clone)]
-pub struct SparseCall {
+pub(crate) struct SparseCall {
     /// The call's shape; its `topk` is the valid indices of the fullest row (the count the
     /// plan splits), its `sink` whether a sink is given.
     pub shape: Checked<SparseAttentionShape>,
@@ -224,13 +224,13 @@ impl SparseCall {
                 if t == -1 {
                     continue;
                 }
-                if t > bridge::MAX_POSITION {
+                if t > crate::limits::MAX_POSITION {
                     return Err(OpError::invalid(
                         OP,
                         "indices",
                         format!(
                             "indices[{b}, {j}] = {t} does not fit the kernels' 32-bit positions (at most {})",
-                            bridge::MAX_POSITION
+                            crate::limits::MAX_POSITION
                         ),
                     ));
                 }
@@ -342,9 +342,9 @@ impl SparseOp {
         bridge::expect_shape(OP, &out.shape, &[s.batch, s.heads, s.v_dim], "out")?;
         bridge::expect_shape(OP, &lse.shape, &[s.batch, s.heads], "lse")?;
         if out.dtype != s.dtype || lse.dtype != tile_backend::ir::DType::F32 {
-            return Err(OpError::Package {
+            return Err(OpError::Internal {
                 op: OP,
-                why: format!(
+                what: format!(
                     "the kernel returned out {} / lse {}, expected {} / f32",
                     out.dtype, lse.dtype, s.dtype
                 ),

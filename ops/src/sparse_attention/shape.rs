@@ -76,8 +76,8 @@ crate::op_shape! {
 /// [`MAX_DIM`] ([`MAX_WIDTH`] for `dqk` and `v_dim`), `v_dim > dqk`, a dtype other than
 /// f32/f16/bf16, `batch * heads` above [`MAX_DIM`].
 ///
-/// [`MAX_DIM`]: crate::registry::MAX_DIM
-/// [`MAX_WIDTH`]: crate::registry::MAX_WIDTH
+/// [`MAX_DIM`]: crate::limits::MAX_DIM
+/// [`MAX_WIDTH`]: crate::limits::MAX_WIDTH
 fn device_launches(shape: &Checked<SparseAttentionShape>) -> Vec<Launch> {
     super::kernel::plan(shape, PlanTarget::Device).launches()
 }

@@ -10,7 +10,8 @@
 use crate::support::*;
 use candle_core::{DType, Device, Tensor};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use tileops_ops::registry::{MAX_DIM, OPS};
+use tileops_ops::limits::MAX_DIM;
+use tileops_ops::registry::OPS;
 use tileops_ops::{
     flash_attention, flash_attention_varlen, paged_attention, paged_gather, qk_softmax,
     quant_matmul, quant_matmul_int8, quantize_per_channel, quantize_per_token, reshape_and_cache,

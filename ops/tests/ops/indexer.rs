@@ -10,7 +10,7 @@
 use crate::support::{expect_invalid, expect_package, ints, values, Rng};
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
 use float8::F8E4M3;
-use tileops_ops::lightning_indexer::{f32_to_e4m3, ue8m0_to_f32, RoundMode};
+use tileops_ops::{f32_to_e4m3, ue8m0_to_f32, RoundMode};
 use tileops_ops::{
     hadamard_rotate, index_cache_append, lightning_indexer, profile, quantize_index_q, Backend,
     Fp8Conversion, Fp8Saturation, IndexKeyCache, LightningIndexerParams, OpError, ScaleFormat,
@@ -1462,7 +1462,7 @@ fn kernel_backends_refuse_what_they_cannot_run() {
         let r = lightning_indexer(&c.q, &c.w, &c.cache, &c.table, &c.lens, &c.p, Some(bk));
         expect_no_kernel(r); // f32 q, f16 keys
         c.cache = IndexKeyCache::zeros(4, 8, 128, DType::F32, &CPU).expect("cache");
-        c.p.topk = tileops_ops::lightning_indexer::kernel::MAX_KERNEL_TOPK + 1;
+        c.p.topk = tileops_ops::limits::MAX_INDEXER_KERNEL_TOPK + 1;
         let r = lightning_indexer(&c.q, &c.w, &c.cache, &c.table, &c.lens, &c.p, Some(bk));
         expect_invalid(r, OP, "topk", &["at most"]);
     }

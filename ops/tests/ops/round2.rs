@@ -5,12 +5,13 @@
 
 use crate::support::*;
 use candle_core::{DType, Device, Tensor};
+use tileops_ops::limits::MAX_QUANT_K;
 use tileops_ops::{
     flash_attention, flash_attention_varlen, paged_attention, paged_gather, qk_softmax,
     quant_matmul, quant_matmul_int8, quantize_per_channel, quantize_per_token, reshape_and_cache,
     sparse_paged_attention, Backend, FlashAttentionParams, Int8MatmulParams, OpError,
     PagedAttentionParams, QuantMatmulParams, QuantizedActivations, QuantizedWeight,
-    SparseAttentionParams, MAX_QUANT_K,
+    SparseAttentionParams,
 };
 
 const CPU: Device = Device::Cpu;

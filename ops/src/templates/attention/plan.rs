@@ -3,8 +3,8 @@
 use super::attn_split;
 use super::merge::{attn_merge, merge_blocks, MergeCfg};
 use crate::error::OpError;
+use crate::limits::MAX_DIM;
 use crate::registry::Launch;
-use crate::registry::MAX_DIM;
 use crate::runtime::{compiled_keyed, DebugKey, PlanTarget};
 use tile_backend::ir::{AccToVecMode, DType};
 

@@ -1,20 +1,15 @@
 //! The sparse and dense paged-attention tile kernels, run in the simulator under `profile`
 //! (no hazards allowed), against a plain f64 scalar model.
 
-#![allow(clippy::result_large_err)] // OpError carries the simulator's error by value
-
+use crate::paged_attention::{kernel as paged, PagedCall};
+use crate::runtime::{PlanTarget, Runner};
+use crate::sparse_attention::{kernel as sparse, SparseCall};
+use crate::{PagedAttentionParams, SparseAttentionParams};
 use candle_core::{Device, Tensor};
 use tile_backend::ir::DType;
 use tile_backend::sim::GmTensor;
-use tileops_ops::paged_attention::{kernel as paged, PagedCall};
-use tileops_ops::runtime::{PlanTarget, Runner};
-use tileops_ops::sparse_attention::{kernel as sparse, SparseCall};
-use tileops_ops::{PagedAttentionParams, SparseAttentionParams};
 
-// The ops' shared test support, for its generator.
-#[allow(unused_macros)]
-#[path = "support/mod.rs"]
-mod support;
+use super::support;
 
 use support::{from_gm, Rng};
 
@@ -108,7 +103,7 @@ fn attend(
     (out, m + sum.ln())
 }
 
-fn hazard_free(records: &[tileops_ops::LaunchRecord]) {
+fn hazard_free(records: &[crate::LaunchRecord]) {
     assert!(!records.is_empty(), "no launch was profiled");
     for r in records {
         assert!(
@@ -222,7 +217,7 @@ fn run_sparse(c: &SparseCase) {
         .as_ref()
         .map(|s| Tensor::from_slice(s, c.h, &Device::Cpu).expect("sink"));
     let call = sparse_call(&q, &kv, &indices, &block_table, max_blocks, params);
-    let (res, records) = tileops_ops::profile(|| {
+    let (res, records) = crate::profile(|| {
         let mut runner = Runner::sim("sparse_paged_attention");
         if let Some(target) = c.plan {
             runner = runner.plan_for(target);
@@ -469,7 +464,7 @@ fn run_dense(c: &DenseCase) {
         &PagedAttentionParams { scale },
     )
     .expect("a valid call");
-    let (res, records) = tileops_ops::profile(|| {
+    let (res, records) = crate::profile(|| {
         let mut runner = Runner::sim("paged_attention");
         if let Some(target) = c.plan {
             runner = runner.plan_for(target);
@@ -586,7 +581,7 @@ fn deepseek_decode_cost() {
         let mut runner = Runner::sim("sparse_paged_attention");
         sparse::run(&mut runner, &call, q.as_input(), kv.as_input()).expect("runs")
     };
-    let (_, records) = tileops_ops::profile(run);
+    let (_, records) = crate::profile(run);
     hazard_free(&records);
     let costs: Vec<_> = records.iter().filter_map(|r| r.cost.clone()).collect();
     for c in &costs {

@@ -2,19 +2,14 @@
 //! (`kernel::run`) and checked byte for byte against plain Rust, with every simulated launch's
 //! hazards checked; and their Ascend 950 path (package written, no device).
 
-#![allow(clippy::result_large_err)] // OpError carries the simulator's error by value
-
+use crate::kv_cache::{kernel as kv, CacheCall};
+use crate::paged_gather::{kernel as pg, GatherCall};
+use crate::runtime::{PlanTarget, Runner, CPU_PLAN_BLOCKS};
+use crate::{profile, LaunchRecord, OpError};
 use tile_backend::ir::DType;
 use tile_backend::sim::GmTensor;
-use tileops_ops::kv_cache::{kernel as kv, CacheCall};
-use tileops_ops::paged_gather::{kernel as pg, GatherCall};
-use tileops_ops::runtime::{PlanTarget, Runner, CPU_PLAN_BLOCKS};
-use tileops_ops::{profile, LaunchRecord, OpError};
 
-// The ops' shared test support, for its generator.
-#[allow(unused_macros)]
-#[path = "support/mod.rs"]
-mod support;
+use super::support;
 
 use support::{from_gm, Rng};
 
@@ -194,7 +189,7 @@ fn gather_reads_a_block_table_too_long_for_ub_from_gm() {
     // Block size 1: the table has one entry per token. 16384 entries (64 KiB) is the longest
     // the kernel copies into UB; one more and every entry is read from GM instead. Both paths
     // give the same rows.
-    let cap = tileops_ops::paged_gather::kernel::TABLE_CAP as usize;
+    let cap = crate::paged_gather::kernel::TABLE_CAP as usize;
     for nb in [cap, cap + 1] {
         let mut rng = Rng::new(60 + nb as u64);
         let src = random_tensor(&mut rng, DType::F32, &[nb, 8]);
@@ -213,7 +208,7 @@ fn gather_reads_a_block_table_too_long_for_ub_from_gm() {
 fn gather_loads_the_keys_in_chunks() {
     // 64 AIVs with 2053 rows each: every AIV loads its keys (indices) into UB in two chunks,
     // 2048 and 5, so the second load overwrites keys the scalar unit read (an S -> MTE2 edge).
-    let chunk = tileops_ops::paged_gather::kernel::KEY_CHUNK as usize;
+    let chunk = crate::paged_gather::kernel::KEY_CHUNK as usize;
     let n = 64 * (chunk + 5);
     let mut rng = Rng::new(70);
     let src = random_tensor(&mut rng, DType::F16, &[96, 16]);
