@@ -1,5 +1,6 @@
-//! Closed-loop load on `tileops-serve`'s HTTP API over loopback (issue #34 item 7): for each
-//! backend and concurrency, 8 warm-up requests then `4 x concurrency` streaming greedy requests
+//! Closed-loop load on `tileops-serve`'s HTTP API over loopback (issue #34 item 7), serving the
+//! shipped trained model (models/checkpoints/tiny, the server's default; `--random-weights`:
+//! the demo's larger generated model, `Config::default()`): for each backend and concurrency, 8 warm-up requests then `4 x concurrency` streaming greedy requests
 //! with prompts of 32-256 tokens and `max_tokens` 32-128 from a fixed seed; prints output
 //! tokens/s, TTFT and inter-token latency percentiles, and writes an SVG plot of throughput
 //! against concurrency.
@@ -11,6 +12,7 @@
 use anyhow::{bail, Result};
 use clap::Parser;
 use serde_json::{json, Value};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tileops::ops::Backend;
@@ -19,7 +21,7 @@ use tileops_models::deepseek::config::Config;
 use tileops_models::engine::pin_thread_count;
 use tileops_models::serving::{Engine, EngineConfig};
 use tileops_models::tokenizer::Tokenizer;
-use tileops_models::weights::{cache_dir, load_or_generate, Rng};
+use tileops_models::weights::{cache_dir, load_or_generate, Rng, Weights};
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -38,7 +40,14 @@ struct Args {
     /// Tokens in one engine step at most (the chunked-prefill budget; the engine's default 256).
     #[arg(long, default_value_t = 256)]
     max_batch_tokens: usize,
+    /// Serve the demo's generated random weights (`Config::default()`, seed 0, in
+    /// target/tileops-models) instead of the shipped trained checkpoint.
+    #[arg(long)]
+    random_weights: bool,
 }
+
+/// The prompts' token ids are drawn from `0..PROMPT_IDS`.
+const PROMPT_IDS: u64 = 1000;
 
 struct Point {
     backend: String,
@@ -113,7 +122,9 @@ async fn run(
     let jobs: Vec<(Vec<u32>, usize)> = (0..n)
         .map(|_| {
             let len = 32 + (rng.next_u64() % 225) as usize;
-            let p = (0..len).map(|_| (rng.next_u64() % 1000) as u32).collect();
+            let p = (0..len)
+                .map(|_| (rng.next_u64() % PROMPT_IDS) as u32)
+                .collect();
             (p, 32 + (rng.next_u64() % 97) as usize)
         })
         .collect();
@@ -199,10 +210,29 @@ fn svg(points: &[Point]) -> String {
 fn main() -> Result<()> {
     pin_thread_count();
     let a = Args::parse();
-    let cfg = Config::default();
-    let dir = cache_dir();
-    let tok = Arc::new(Tokenizer::load_or_train(&dir.join("tokenizer.json"))?);
-    let (weights, _) = load_or_generate(&cfg, 0, &dir)?;
+    let (cfg, weights, tok) = if a.random_weights {
+        let (cfg, dir) = (Config::default(), cache_dir());
+        let tok = Tokenizer::load_or_train(&dir.join("tokenizer.json"))?;
+        (cfg.clone(), load_or_generate(&cfg, 0, &dir)?.0, tok)
+    } else {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/checkpoints/tiny");
+        let cfg = Config::from_file(&dir.join("config.json"))?;
+        let weights = Weights::load(&cfg, &dir.join("model.safetensors"))?;
+        (
+            cfg,
+            weights,
+            Tokenizer::from_file(&dir.join("tokenizer.json"))?,
+        )
+    };
+    tok.check_fits(cfg.vocab_size)?;
+    // Prompt ids below both models' vocabularies.
+    if cfg.vocab_size < PROMPT_IDS as usize {
+        bail!(
+            "the model's vocabulary ({}) is smaller than the prompts' {PROMPT_IDS} ids",
+            cfg.vocab_size
+        );
+    }
+    let tok = Arc::new(tok);
     let rt = tokio::runtime::Runtime::new()?;
     let mut points = Vec::new();
     println!("| backend | concurrency | requests | output tok/s | TTFT p50 / p99 (ms) | ITL p50 / p99 (ms) |");
