@@ -1,6 +1,6 @@
 //! The flash-attention ops' launch plans and host code for the kernel backends: each
 //! (sequence, head) problem of a call, in the flat form of the shared DN-mode kernel
-//! (`templates::attention::flash_dn`).
+//! (`dn::flash_dn`).
 //!
 //! CONTRACT (the op layer in `mod.rs` calls exactly this): [`run`] and [`run_qk`] receive a
 //! validated call ([`FlashCall`], [`QkCall`]) and the storage it describes; [`plan`] and
@@ -11,14 +11,13 @@
 //! `FlashCfg::wide`) where it fits, the CPU plan keeps the 128-query tiles the simulator runs
 //! fastest; `qk_softmax`'s plan is the same on every target.
 
+use super::dn::cfg::{FlashCfg, FlashSpec};
+use super::dn::host::{run_flash, FlashInputs, FlashLens, FlashPlan, FlashProblem};
 use super::{FlashAttentionShape, FlashCall, QkCall, QkSoftmaxShape, Seqs};
 use crate::bridge;
 use crate::error::OpError;
 use crate::registry::Checked;
 use crate::runtime::{PlanTarget, Runner};
-use crate::templates::attention::{
-    run_flash, FlashCfg, FlashInputs, FlashLens, FlashPlan, FlashProblem, FlashSpec,
-};
 use tile_backend::ir::DType;
 use tile_backend::launch::{GmInput, GmTensor};
 

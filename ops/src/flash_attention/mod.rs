@@ -1,10 +1,11 @@
 //! `flash_attention`, `flash_attention_varlen` and `qk_softmax`: dense (prefill) attention with
 //! GQA, a bottom-right aligned causal mask and the log-sum-exp side output, as candle ops.
 //!
-//! The kernel backends run the shared DN-mode kernel (`templates::attention::flash_dn`: S^T =
+//! The kernel backends run the DN-mode kernel (`dn::flash_dn`, in this folder: S^T =
 //! K Q^T moved to the vector cores with DualModeSplitN, the softmax down each AIV's columns, P V
 //! moved back with DualModeSplitM); [`Backend::Ascend950`] writes its package.
 
+mod dn;
 pub(crate) mod kernel;
 mod reference;
 pub(crate) mod shape;

@@ -80,6 +80,7 @@ use crate::error::OpError;
 use crate::limits::MAX_INDEXER_KERNEL_TOPK;
 use crate::registry::{Checked, Launch, LightningIndexerShape};
 use crate::runtime::{compiled_keyed, PlanTarget};
+use crate::templates::common::round_up;
 use candle_core::{DType as CDType, Tensor};
 use tile_backend::dsl::{Body, Gather, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
@@ -98,10 +99,6 @@ pub const MIN_SEGMENT: u64 = 512;
 
 /// L0A / L0B capacity per operand tile (bytes): one tile each.
 const L0_BYTES: u64 = 64 * 1024;
-
-fn round_up(v: u64, m: u64) -> u64 {
-    v.div_ceil(m) * m
-}
 
 /// The static shape of the score kernel (its compile key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,9 @@ use crate::bridge;
 use crate::error::OpError;
 use crate::registry::Checked;
 use crate::runtime::{PlanTarget, Runner};
-use crate::templates::attention::{self, run_attention, AttnCfg, AttnInputs, AttnPlan, AttnSpec};
+use crate::templates::attention::{
+    self, run_attention, AttnCfg, AttnInputs, AttnPlan, AttnSpec, Values,
+};
 use tile_backend::launch::{GmInput, GmTensor};
 
 const OP: &str = "paged_attention";
@@ -44,7 +46,7 @@ pub(crate) fn plan(shape: &Checked<PagedAttentionShape>, target: PlanTarget) -> 
         v_dim: s.head_dim as u64,
         kv_cols: (kv_heads * s.head_dim) as u64,
         head_col_stride: s.head_dim as u64,
-        separate_v: true,
+        values: Values::OwnCache,
         block_size: s.block_size as u64,
         tokens: s.context_len as u64,
         double_buffer: target.pipes_overlap(),

@@ -9,7 +9,9 @@ use crate::bridge;
 use crate::error::OpError;
 use crate::registry::Checked;
 use crate::runtime::{PlanTarget, Runner};
-use crate::templates::attention::{self, run_attention, AttnCfg, AttnInputs, AttnPlan, AttnSpec};
+use crate::templates::attention::{
+    self, run_attention, AttnCfg, AttnInputs, AttnPlan, AttnSpec, Values,
+};
 use tile_backend::launch::{GmInput, GmTensor};
 
 const OP: &str = "sparse_paged_attention";
@@ -30,7 +32,7 @@ pub(crate) fn plan(shape: &Checked<SparseAttentionShape>, target: PlanTarget) ->
         v_dim: s.v_dim as u64,
         kv_cols: s.dqk as u64,
         head_col_stride: 0,
-        separate_v: false,
+        values: Values::KeyPrefix,
         block_size: s.block_size as u64,
         tokens: s.topk as u64,
         double_buffer: target.pipes_overlap(),

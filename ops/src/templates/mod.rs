@@ -2,4 +2,5 @@
 //! never from another op's folder.
 
 pub(crate) mod attention;
+pub(crate) mod common;
 pub(crate) mod row_copy;

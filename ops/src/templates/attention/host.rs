@@ -1,9 +1,9 @@
 //! The host side of the attention kernels: [`run_attention`] builds their arguments, launches
 //! the split and merge kernels and keeps the split workspace between calls.
 
-use super::attn_split;
 use super::merge::attn_merge;
 use super::plan::{AttnPlan, SplitPlan};
+use super::split::attn_split;
 use crate::error::OpError;
 use crate::runtime::{compiled_keyed, Runner};
 use tile_backend::ir::DType;

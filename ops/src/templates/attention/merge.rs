@@ -1,14 +1,16 @@
 //! The merge kernel `attn_merge` (see the parent module's docs): combines the split kernel's
 //! partial results.
 
-use super::plan::{round_up, MAX_SPLITS};
-use super::{ping_pong, store_in_dtype};
 use crate::runtime::DebugKey;
+use crate::templates::common::{ping_pong, round_up, store_in_dtype};
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
     Axis, BinaryOp, DType, Expr, GmView, Kernel, Layout, MemSpace, PadValue, Pipe, TileId,
     TileType, UnaryOp,
 };
+
+/// Largest number of top-k splits the merge kernel takes (rows of its lse tile).
+pub(crate) const MAX_SPLITS: u64 = 32;
 
 /// Global rows each AIV of the merge kernel owns.
 pub(crate) const MERGE_ROWS: u64 = 8;

@@ -1,9 +1,13 @@
 //! Unit tests of the attention template's plan and host side.
 
 use super::host::workspace;
+use super::merge::MAX_SPLITS;
+use super::plan::choose_splits;
+use super::split::attn_split;
 use super::*;
 use crate::runtime::Runner;
 use crate::runtime::{device_clusters, profile, PlanTarget};
+use crate::templates::common::round_up;
 use tile_backend::ir::DType;
 use tile_backend::launch::{GmInput, GmTensor};
 
@@ -19,7 +23,7 @@ fn latent_spec(dtype: DType, heads: u64, d: u64, v_dim: u64) -> AttnSpec {
         v_dim,
         kv_cols: d,
         head_col_stride: 0,
-        separate_v: false,
+        values: Values::KeyPrefix,
         block_size: 64,
         tokens: 0,
         double_buffer: true,
@@ -212,7 +216,11 @@ fn one_f32_split_on_the_cpu_plan_skips_the_merge_with_the_same_result() {
 fn the_cpu_plan_buffers_tiles_once_and_makes_them_larger() {
     let tiling = |dt: DType, heads: u64, d: u64, separate_v: bool, double: bool| {
         let c = AttnCfg::new(AttnSpec {
-            separate_v,
+            values: if separate_v {
+                Values::OwnCache
+            } else {
+                Values::KeyPrefix
+            },
             double_buffer: double,
             ..latent_spec(dt, heads, d, d.min(512))
         });
@@ -240,7 +248,11 @@ fn the_cpu_plan_buffers_tiles_once_and_makes_them_larger() {
     // KiB), one on the device plan.
     let p_bufs = |dt: DType, d: u64, separate_v: bool, double: bool| {
         AttnCfg::new(AttnSpec {
-            separate_v,
+            values: if separate_v {
+                Values::OwnCache
+            } else {
+                Values::KeyPrefix
+            },
             double_buffer: double,
             ..latent_spec(dt, 128, d, 512)
         })
@@ -264,7 +276,7 @@ fn the_device_plan_gathers_longer_chunks_for_narrow_head_tiles() {
     let dense = |dt: DType, double: bool| {
         let c = AttnCfg::new(AttnSpec {
             hg: 4,
-            separate_v: true,
+            values: Values::OwnCache,
             double_buffer: double,
             ..latent_spec(dt, 32, 128, 128)
         });
@@ -288,7 +300,11 @@ fn the_cpu_plan_gathers_longer_chunks_for_long_dense_contexts() {
     let dense = |dt: DType, sep: bool, tokens: u64, double: bool| {
         AttnCfg::new(AttnSpec {
             hg: 4,
-            separate_v: sep,
+            values: if sep {
+                Values::OwnCache
+            } else {
+                Values::KeyPrefix
+            },
             tokens,
             double_buffer: double,
             ..latent_spec(dt, 32, 128, 128)
@@ -313,7 +329,7 @@ fn the_cpu_plan_gathers_longer_chunks_for_long_dense_contexts() {
     // L0A, the K^T and V slices in L0B.
     let c = AttnCfg::new(AttnSpec {
         hg: 4,
-        separate_v: true,
+        values: Values::OwnCache,
         tokens: 2048,
         double_buffer: false,
         ..latent_spec(DType::F32, 32, 128, 128)
@@ -383,7 +399,7 @@ fn device_items_agree_with_the_cpu_plan(
         let cfg = AttnCfg::new(AttnSpec {
             name: "paged_attn",
             hg: heads,
-            separate_v: true,
+            values: Values::OwnCache,
             block_size: bs as u64,
             tokens: 0,
             double_buffer: target == PlanTarget::Device,
@@ -567,7 +583,7 @@ fn the_single_vector_core_head_tile_gives_the_split_tiles_bits_without_hazards()
             assert!(single.single);
             let split = AttnCfg {
                 single: false,
-                th: plan::round_up(single.hg, 32),
+                th: round_up(single.hg, 32),
                 ..single.clone()
             };
             let what = format!("{dtype} heads {heads} hg {hg}");
@@ -592,7 +608,7 @@ fn the_device_plan_double_buffers_q_where_the_kernel_compiles() {
                 let cfg = AttnCfg::new(AttnSpec {
                     name: "paged_attn",
                     hg: 4,
-                    separate_v: true,
+                    values: Values::OwnCache,
                     block_size: 16,
                     tokens: 0,
                     head_col_stride: d,
@@ -656,7 +672,7 @@ fn a_direct_split_gives_the_merged_bits_without_hazards() {
         let cfg = AttnCfg::new(AttnSpec {
             name: "paged_attn",
             hg: heads,
-            separate_v: true,
+            values: Values::OwnCache,
             block_size: bs as u64,
             tokens: 0,
             double_buffer: true,

@@ -1,7 +1,8 @@
 //! The cube program of `attn_split` (see the parent module's docs): Q K^T per K slice, the
 //! score handoff (channel S), P V per V slice and its handoff (channel PV).
 
-use super::{ping_pong, SplitKernel};
+use super::shared::SplitKernel;
+use crate::templates::common::ping_pong;
 use tile_backend::dsl::{Body, Gather};
 use tile_backend::ir::{Expr, GmView, ParamId, Pipe, TileId};
 

@@ -2,42 +2,13 @@
 //! problem cut into query tiles, one descriptor row per block), and [`run_flash`], which
 //! launches it and fixes the lse of queries that see no key.
 
-use super::dn::{flash_dn, FlashCfg};
+use super::cfg::{Desc, FlashCfg, DESC_COUNT};
+use super::flash_dn;
 use crate::error::OpError;
 use crate::registry::Launch;
 use crate::runtime::{compiled_keyed, Runner};
 use tile_backend::ir::DType;
 use tile_backend::launch::{Arg, GmInput, GmTensor};
-
-/// The fields of a row of `flash_dn`'s descriptor table (one row per block), in column order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Desc {
-    /// Element offset of the tile's first query row in `q`.
-    QOff,
-    /// Element offset of the problem's first key row in `k`.
-    KOff,
-    /// Element offset of the problem's first value row in `v`.
-    VOff,
-    /// Element offset of the tile's first output row in `out`.
-    OOff,
-    /// Offset of the tile's first lse entry in `lse` (consecutive per query).
-    LseOff,
-    /// Queries in the tile (`1..=ts`).
-    Nq,
-    /// Keys the tile visits (`1..=Skv`): all, or up to its last visible one when causal.
-    KvEnd,
-    /// The last key the tile's first query sees (`i0 + Skv - Sq` when causal), or a value past
-    /// every key (no mask).
-    Diag,
-}
-
-/// Columns of the descriptor table, as a count.
-pub(crate) const DESC_COUNT: usize = Desc::COUNT as usize;
-
-impl Desc {
-    /// Columns of the descriptor table.
-    pub(crate) const COUNT: i64 = 8;
-}
 
 /// One (sequence, head) attention problem of a call, in element offsets of the call's
 /// tensors (row strides are the call's [`FlashPlan::strides`]).
@@ -273,7 +244,7 @@ fn flat(mut t: GmInput<'_>) -> GmInput<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::dn::FlashSpec;
+    use super::super::cfg::FlashSpec;
     use super::*;
 
     fn spec(dtype: DType, (d, dv): (u64, u64), max_sq: u64, max_skv: u64) -> FlashSpec {

@@ -1,12 +1,11 @@
-//! The vector program of `flash_dn` (see `dn.rs`): the online softmax down the columns of each
+//! The vector program of `flash_dn` (see `mod.rs`): the online softmax down the columns of each
 //! KV tile's `[tkv, H]` slice of S^T (one column per query), P back to the cube (channel P),
 //! O accumulated from P V (channel PV), the final divide and lse. The P-writing variant runs
 //! the statistics pass, then normalises each recomputed tile and stores it.
 
-use super::dn::FlashKernel;
-use super::dn_host::Desc;
-use super::plan::M_INIT;
-use super::{aiv0, ping_pong};
+use super::cfg::Desc;
+use super::shared::FlashKernel;
+use crate::templates::common::{aiv0, ping_pong, M_INIT};
 use tile_backend::dsl::Body;
 use tile_backend::ir::{
     Axis, BinaryOp, Expr, GmView, Pipe, ReduceOp, RoundMode, TileRef, UnaryOp, VarId,
@@ -15,7 +14,7 @@ use tile_backend::ir::{
 /// The event of the mask tile's hand-written V <-> MTE2 flags.
 const MASK_EV: u8 = 0;
 /// The event of the wide tiling's hand-written MTE3 -> V flags on the mask tile's bytes,
-/// which also hold P's NZ copy and the output cast (dn.rs): the vector pipe waits once per KV
+/// which also hold P's NZ copy and the output cast (mod.rs): the vector pipe waits once per KV
 /// tile (and once per row end) for MTE3 to have read them, whether or not the tile loads a
 /// mask, so the sets and waits pair up outside the runtime `if`; a mask load then waits for
 /// the vector pipe (V -> MTE2, set just before it).
@@ -74,7 +73,7 @@ fn query_tile(v: &mut Body<'_>, k: &FlashKernel<'_>, row: &Expr) {
         v.set_validshape(pu, tkv, h);
     }
     if cfg.wide {
-        // Views of planned bytes (dn.rs): their valid shapes start unset.
+        // Views of planned bytes (mod.rs): their valid shapes start unset.
         v.set_validshape(k.mask_ub, tkv, h);
         v.set_validshape(k.p_nz, tkv, h);
     }

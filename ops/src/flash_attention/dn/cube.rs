@@ -1,10 +1,10 @@
-//! The cube program of `flash_dn` (see `dn.rs`): Q^T once, then per KV tile K and V into L1,
+//! The cube program of `flash_dn` (see `mod.rs`): Q^T once, then per KV tile K and V into L1,
 //! S^T = K Q^T per D slice, the score handoff (channel S, DualModeSplitN), P V per Dv slice and
 //! its handoff (channel PV, DualModeSplitM). The P-writing variant runs the score half twice.
 
-use super::dn::FlashKernel;
-use super::dn_host::Desc;
-use super::ping_pong;
+use super::cfg::Desc;
+use super::shared::FlashKernel;
+use crate::templates::common::ping_pong;
 use tile_backend::dsl::Body;
 use tile_backend::ir::{Expr, GmView, ParamId, Phase, Pipe, TileId, VarId};
 use Pipe::{Fix, Mte1, M as Mm};

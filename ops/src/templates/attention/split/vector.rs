@@ -2,91 +2,11 @@
 //! each chunk's scores, P back to the cube (channel P), O accumulated from P V (channel PV),
 //! and the split's normalised partial result.
 
-use super::{aiv0, SplitKernel, M_INIT};
-use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
-use tile_backend::ir::{
-    Axis, BinaryOp, DType, Expr, GmView, Layout, MemSpace, ParamId, ReduceOp, RoundMode, TileId,
-    TileType, UnaryOp,
-};
-
-/// The per-row statistics `m`, `l`, `m_chunk`, `l_chunk`, `alpha` and `lse`, each a DN `[r, 1]`
-/// column (what a row reduction writes and a row broadcast reads), seen as the ND `[1, r]` row of
-/// the same bytes: A5's element-wise, scalar and fill instructions take row-major tiles only
-/// (`vector-layout`), so every op between statistics runs on these rows. Beside them, for the
-/// non-finite policy (see [`body`]): the column `low_chunk` (a chunk's row minimum of the scores)
-/// with its row view, and the row `low` (the lowest score of the split so far).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct StatRows {
-    m: TileId,
-    l: TileId,
-    mc: TileId,
-    lc: TileId,
-    alpha: TileId,
-    lse: TileId,
-    low_chunk: TileId,
-    low_chunk_row: TileId,
-    low: TileId,
-}
-
-impl StatRows {
-    /// Declares the row views of the columns `[m, l, m_chunk, l_chunk, alpha, lse]` (`r` rows),
-    /// and declares `low_chunk` (with its row view) and `low`.
-    pub(crate) fn declare(kb: &mut KernelBuilder, r: u64, cols: [TileId; 6]) -> Self {
-        let names = [
-            "m_row",
-            "l_row",
-            "m_chunk_row",
-            "l_chunk_row",
-            "alpha_row",
-            "lse_row",
-        ];
-        let row_of = |kb: &mut KernelBuilder, name: &str, col: TileId| {
-            kb.reinterpret(
-                name,
-                col,
-                Reinterpret {
-                    dtype: None,
-                    shape: Some((1, r)),
-                    layout: Some(Layout::ND),
-                },
-            )
-        };
-        let [m, l, mc, lc, alpha, lse] = std::array::from_fn(|i| row_of(kb, names[i], cols[i]));
-        let low_chunk = kb.tile(
-            "low_chunk",
-            TileType::new(MemSpace::Vec, DType::F32, r, 1, Layout::DN),
-        );
-        let low = kb.tile(
-            "low",
-            TileType::new(MemSpace::Vec, DType::F32, 1, r, Layout::ND).dynamic(),
-        );
-        let low_chunk_row = row_of(kb, "low_chunk_row", low_chunk);
-        StatRows {
-            m,
-            l,
-            mc,
-            lc,
-            alpha,
-            lse,
-            low_chunk,
-            low_chunk_row,
-            low,
-        }
-    }
-
-    fn all(&self) -> [TileId; 8] {
-        [
-            self.m,
-            self.l,
-            self.mc,
-            self.lc,
-            self.alpha,
-            self.lse,
-            self.low_chunk_row,
-            self.low,
-        ]
-    }
-}
+use super::cfg::Values;
+use super::shared::SplitKernel;
+use crate::templates::common::{aiv0, M_INIT};
+use tile_backend::dsl::Body;
+use tile_backend::ir::{Axis, BinaryOp, Expr, GmView, ParamId, ReduceOp, RoundMode, UnaryOp};
 
 /// Appends the vector program of the split kernel `k` to `v`.
 ///
@@ -214,7 +134,7 @@ pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
             v.add(rows.l, rows.l, rows.low);
             for j in 0..nns {
                 v.broadcast(BinaryOp::Div, Axis::Row, o_t.at(j), o_t.at(j), l);
-                if k.cfg.separate_v {
+                if k.cfg.values == Values::OwnCache {
                     // o - o * 0: o, or NaN where o is not finite; and +0 for a -0, as the
                     // merge's `0 + o * 1` would give (so a direct result needs no `o + 0`).
                     v.muls(pv_ub, o_t.at(j), 0.0);
@@ -230,7 +150,7 @@ pub(super) fn body(v: &mut Body<'_>, k: &SplitKernel<'_>) {
             // with a lost MTE3 -> V signal).
             if let Some(oc) = k.o_cast {
                 for j in 0..nns {
-                    if !k.cfg.separate_v {
+                    if k.cfg.values == Values::KeyPrefix {
                         v.binary_scalar(BinaryOp::Add, o_t.at(j), o_t.at(j), 0.0);
                     }
                     v.set_validshape(oc.at(j), r, ns);
