@@ -669,11 +669,7 @@ pub(crate) fn expect_shape(
 
 /// The runner for a kernel backend: the simulator, or the package writer for the Ascend 950.
 pub(crate) fn runner(op: &'static str, backend: crate::Backend) -> crate::runtime::Runner {
-    use crate::runtime::Runner;
-    match backend {
-        crate::Backend::Ascend950 => Runner::package(op, &Runner::default_package_dir(op)),
-        _ => Runner::sim(op),
-    }
+    crate::runtime::Runner::for_backend(op, backend)
 }
 
 /// The address of `t`'s storage (equal for tensors sharing one allocation).

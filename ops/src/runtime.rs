@@ -6,6 +6,7 @@
 //! An op's host code is backend-agnostic: it builds its kernels through [`compiled`] (cached by a
 //! specialisation key, so a decode step does not recompile) and launches them on a [`Runner`].
 
+use crate::backend::Backend;
 use crate::error::OpError;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -161,12 +162,13 @@ enum Mode {
 }
 
 /// Launches an op's compiled kernels: simulates them ([`Runner::sim`]) or writes their Ascend
-/// 950 package ([`Runner::package`]). Call [`Runner::finish`] after the last launch.
+/// 950 package ([`Runner::package`]), for the launch plan of one [`PlanTarget`], fixed when the
+/// runner is made ([`Runner::for_backend`]). Call [`Runner::finish`] after the last launch.
 pub struct Runner {
     op: &'static str,
     mode: Mode,
     launches: usize,
-    plan: Option<PlanTarget>,
+    plan: PlanTarget,
 }
 
 /// The machine an op's launch plan (its grid and its kernels' tiling) is made for. The kernels
@@ -203,21 +205,46 @@ impl PlanTarget {
     pub fn pipes_overlap(self) -> bool {
         self == PlanTarget::Device
     }
+
+    /// The plan a call on `backend` runs, chosen here and nowhere else, where the call's backend
+    /// is chosen, and passed down to every launch ([`Runner::for_backend`]): the device's for
+    /// [`Backend::Ascend950`] (its package is what a device would run), and for
+    /// [`Backend::TileSim`] inside [`profile`] (the cost estimate must be the device launch's);
+    /// the CPU plan for a plain simulated call (and the Reference, which plans nothing).
+    pub fn for_backend(backend: Backend) -> PlanTarget {
+        match backend {
+            Backend::Ascend950 => PlanTarget::Device,
+            Backend::TileSim if profiling() => PlanTarget::Device,
+            Backend::TileSim | Backend::Reference => PlanTarget::Cpu,
+        }
+    }
 }
 
 impl Runner {
-    /// A runner that simulates every launch (traced when inside [`profile`]).
-    pub fn sim(op: &'static str) -> Self {
+    /// The runner of a call of `op` on a kernel backend: the simulator for
+    /// [`Backend::TileSim`], the package writer (into [`Runner::default_package_dir`]) for
+    /// [`Backend::Ascend950`], with the plan [`PlanTarget::for_backend`] chooses.
+    pub fn for_backend(op: &'static str, backend: Backend) -> Self {
+        match backend {
+            Backend::Ascend950 => Runner::package(op, &Runner::default_package_dir(op)),
+            _ => Runner::sim(op, PlanTarget::for_backend(backend)),
+        }
+    }
+
+    /// A runner that simulates every launch (traced when inside [`profile`]) of `plan`'s
+    /// launch plans.
+    pub fn sim(op: &'static str, plan: PlanTarget) -> Self {
         Runner {
             op,
             mode: Mode::Sim,
             launches: 0,
-            plan: None,
+            plan,
         }
     }
 
-    /// A runner that writes each launch's kernel package under `dir` (`dir/<n>-<kernel>/`) and
-    /// does not run anything; [`Runner::finish`] then reports that no device is present.
+    /// A runner that writes each launch's kernel package under `dir` (`dir/<n>-<kernel>/`),
+    /// of the device's plans, and does not run anything; [`Runner::finish`] then reports that
+    /// no device is present.
     pub fn package(op: &'static str, dir: &Path) -> Self {
         Runner {
             op,
@@ -226,7 +253,7 @@ impl Runner {
                 files: Vec::new(),
             },
             launches: 0,
-            plan: None,
+            plan: PlanTarget::Device,
         }
     }
 
@@ -246,19 +273,13 @@ impl Runner {
     /// Makes every launch plan for `target`, whatever the runner does: e.g. run the CPU plan's
     /// kernels traced under [`profile`] to check them for hazards.
     pub fn plan_for(mut self, target: PlanTarget) -> Self {
-        self.plan = Some(target);
+        self.plan = target;
         self
     }
 
-    /// The machine launch plans are made for: set by [`Self::plan_for`], else the device when
-    /// the launch is packaged or profiled (the cost estimate must be the device launch's), else
-    /// the CPU.
+    /// The machine this runner's launch plans are made for (chosen when it was made).
     pub fn plan_target(&self) -> PlanTarget {
-        match (self.plan, &self.mode) {
-            (Some(t), _) => t,
-            (None, Mode::Sim) if !profiling() => PlanTarget::Cpu,
-            _ => PlanTarget::Device,
-        }
+        self.plan
     }
 
     #[cfg(test)]

@@ -218,7 +218,7 @@ fn run_sparse(c: &SparseCase) {
         .map(|s| Tensor::from_slice(s, c.h, &Device::Cpu).expect("sink"));
     let call = sparse_call(&q, &kv, &indices, &block_table, max_blocks, params);
     let (res, records) = crate::profile(|| {
-        let mut runner = Runner::sim("sparse_paged_attention");
+        let mut runner = Runner::for_backend("sparse_paged_attention", crate::Backend::TileSim);
         if let Some(target) = c.plan {
             runner = runner.plan_for(target);
         }
@@ -465,7 +465,7 @@ fn run_dense(c: &DenseCase) {
     )
     .expect("a valid call");
     let (res, records) = crate::profile(|| {
-        let mut runner = Runner::sim("paged_attention");
+        let mut runner = Runner::for_backend("paged_attention", crate::Backend::TileSim);
         if let Some(target) = c.plan {
             runner = runner.plan_for(target);
         }
@@ -578,7 +578,7 @@ fn deepseek_decode_cost() {
     let params = SparseAttentionParams::new(v_dim, 0.13523);
     let call = sparse_call(&q, &kv, &indices, &block_table, max_blocks, params);
     let run = || {
-        let mut runner = Runner::sim("sparse_paged_attention");
+        let mut runner = Runner::for_backend("sparse_paged_attention", crate::Backend::TileSim);
         sparse::run(&mut runner, &call, q.as_input(), kv.as_input()).expect("runs")
     };
     let (_, records) = crate::profile(run);

@@ -64,8 +64,13 @@ fn gather_expected(p: &GatherCase) -> Vec<u8> {
 
 fn check_gather(p: &GatherCase) {
     let call = gather_call(p).expect("a valid call");
-    let (out, records) =
-        profile(|| pg::run(&mut Runner::sim("paged_gather"), &call, p.src.as_input()));
+    let (out, records) = profile(|| {
+        pg::run(
+            &mut Runner::for_backend("paged_gather", crate::Backend::TileSim),
+            &call,
+            p.src.as_input(),
+        )
+    });
     let out = out.expect("the gather runs");
     assert_eq!(out.dtype, p.src.dtype);
     assert_eq!(out.shape, vec![p.indices.len(), p.size]);
@@ -257,8 +262,13 @@ fn gather_reuses_one_kernel_across_runtime_shapes() {
             size: 64,
         };
         let call = gather_call(&p).expect("a valid call");
-        let (out, records) =
-            profile(|| pg::run(&mut Runner::sim("paged_gather"), &call, src.as_input()));
+        let (out, records) = profile(|| {
+            pg::run(
+                &mut Runner::for_backend("paged_gather", crate::Backend::TileSim),
+                &call,
+                src.as_input(),
+            )
+        });
         assert!(out.expect("runs").data == gather_expected(&p));
         assert_clean(&records, 1);
         names.push(records[0].kernel.clone());
@@ -285,7 +295,7 @@ fn gather_on_the_cpu_plan_runs_on_the_cpu_blocks() {
     };
     let call = gather_call(&p).expect("a valid call");
     for (target, blocks) in [(PlanTarget::Cpu, CPU_PLAN_BLOCKS), (PlanTarget::Device, 32)] {
-        let mut runner = Runner::sim("paged_gather").plan_for(target);
+        let mut runner = Runner::sim("paged_gather", target);
         let (out, records) = profile(|| pg::run(&mut runner, &call, src.as_input()));
         assert!(out.expect("runs").data == gather_expected(&p), "{target:?}");
         assert_clean(&records, 1);
@@ -329,8 +339,13 @@ fn gather_rejects_malformed_problems() {
     let other = random_tensor(&mut rng, DType::F16, &[4, 16]);
     let bf = random_tensor(&mut rng, DType::BF16, &[8, 16]);
     for (src, why) in [(&other, "holds"), (&bf, "differs")] {
-        let (r, records) =
-            profile(|| pg::run(&mut Runner::sim("paged_gather"), &call, src.as_input()));
+        let (r, records) = profile(|| {
+            pg::run(
+                &mut Runner::for_backend("paged_gather", crate::Backend::TileSim),
+                &call,
+                src.as_input(),
+            )
+        });
         let e = r.expect_err("not the call's src");
         assert!(matches!(e, OpError::Invalid { arg: "src", .. }), "{e}");
         assert!(e.to_string().contains(why), "{e}");
@@ -367,7 +382,7 @@ fn check_cache(cache: &GmTensor, rows: &GmTensor, slot_mapping: &[i64]) {
     let call = cache_call(cache, rows, slot_mapping).expect("a valid call");
     let mut got = cache.clone();
     let (r, records) = profile(|| {
-        let mut runner = Runner::sim("reshape_and_cache");
+        let mut runner = Runner::for_backend("reshape_and_cache", crate::Backend::TileSim);
         kv::run(&mut runner, &call, got.as_inout(), rows.as_input())
     });
     r.expect("the cache write runs");
@@ -472,7 +487,7 @@ fn cache_write_on_the_cpu_plan_runs_few_rows_as_one_block() {
             (PlanTarget::Device, device_blocks),
         ] {
             let mut got = cache.clone();
-            let mut runner = Runner::sim("reshape_and_cache").plan_for(target);
+            let mut runner = Runner::sim("reshape_and_cache", target);
             let (r, records) =
                 profile(|| kv::run(&mut runner, &call, got.as_inout(), rows.as_input()));
             r.expect("the cache write runs");
@@ -517,7 +532,7 @@ fn cache_write_rejects_malformed_problems() {
     let mut other = random_tensor(&mut rng, DType::F32, &[2, 4, 16]);
     let other_before = other.clone();
     let e = kv::run(
-        &mut Runner::sim("reshape_and_cache"),
+        &mut Runner::for_backend("reshape_and_cache", crate::Backend::TileSim),
         &call,
         other.as_inout(),
         rows.as_input(),
@@ -527,7 +542,7 @@ fn cache_write_rejects_malformed_problems() {
     assert_eq!(other, other_before, "a rejected call writes nothing");
     let short = random_tensor(&mut rng, DType::F16, &[1, 16]);
     let e = kv::run(
-        &mut Runner::sim("reshape_and_cache"),
+        &mut Runner::for_backend("reshape_and_cache", crate::Backend::TileSim),
         &call,
         cache.as_inout(),
         short.as_input(),

@@ -97,27 +97,41 @@ fn splits_fill_the_blocks_the_target_runs_at_once() {
 
 #[test]
 fn the_simulator_plans_for_a_fixed_grid_and_profiling_for_the_device() {
-    let runner = Runner::sim("test");
+    let runner = Runner::for_backend("test", crate::Backend::TileSim);
     assert_eq!(runner.concurrent_blocks(), crate::runtime::CPU_PLAN_BLOCKS);
-    let (inside, _) = profile(|| Runner::sim("test").concurrent_blocks());
+    let (inside, _) =
+        profile(|| Runner::for_backend("test", crate::Backend::TileSim).concurrent_blocks());
     assert_eq!(inside, device_clusters());
     assert_eq!(device_clusters(), 32);
     let dir = std::env::temp_dir();
     assert_eq!(Runner::package("test", &dir).concurrent_blocks(), 32);
     // Pipes overlap on the device only; an explicit plan target overrides either way.
     assert!(!runner.pipes_overlap());
-    assert!(profile(|| Runner::sim("test").pipes_overlap()).0);
+    assert!(profile(|| Runner::for_backend("test", crate::Backend::TileSim).pipes_overlap()).0);
     assert!(Runner::package("test", &dir).pipes_overlap());
-    let device = Runner::sim("test").plan_for(PlanTarget::Device);
+    let device = Runner::sim("test", PlanTarget::Device);
     assert_eq!(
         (device.concurrent_blocks(), device.pipes_overlap()),
         (32, true)
     );
     let (cpu, _) = profile(|| {
-        let r = Runner::sim("test").plan_for(PlanTarget::Cpu);
+        let r = Runner::sim("test", PlanTarget::Cpu);
         (r.concurrent_blocks(), r.pipes_overlap())
     });
     assert_eq!(cpu, (crate::runtime::CPU_PLAN_BLOCKS, false));
+    // The plan is chosen once, with the backend, and the runner keeps it.
+    use crate::Backend;
+    assert_eq!(
+        PlanTarget::for_backend(Backend::Ascend950),
+        PlanTarget::Device
+    );
+    assert_eq!(PlanTarget::for_backend(Backend::TileSim), PlanTarget::Cpu);
+    assert_eq!(PlanTarget::for_backend(Backend::Reference), PlanTarget::Cpu);
+    let (profiled, _) = profile(|| PlanTarget::for_backend(Backend::TileSim));
+    assert_eq!(profiled, PlanTarget::Device);
+    let made_outside = Runner::for_backend("test", Backend::TileSim);
+    let (kept, _) = profile(|| made_outside.plan_target());
+    assert_eq!(kept, PlanTarget::Cpu);
 }
 
 #[test]
@@ -150,7 +164,7 @@ fn one_f32_split_on_the_cpu_plan_skips_the_merge_with_the_same_result() {
             double_buffer: target == PlanTarget::Device,
             ..latent_spec(DType::F32, heads, d, v_dim)
         });
-        let mut runner = Runner::sim("test").plan_for(target);
+        let mut runner = Runner::sim("test", target);
         let plan = plan(cfg, batch, topk, false, false, runner.plan_target());
         let splits = plan.split.splits;
         let inp = AttnInputs {
@@ -406,7 +420,7 @@ fn device_items_agree_with_the_cpu_plan(
             head_col_stride: d,
             ..latent_spec(DType::F32, heads, d, d)
         });
-        let mut runner = Runner::sim("test").plan_for(target);
+        let mut runner = Runner::sim("test", target);
         let plan = plan(cfg, batch, topk, false, false, runner.plan_target());
         let shape = (
             plan.cfg.ipb,
@@ -548,7 +562,7 @@ fn the_single_vector_core_head_tile_gives_the_split_tiles_bits_without_hazards()
             let q = in_dtype(dtype, &vals(batch * heads as usize * d as usize, 1));
             let kv = in_dtype(dtype, &vals(tokens * d as usize, 2));
             let run = |cfg: AttnCfg| {
-                let mut runner = Runner::sim("test").plan_for(PlanTarget::Cpu);
+                let mut runner = Runner::sim("test", PlanTarget::Cpu);
                 let plan = plan(cfg, batch, topk, false, false, runner.plan_target());
                 let inp = AttnInputs {
                     q: GmInput {
@@ -679,7 +693,7 @@ fn a_direct_split_gives_the_merged_bits_without_hazards() {
             head_col_stride: d,
             ..latent_spec(dtype, heads, d, d)
         });
-        let mut runner = Runner::sim("test").plan_for(PlanTarget::Device);
+        let mut runner = Runner::sim("test", PlanTarget::Device);
         let direct = plan(cfg, batch, topk, false, false, runner.plan_target());
         assert!(
             direct.cfg.direct && direct.merge.is_none(),
