@@ -4,12 +4,12 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use support::{run_verified, simulate_on, vec_tile};
+use support::{op_fault, run_verified, simulate_on, vec_tile};
 use tile_backend::arch::Arch;
 use tile_backend::dsl::{KernelBuilder, Reinterpret};
 use tile_backend::ir::*;
 use tile_backend::sim::io::Rng;
-use tile_backend::sim::{numeric, Arg, GmTensor};
+use tile_backend::sim::{numeric, Arg, GmTensor, SimError, SimFault};
 
 /// Memory planning (the real pass; these kernels carry their own syncs).
 fn plan(k: Kernel) -> Kernel {
@@ -982,10 +982,10 @@ fn a_fixpipe_scale_from_a_never_written_scaling_tile_is_poison() {
     // A block's bytes are those the previous block on the thread left (as on the machine), so
     // scale words nobody wrote must stop the run, not pick up an earlier block's scales.
     let (k, mut args, _) = quant_kernel_with(true, false);
-    let err = simulate_on(&k, &mut args, 1).unwrap_err().to_string();
+    let f = op_fault(simulate_on(&k, &mut args, 1));
     assert!(
-        err.contains("poison: a Fixpipe scale") && err.contains("`sc`"),
-        "{err}"
+        matches!(&f, SimFault::Poison { what: "a Fixpipe scale", tile, .. } if tile == "sc"),
+        "{f}"
     );
 }
 
@@ -1040,9 +1040,19 @@ fn bytes_an_earlier_block_wrote_are_poison_to_the_next() {
                 GmTensor::from_f32(DType::F32, &[n], &xv).to_f32()
             );
         } else {
-            let err = r.unwrap_err().to_string();
+            let err = r.unwrap_err();
             assert!(
-                err.contains("block 1") && err.contains("poison: a store to GM"),
+                matches!(
+                    &err,
+                    SimError::Op {
+                        block: 1,
+                        fault: SimFault::Poison {
+                            what: "a store to GM",
+                            ..
+                        },
+                        ..
+                    }
+                ),
                 "{err}"
             );
         }
@@ -1056,10 +1066,19 @@ fn poison_reaching_gm_or_a_value_is_an_error() {
     let k = split_kernel(7, 32, 16, 32, AccToVecMode::DualModeSplitM, (4, 32), true);
     let mut args = ones_args(7, 32, (4, 32));
     let err = simulate_on(&k, &mut args, 1).unwrap_err();
-    let text = err.to_string();
     assert!(
-        text.contains("AIV1") && text.contains("poison") && text.contains("[3, 0]"),
-        "{text}"
+        matches!(
+            &err,
+            SimError::Op {
+                core: "AIV1",
+                fault: SimFault::Poison {
+                    element: (3, 0),
+                    ..
+                },
+                ..
+            }
+        ),
+        "{err}"
     );
 
     // A matmul whose K tail was never filled: the cube multiplies the padding, so the valid
@@ -1127,8 +1146,17 @@ fn poison_reaching_gm_or_a_value_is_an_error() {
             r.unwrap();
             assert!(out(&args, 2).iter().all(|v| v.is_finite()));
         } else {
-            let text = r.unwrap_err().to_string();
-            assert!(text.contains("poison: matmul"), "{text}");
+            let f = op_fault(r);
+            assert!(
+                matches!(
+                    f,
+                    SimFault::Poison {
+                        what: "matmul output",
+                        ..
+                    }
+                ),
+                "{f}"
+            );
         }
     }
 }
@@ -1151,8 +1179,11 @@ fn out_of_range_gm_access_is_an_error_not_a_read() {
         Arg::Tensor(GmTensor::zeros(dt, &[8, 16])),
         Arg::Tensor(GmTensor::zeros(dt, &[16, 16])),
     ];
-    let err = simulate_on(&k, &mut args, 1).unwrap_err();
-    assert!(err.to_string().contains("outside argument"), "{err}");
+    let f = op_fault(simulate_on(&k, &mut args, 1));
+    assert!(
+        matches!(&f, SimFault::GmOutOfBounds { name, .. } if name == "x"),
+        "{f}"
+    );
 }
 
 #[test]
@@ -1176,8 +1207,11 @@ fn out_of_range_gm_store_is_an_error_and_writes_nothing() {
         Arg::Tensor(GmTensor::from_f32(dt, &[16, 16], &values(16 * 16, 8))),
         Arg::Tensor(GmTensor::from_f32(dt, &[8, 16], &before)),
     ];
-    let err = simulate_on(&k, &mut args, 1).unwrap_err();
-    assert!(err.to_string().contains("outside argument"), "{err}");
+    let f = op_fault(simulate_on(&k, &mut args, 1));
+    assert!(
+        matches!(&f, SimFault::GmOutOfBounds { name, size: 512, .. } if name == "o"),
+        "{f}"
+    );
     assert_eq!(out(&args, 1), before);
 }
 
@@ -1201,14 +1235,14 @@ fn tile_scalar_kernel(loaded: u64, at: Expr) -> Kernel {
     plan(kb.build())
 }
 
-fn tile_scalar_run(k: &Kernel) -> Result<i64, String> {
+fn tile_scalar_run(k: &Kernel) -> Result<i64, SimError> {
     let keys: Vec<i64> = vec![-7, 3, 1 << 30, -(1 << 31), 0, 9, 11, 13];
     let mut args = vec![
         Arg::Tensor(GmTensor::from_i64(DType::I32, &[1, 8], &keys)),
         Arg::Tensor(GmTensor::zeros(DType::I32, &[1, 16])),
     ];
-    support::simulate(k, &mut args).map_err(|e| e.to_string())?;
-    let t = args[1].tensor().ok_or("out is a tensor")?;
+    support::simulate(k, &mut args)?;
+    let t = args[1].tensor().expect("out is a tensor");
     Ok(numeric::decode_i64(DType::I32, &t.data[..4]))
 }
 
@@ -1223,15 +1257,21 @@ fn a_scalar_read_of_a_ub_tile_returns_the_loaded_element() {
 #[test]
 fn a_scalar_read_of_a_never_written_or_outside_element_is_an_error() {
     // Only 4 elements were loaded: element 5 is poison.
-    let err = tile_scalar_run(&tile_scalar_kernel(4, Expr::from(5))).unwrap_err();
+    let f = op_fault(tile_scalar_run(&tile_scalar_kernel(4, Expr::from(5))));
     assert!(
-        err.contains("poison") && err.contains("element 5 of tile `keys_ub`"),
-        "{err}"
+        matches!(
+            &f,
+            SimFault::Poison { what: "read_tile_scalar", tile, element: (0, 5) } if tile == "keys_ub"
+        ),
+        "{f}"
     );
     // A runtime index past the tile (the verifier checks only constants).
-    let err = tile_scalar_run(&tile_scalar_kernel(8, Expr::SubBlockIdx + 8)).unwrap_err();
+    let f = op_fault(tile_scalar_run(&tile_scalar_kernel(
+        8,
+        Expr::SubBlockIdx + 8,
+    )));
     assert!(
-        err.contains("element 8 is outside tile `keys_ub` (8 elements)"),
-        "{err}"
+        matches!(&f, SimFault::ScalarIndex { name, index: 8, len: 8 } if name == "keys_ub"),
+        "{f}"
     );
 }

@@ -9,7 +9,8 @@ use tile_backend::ir::*;
 use tile_backend::passes::compile;
 use tile_backend::sim::io::{decode_pairs, Rng};
 use tile_backend::sim::timeline::{block_timeline, LaunchRates};
-use tile_backend::sim::{Arg, GmTensor};
+use tile_backend::sim::{Arg, GmTensor, SimFault};
+use tile_backend::verify::Rule;
 
 mod support;
 use support::*;
@@ -503,13 +504,16 @@ fn a_runtime_shape_breaking_a_sort_rule_is_an_error() {
         simulate(&k, &mut args)
     };
     run(64).expect("64 columns are whole blocks");
-    let err = run(33)
-        .expect_err("33 columns need the tail form")
-        .to_string();
+    let f = op_fault(run(33));
     assert!(
-        err.contains("[sort-tmp]") && err.contains("4-argument form"),
-        "{err}"
+        matches!(
+            &f,
+            SimFault::RulesBroken { what: "sort32", broken }
+                if broken.iter().any(|(rule, m)| *rule == Rule::SortTmp && m.contains("4-argument form"))
+        ),
+        "{f}"
     );
+    assert!(f.to_string().contains("[sort-tmp]"), "{f}");
 }
 
 /// The cost of each form is its A2/A3-derived figure: TSORT32 6 + 2 per block, TMRGSORT 20 +

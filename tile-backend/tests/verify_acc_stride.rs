@@ -7,7 +7,7 @@ use tile_backend::arch::Arch;
 use tile_backend::dsl::KernelBuilder;
 use tile_backend::ir::*;
 use tile_backend::sim::io::Rng;
-use tile_backend::sim::{Arg, GmTensor};
+use tile_backend::sim::{Arg, GmTensor, SimError, SimFault};
 use tile_backend::verify::{verify, Rule};
 
 mod support;
@@ -75,14 +75,14 @@ fn kernel(rows: Rows, dst_layout: Layout) -> Kernel {
 }
 
 /// Runs the kernel on TileSim with `mv` (memory planned; the kernel carries its own syncs).
-fn simulate(k: &Kernel, mv: i64) -> Result<(), String> {
+fn simulate(k: &Kernel, mv: i64) -> Result<(), SimError> {
     let arch = Arch::ascend950();
-    let k = tile_backend::passes::memory::plan(k, &arch).map_err(|e| e.to_string())?;
+    let k = planned(k.clone());
     let mut rng = Rng::new(3);
     let a = GmTensor::from_f32(DType::F16, &[64, 32], &rng.uniform_vec(64 * 32, -1.0, 1.0));
     let b = GmTensor::from_f32(DType::F16, &[32, 32], &rng.uniform_vec(32 * 32, -1.0, 1.0));
     let mut args = vec![Arg::Int(mv), Arg::Tensor(a), Arg::Tensor(b)];
-    support::simulate_with(&k, &arch, &mut args, 1).map_err(|e| e.to_string())
+    support::simulate_with(&k, &arch, &mut args, 1)
 }
 
 #[test]
@@ -179,13 +179,27 @@ fn a_store_from_acc_reads_by_the_static_rows() {
 fn tilesim_refuses_a_tmov_at_the_wrong_stride_and_runs_the_right_ones() {
     let k = kernel(Rows::AccFromParam, Layout::ND);
     // ceil16(40) = 48 rows per column block read, 64 written.
-    let e = simulate(&k, 40).expect_err("a stride of 48 against 64");
+    let f = op_fault(simulate(&k, 40));
     assert!(
-        e.contains("acc-stride") && e.contains("stride of 48"),
-        "{e}"
+        matches!(
+            &f,
+            SimFault::AccStride { what: "TMOV", tile, read_rows: 40, written_rows: 64 } if tile == "acc"
+        ),
+        "{f}"
     );
-    let e = simulate(&k, 16).expect_err("a stride of 16 against 64");
-    assert!(e.contains("stride of 16"), "{e}");
+    assert!(f.to_string().contains("stride of 48"), "{f}");
+    let f = op_fault(simulate(&k, 16));
+    assert!(
+        matches!(
+            f,
+            SimFault::AccStride {
+                read_rows: 16,
+                written_rows: 64,
+                ..
+            }
+        ),
+        "{f}"
+    );
     // 49..=64 rows: the same stride as the matmul's.
     for mv in [64, 50] {
         simulate(&k, mv).unwrap_or_else(|e| panic!("mv {mv}: {e}"));

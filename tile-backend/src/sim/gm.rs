@@ -1,7 +1,7 @@
 //! GM: checking kernel arguments ([`crate::launch`]) against a kernel, and each block's private
 //! write overlay.
 
-use super::{numeric, SimError};
+use super::{numeric, SimError, SimFault};
 use crate::ir::{DType, Expr, ExprEnv, GmUse, Kernel, ParamId, ParamKind, VarId};
 use crate::launch::{Arg, GmSlice};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -232,10 +232,22 @@ pub(crate) struct Overlay {
     atomics: Vec<AtomicAdd>,
 }
 
-fn tensor<'x>(args: &'x [Arg<'_>], p: ParamId) -> Result<GmSlice<'x>, String> {
+/// A GM access of `len` bytes at `off` outside tensor `p` of `size` bytes (named later: see
+/// [`SimFault::named`]).
+fn out_of_bounds(p: ParamId, off: usize, len: usize, size: usize) -> SimFault {
+    SimFault::GmOutOfBounds {
+        param: p,
+        name: String::new(),
+        offset: off,
+        len,
+        size,
+    }
+}
+
+fn tensor<'x>(args: &'x [Arg<'_>], p: ParamId) -> Result<GmSlice<'x>, SimFault> {
     args.get(p.0 as usize)
         .and_then(Arg::as_gm)
-        .ok_or_else(|| format!("argument {} is not a GM tensor", p.0))
+        .ok_or_else(|| SimFault::arg_kind(p, "a GM tensor"))
 }
 
 impl Overlay {
@@ -244,27 +256,28 @@ impl Overlay {
         p: ParamId,
         off: usize,
         len: usize,
-    ) -> Result<GmSlice<'x>, String> {
+    ) -> Result<GmSlice<'x>, SimFault> {
         let t = tensor(args, p)?;
         if off.checked_add(len).is_none_or(|end| end > t.data.len()) {
-            return Err(format!(
-                "GM access of {len} B at byte {off} is outside argument {} ({} B)",
-                p.0,
-                t.data.len()
-            ));
+            return Err(out_of_bounds(p, off, len, t.data.len()));
         }
         Ok(t)
     }
 
     /// [`Self::check`] for a write: the argument must be owned or borrowed mutably, not a
     /// borrowed input.
-    fn check_writable(args: &[Arg<'_>], p: ParamId, off: usize, len: usize) -> Result<(), String> {
+    fn check_writable(
+        args: &[Arg<'_>],
+        p: ParamId,
+        off: usize,
+        len: usize,
+    ) -> Result<(), SimFault> {
         Self::check(args, p, off, len)?;
         if args.get(p.0 as usize).is_some_and(|a| !a.is_writable()) {
-            return Err(format!(
-                "GM write into argument {}, a read-only borrowed input",
-                p.0
-            ));
+            return Err(SimFault::GmReadOnly {
+                param: p,
+                name: String::new(),
+            });
         }
         Ok(())
     }
@@ -302,7 +315,7 @@ impl Overlay {
         p: ParamId,
         off: usize,
         len: usize,
-    ) -> Result<Option<&'x [u8]>, String> {
+    ) -> Result<Option<&'x [u8]>, SimFault> {
         let t = Self::check(args, p, off, len)?;
         if !self.pages.is_empty() && len > 0 {
             let (first, last) = (off / PAGE, (off + len - 1) / PAGE);
@@ -322,7 +335,13 @@ impl Overlay {
     }
 
     /// Reads `out.len()` bytes at `off` of tensor `p`.
-    pub fn read(&self, args: &[Arg], p: ParamId, off: usize, out: &mut [u8]) -> Result<(), String> {
+    pub fn read(
+        &self,
+        args: &[Arg],
+        p: ParamId,
+        off: usize,
+        out: &mut [u8],
+    ) -> Result<(), SimFault> {
         let t = Self::check(args, p, off, out.len())?;
         out.copy_from_slice(&t.data[off..off + out.len()]);
         if self.pages.is_empty() {
@@ -366,7 +385,7 @@ impl Overlay {
         p: ParamId,
         off: usize,
         bytes: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), SimFault> {
         Self::check_writable(args, p, off, bytes.len())?;
         self.write_checked(p, off, bytes);
         Ok(())
@@ -382,7 +401,7 @@ impl Overlay {
         (off, pitch): (usize, usize),
         (rows, row): (usize, usize),
         data: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), SimFault> {
         let Some(span) = Self::rows_span((rows, row), pitch, data)? else {
             return Ok(());
         };
@@ -394,44 +413,41 @@ impl Overlay {
     }
 
     /// The bytes from the first row's start to the last row's end of `rows` rows of `row`
-    /// bytes `pitch` apart, after checking `data` holds them; `None` for no byte.
+    /// bytes `pitch` apart (`usize::MAX` when that overflows: no tensor holds it), after
+    /// checking `data` holds them; `None` for no byte.
     fn rows_span(
         (rows, row): (usize, usize),
         pitch: usize,
         data: &[u8],
-    ) -> Result<Option<usize>, String> {
+    ) -> Result<Option<usize>, SimFault> {
         if rows == 0 || row == 0 {
             return Ok(None);
         }
         if data.len() < rows * row {
-            return Err(format!(
-                "{} B of data for {rows} rows of {row} B",
-                data.len()
-            ));
+            return Err(SimFault::Internal("GM rows shorter than their data"));
         }
-        (rows - 1)
-            .checked_mul(pitch)
-            .and_then(|x| x.checked_add(row))
-            .map(Some)
-            .ok_or_else(|| format!("a GM write of {rows} rows {pitch} B apart overflows"))
+        Ok(Some(
+            (rows - 1)
+                .checked_mul(pitch)
+                .and_then(|x| x.checked_add(row))
+                .unwrap_or(usize::MAX),
+        ))
     }
 
     /// `write(at, bytes)` for each of `rows` rows of `row` bytes of `data`, row `i` at byte
-    /// `off + i * pitch`, after `check(off, span)` of the whole span; rows that follow each other without a gap (`pitch == row`) as one
+    /// `off + i * pitch`, after `check(off, span)` of the whole span (which must refuse a span
+    /// whose end overflows); rows that follow each other without a gap (`pitch == row`) as one
     /// write.
     pub fn rows_each(
         (off, pitch): (usize, usize),
         (rows, row): (usize, usize),
         data: &[u8],
-        check: impl FnOnce(usize, usize) -> Result<(), String>,
-        mut write: impl FnMut(usize, &[u8]) -> Result<(), String>,
-    ) -> Result<(), String> {
+        check: impl FnOnce(usize, usize) -> Result<(), SimFault>,
+        mut write: impl FnMut(usize, &[u8]) -> Result<(), SimFault>,
+    ) -> Result<(), SimFault> {
         let Some(span) = Self::rows_span((rows, row), pitch, data)? else {
             return Ok(());
         };
-        if off.checked_add(span).is_none() {
-            return Err(format!("a GM write of {span} B at byte {off} overflows"));
-        }
         check(off, span)?;
         if pitch == row {
             return write(off, &data[..span]);
@@ -469,7 +485,7 @@ impl Overlay {
         off: usize,
         dtype: DType,
         bytes: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), SimFault> {
         Self::check_writable(args, p, off, bytes.len())?;
         self.atomics.push(AtomicAdd {
             param: p.0,
@@ -768,12 +784,9 @@ impl<'a> WriteOnly<'a> {
 
     /// Checks that bytes `off .. off + len` are inside the argument (a store checks its whole
     /// span first, so a store that does not fit writes nothing).
-    pub fn check(&self, off: usize, len: usize) -> Result<(), String> {
+    pub fn check(&self, off: usize, len: usize) -> Result<(), SimFault> {
         if off.checked_add(len).is_none_or(|end| end > self.len) {
-            return Err(format!(
-                "GM access of {len} B at byte {off} is outside argument {} ({} B)",
-                self.lines.param.0, self.len
-            ));
+            return Err(out_of_bounds(self.lines.param, off, len, self.len));
         }
         Ok(())
     }
@@ -843,7 +856,7 @@ impl<'a> WriteOnly<'a> {
         overlay: &mut Overlay,
         off: usize,
         bytes: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), SimFault> {
         self.check(off, bytes.len())?;
         if bytes.is_empty() {
             return Ok(());

@@ -5,7 +5,7 @@ use super::gm::{Overlay, PrefetchQueue, WriteOnly};
 use super::state::{BlockMem, CoreId, CrossFlags, ScratchPool};
 use super::tile::Placed;
 use super::trace::{Access, BlockTrace, Event, OpRecord, SyncInfo};
-use super::SimError;
+use super::{SimError, SimFault};
 use crate::arch::Arch;
 use crate::ir::{CoreKind, Expr, ExprEnv, Kernel, Op, OpLoc, ParamId, Stmt, VarId};
 use crate::launch::Arg;
@@ -93,8 +93,8 @@ impl ExprEnv for CoreRt<'_> {
 }
 
 impl CoreRt<'_> {
-    pub fn eval(&self, e: &Expr) -> Result<i64, String> {
-        e.eval(self).map_err(|e| e.to_string())
+    pub fn eval(&self, e: &Expr) -> Result<i64, SimFault> {
+        Ok(e.eval(self)?)
     }
     pub fn set_var(&mut self, v: VarId, value: i64) {
         let i = v.0 as usize;
@@ -287,16 +287,16 @@ fn run_core<'k>(
 ) -> Result<(bool, u64), SimError> {
     let mut progressed = false;
     let mut n = 0;
-    let fail = |cx: &ExecCtx, op: &Op, why: String| SimError::Op {
+    let fail = |cx: &ExecCtx, op: &Op, fault: SimFault| SimError::Op {
         block: cx.core.block,
-        core: cx.core.id.to_string(),
+        core: cx.core.id.name(),
         loc: locs.of(op),
-        op: op.name().to_string(),
-        why,
+        op: op.name(),
+        fault: fault.named(cx.kernel),
     };
-    let ctl = |cx: &ExecCtx, what: &str, why: String| SimError::Op {
+    let ctl = |cx: &ExecCtx, what: &'static str, fault: SimFault| SimError::Op {
         block: cx.core.block,
-        core: cx.core.id.to_string(),
+        core: cx.core.id.name(),
         loc: OpLoc {
             section: if cx.core.id == CoreId::Aic {
                 CoreKind::Cube
@@ -305,8 +305,8 @@ fn run_core<'k>(
             },
             index: usize::MAX,
         },
-        op: what.to_string(),
-        why,
+        op: what,
+        fault,
     };
     while let Some(frame) = prog.frames.last_mut() {
         budget.take().map_err(|limit| SimError::StepLimit {
@@ -384,7 +384,12 @@ fn run_core<'k>(
                 let s = cx.core.eval(start).map_err(|e| ctl(cx, "for", e))?;
                 let e = cx.core.eval(end).map_err(|e| ctl(cx, "for", e))?;
                 if *step <= 0 {
-                    return Err(ctl(cx, "for", format!("loop step {step} is not positive")));
+                    let step = SimFault::TooSmall {
+                        what: "loop step",
+                        value: *step,
+                        min: 1,
+                    };
+                    return Err(ctl(cx, "for", step));
                 }
                 *pc += 1;
                 if s < e {

@@ -17,6 +17,7 @@
 
 pub mod cost;
 mod exec;
+mod fault;
 mod gm;
 pub mod hazards;
 pub mod host;
@@ -31,6 +32,7 @@ pub mod trace;
 
 /// The launch ABI, re-exported where the simulator's callers have always found it.
 pub use crate::launch::{Arg, GmInOut, GmInput, GmSlice, GmTensor};
+pub use fault::SimFault;
 
 use crate::arch::Arch;
 use crate::ir::{Kernel, OpLoc, ParamId};
@@ -53,18 +55,19 @@ pub enum SimError {
     )]
     NotPlanned(String),
     /// An op failed at run time.
-    #[error("block {block}, {core}, {loc} ({op}): {why}")]
+    #[error("block {block}, {core}, {loc} ({op}): {fault}")]
     Op {
         /// Block index.
         block: usize,
         /// Core name (AIC, AIV0, AIV1).
-        core: String,
+        core: &'static str,
         /// Where the op is.
         loc: OpLoc,
-        /// Op name.
-        op: String,
+        /// Op name (`let`, `for` or `if` for a statement's expression).
+        op: &'static str,
         /// What went wrong.
-        why: String,
+        #[source]
+        fault: SimFault,
     },
     /// Every unfinished core of a block waits for a flag nobody will set.
     #[error("block {block} hangs: {waits}")]

@@ -3,6 +3,7 @@
 use crate::arch::Arch;
 use crate::ir::{MemSpace, TileType};
 use crate::sim::tile::{self, TileLoc};
+use crate::sim::SimFault;
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fmt;
@@ -24,14 +25,20 @@ pub enum CoreId {
 impl CoreId {
     /// The three cores of a cluster, in trace order.
     pub const ALL: [CoreId; 3] = [CoreId::Aic, CoreId::Aiv(0), CoreId::Aiv(1)];
+
+    /// `AIC`, `AIV0` or `AIV1`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CoreId::Aic => "AIC",
+            CoreId::Aiv(k) if k & 1 == 0 => "AIV0",
+            CoreId::Aiv(_) => "AIV1",
+        }
+    }
 }
 
 impl fmt::Display for CoreId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CoreId::Aic => f.write_str("AIC"),
-            CoreId::Aiv(k) => write!(f, "AIV{k}"),
-        }
+        f.write_str(self.name())
     }
 }
 
@@ -215,8 +222,8 @@ impl BlockMem {
         })
     }
 
-    fn slot_of(space: MemSpace, aiv: u8) -> Result<usize, String> {
-        Self::slot(space, aiv).ok_or_else(|| format!("{space} is not an on-chip buffer"))
+    fn slot_of(space: MemSpace, aiv: u8) -> Result<usize, SimFault> {
+        Self::slot(space, aiv).ok_or(SimFault::Internal("a tile outside the on-chip buffers"))
     }
 
     /// Notes that bytes `[lo, hi)` of a buffer may change (data or written bits); call before
@@ -325,13 +332,13 @@ fn all_set(bits: &[u64], start: usize, end: usize) -> bool {
 impl BlockMem {
     /// The buffer of `space` that `core` owns, to read; a Vec buffer needs the AIV. Pending
     /// moves into it are copied first.
-    pub fn buf(&mut self, space: MemSpace, aiv: u8) -> Result<&[u8], String> {
+    pub fn buf(&mut self, space: MemSpace, aiv: u8) -> Result<&[u8], SimFault> {
         self.settle_into(space);
         Ok(&self.bufs[Self::slot_of(space, aiv)?])
     }
 
     /// The byte length of the buffer of `space` (no pending copy is made).
-    pub fn buf_len(&self, space: MemSpace, aiv: u8) -> Result<usize, String> {
+    pub fn buf_len(&self, space: MemSpace, aiv: u8) -> Result<usize, SimFault> {
         Ok(self.bufs[Self::slot_of(space, aiv)?].len())
     }
 
@@ -540,7 +547,7 @@ impl BlockMem {
         &mut self,
         space: MemSpace,
         aiv: u8,
-    ) -> Result<(&mut [u8], &mut [u64]), String> {
+    ) -> Result<(&mut [u8], &mut [u64]), SimFault> {
         let i = Self::slot_of(space, aiv)?;
         Ok((&mut self.bufs[i], &mut self.init[i]))
     }
@@ -552,7 +559,7 @@ impl BlockMem {
         &mut self,
         src: (MemSpace, u8),
         dst: (MemSpace, u8),
-    ) -> Result<Option<(&[u8], &mut [u8], &mut [u64])>, String> {
+    ) -> Result<Option<(&[u8], &mut [u8], &mut [u64])>, SimFault> {
         self.settle_into(src.0);
         let (si, di) = (Self::slot_of(src.0, src.1)?, Self::slot_of(dst.0, dst.1)?);
         let Some((s_buf, d_buf)) = Self::two_bufs(&mut self.bufs, si, di) else {
@@ -627,18 +634,17 @@ impl CrossFlags {
     }
 
     /// `set_intra_block` from `from` with `id`, as `from`'s event `index`.
-    pub fn set(&mut self, from: CoreId, id: u8, index: usize) -> Result<(CoreId, u8), String> {
-        let (to, slot) = Self::target(from, id)
-            .ok_or_else(|| format!("cross-core flag id {id} out of range for {from}"))?;
-        let i = slot_index(to, slot).ok_or_else(|| format!("no flag {slot} on {to}"))?;
+    pub fn set(&mut self, from: CoreId, id: u8, index: usize) -> Result<(CoreId, u8), SimFault> {
+        let (to, slot) = Self::target(from, id).ok_or(SimFault::CrossFlag { id })?;
+        let i =
+            slot_index(to, slot).ok_or(SimFault::Internal("a cross-core flag lands nowhere"))?;
         self.slots[i].push_back((from, index));
         Ok((to, slot))
     }
 
     /// `wait_intra_block` on `core` with `id`: the releasing set, if one is pending (consumed).
-    pub fn try_wait(&mut self, core: CoreId, id: u8) -> Result<Option<(CoreId, usize)>, String> {
-        let i = slot_index(core, id)
-            .ok_or_else(|| format!("cross-core flag id {id} out of range for {core}"))?;
+    pub fn try_wait(&mut self, core: CoreId, id: u8) -> Result<Option<(CoreId, usize)>, SimFault> {
+        let i = slot_index(core, id).ok_or(SimFault::CrossFlag { id })?;
         Ok(self.slots[i].pop_front())
     }
 }

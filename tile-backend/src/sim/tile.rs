@@ -3,7 +3,7 @@
 
 use super::host::transpose::{transpose_8x8_bytes, zn_box_to_panel_rows};
 use super::numeric::{copy_fixed, copy_lines};
-use super::SimError;
+use super::{SimError, SimFault};
 use crate::arch::Arch;
 use crate::ir::{Kernel, Layout, MemSpace, Storage, TileId, TileRef, TileType, ValidDim};
 
@@ -46,13 +46,18 @@ impl<'k> TileLoc<'k> {
     }
 
     /// Valid rows and columns; an error when a dynamic valid shape was never set on this core.
-    pub fn valid(&self) -> Result<(usize, usize), String> {
-        self.valid.ok_or_else(|| {
-            format!(
-                "tile `{}` has a dynamic valid shape that was never set (set_validshape)",
-                self.name
-            )
+    pub fn valid(&self) -> Result<(usize, usize), SimFault> {
+        self.valid.ok_or_else(|| SimFault::ValidShapeUnset {
+            tile: self.name.to_string(),
         })
+    }
+    /// A region of this tile reaching to `end` (one past its last row and column), outside it.
+    pub fn region_fault(&self, end: (usize, usize)) -> SimFault {
+        SimFault::RegionOutsideTile {
+            tile: self.name.to_string(),
+            end,
+            shape: (self.rows(), self.cols()),
+        }
     }
     pub fn space(&self) -> MemSpace {
         self.ty.space
@@ -75,7 +80,7 @@ pub(crate) fn resolve<'k>(
     r: &TileRef,
     slot: i64,
     runtime_valid: &dyn Fn(TileId) -> Option<(u64, u64)>,
-) -> Result<TileLoc<'k>, String> {
+) -> Result<TileLoc<'k>, SimFault> {
     Ok(place(kernel, arch, r.tile)?.at(slot, || runtime_valid(r.tile)))
 }
 
@@ -126,20 +131,21 @@ impl<'k> Placed<'k> {
 
 /// Where tile `id`'s buffers are; an error names what is missing (an undeclared tile or alias
 /// target, a tile with no address).
-pub(crate) fn place<'k>(kernel: &'k Kernel, arch: &Arch, id: TileId) -> Result<Placed<'k>, String> {
+pub(crate) fn place<'k>(
+    kernel: &'k Kernel,
+    arch: &Arch,
+    id: TileId,
+) -> Result<Placed<'k>, SimFault> {
     let decl = kernel
         .try_tile(id)
-        .ok_or_else(|| format!("tile id {} is not declared", id.0))?;
+        .ok_or(SimFault::UnknownTile { id: id.0 })?;
     let root_id = kernel.root_tile(id);
-    let root = kernel.try_tile(root_id).ok_or_else(|| {
-        format!(
-            "tile `{}` aliases undeclared tile id {}",
-            decl.name, root_id.0
-        )
+    let root = kernel
+        .try_tile(root_id)
+        .ok_or(SimFault::UnknownTile { id: root_id.0 })?;
+    let base = root.addr.ok_or_else(|| SimFault::NoAddress {
+        tile: root.name.clone(),
     })?;
-    let base = root
-        .addr
-        .ok_or_else(|| format!("tile `{}` has no address", root.name))?;
     Ok(Placed {
         decl,
         base,
@@ -258,24 +264,18 @@ pub(crate) fn check_region(
     c0: usize,
     rows: usize,
     cols: usize,
-) -> Result<(), String> {
+) -> Result<(), SimFault> {
     if r0 + rows > loc.rows() || c0 + cols > loc.cols() {
-        return Err(format!(
-            "region [{r0}..{}, {c0}..{}] is outside the {}x{} tile",
-            r0 + rows,
-            c0 + cols,
-            loc.rows(),
-            loc.cols()
-        ));
+        return Err(loc.region_fault((r0 + rows, c0 + cols)));
     }
     if loc.addr + loc.ty.bytes() as usize > buf_len {
-        return Err(format!(
-            "tile at {:#x} ({} B) overruns its {} buffer of {} B",
-            loc.addr,
-            loc.ty.bytes(),
-            loc.space(),
-            buf_len
-        ));
+        return Err(SimFault::BufferOverrun {
+            tile: loc.name.to_string(),
+            space: loc.space(),
+            addr: loc.addr,
+            bytes: loc.ty.bytes() as usize,
+            buffer: buf_len,
+        });
     }
     Ok(())
 }
@@ -305,7 +305,7 @@ pub(crate) fn for_each_run(
     (r0, c0): (usize, usize),
     (rows, cols): (usize, usize),
     mut f: impl FnMut(Run),
-) -> Result<(), String> {
+) -> Result<(), SimFault> {
     check_region(loc, buf_len, r0, c0, rows, cols)?;
     if rows == 0 || cols == 0 {
         return Ok(());
@@ -444,7 +444,7 @@ pub(crate) fn read_region(
     at: (usize, usize),
     size: (usize, usize),
     out: &mut Vec<u8>,
-) -> Result<(), String> {
+) -> Result<(), SimFault> {
     let es = loc.es();
     // Every byte is overwritten below: only a shortfall is filled.
     out.resize(size.0 * size.1 * es, 0);
@@ -482,16 +482,12 @@ pub(crate) fn copy_between(
     d: &TileLoc,
     (dr0, dc0): (usize, usize),
     (rows, cols): (usize, usize),
-) -> Result<(), String> {
+) -> Result<(), SimFault> {
     check_region(s, src.len(), sr0, sc0, rows, cols)?;
     check_region(d, dst.len(), dr0, dc0, rows, cols)?;
     let es = s.es();
     if d.es() != es {
-        return Err(format!(
-            "copy between {}-byte and {}-byte elements",
-            es,
-            d.es()
-        ));
+        return Err(SimFault::Internal("a copy between element sizes"));
     }
     if rows == 0 || cols == 0 {
         return Ok(());
@@ -694,7 +690,7 @@ pub(crate) fn region_span(
     buf_len: usize,
     at: (usize, usize),
     size: (usize, usize),
-) -> Result<(usize, usize), String> {
+) -> Result<(usize, usize), SimFault> {
     let (mut lo, mut hi) = (usize::MAX, 0);
     for_each_span(loc, buf_len, at, size, |start, n| {
         lo = lo.min(start);
@@ -713,7 +709,7 @@ pub(crate) fn for_each_span(
     (r0, c0): (usize, usize),
     (rows, cols): (usize, usize),
     mut f: impl FnMut(usize, usize),
-) -> Result<(), String> {
+) -> Result<(), SimFault> {
     check_region(loc, buf_len, r0, c0, rows, cols)?;
     if rows == 0 || cols == 0 {
         return Ok(());
@@ -802,7 +798,7 @@ pub(crate) fn decode_panels_f32(
     at: (usize, usize),
     (rows, cols): (usize, usize),
     out: &mut [f32],
-) -> Result<bool, String> {
+) -> Result<bool, SimFault> {
     use crate::ir::DType;
     let dtype = loc.ty.dtype;
     if !matches!(dtype, DType::F32 | DType::BF16 | DType::F16) || cols % 16 != 0 {
@@ -810,7 +806,7 @@ pub(crate) fn decode_panels_f32(
     }
     check_region(loc, buf.len(), at.0, at.1, rows, cols)?;
     if out.len() < rows * cols {
-        return Err(format!("{} f32s for a {rows}x{cols} region", out.len()));
+        return Err(SimFault::Internal("an f32 buffer shorter than its region"));
     }
     if dtype != DType::F32 {
         return Ok(decode_panels_half(buf, loc, at, (rows, cols), out));
@@ -836,7 +832,7 @@ pub(crate) fn decode_panels_f32(
                     v.get(start..start + 128).map(<&[f32; 128]>::try_from),
                     <&mut [f32; 128]>::try_from(block),
                 ) else {
-                    return Err(format!("ZN box at element {start} is outside the tile"));
+                    return Err(SimFault::Internal("a ZN box outside its tile"));
                 };
                 zn_box_to_panel_rows(bx, block);
             }
@@ -1022,13 +1018,10 @@ fn for_each_dense_strip(
     order: Order,
     dense_len: usize,
     mut f: impl FnMut(DenseStrip),
-) -> Result<bool, String> {
+) -> Result<bool, SimFault> {
     check_region(loc, buf_len, at.0, at.1, size.0, size.1)?;
     if dense_len < size.0 * size.1 {
-        return Err(format!(
-            "{dense_len} dense elements for a {}x{} region",
-            size.0, size.1
-        ));
+        return Err(SimFault::Internal("a dense buffer shorter than its region"));
     }
     let es = loc.es();
     let dense_line = match order {
@@ -1074,7 +1067,7 @@ fn for_each_dense_piece(
     order: Order,
     dense_len: usize,
     mut f: impl FnMut(std::ops::Range<usize>, std::ops::Range<usize>),
-) -> Result<bool, String> {
+) -> Result<bool, SimFault> {
     let es = loc.es();
     for_each_dense_strip(buf_len, loc, at, size, order, dense_len, |st| {
         for i in 0..st.lines {
@@ -1093,7 +1086,7 @@ pub(crate) fn decode_dense(
     size: (usize, usize),
     order: Order,
     out: &mut [f32],
-) -> Result<bool, String> {
+) -> Result<bool, SimFault> {
     let dtype = loc.ty.dtype;
     let es = loc.es();
     for_each_dense_strip(buf.len(), loc, at, size, order, out.len(), |st| {
@@ -1117,7 +1110,7 @@ pub(crate) fn write_dense_bytes(
     at: (usize, usize),
     size: (usize, usize),
     data: &[u8],
-) -> Result<bool, String> {
+) -> Result<bool, SimFault> {
     let es = loc.es();
     let len = buf.len();
     for_each_dense_piece(
@@ -1140,10 +1133,10 @@ pub(crate) fn fill_dense(
     at: (usize, usize),
     size: (usize, usize),
     one: &[u8],
-) -> Result<bool, String> {
+) -> Result<bool, SimFault> {
     let es = loc.es();
     if one.len() != es {
-        return Err(format!("a {}-byte value for {es}-byte elements", one.len()));
+        return Err(SimFault::Internal("a fill value of another element size"));
     }
     check_region(loc, buf.len(), at.0, at.1, size.0, size.1)?;
     let byte = one.iter().all(|b| *b == one[0]).then_some(one[0]);
@@ -1196,7 +1189,7 @@ pub(crate) fn write_pitched_bytes(
     (rows, cols): (usize, usize),
     src: &[u8],
     pitch: usize,
-) -> Result<bool, String> {
+) -> Result<bool, SimFault> {
     let es = loc.es();
     check_region(loc, buf.len(), at.0, at.1, rows, cols)?;
     if rows == 0 || cols == 0 {
@@ -1204,10 +1197,7 @@ pub(crate) fn write_pitched_bytes(
     }
     let need = ((rows - 1) * pitch + cols) * es;
     if src.len() < need || pitch < cols {
-        return Err(format!(
-            "{} B of source for {rows} rows of {cols} elements {pitch} apart",
-            src.len()
-        ));
+        return Err(SimFault::Internal("a pitched source shorter than its rows"));
     }
     // One row (a gather's row load): strip by strip below, in the same GM order, without
     // clearing the strip list's 2 KiB first.
@@ -1317,13 +1307,12 @@ pub(crate) fn write_row_slices(
     at: (usize, usize),
     cols: usize,
     rows: &[&[u8]],
-) -> Result<bool, String> {
+) -> Result<bool, SimFault> {
     let es = loc.es();
     check_region(loc, buf.len(), at.0, at.1, rows.len(), cols)?;
-    if let Some((i, r)) = rows.iter().enumerate().find(|(_, r)| r.len() < cols * es) {
-        return Err(format!(
-            "row {i} has {} B for {cols} elements of {es} bytes",
-            r.len()
+    if rows.iter().any(|r| r.len() < cols * es) {
+        return Err(SimFault::Internal(
+            "a gathered row shorter than its columns",
         ));
     }
     if rows.is_empty() || cols == 0 {
@@ -1345,7 +1334,7 @@ pub(crate) fn encode_dense(
     size: (usize, usize),
     order: Order,
     vals: &[f32],
-) -> Result<bool, String> {
+) -> Result<bool, SimFault> {
     let dtype = loc.ty.dtype;
     let len = buf.len();
     let es = loc.es();

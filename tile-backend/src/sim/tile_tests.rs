@@ -366,13 +366,14 @@ fn walks_case(
     let (at, size) = region;
     let ctx = |e: String| format!("{}, region {size:?} at {at:?}: {e}", describe(&loc));
     let mut runs = vec![];
-    for_each_run(&loc, len, at, size, |r| runs.push(r)).map_err(ctx)?;
+    for_each_run(&loc, len, at, size, |r| runs.push(r)).map_err(|e| ctx(e.to_string()))?;
     check_runs(&loc, region, &runs).map_err(|e| ctx(format!("for_each_run: {e}")))?;
     let mut spans = vec![];
-    for_each_span(&loc, len, at, size, |s, l| spans.push((s, l))).map_err(ctx)?;
+    for_each_span(&loc, len, at, size, |s, l| spans.push((s, l)))
+        .map_err(|e| ctx(e.to_string()))?;
     check_spans(&loc, len, region, &spans).map_err(|e| ctx(format!("for_each_span: {e}")))?;
     let mut out = vec![0xa5; 3];
-    read_region(&buf, &loc, at, size, &mut out).map_err(ctx)?;
+    read_region(&buf, &loc, at, size, &mut out).map_err(|e| ctx(e.to_string()))?;
     check_read(&buf, &loc, region, &out).map_err(ctx)
 }
 
@@ -400,7 +401,7 @@ fn dense_case(
         let mapped = MAPPED.contains(&(ty.layout, order));
         // Decode.
         let mut out = vec![f32::from_bits(SENTINEL); n + 5];
-        match decode_dense(&buf, &loc, at, size, order, &mut out).map_err(ctx)? {
+        match decode_dense(&buf, &loc, at, size, order, &mut out).map_err(|e| ctx(e.to_string()))? {
             true => check_decode(&buf, &loc, region, order, &out)
                 .map_err(|e| ctx(format!("decode_dense: {e}")))?,
             false if mapped => return Err(ctx("decode_dense declined a mapped pair".into())),
@@ -415,7 +416,8 @@ fn dense_case(
         // Encode (more values than needed: the extra ones must be ignored).
         let vals = rng.vals(n + 3);
         let mut got = buf.clone();
-        let wrote = encode_dense(&mut got, &loc, at, size, order, &vals).map_err(ctx)?;
+        let wrote =
+            encode_dense(&mut got, &loc, at, size, order, &vals).map_err(|e| ctx(e.to_string()))?;
         let want = match wrote {
             true => encode_reference(&buf, &loc, region, order, &vals),
             false if mapped => return Err(ctx("encode_dense declined a mapped pair".into())),
@@ -429,7 +431,8 @@ fn dense_case(
     let es = loc.es();
     let data = rng.bytes((n + 2) * es);
     let mut got = buf.clone();
-    let wrote = write_dense_bytes(&mut got, &loc, at, size, &data).map_err(ctx)?;
+    let wrote =
+        write_dense_bytes(&mut got, &loc, at, size, &data).map_err(|e| ctx(e.to_string()))?;
     let want = match wrote {
         true => {
             let ((r0, c0), (h, w)) = region;
@@ -454,9 +457,10 @@ fn dense_case(
     // A pad fill writes what the repeated value copied in writes (a mixed and a uniform value).
     for one in [rng.bytes(es), vec![0; es]] {
         let mut want = buf.clone();
-        let dense = write_dense_bytes(&mut want, &loc, at, size, &one.repeat(n)).map_err(ctx)?;
+        let dense = write_dense_bytes(&mut want, &loc, at, size, &one.repeat(n))
+            .map_err(|e| ctx(e.to_string()))?;
         let mut got = buf.clone();
-        let filled = fill_dense(&mut got, &loc, at, size, &one).map_err(ctx)?;
+        let filled = fill_dense(&mut got, &loc, at, size, &one).map_err(|e| ctx(e.to_string()))?;
         if filled != dense && n > 0 {
             return Err(ctx(format!(
                 "fill_dense returned {filled}, write_dense_bytes {dense}"
@@ -483,9 +487,11 @@ fn pitched_case(loc: &TileLoc, buf: &[u8], region: Region, seed: u64) -> Result<
         packed.extend_from_slice(&src[i * pitch * es..(i * pitch + w) * es]);
     }
     let mut want = buf.to_vec();
-    let dense = write_dense_bytes(&mut want, loc, (r0, c0), (h, w), &packed)?;
+    let dense =
+        write_dense_bytes(&mut want, loc, (r0, c0), (h, w), &packed).map_err(|e| e.to_string())?;
     let mut got = buf.to_vec();
-    let pitched = write_pitched_bytes(&mut got, loc, (r0, c0), (h, w), &src, pitch)?;
+    let pitched = write_pitched_bytes(&mut got, loc, (r0, c0), (h, w), &src, pitch)
+        .map_err(|e| e.to_string())?;
     if pitched != dense && h > 0 && w > 0 {
         return Err(format!(
             "write_pitched_bytes returned {pitched}, write_dense_bytes {dense}"
@@ -525,9 +531,10 @@ fn rows_case(loc: &TileLoc, buf: &[u8], region: Region, seed: u64) -> Result<(),
     let rows: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
     let packed: Vec<u8> = rows.iter().flat_map(|r| r[..w * es].to_vec()).collect();
     let mut want = buf.to_vec();
-    let dense = write_dense_bytes(&mut want, loc, (r0, c0), (h, w), &packed)?;
+    let dense =
+        write_dense_bytes(&mut want, loc, (r0, c0), (h, w), &packed).map_err(|e| e.to_string())?;
     let mut got = buf.to_vec();
-    let wrote = write_row_slices(&mut got, loc, (r0, c0), w, &rows)?;
+    let wrote = write_row_slices(&mut got, loc, (r0, c0), w, &rows).map_err(|e| e.to_string())?;
     let strips = w.div_ceil((32 / es).max(1)) + 1;
     if wrote != dense && h > 0 && w > 0 && strips <= ROW_SLICE_STRIPS {
         return Err(format!(
@@ -619,7 +626,7 @@ fn copy_case(
             describe(&d)
         )
     };
-    copy_between(&src, &s, s_at, &mut got, &d, d_at, size).map_err(ctx)?;
+    copy_between(&src, &s, s_at, &mut got, &d, d_at, size).map_err(|e| ctx(e.to_string()))?;
     let want = copy_reference(&src, &s, s_at, &dst, &d, d_at, size);
     same_bytes(&got, &want, &d, (d_at, size)).map_err(ctx)
 }

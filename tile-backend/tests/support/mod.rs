@@ -6,7 +6,7 @@
 use tile_backend::arch::Arch;
 use tile_backend::ir::{DType, Kernel, Layout, MemSpace, TileType};
 use tile_backend::sim::trace::Trace;
-use tile_backend::sim::{self, Arg, SimError, SimOptions};
+use tile_backend::sim::{self, Arg, SimError, SimFault, SimOptions};
 use tile_backend::verify::{Diagnostic, Report, Rule, Severity};
 
 // ---------------------------------------------------------------------------------------------
@@ -69,6 +69,15 @@ pub fn simulate(kernel: &Kernel, args: &mut [Arg<'_>]) -> Result<(), SimError> {
 /// Runs `kernel` on one block of the simulator, traced (timeline, hazards, poison).
 pub fn simulate_traced(kernel: &Kernel, args: &mut [Arg<'_>]) -> Result<(), SimError> {
     trace_on(kernel, &arch(), args, 1).map(|_| ())
+}
+
+/// The fault of a run that stopped in an op (`SimError::Op`), panicking when it succeeded or
+/// failed otherwise: what a test matches with `matches!`.
+pub fn op_fault<T: std::fmt::Debug>(r: Result<T, SimError>) -> SimFault {
+    match r {
+        Err(SimError::Op { fault, .. }) => fault,
+        other => panic!("expected a fault in an op, got {other:?}"),
+    }
 }
 
 /// Verifies `kernel` (panicking with the report) and runs it on one block (panicking).

@@ -6,8 +6,9 @@ use crate::ir::{DType, GatherOp, Layout, ParamId, ParamKind};
 use crate::sim::gm::Overlay;
 use crate::sim::numeric;
 use crate::sim::tile::{self, TileLoc};
+use crate::sim::SimFault;
 
-pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &GatherOp) -> Result<(), String> {
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &GatherOp) -> Result<(), SimFault> {
     let GatherOp::GatherInL1 {
         dst,
         src,
@@ -23,44 +24,65 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &GatherOp) -> Result<(), St
         Some(ParamKind::Tensor { dtype, .. }) => {
             let t = cx.args[src.0 as usize]
                 .as_gm()
-                .ok_or_else(|| format!("argument {} is not a GM tensor", src.0))?;
+                .ok_or_else(|| SimFault::arg_kind(*src, "a GM tensor"))?;
             match t.shape[..] {
                 [r, c] => (*dtype, r, c),
-                _ => return Err(format!("gather source must be 2-D, it is {:?}", t.shape)),
+                _ => return Err(SimFault::arg_kind(*src, "a 2-D GM tensor")),
             }
         }
-        _ => return Err(format!("argument {} is not a GM tensor", src.0)),
+        _ => return Err(SimFault::arg_kind(*src, "a GM tensor")),
     };
     if src_dtype != loc.ty.dtype {
-        return Err(format!(
-            "gather of {src_dtype} rows into a {} tile",
-            loc.ty.dtype
-        ));
+        return Err(SimFault::DtypeMismatch {
+            what: "gather rows into a tile",
+            found: src_dtype,
+            expected: loc.ty.dtype,
+        });
     }
     let iv = View::eval(cx, indices)?;
     let bv = View::eval(cx, block_table)?;
-    let n =
-        usize::try_from(iv.cols).map_err(|_| format!("indices window has {} columns", iv.cols))?;
-    let nb = usize::try_from(bv.cols)
-        .map_err(|_| format!("block-table window has {} columns", bv.cols))?;
+    let width = |what, cols: i64| {
+        usize::try_from(cols).map_err(|_| SimFault::TooSmall {
+            what,
+            value: cols,
+            min: 0,
+        })
+    };
+    let n = width("indices window width", iv.cols)?;
+    let nb = width("block-table window width", bv.cols)?;
     let bs = cx.core.eval(block_size)?;
     let col0 = cx.core.eval(col_offset)?;
     let size = *size as usize;
     if bs <= 0 {
-        return Err(format!("block_size {bs} is not positive"));
+        return Err(SimFault::TooSmall {
+            what: "gather block_size",
+            value: bs,
+            min: 1,
+        });
     }
     if col0 < 0 || col0 as usize + size > t_cols {
-        return Err(format!(
-            "columns {col0}..{} are outside the source's {t_cols}",
-            col0 + size as i64
-        ));
+        return Err(SimFault::GatherColumns {
+            start: col0,
+            end: col0.saturating_add(size as i64),
+            cols: t_cols,
+        });
     }
     if n > loc.rows() || size > loc.cols() {
-        return Err(format!(
-            "{n}x{size} rows do not fit the {}x{} tile",
-            loc.rows(),
-            loc.cols()
-        ));
+        return Err(loc.region_fault((n, size)));
+    }
+    // A window row longer than its tensor cannot be read (checked before its buffer is made).
+    for (v, len) in [(&iv, n), (&bv, nb)] {
+        let size = v.tensor_len(cx);
+        if len > size {
+            let es = v.dtype.size_bytes() as usize;
+            return Err(SimFault::GmOutOfBounds {
+                param: v.param,
+                name: String::new(),
+                offset: usize::try_from(v.offset).unwrap_or(0).saturating_mul(es),
+                len: len.saturating_mul(es),
+                size: size * es,
+            });
+        }
     }
     let ibytes = iv.read(cx, 1, n)?;
     let bbytes = bv.read(cx, 1, nb)?;
@@ -73,12 +95,18 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &GatherOp) -> Result<(), St
     for i in 0..n {
         let t = numeric::decode_i64(iv.dtype, &ibytes[i * ies..(i + 1) * ies]);
         offsets.push(source_row(t, table, bs, src_shape).map_err(|e| match e {
-            RowError::Index => format!(
-                "index {t} at position {i} is outside the block table's {nb} blocks of {bs} tokens"
-            ),
-            RowError::Entry(entry, blk) => format!(
-                "block-table entry {entry} (block {blk}) maps token {t} outside the source's {t_rows} rows"
-            ),
+            RowError::Index => SimFault::GatherIndex {
+                index: t,
+                position: i,
+                blocks: nb,
+                block_size: bs,
+            },
+            RowError::Entry(entry, block) => SimFault::GatherTableEntry {
+                entry,
+                block,
+                token: t,
+                rows: t_rows,
+            },
         })?);
     }
     let row_bytes = size * es;
@@ -123,7 +151,7 @@ fn gather_in_place(
     loc: &TileLoc,
     (src, size): (ParamId, usize),
     offsets: &[usize],
-) -> Result<bool, String> {
+) -> Result<bool, SimFault> {
     let row_bytes = size * loc.es();
     let args = cx.args;
     let mut rows = Vec::with_capacity(offsets.len());

@@ -2,6 +2,7 @@
 
 use super::{moves, ExecCtx};
 use crate::ir::{c0, DType, Fractal, GmView, Layout, LoadStoreOp, MemSpace, ParamKind};
+use crate::sim::SimFault;
 
 /// A GM window evaluated for this access.
 pub(super) struct View {
@@ -15,10 +16,10 @@ pub(super) struct View {
 }
 
 impl View {
-    pub fn eval(cx: &ExecCtx<'_, '_, '_>, v: &GmView) -> Result<View, String> {
+    pub fn eval(cx: &ExecCtx<'_, '_, '_>, v: &GmView) -> Result<View, SimFault> {
         let dtype = match cx.kernel.params.get(v.tensor.0 as usize).map(|p| &p.kind) {
             Some(ParamKind::Tensor { dtype, .. }) => *dtype,
-            _ => return Err(format!("argument {} is not a GM tensor", v.tensor.0)),
+            _ => return Err(SimFault::arg_kind(v.tensor, "a GM tensor")),
         };
         Ok(View {
             param: v.tensor,
@@ -32,13 +33,15 @@ impl View {
     }
 
     /// Element index of `(r, c)` of the window.
-    fn index(&self, r: usize, c: usize) -> Result<usize, String> {
+    fn index(&self, r: usize, c: usize) -> Result<usize, SimFault> {
         let (r, c) = (r as i64, c as i64);
         if r >= self.rows || c >= self.cols {
-            return Err(format!(
-                "element ({r}, {c}) is outside the {}x{} GM window",
-                self.rows, self.cols
-            ));
+            return Err(SimFault::WindowOutOfBounds {
+                row: r as usize,
+                col: c as usize,
+                rows: self.rows,
+                cols: self.cols,
+            });
         }
         let i = match self.layout {
             Layout::ND => self.offset + r * self.stride + c,
@@ -60,7 +63,11 @@ impl View {
                     ) as i64
             }
         };
-        usize::try_from(i).map_err(|_| format!("GM element index {i} is negative"))
+        usize::try_from(i).map_err(|_| SimFault::TooSmall {
+            what: "GM element index",
+            value: i,
+            min: 0,
+        })
     }
 
     /// Elements contiguous in GM from `(r, c)` along the row.
@@ -92,7 +99,7 @@ impl View {
     /// For an ND window with a non-negative row stride: the element index of each row's first
     /// element of the `rows x cols` top-left region, after checking the region's first and last
     /// elements (every other one lies between them). `None` when the element-wise path must run.
-    fn nd_rows(&self, rows: usize, cols: usize) -> Result<Option<(usize, usize)>, String> {
+    fn nd_rows(&self, rows: usize, cols: usize) -> Result<Option<(usize, usize)>, SimFault> {
         if self.layout != Layout::ND || self.stride < 0 || rows == 0 || cols == 0 {
             return Ok(None);
         }
@@ -102,7 +109,7 @@ impl View {
     }
 
     /// Elements of the window's tensor.
-    fn tensor_len(&self, cx: &ExecCtx<'_, '_, '_>) -> usize {
+    pub fn tensor_len(&self, cx: &ExecCtx<'_, '_, '_>) -> usize {
         if let Some(d) = cx.write_only(self.param) {
             return d.len() / (self.dtype.size_bytes().max(1) as usize);
         }
@@ -119,7 +126,7 @@ impl View {
         cx: &mut ExecCtx<'_, '_, '_>,
         rows: usize,
         cols: usize,
-    ) -> Result<Vec<u8>, String> {
+    ) -> Result<Vec<u8>, SimFault> {
         let es = self.dtype.size_bytes() as usize;
         // Every element of the region is read into below (each path covers all of it).
         let mut out = cx.core.pool.bytes_to_overwrite(rows * cols * es);
@@ -166,7 +173,7 @@ impl View {
         cx: &mut ExecCtx<'_, '_, '_>,
         rows: usize,
         cols: usize,
-    ) -> Result<Option<Vec<u8>>, String> {
+    ) -> Result<Option<Vec<u8>>, SimFault> {
         let Some((offset, stride)) = self.dn_columns(rows, cols, self.tensor_len(cx)) else {
             return Ok(None);
         };
@@ -187,7 +194,7 @@ impl View {
         cols: usize,
         data: &[u8],
         atomic: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), SimFault> {
         let es = self.dtype.size_bytes() as usize;
         let columns = self
             .dn_columns(rows, cols, self.tensor_len(cx))
@@ -246,16 +253,17 @@ impl View {
     }
 }
 
-pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &LoadStoreOp) -> Result<(), String> {
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &LoadStoreOp) -> Result<(), SimFault> {
     match op {
         LoadStoreOp::Load { dst, src } => {
             let loc = cx.tile(dst)?;
             let view = View::eval(cx, src)?;
             if view.dtype != loc.ty.dtype {
-                return Err(format!(
-                    "load of {} GM data into a {} tile",
-                    view.dtype, loc.ty.dtype
-                ));
+                return Err(SimFault::DtypeMismatch {
+                    what: "load GM data into a tile",
+                    found: view.dtype,
+                    expected: loc.ty.dtype,
+                });
             }
             let (rows, cols) = loc.valid()?;
             let aiv = cx.own_aiv();
@@ -322,10 +330,11 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &LoadStoreOp) -> Result<(),
                 )?
             } else {
                 if view.dtype != loc.ty.dtype {
-                    return Err(format!(
-                        "store of a {} tile into {} GM data",
-                        loc.ty.dtype, view.dtype
-                    ));
+                    return Err(SimFault::DtypeMismatch {
+                        what: "store a tile into GM data",
+                        found: loc.ty.dtype,
+                        expected: view.dtype,
+                    });
                 }
                 // Into a write-only output's row-major window: straight from UB.
                 if let Some(d) = cx.write_only(view.param).filter(|_| !*atomic_add) {

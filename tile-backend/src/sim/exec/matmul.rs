@@ -8,13 +8,14 @@ use crate::sim::host::int8_gemm;
 use crate::sim::numeric;
 use crate::sim::state::mark_bits;
 use crate::sim::tile::{self, Order, TileLoc};
+use crate::sim::SimFault;
 
 /// [`round_up`] on element counts.
 fn round_up_usize(v: usize, to: usize) -> usize {
     round_up(v as u64, to as u64) as usize
 }
 
-pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &MatmulOp) -> Result<(), String> {
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &MatmulOp) -> Result<(), SimFault> {
     let MatmulOp::Matmul {
         dst,
         a,
@@ -27,7 +28,11 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &MatmulOp) -> Result<(), St
     let (m, k) = la.valid()?;
     let (kb, n) = lb.valid()?;
     if k != kb {
-        return Err(format!("A is {m}x{k} but B is {kb}x{n}"));
+        return Err(SimFault::ShapeMismatch {
+            what: "matmul A and B over k",
+            a: (m, k),
+            b: (kb, n),
+        });
     }
     // The cube computes whole fractals: m and n to 16, k to C0, within the tiles.
     let kc = c0(la.ty.dtype) as usize;
@@ -35,11 +40,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &MatmulOp) -> Result<(), St
     let np = round_up_usize(n, 16).min(lb.cols()).min(lc.cols());
     let kp = round_up_usize(k, kc).min(la.cols()).min(lb.rows());
     if m > lc.rows() || n > lc.cols() {
-        return Err(format!(
-            "{m}x{n} product does not fit the {}x{} Acc tile",
-            lc.rows(),
-            lc.cols()
-        ));
+        return Err(lc.region_fault((m, n)));
     }
     cx.note_cube(mp, kp, np);
     moves::note_matmul_rows(cx, &lc, m);
@@ -104,12 +105,12 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &MatmulOp) -> Result<(), St
         .map(|e| (e / n.max(1)) * np + e % n.max(1))
         .find(|&e| !defined[e])
     {
-        return Err(format!(
-            "poison: matmul output [{}, {}] of `{}` uses never-written bytes (of A's row, B's column over the padded k = {kp}, the bias or the accumulator)",
-            i / np,
-            i % np,
-            lc.name()
-        ));
+        // A's row, B's column over the padded k, the bias or the accumulator is poison.
+        return Err(SimFault::Poison {
+            what: "matmul output",
+            tile: lc.name().to_string(),
+            element: (i / np, i % np),
+        });
     }
     let acc_dtype = lc.ty.dtype;
     if acc_dtype != DType::I32 {
@@ -187,7 +188,7 @@ fn int8_into_acc(
     (la, lb, lc): (&TileLoc, &TileLoc, &TileLoc),
     (mp, kp, np): (usize, usize, usize),
     accumulate: bool,
-) -> Result<bool, String> {
+) -> Result<bool, SimFault> {
     let boxes = |t: &crate::ir::TileType, r: u64, c: u64| {
         t.fractal.is_some_and(|f| f.rows == r && f.cols == c)
     };
@@ -282,7 +283,7 @@ fn matmul_f32(
     (mp, kp, np): (usize, usize, usize),
     all_defined: bool,
     defined: &[bool],
-) -> Result<(), String> {
+) -> Result<(), SimFault> {
     let MatmulOp::Matmul {
         bias, accumulate, ..
     } = op;
@@ -346,7 +347,7 @@ fn matmul_f32(
             b_form = read_b(cx, &b_src, (kp, np), false, &mut bf)?;
         }
         let BForm::Dense(b_order) = b_form else {
-            return Err("B was not decoded densely".into());
+            return Err(SimFault::Internal("B was not decoded densely"));
         };
         c = cx.core.pool.f32s_to_overwrite(mp * np);
         if *accumulate {
@@ -402,7 +403,7 @@ fn read_b(
     (kp, np): (usize, usize),
     panels: bool,
     out: &mut Vec<f32>,
-) -> Result<BForm, String> {
+) -> Result<BForm, SimFault> {
     out.resize(kp * np, 0.0);
     if panels && cx.read_f32_panels(src, 0, *at, (kp, np), out)? {
         return Ok(BForm::Panels);
@@ -443,7 +444,7 @@ fn gemm_into_acc(
     af: &[f32],
     (bf, b_form): (&[f32], BForm),
     accumulate: bool,
-) -> Result<bool, String> {
+) -> Result<bool, SimFault> {
     let rows = lc.rows();
     if !strip_acc_fits(lc, (mp, kp, np)) || af.len() < mp * kp || bf.len() < kp * np {
         return Ok(false);

@@ -18,6 +18,7 @@ use super::trace::{Mem, OpRecord, SyncInfo};
 use crate::arch::Arch;
 use crate::ir::{Kernel, MemSpace, Op, ParamId, ScalarArg, TileRef};
 use crate::launch::Arg;
+use crate::sim::SimFault;
 
 /// Whether an op completed or must wait.
 pub(crate) enum Flow {
@@ -47,7 +48,7 @@ pub(crate) struct ExecCtx<'k, 'a, 'b> {
     pub event_index: usize,
 }
 
-pub(crate) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<Flow, String> {
+pub(crate) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<Flow, SimFault> {
     if cx.core.id == CoreId::Aic {
         // Decoded operands the block memory let go of return to the pool their buffers
         // came from (only the AIC's matmuls keep them).
@@ -70,7 +71,7 @@ pub(crate) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<Flow, String
 
 impl<'k, 'a> ExecCtx<'k, 'a, '_> {
     /// Resolves a tile reference for this core.
-    pub fn tile(&self, r: &TileRef) -> Result<TileLoc<'k>, String> {
+    pub fn tile(&self, r: &TileRef) -> Result<TileLoc<'k>, SimFault> {
         let slot = self.core.eval(&r.slot)?;
         let valid = &self.core.valid;
         let runtime_valid = |id: crate::ir::TileId| valid.get(id.0 as usize).copied().flatten();
@@ -138,7 +139,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
     }
 
     /// Reads GM bytes through this block's overlay.
-    pub fn gm_read(&mut self, p: ParamId, off: usize, out: &mut [u8]) -> Result<(), String> {
+    pub fn gm_read(&mut self, p: ParamId, off: usize, out: &mut [u8]) -> Result<(), SimFault> {
         self.gm.read(self.args, p, off, out)?;
         if let Some(r) = &mut self.rec {
             r.touch(Mem::Gm(p.0), off, out.len(), false);
@@ -157,7 +158,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
     }
 
     /// Writes GM bytes into this block's overlay (a write-only output's in place).
-    pub fn gm_write(&mut self, p: ParamId, off: usize, bytes: &[u8]) -> Result<(), String> {
+    pub fn gm_write(&mut self, p: ParamId, off: usize, bytes: &[u8]) -> Result<(), SimFault> {
         match self.write_only(p) {
             Some(d) => d.write(self.core.block, self.gm, off, bytes)?,
             None => self.gm.write(self.args, p, off, bytes)?,
@@ -176,7 +177,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         (off, pitch): (usize, usize),
         (rows, row): (usize, usize),
         data: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), SimFault> {
         match self.write_only(p) {
             Some(d) => Overlay::rows_each(
                 (off, pitch),
@@ -204,7 +205,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         off: usize,
         dtype: crate::ir::DType,
         bytes: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), SimFault> {
         self.gm.atomic_add(self.args, p, off, dtype, bytes)?;
         if let Some(r) = &mut self.rec {
             r.touch(Mem::Gm(p.0), off, bytes.len(), true);
@@ -220,7 +221,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         (r0, c0): (usize, usize),
         (rows, cols): (usize, usize),
         out: &mut Vec<u8>,
-    ) -> Result<(), String> {
+    ) -> Result<(), SimFault> {
         let buf = self.mem.buf(loc.space(), aiv)?;
         tile::read_region(buf, loc, (r0, c0), (rows, cols), out)?;
         self.note_region(loc, aiv, (r0, c0), (rows, cols), false);
@@ -236,7 +237,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         at: (usize, usize),
         size: (usize, usize),
         mut f: impl FnMut(&[u8], Run),
-    ) -> Result<(), String> {
+    ) -> Result<(), SimFault> {
         let buf = self.mem.buf(loc.space(), aiv)?;
         let es = loc.es();
         tile::for_each_run(loc, buf.len(), at, size, |run| {
@@ -256,19 +257,18 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         d: &WriteOnly<'_>,
         (first, stride): (usize, usize),
         (rows, cols): (usize, usize),
-    ) -> Result<(), String> {
+    ) -> Result<(), SimFault> {
         let es = loc.es();
         if rows == 0 || cols == 0 {
             return Ok(());
         }
-        // The whole span first: a store that does not fit writes nothing.
+        // The whole span first: a store that does not fit writes nothing (one whose span
+        // overflows is as long as no tensor is).
         let span = (rows - 1)
             .checked_mul(stride)
             .and_then(|x| x.checked_add(first.checked_add(cols)?))
             .and_then(|end| Some((first.checked_mul(es)?, (end - first).checked_mul(es)?)))
-            .ok_or_else(|| {
-                format!("a GM store of {rows} rows {stride} elements apart overflows")
-            })?;
+            .unwrap_or((first.saturating_mul(es), usize::MAX));
         d.check(span.0, span.1)?;
         let buf = self.mem.buf(loc.space(), aiv)?;
         let (block, gm) = (self.core.block, &mut *self.gm);
@@ -278,7 +278,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
                 return;
             }
             if run.len > 1 && run.stride != 1 {
-                res = Err("a column-major tile stored in place".to_string());
+                res = Err(SimFault::Internal("a column-major tile stored in place"));
                 return;
             }
             // A run may span several rows of the region: one write per row piece.
@@ -290,7 +290,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
                     .checked_mul(stride)
                     .and_then(|x| x.checked_add(first + c))
                     .and_then(|x| x.checked_mul(es))
-                    .ok_or_else(|| format!("GM element index of row {r} overflows"))
+                    .ok_or(SimFault::Internal("a checked GM span overflows"))
                     .and_then(|off| d.write(block, gm, off, &buf[at..at + n * es]));
                 (e, at, left) = (e + n, at + n * es, left - n);
             }
@@ -319,7 +319,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         at: (usize, usize),
         size: (usize, usize),
         mut f: impl FnMut(&mut [u8], Run),
-    ) -> Result<(), String> {
+    ) -> Result<(), SimFault> {
         let (space, es) = (loc.space(), loc.es());
         self.mem
             .touch(space, aiv, loc.addr, loc.addr + loc.ty.bytes() as usize);
@@ -345,7 +345,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         (rows, cols): (usize, usize),
         read: bool,
         f: impl FnOnce(&mut [f32], usize) -> R,
-    ) -> Result<Option<R>, String> {
+    ) -> Result<Option<R>, SimFault> {
         let Some((start, end, pitch)) = f32_nd_slab(loc, (rows, cols)) else {
             return Ok(None);
         };
@@ -383,7 +383,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         aiv: u8,
         (rows, cols): (usize, usize),
         f: impl FnOnce(&mut [f32], usize, &[f32], usize) -> R,
-    ) -> Result<Option<R>, String> {
+    ) -> Result<Option<R>, SimFault> {
         let (Some((ds, de, dp)), Some((os, oe, op))) = (
             f32_nd_slab(loc, (rows, cols)),
             f32_nd_slab(other, (rows, cols)),
@@ -433,7 +433,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         aiv: u8,
         (rows, cols): (usize, usize),
         f: impl FnOnce(&[f32], usize) -> R,
-    ) -> Result<Option<R>, String> {
+    ) -> Result<Option<R>, SimFault> {
         let Some((start, end, pitch)) = f32_nd_slab(loc, (rows, cols)) else {
             return Ok(None);
         };
@@ -454,7 +454,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         at: (usize, usize),
         size: (usize, usize),
         out: &mut [f32],
-    ) -> Result<(), String> {
+    ) -> Result<(), SimFault> {
         self.read_f32_ordered(loc, aiv, at, size, Order::RowMajor, out)
     }
 
@@ -468,7 +468,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         at: (usize, usize),
         size: (usize, usize),
         out: &mut [f32],
-    ) -> Result<bool, String> {
+    ) -> Result<bool, SimFault> {
         let buf = self.mem.buf(loc.space(), aiv)?;
         if !tile::decode_panels_f32(buf, loc, at, size, out)? {
             return Ok(false);
@@ -487,15 +487,10 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         size: (usize, usize),
         order: Order,
         out: &mut [f32],
-    ) -> Result<(), String> {
+    ) -> Result<(), SimFault> {
         let (dtype, es) = (loc.ty.dtype, loc.es());
         if out.len() < size.0 * size.1 {
-            return Err(format!(
-                "{} f32s for a {}x{} region",
-                out.len(),
-                size.0,
-                size.1
-            ));
+            return Err(SimFault::Internal("an f32 buffer shorter than its region"));
         }
         let buf = self.mem.buf(loc.space(), aiv)?;
         if tile::decode_dense(buf, loc, at, size, order, out)? {
@@ -549,8 +544,8 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         aiv: u8,
         at: (usize, usize),
         size: (usize, usize),
-        fill: impl FnOnce(&mut [u8]) -> Result<bool, String>,
-    ) -> Result<bool, String> {
+        fill: impl FnOnce(&mut [u8]) -> Result<bool, SimFault>,
+    ) -> Result<bool, SimFault> {
         let space = loc.space();
         self.mem
             .touch(space, aiv, loc.addr, loc.addr + loc.ty.bytes() as usize);
@@ -574,15 +569,10 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         at: (usize, usize),
         size: (usize, usize),
         vals: &[f32],
-    ) -> Result<(), String> {
+    ) -> Result<(), SimFault> {
         let (dtype, es) = (loc.ty.dtype, loc.es());
         if vals.len() < size.0 * size.1 {
-            return Err(format!(
-                "{} f32s for a {}x{} region",
-                vals.len(),
-                size.0,
-                size.1
-            ));
+            return Err(SimFault::Internal("an f32 buffer shorter than its region"));
         }
         // Strip by strip when the layout maps onto row-major (ND, NZ).
         if self.write_dense(loc, aiv, at, size, |buf| {
@@ -616,15 +606,10 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         at: (usize, usize),
         size: (usize, usize),
         data: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), SimFault> {
         let es = loc.es();
         if data.len() < size.0 * size.1 * es {
-            return Err(format!(
-                "{} B of data for a {}x{} region of {es}-byte elements",
-                data.len(),
-                size.0,
-                size.1
-            ));
+            return Err(SimFault::Internal("a byte buffer shorter than its region"));
         }
         // Strip by strip when the layout maps onto row-major (ND, NZ), marked span by span.
         if self.write_dense(loc, aiv, at, size, |buf| {
@@ -645,8 +630,9 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
     /// TLOAD of `rows` GM rows of `cols` elements, `pitch` elements apart from element `first`
     /// of tensor `p`, into the `rows x cols` top-left region of an ND or NZ tile, copied from
     /// the argument's bytes straight into the tile's strips (no staging buffer) and marked
-    /// written. False (nothing done) when the layout does not map onto rows or this block wrote
-    /// into those GM bytes: the caller takes the general path then.
+    /// written. False (nothing done) when the layout does not map onto rows, the rows overlap
+    /// (`pitch < cols`, a window the verifier allows) or this block wrote into those GM bytes:
+    /// the caller takes the general path then.
     pub fn load_rows_in_place(
         &mut self,
         loc: &TileLoc,
@@ -654,10 +640,11 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         p: ParamId,
         (first, pitch): (usize, usize),
         (rows, cols): (usize, usize),
-    ) -> Result<bool, String> {
+    ) -> Result<bool, SimFault> {
         if !matches!(loc.ty.layout, crate::ir::Layout::ND | crate::ir::Layout::NZ)
             || rows == 0
             || cols == 0
+            || pitch < cols
         {
             return Ok(false);
         }
@@ -699,7 +686,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         d_aiv: u8,
         d_at: (usize, usize),
         size: (usize, usize),
-    ) -> Result<bool, String> {
+    ) -> Result<bool, SimFault> {
         if s.es() != d.es() || !self.region_defined(s, s_aiv, s_at, size)? {
             return Ok(false);
         }
@@ -736,7 +723,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         d: &TileLoc,
         d_at: (usize, usize),
         size: (usize, usize),
-    ) -> Result<bool, String> {
+    ) -> Result<bool, SimFault> {
         let (sspace, dspace) = (s.space(), d.space());
         let (s_len, d_len) = (self.mem.buf_len(sspace, 0)?, self.mem.buf_len(dspace, 0)?);
         tile::check_region(s, s_len, s_at.0, s_at.1, size.0, size.1)?;
@@ -784,7 +771,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         size: (usize, usize),
         data: &[u8],
         defined: &[bool],
-    ) -> Result<(), String> {
+    ) -> Result<(), SimFault> {
         self.write_bytes(loc, aiv, at, size, data)?;
         if defined.iter().all(|d| *d) {
             return Ok(());
@@ -810,7 +797,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         aiv: u8,
         at: (usize, usize),
         size: (usize, usize),
-    ) -> Result<Vec<bool>, String> {
+    ) -> Result<Vec<bool>, SimFault> {
         let mut out = vec![true; size.0 * size.1];
         let (space, es, mem) = (loc.space(), loc.es(), &*self.mem);
         tile::for_each_run(loc, usize::MAX, at, size, |run| {
@@ -830,7 +817,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         aiv: u8,
         at: (usize, usize),
         size: (usize, usize),
-    ) -> Result<bool, String> {
+    ) -> Result<bool, SimFault> {
         let (space, mem) = (loc.space(), &*self.mem);
         let mut all = true;
         tile::for_each_span(loc, usize::MAX, at, size, |start, len| {
@@ -846,35 +833,30 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         aiv: u8,
         at: (usize, usize),
         size: (usize, usize),
-        what: &str,
-    ) -> Result<(), String> {
+        what: &'static str,
+    ) -> Result<(), SimFault> {
         if self.region_defined(loc, aiv, at, size)? {
             return Ok(());
         }
         let mask = self.defined_mask(loc, aiv, at, size)?;
         match mask.iter().position(|d| !d) {
             None => Ok(()),
-            Some(i) => Err(format!(
-                "poison: {what} uses never-written bytes of tile `{}` (element [{}, {}] of the {}x{} region at [{}, {}])",
-                loc.name(),
-                at.0 + i / size.1.max(1),
-                at.1 + i % size.1.max(1),
-                size.0,
-                size.1,
-                at.0,
-                at.1
-            )),
+            Some(i) => Err(SimFault::Poison {
+                what,
+                tile: loc.name().to_string(),
+                element: (at.0 + i / size.1.max(1), at.1 + i % size.1.max(1)),
+            }),
         }
     }
 
     /// The value of a float scalar operand.
-    pub fn scalar(&self, s: &ScalarArg) -> Result<f64, String> {
+    pub fn scalar(&self, s: &ScalarArg) -> Result<f64, SimFault> {
         match s {
             ScalarArg::Const(v) => Ok(*v),
             ScalarArg::Param(p) => match self.args.get(p.0 as usize) {
                 Some(Arg::Float(v)) => Ok(*v),
                 Some(Arg::Int(v)) => Ok(*v as f64),
-                _ => Err(format!("argument {} is not a scalar", p.0)),
+                _ => Err(SimFault::arg_kind(*p, "a scalar")),
             },
         }
     }

@@ -5,6 +5,7 @@ use super::ExecCtx;
 use crate::ir::{AccToVecMode, DType, Layout, MemSpace, MoveOp, QuantWord, Scale, ValidDim};
 use crate::sim::numeric;
 use crate::sim::tile::TileLoc;
+use crate::sim::SimFault;
 
 /// One scale per output column (per-channel) or one for all (per-tensor).
 enum Words {
@@ -18,7 +19,7 @@ fn scale_words(
     scale: Option<&Scale>,
     c0: usize,
     cols: usize,
-) -> Result<Words, String> {
+) -> Result<Words, SimFault> {
     Ok(match scale {
         None => Words::None,
         Some(Scale::Const(w)) => Words::Tensor(*w),
@@ -28,22 +29,21 @@ fn scale_words(
                 Words::Tensor(QuantWord((*v as f32).to_bits() as u64))
             }
             Some(crate::sim::Arg::Int(v)) => Words::Tensor(QuantWord(*v as u64)),
-            _ => return Err(format!("scale argument {} is not a scalar", p.0)),
+            _ => return Err(SimFault::arg_kind(*p, "a scalar (a Fixpipe scale)")),
         },
         Some(Scale::Tile(t)) => {
             let loc = cx.tile(t)?;
             if !matches!(loc.ty.dtype, DType::I64 | DType::U64) {
-                return Err(format!(
-                    "Scaling tile is {}, not int64/uint64",
-                    loc.ty.dtype
-                ));
+                return Err(SimFault::UnsupportedDtype {
+                    what: "a Fixpipe scale",
+                    tile: loc.name().to_string(),
+                    dtype: loc.ty.dtype,
+                    supported: "int64 or uint64",
+                });
             }
             if c0 + cols > loc.cols() {
-                return Err(format!(
-                    "{} output columns from column {c0} need that many scale words; the Scaling tile has {}",
-                    cols,
-                    loc.cols()
-                ));
+                // One scale word per output column.
+                return Err(loc.region_fault((1, c0 + cols)));
             }
             cx.require_defined(&loc, 0, (0, c0), (1, cols), "a Fixpipe scale")?;
             let mut b = Vec::new();
@@ -88,7 +88,7 @@ pub(super) fn fixpipe(
     dst: DType,
     relu: bool,
     scale: Option<&Scale>,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, SimFault> {
     let (rows, cols) = size;
     let mut raw = cx.core.pool.bytes();
     cx.read_bytes(acc, 0, origin, (rows, cols), &mut raw)?;
@@ -205,7 +205,7 @@ fn fixpipe_to_tile(
     dst: DType,
     relu: bool,
     scale: Option<&Scale>,
-) -> Result<Fixed, String> {
+) -> Result<Fixed, SimFault> {
     if scale.is_some() || acc.ty.dtype != DType::F32 {
         return fixpipe(cx, acc, origin, size, dst, relu, scale).map(Fixed::Bytes);
     }
@@ -229,7 +229,7 @@ fn fixpipe_into(
     size: (usize, usize),
     relu: bool,
     scale: Option<&Scale>,
-) -> Result<(), String> {
+) -> Result<(), SimFault> {
     let plain = !relu && scale.is_none() && s.ty.dtype == DType::F32 && d.ty.dtype == DType::F32;
     if plain && cx.copy_tiles(s, 0, src_at, d, aiv, dst_at, size)? {
         return Ok(());
@@ -247,7 +247,7 @@ fn write_fixed(
     size: (usize, usize),
     data: Fixed,
     src: Source<'_, '_>,
-) -> Result<(), String> {
+) -> Result<(), SimFault> {
     match data {
         Fixed::Bytes(b) => write_out(cx, d, aiv, at, size, b, src),
         Fixed::Vals(v) => {
@@ -281,7 +281,7 @@ fn write_out(
     size: (usize, usize),
     data: Vec<u8>,
     src: Source<'_, '_>,
-) -> Result<(), String> {
+) -> Result<(), SimFault> {
     let r = if cx.region_defined(src.0, src.1, src.2, size)? {
         cx.write_bytes(d, aiv, at, size, &data)
     } else {
@@ -310,7 +310,7 @@ pub(super) fn read_stride_rows(
     acc: &TileLoc,
     tmov: bool,
     dst_layout: Option<Layout>,
-) -> Result<usize, String> {
+) -> Result<usize, SimFault> {
     let static_fewer =
         matches!(acc.ty.valid_rows, ValidDim::Static(v) if (v as usize) < acc.rows());
     if tmov && dst_layout != Some(Layout::NZ) && !static_fewer {
@@ -327,23 +327,23 @@ pub(super) fn check_acc_stride(
     cx: &ExecCtx<'_, '_, '_>,
     acc: &TileLoc,
     read_rows: usize,
-    what: &str,
-) -> Result<(), String> {
+    what: &'static str,
+) -> Result<(), SimFault> {
     let Some(&(_, m)) = cx.core.acc_rows.iter().find(|(addr, _)| *addr == acc.addr) else {
         return Ok(());
     };
     if m.div_ceil(16) == read_rows.div_ceil(16) {
         return Ok(());
     }
-    Err(format!(
-        "acc-stride: {what} of Acc `{}` reads L0C at a stride of {} rows (from {read_rows} rows), but the matmul wrote column blocks of {} rows (m = {m}): the device would read the wrong rows, so TileSim refuses it",
-        acc.name(),
-        read_rows.div_ceil(16) * 16,
-        m.div_ceil(16) * 16
-    ))
+    Err(SimFault::AccStride {
+        what,
+        tile: acc.name().to_string(),
+        read_rows,
+        written_rows: m,
+    })
 }
 
-pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &MoveOp) -> Result<(), String> {
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &MoveOp) -> Result<(), SimFault> {
     let MoveOp::Move {
         dst,
         src,
@@ -358,8 +358,14 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &MoveOp) -> Result<(), Stri
     let off = match offset {
         Some([r, c]) => {
             let (r, c) = (cx.core.eval(r)?, cx.core.eval(c)?);
-            if r < 0 || c < 0 {
-                return Err(format!("move offset [{r}, {c}] is negative"));
+            for (what, value) in [("move offset row", r), ("move offset column", c)] {
+                if value < 0 {
+                    return Err(SimFault::TooSmall {
+                        what,
+                        value,
+                        min: 0,
+                    });
+                }
             }
             (r as usize, c as usize)
         }
@@ -415,7 +421,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &MoveOp) -> Result<(), Stri
                 copy(cx, &s, &d, (0, 0), off, s.valid()?)
             }
         }
-        (a, b) => Err(format!("move {a} -> {b} is not a legal path")),
+        (from, to) => Err(SimFault::IllegalMove { from, to }),
     }
 }
 
@@ -428,7 +434,7 @@ fn copy(
     src_at: (usize, usize),
     dst_at: (usize, usize),
     size: (usize, usize),
-) -> Result<(), String> {
+) -> Result<(), SimFault> {
     let aiv = cx.own_aiv();
     if s.ty.dtype == d.ty.dtype && cx.copy_tiles(s, aiv, src_at, d, aiv, dst_at, size)? {
         return Ok(());
@@ -455,7 +461,7 @@ fn acc_to_vec_move(
     mode: AccToVecMode,
     relu: bool,
     scale: Option<&Scale>,
-) -> Result<(), String> {
+) -> Result<(), SimFault> {
     let (vm, vn) = s.valid()?;
     cx.require_defined(s, 0, (0, 0), (vm, vn), "a Fixpipe move")?;
     match mode {
@@ -489,10 +495,8 @@ fn acc_to_vec_move(
             let aligned = vn.div_ceil(32) * 32;
             let half = aligned / 2;
             if aligned > s.cols() {
-                return Err(format!(
-                    "DualModeSplitN of valid N {vn} reads {aligned} columns but the Acc tile has {}",
-                    s.cols()
-                ));
+                // DualModeSplitN reads valid N rounded up to 32 columns.
+                return Err(s.region_fault((vm, aligned)));
             }
             // Both halves are written in full (aligned N / 2 columns each), padding included.
             fixpipe_into(cx, (s, (0, 0)), (d, 0, (0, 0)), (vm, half), relu, scale)?;

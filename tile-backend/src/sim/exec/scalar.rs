@@ -1,11 +1,12 @@
 //! Scalar GM access through the core's data cache, and scalar reads of UB tile elements.
 
 use super::ExecCtx;
-use crate::ir::{MemSpace, ParamKind, ScalarOp, TileRef};
+use crate::ir::{MemSpace, ParamId, ParamKind, ScalarOp, TileRef};
 use crate::sim::numeric;
 use crate::sim::trace::Mem;
+use crate::sim::SimFault;
 
-pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &ScalarOp) -> Result<(), String> {
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &ScalarOp) -> Result<(), SimFault> {
     match op {
         ScalarOp::ReadScalar { var, tensor, index } => {
             let idx = cx.core.eval(index)?;
@@ -13,9 +14,9 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &ScalarOp) -> Result<(), St
             let es = dtype.size_bytes() as usize;
             // A stack buffer, not a Vec: this runs once per scalar read (per row of a gather).
             let mut buf = [0u8; 8];
-            let b = buf
-                .get_mut(..es)
-                .ok_or_else(|| format!("scalar read of a {es}-byte element"))?;
+            let b = buf.get_mut(..es).ok_or(SimFault::Internal(
+                "a scalar read of an element over 8 bytes",
+            ))?;
             // The core's own pending writes first (same data cache), else GM.
             match cx.core.dcache.get(&(tensor.0, off / 64)) {
                 Some(line) => b.copy_from_slice(&line[off % 64..off % 64 + es]),
@@ -44,10 +45,10 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &ScalarOp) -> Result<(), St
                 let len = match cx.args.get(tensor.0 as usize) {
                     Some(a) if a.is_writable() => a.as_gm().map_or(0, |t| t.data.len()),
                     _ => {
-                        return Err(format!(
-                            "scalar write into argument {}, which is not a writable GM tensor (a borrowed input is read-only)",
-                            tensor.0
-                        ))
+                        return Err(SimFault::GmReadOnly {
+                            param: *tensor,
+                            name: String::new(),
+                        })
                     }
                 };
                 let start = line_no * 64;
@@ -72,20 +73,21 @@ fn element(
     cx: &ExecCtx<'_, '_, '_>,
     param: u32,
     idx: i64,
-) -> Result<(crate::ir::DType, usize), String> {
+) -> Result<(crate::ir::DType, usize), SimFault> {
     let dtype = match cx.kernel.params.get(param as usize).map(|p| &p.kind) {
         Some(ParamKind::Tensor { dtype, .. }) => *dtype,
-        _ => return Err(format!("argument {param} is not a GM tensor")),
+        _ => return Err(SimFault::arg_kind(ParamId(param), "a GM tensor")),
     };
     let len = cx.args[param as usize]
         .as_gm()
         .map(|t| t.len())
         .unwrap_or(0);
     if idx < 0 || idx as usize >= len {
-        return Err(format!(
-            "scalar access at element {idx} is outside `{}` ({len} elements)",
-            cx.kernel.params[param as usize].name
-        ));
+        return Err(SimFault::ScalarIndex {
+            name: cx.kernel.params[param as usize].name.clone(),
+            index: idx,
+            len: len as u64,
+        });
     }
     Ok((dtype, idx as usize * dtype.size_bytes() as usize))
 }
@@ -96,33 +98,44 @@ fn read_tile_element(
     cx: &mut ExecCtx<'_, '_, '_>,
     tile: &TileRef,
     idx: i64,
-) -> Result<i64, String> {
+) -> Result<i64, SimFault> {
     let loc = cx.tile(tile)?;
     let (ty, name) = (loc.ty, loc.name());
     if loc.space() != MemSpace::Vec {
-        return Err(format!(
-            "read_tile_scalar of tile `{name}` in {}: the scalar unit reads only UB (Vec) tiles",
-            loc.space()
-        ));
+        return Err(SimFault::ScalarSpace {
+            tile: name.to_string(),
+            space: loc.space(),
+        });
     }
     let numel = (ty.rows * ty.cols) as i64;
     if idx < 0 || idx >= numel {
-        return Err(format!(
-            "read_tile_scalar at element {idx} is outside tile `{name}` ({numel} elements)"
-        ));
+        return Err(SimFault::ScalarIndex {
+            name: name.to_string(),
+            index: idx,
+            len: numel as u64,
+        });
     }
     let es = ty.dtype.size_bytes() as usize;
     let start = loc.addr + idx as usize * es;
     let aiv = cx.own_aiv();
     if !cx.mem.defined(MemSpace::Vec, aiv, start, es) {
-        return Err(format!(
-            "poison: read_tile_scalar reads never-written element {idx} of tile `{name}`"
-        ));
+        let cols = (ty.cols as usize).max(1);
+        return Err(SimFault::Poison {
+            what: "read_tile_scalar",
+            tile: name.to_string(),
+            element: (idx as usize / cols, idx as usize % cols),
+        });
     }
     let buf = cx.mem.buf(MemSpace::Vec, aiv)?;
     let bytes = buf
         .get(start..start + es)
-        .ok_or_else(|| format!("tile `{name}` lies outside UB"))?;
+        .ok_or_else(|| SimFault::BufferOverrun {
+            tile: name.to_string(),
+            space: MemSpace::Vec,
+            addr: loc.addr,
+            bytes: ty.bytes() as usize,
+            buffer: buf.len(),
+        })?;
     let v = numeric::decode_i64(ty.dtype, bytes);
     if let Some(r) = &mut cx.rec {
         r.touch(

@@ -16,6 +16,7 @@ use crate::arch::MrgSortTies;
 use crate::ir::{pair_cols, DType, SortOp, TileRef};
 use crate::sim::tile::TileLoc;
 use crate::sim::trace::SortWork;
+use crate::sim::SimFault;
 use crate::verify::sort::{
     mrgsort_rules, Broken, MrgSortListDims, Sort32Dims, BLOCK, TAIL_WHOLE_ROW_BYTES,
 };
@@ -79,7 +80,7 @@ fn pad_value(dtype: DType) -> [u8; 4] {
     }
 }
 
-pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &SortOp) -> Result<(), String> {
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &SortOp) -> Result<(), SimFault> {
     match op {
         SortOp::Sort32 { dst, src, idx, tmp } => sort32(cx, dst, src, idx, tmp.as_ref()),
         SortOp::MrgSort {
@@ -92,21 +93,21 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &SortOp) -> Result<(), Stri
 }
 
 /// The rules a runtime shape breaks, as the simulator's error.
-fn runtime(what: &str, broken: Vec<Broken>) -> Result<(), String> {
+fn runtime(what: &'static str, broken: Vec<Broken>) -> Result<(), SimFault> {
     if broken.is_empty() {
         return Ok(());
     }
-    let msgs: Vec<String> = broken
-        .into_iter()
-        .map(|(rule, m)| format!("[{}] {m}", rule.code()))
-        .collect();
-    Err(format!("{what} at run time: {}", msgs.join("; ")))
+    Err(SimFault::RulesBroken { what, broken })
 }
 
-fn values_dtype(loc: &TileLoc<'_>, what: &str) -> Result<(DType, usize), String> {
+fn values_dtype(loc: &TileLoc<'_>, what: &'static str) -> Result<(DType, usize), SimFault> {
     let dtype = loc.ty.dtype;
-    let pc = pair_cols(dtype)
-        .ok_or_else(|| format!("{what} of {dtype} tile `{}`: f32 or f16 only", loc.name()))?;
+    let pc = pair_cols(dtype).ok_or_else(|| SimFault::UnsupportedDtype {
+        what,
+        tile: loc.name().to_string(),
+        dtype,
+        supported: "f32 or f16",
+    })?;
     Ok((dtype, pc as usize))
 }
 
@@ -116,8 +117,8 @@ fn read_pairs(
     loc: &TileLoc<'_>,
     pc: usize,
     n: usize,
-    what: &str,
-) -> Result<Vec<Pair>, String> {
+    what: &'static str,
+) -> Result<Vec<Pair>, SimFault> {
     let aiv = cx.own_aiv();
     cx.require_defined(loc, aiv, (0, 0), (1, n * pc), what)?;
     let mut b = Vec::new();
@@ -135,7 +136,7 @@ fn write_pairs(
     row: usize,
     pc: usize,
     pairs: &[Pair],
-) -> Result<(), String> {
+) -> Result<(), SimFault> {
     let aiv = cx.own_aiv();
     let bytes: Vec<u8> = pairs.iter().flat_map(|p| p.bytes).collect();
     // The index is the last 4 bytes of a pair: the last element (f32) or two (f16).
@@ -181,7 +182,7 @@ fn sort32(
     src: &TileRef,
     idx: &TileRef,
     tmp: Option<&TileRef>,
-) -> Result<(), String> {
+) -> Result<(), SimFault> {
     let (d, s, i) = (cx.tile(dst)?, cx.tile(src)?, cx.tile(idx)?);
     let t = tmp.map(|r| cx.tile(r)).transpose()?;
     let (dtype, pc) = values_dtype(&s, "sort32")?;
@@ -261,7 +262,7 @@ fn mrgsort(
     dst: &TileRef,
     src: &TileRef,
     block_len: u64,
-) -> Result<(), String> {
+) -> Result<(), SimFault> {
     let (d, s) = (cx.tile(dst)?, cx.tile(src)?);
     let (_, pc) = values_dtype(&s, "mrgsort")?;
     let (_, cols) = s.valid()?;
@@ -290,7 +291,7 @@ fn mrgsort_lists(
     dst: &TileRef,
     tmp: &TileRef,
     srcs: &[TileRef],
-) -> Result<(), String> {
+) -> Result<(), SimFault> {
     let (d, t) = (cx.tile(dst)?, cx.tile(tmp)?);
     let (_, pc) = values_dtype(&d, "mrgsort_lists")?;
     let lists: Vec<TileLoc<'_>> = srcs.iter().map(|r| cx.tile(r)).collect::<Result<_, _>>()?;

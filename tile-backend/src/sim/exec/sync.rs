@@ -5,8 +5,9 @@
 use super::{ExecCtx, Flow};
 use crate::ir::SyncOp;
 use crate::sim::trace::SyncInfo;
+use crate::sim::SimFault;
 
-pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &SyncOp) -> Result<Flow, String> {
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &SyncOp) -> Result<Flow, SimFault> {
     match op {
         SyncOp::SetFlag { src, dst, event } => cx.note_sync(SyncInfo::SetFlag {
             src: *src,
@@ -30,11 +31,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &SyncOp) -> Result<Flow, St
         SyncOp::ChannelAcquire { .. }
         | SyncOp::ChannelPush { .. }
         | SyncOp::ChannelPop { .. }
-        | SyncOp::ChannelRelease { .. } => {
-            return Err(
-                "channel ops must be lowered to cross-core flags first (passes::compile)".into(),
-            )
-        }
+        | SyncOp::ChannelRelease { .. } => return Err(SimFault::ChannelNotLowered),
     }
     Ok(Flow::Continue)
 }

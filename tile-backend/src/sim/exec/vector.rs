@@ -6,6 +6,7 @@ use crate::ir::{Axis, BinaryOp, DType, Layout, PadValue, ReduceOp, RoundMode, Un
 use crate::sim::numeric;
 use crate::sim::state::ScratchPool;
 use crate::sim::tile::{self, TileLoc};
+use crate::sim::SimFault;
 use num_traits::Float;
 
 /// Scratch element type: f32 for float tiles, f64 for integer tiles.
@@ -129,7 +130,7 @@ fn load<F: Scratch>(
     loc: &TileLoc,
     rows: usize,
     cols: usize,
-) -> Result<Vec<F>, String> {
+) -> Result<Vec<F>, SimFault> {
     let aiv = cx.own_aiv();
     cx.require_defined(loc, aiv, (0, 0), (rows, cols), "a vector op")?;
     // Every element is decoded below before it is read.
@@ -169,7 +170,7 @@ fn store<F: Scratch>(
     cols: usize,
     vals: Vec<F>,
     round: RoundMode,
-) -> Result<(), String> {
+) -> Result<(), SimFault> {
     let (dtype, es) = (loc.ty.dtype, loc.es());
     let aiv = cx.own_aiv();
     // Encoded straight into the tile's runs.
@@ -193,12 +194,9 @@ fn store<F: Scratch>(
     r
 }
 
-fn same(a: (usize, usize), b: (usize, usize), what: &str) -> Result<(), String> {
+fn same(a: (usize, usize), b: (usize, usize), what: &'static str) -> Result<(), SimFault> {
     if a != b {
-        return Err(format!(
-            "{what}: valid shapes {}x{} and {}x{} differ",
-            a.0, a.1, b.0, b.1
-        ));
+        return Err(SimFault::ShapeMismatch { what, a, b });
     }
     Ok(())
 }
@@ -284,8 +282,8 @@ fn pad_value(dtype: DType, pad: PadValue) -> Option<f64> {
     }
 }
 
-pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), String> {
-    let float = |cx: &ExecCtx<'_, '_, '_>, r: &crate::ir::TileRef| -> Result<bool, String> {
+pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), SimFault> {
+    let float = |cx: &ExecCtx<'_, '_, '_>, r: &crate::ir::TileRef| -> Result<bool, SimFault> {
         Ok(cx.tile(r)?.ty.dtype.is_float())
     };
     match op {
@@ -294,12 +292,14 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), St
             let decl = cx
                 .kernel
                 .try_tile(tile.tile)
-                .ok_or_else(|| format!("tile id {} is not declared", tile.tile.0))?;
+                .ok_or(SimFault::UnknownTile { id: tile.tile.0 })?;
             if r < 0 || c < 0 || r as u64 > decl.ty.rows || c as u64 > decl.ty.cols {
-                return Err(format!(
-                    "valid shape {r}x{c} is outside `{}`'s {}x{}",
-                    decl.name, decl.ty.rows, decl.ty.cols
-                ));
+                return Err(SimFault::ValidShapeTooLarge {
+                    tile: decl.name.clone(),
+                    rows: r,
+                    cols: c,
+                    shape: (decl.ty.rows, decl.ty.cols),
+                });
             }
             if let Some(v) = cx.core.valid.get_mut(tile.tile.0 as usize) {
                 *v = Some((r as u64, c as u64));
@@ -329,7 +329,9 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), St
                             tile::fill_dense(buf, &loc, at, size, &one)
                         })?;
                         if !filled {
-                            return Err(format!("fill-pad of {} declined", loc.name()));
+                            return Err(SimFault::Internal(
+                                "a fill-pad of an ND or NZ tile declined",
+                            ));
                         }
                     }
                 }
@@ -478,7 +480,7 @@ fn rows_of(
 /// also the first operand, or a reduction reads one): no decode into scratch and encode back,
 /// the same arithmetic as [`run`], the same poison checks and marks. False (nothing done) for
 /// any other form, which [`run`] then takes.
-fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<bool, String> {
+fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<bool, SimFault> {
     let aiv = cx.own_aiv();
     match op {
         VectorOp::Unary { op: u, dst, src } => {
@@ -627,7 +629,7 @@ fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<bool, Str
     }
 }
 
-fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), String> {
+fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), SimFault> {
     let rint = RoundMode::Rint;
     match op {
         VectorOp::Unary { op: u, dst, src } => {
