@@ -207,7 +207,7 @@ impl PlanTarget {
     }
 
     /// The plan a call on `backend` runs, chosen here and nowhere else, where the call's backend
-    /// is chosen, and passed down to every launch ([`Runner::for_backend`]): the device's for
+    /// is chosen, and passed down to every launch (the runner of the call): the device's for
     /// [`Backend::Ascend950`] (its package is what a device would run), and for
     /// [`Backend::TileSim`] inside [`profile`] (the cost estimate must be the device launch's);
     /// the CPU plan for a plain simulated call (and the Reference, which plans nothing).
