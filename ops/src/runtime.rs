@@ -23,7 +23,15 @@ use tile_backend::sim::cost::CostReport;
 /// (default: `<temp dir>/tileops-packages`).
 pub const PACKAGE_DIR_ENV: &str = "TILEOPS_PACKAGE_DIR";
 
-type Cache = Mutex<HashMap<String, Arc<Kernel>>>;
+/// A cache entry: the compiled kernel, or the compiler's refusal of a kernel an op only prefers
+/// ([`compiles`]).
+#[derive(Clone)]
+enum Entry {
+    Compiled(Arc<Kernel>),
+    Refused,
+}
+
+type Cache = Mutex<HashMap<String, Entry>>;
 
 fn cache() -> &'static Cache {
     static CACHE: OnceLock<Cache> = OnceLock::new();
@@ -54,14 +62,49 @@ pub fn compiled(
     key: &str,
     build: impl FnOnce() -> Kernel,
 ) -> Result<Arc<Kernel>, OpError> {
-    if let Some(k) = cache().lock().ok().and_then(|c| c.get(key).cloned()) {
+    if let Some(Entry::Compiled(k)) = cache().lock().ok().and_then(|c| c.get(key).cloned()) {
         return Ok(k);
     }
     let done = Arc::new(compile_kernel(op, build)?);
     if let Ok(mut c) = cache().lock() {
-        c.insert(key.to_string(), done.clone());
+        c.insert(key.to_string(), Entry::Compiled(done.clone()));
     }
     Ok(done)
+}
+
+/// Whether the kernel of `key` compiles: a variant an op prefers where the compiler accepts it
+/// (attention's second Q buffer, whose unrolled loop may leave the sync pass without event
+/// ids), tried once per key; the compiled kernel, or the refusal, stays in the cache, so the
+/// trial costs one compile per shape and a launch of an accepted kernel finds it compiled.
+pub(crate) fn compiles(
+    op: &'static str,
+    key: impl std::fmt::Display,
+    build: impl FnOnce() -> Kernel,
+) -> bool {
+    let key = key.to_string();
+    match cache().lock().ok().and_then(|c| c.get(&key).cloned()) {
+        Some(Entry::Compiled(_)) => return true,
+        Some(Entry::Refused) => return false,
+        None => {}
+    }
+    let entry = match compile_kernel(op, build) {
+        Ok(k) => Entry::Compiled(Arc::new(k)),
+        Err(_) => Entry::Refused,
+    };
+    let ok = matches!(entry, Entry::Compiled(_));
+    if let Ok(mut c) = cache().lock() {
+        c.insert(key, entry);
+    }
+    ok
+}
+
+/// Whether the cache holds a refusal for `key` ([`compiles`] found that it does not compile).
+#[cfg(test)]
+pub(crate) fn refused(key: &str) -> bool {
+    cache()
+        .lock()
+        .ok()
+        .is_some_and(|c| matches!(c.get(key), Some(Entry::Refused)))
 }
 
 /// [`compiled`] for a key given as anything that writes its text (a plan implementing

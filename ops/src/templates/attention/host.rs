@@ -2,7 +2,7 @@
 //! the split and merge kernels and keeps the split workspace between calls.
 
 use super::merge::attn_merge;
-use super::plan::{AttnPlan, SplitPlan};
+use super::plan::{compiling_cfg, AttnPlan, SplitPlan};
 use super::split::attn_split;
 use crate::error::OpError;
 use crate::runtime::{compiled_keyed, Runner};
@@ -62,6 +62,7 @@ pub(crate) fn run_attention(
         ));
     }
     let tokens = inp.kv.shape.first().copied().unwrap_or(0);
+    let cfg = &compiling_cfg(op, cfg);
     let kernel = compiled_keyed(op, cfg.key(), || attn_split(cfg))?;
     let as_i32 = |shape: &[usize], v: &[i64]| GmTensor::from_i64(DType::I32, shape, v);
     let ws = splits * rows;

@@ -7,7 +7,7 @@ use super::split::cfg::{AttnCfg, Values};
 use crate::error::OpError;
 use crate::limits::MAX_DIM;
 use crate::registry::Launch;
-use crate::runtime::{compiled_keyed, PlanTarget};
+use crate::runtime::{compiles, PlanTarget};
 
 /// Top-k splits and chunks per split for `batch * nht` work items of up to `max_chunks` chunks:
 /// enough splits to occupy the `concurrent` blocks the target runs at once
@@ -89,11 +89,6 @@ pub(crate) struct AttnPlan {
     pub merge: Option<(MergeCfg, usize)>,
 }
 
-/// Keys of the two-Q-buffer kernels the compiler refused (the device plan then keeps one
-/// buffer): each is tried once per process.
-pub(crate) static ONE_Q_ONLY: std::sync::Mutex<std::collections::BTreeSet<String>> =
-    std::sync::Mutex::new(std::collections::BTreeSet::new());
-
 /// The plan of an attention call of `batch` rows whose fullest row counts `longest` valid
 /// tokens, with or without a `sink`, on `target` (`cfg` is the kernel shape made for the same
 /// target); `batch_invariant` as in [`split_plan`].
@@ -116,27 +111,10 @@ pub(crate) fn plan(
     if target.pipes_overlap() {
         cfg.ipb = items_per_block(split.blocks, target.concurrent_blocks() as u64);
         split.blocks /= cfg.ipb;
-        // Two Q buffers where they fit, unless the sync pass then runs out of event ids (the
-        // unrolled item loop doubles its L0-slot pairs: e.g. D 64 bf16 needs 9 MTE1 -> M ids
-        // where there are 8); the compiled kernel is cached for the launch, a refusal in
-        // `ONE_Q_ONLY` so that the shape is not compiled again on every call.
+        // Two Q buffers wherever they fit; whether that kernel compiles is the launch's
+        // question (`compiling_cfg`), so the plan stays a function of its arguments.
         if cfg.q_double_fits() {
-            let two = AttnCfg {
-                qbufs: 2,
-                ..cfg.clone()
-            };
-            let refused = || {
-                ONE_Q_ONLY
-                    .lock()
-                    .is_ok_and(|set| set.contains(&two.key().to_string()))
-            };
-            if !refused() {
-                if compiled_keyed(cfg.name, two.key(), || attn_split(&two)).is_ok() {
-                    cfg = two;
-                } else if let Ok(mut set) = ONE_Q_ONLY.lock() {
-                    set.insert(two.key().to_string());
-                }
-            }
+            cfg.qbufs = 2;
         }
     }
     let rows = batch * cfg.heads as usize;
@@ -166,7 +144,7 @@ impl AttnPlan {
     pub(crate) fn launches(&self) -> Vec<Launch> {
         let split = self.split;
         let mut launches = vec![Launch {
-            kernel: attn_split(&self.cfg),
+            kernel: attn_split(&compiling_cfg(self.cfg.name, &self.cfg)),
             block_dim: split.blocks,
             scalars: vec![
                 ("batch", self.batch as i64),
@@ -183,6 +161,22 @@ impl AttnPlan {
             });
         }
         launches
+    }
+}
+
+/// The split kernel's shape as it is launched: `cfg`, or `cfg` with one Q buffer where the
+/// plan's two ([`AttnCfg::qbufs`]) make a kernel the compiler refuses (the sync pass may run out
+/// of event ids for the unrolled item loop: e.g. D 64 bf16 needs 9 MTE1 -> M ids where there
+/// are 8). The trial is the runtime's: one compile per shape, its outcome cached, so a launch
+/// of the accepted kernel finds it compiled and a refused shape is not compiled again.
+pub(crate) fn compiling_cfg(op: &'static str, cfg: &AttnCfg) -> AttnCfg {
+    if cfg.qbufs > 1 && !compiles(op, cfg.key(), || attn_split(cfg)) {
+        AttnCfg {
+            qbufs: 1,
+            ..cfg.clone()
+        }
+    } else {
+        cfg.clone()
     }
 }
 

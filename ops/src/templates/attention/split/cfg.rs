@@ -89,8 +89,9 @@ pub(crate) struct AttnCfg {
     /// over `ipb` consecutive items, so one item's gathers overlap the previous one's last
     /// chunk, normalisation and stores instead of waiting for the next wave.
     pub ipb: u64,
-    /// Buffers of Q in L1: 1, or 2 where the device plan runs several items per block, L1 has
-    /// room and the kernel still compiles (see [`plan`]): the cube then unrolls its item loop
+    /// Buffers of Q in L1: 1, or 2 where the device plan runs several items per block and L1 has
+    /// room (the plan asks for two; the launch keeps one where that kernel does not compile,
+    /// `plan::compiling_cfg`): the cube then unrolls its item loop
     /// by two, each half with its own Q, so the next item's Q load need not wait for the
     /// previous item's last Q K^T moves.
     pub qbufs: u64,
