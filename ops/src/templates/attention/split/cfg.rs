@@ -188,6 +188,13 @@ impl AttnCfg {
                 chunk *= 2;
             }
         }
+        // On the CPU plan a sparse call's chunk is no longer than its top-k rounded up to 16:
+        // every row's indices then fit one chunk, and a wider one would only compute padding
+        // (the demo's top-k of 32 took 64-token f32 chunks, half of each matmul and softmax
+        // wasted).
+        if !double_buffer && values == Values::KeyPrefix && tokens > 0 {
+            chunk = chunk.min(round_up(tokens, 16));
+        }
         let l1 = |c: u64| {
             let kv = values.gathered_tiles() * bufs * c * dp * es;
             th * dp * es + kv + th * c * es
