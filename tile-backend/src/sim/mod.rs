@@ -15,6 +15,7 @@
 //! - Numerics: integers exact; f16/bf16 element-wise ops compute in f32 and round once (nearest
 //!   even); matmul accumulates in f32 (int32 for int8); exp and the summation order are models.
 
+mod core;
 pub mod cost;
 mod exec;
 mod fault;

@@ -9,8 +9,8 @@ mod sort;
 mod sync;
 mod vector;
 
+use super::core::CoreRt;
 use super::gm::{Overlay, WriteOnly};
-use super::interp::CoreRt;
 use super::numeric;
 use super::state::{mark_bits, BlockMem, CoreId, CrossFlags, DeferredMove};
 use super::tile::{self, Order, Run, TileLoc};
