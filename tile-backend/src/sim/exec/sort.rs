@@ -25,7 +25,9 @@ use half::f16;
 /// One (value, index) pair as it sits in UB, with its sort key.
 #[derive(Debug, Clone, Copy)]
 struct Pair {
-    bytes: [u8; 8],
+    /// The pair's 8 UB bytes as one little-endian word: the value in the low half, the index
+    /// in the high half.
+    word: u64,
     key: i32,
     /// The index bytes were written (poison travels with them).
     index_defined: bool,
@@ -33,33 +35,39 @@ struct Pair {
 
 impl Pair {
     fn new(value: [u8; 4], dtype: DType, index: [u8; 4], index_defined: bool) -> Self {
-        // The value is an f16 in the low half for f16 tiles, an f32 otherwise (only f32 and
-        // f16 reach here: `values_dtype`).
+        let word =
+            u64::from(u32::from_le_bytes(value)) | (u64::from(u32::from_le_bytes(index)) << 32);
+        Pair::of_word(word, dtype, index_defined)
+    }
+
+    /// The pair of the word `word` (value bits low, index high): the value is an f16 in the
+    /// low 16 bits for f16 tiles, an f32 otherwise (only f32 and f16 reach here:
+    /// `values_dtype`).
+    fn of_word(word: u64, dtype: DType, index_defined: bool) -> Self {
         let v = if dtype == DType::F16 {
-            f16::from_bits(u16::from_le_bytes([value[0], value[1]])).to_f32()
+            f16::from_bits(word as u16).to_f32()
         } else {
-            f32::from_le_bytes(value)
+            f32::from_bits(word as u32)
         };
-        let mut bytes = [0u8; 8];
-        bytes[..4].copy_from_slice(&value);
-        bytes[4..].copy_from_slice(&index);
         Pair {
-            bytes,
+            word,
             key: order_key(v),
             index_defined,
         }
     }
 
     fn from_bytes(b: &[u8], dtype: DType) -> Self {
-        let mut value = [0u8; 4];
-        let mut index = [0u8; 4];
-        value.copy_from_slice(&b[..4]);
-        index.copy_from_slice(&b[4..8]);
-        Pair::new(value, dtype, index, true)
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[..8]);
+        Pair::of_word(u64::from_le_bytes(w), dtype, true)
+    }
+
+    fn bytes(&self) -> [u8; 8] {
+        self.word.to_le_bytes()
     }
 
     fn index(&self) -> u32 {
-        u32::from_le_bytes([self.bytes[4], self.bytes[5], self.bytes[6], self.bytes[7]])
+        (self.word >> 32) as u32
     }
 }
 
@@ -138,19 +146,36 @@ fn write_pairs(
     pairs: &[Pair],
 ) -> Result<(), SimFault> {
     let aiv = cx.own_aiv();
-    let bytes: Vec<u8> = pairs.iter().flat_map(|p| p.bytes).collect();
+    let mut bytes = Vec::with_capacity(pairs.len() * 8);
+    for p in pairs {
+        bytes.extend_from_slice(&p.bytes());
+    }
+    let size = (1, pairs.len() * pc);
+    if pairs.iter().all(|p| p.index_defined) {
+        // Every byte written (the usual case): no mask to build.
+        return cx.write_bytes(loc, aiv, (row, 0), size, &bytes);
+    }
     // The index is the last 4 bytes of a pair: the last element (f32) or two (f16).
     let index_elems = 4 / loc.es().max(1);
-    let defined: Vec<bool> = pairs
-        .iter()
-        .flat_map(|p| (0..pc).map(move |e| e < pc - index_elems || p.index_defined))
-        .collect();
-    cx.write_bytes_masked(loc, aiv, (row, 0), (1, pairs.len() * pc), &bytes, &defined)
+    let mut defined = Vec::with_capacity(pairs.len() * pc);
+    for p in pairs {
+        defined.extend((0..pc).map(|e| e < pc - index_elems || p.index_defined));
+    }
+    cx.write_bytes_masked(loc, aiv, (row, 0), size, &bytes, &defined)
 }
 
 /// TMRGSORT's merge of sorted lists: the largest head next; equal heads by the modelled
 /// cross-list order (`ties`); within a list, its own order.
 fn merge(lists: &[&[Pair]], ties: MrgSortTies) -> Vec<Pair> {
+    match lists {
+        [a, b] => merge_two(a, b, ties),
+        _ => merge_any(lists, ties),
+    }
+}
+
+/// [`merge`] of any number of lists: at each step, the largest head, scanning the lists in
+/// order.
+fn merge_any(lists: &[&[Pair]], ties: MrgSortTies) -> Vec<Pair> {
     let total = lists.iter().map(|l| l.len()).sum();
     let mut at = vec![0usize; lists.len()];
     let mut out = Vec::with_capacity(total);
@@ -173,6 +198,28 @@ fn merge(lists: &[&[Pair]], ties: MrgSortTies) -> Vec<Pair> {
         out.push(lists[i][at[i]]);
         at[i] += 1;
     }
+    out
+}
+
+/// [`merge`] of two lists (the top-k kernels' usual form), without the general scan.
+fn merge_two(a: &[Pair], b: &[Pair], ties: MrgSortTies) -> Vec<Pair> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while let (Some(x), Some(y)) = (a.get(i), b.get(j)) {
+        let first = match ties {
+            MrgSortTies::EarlierListFirst => x.key >= y.key,
+            MrgSortTies::LaterListFirst => x.key > y.key,
+        };
+        if first {
+            out.push(*x);
+            i += 1;
+        } else {
+            out.push(*y);
+            j += 1;
+        }
+    }
+    out.extend_from_slice(&a[i..]);
+    out.extend_from_slice(&b[j..]);
     out
 }
 
@@ -209,6 +256,7 @@ fn sort32(
         copied_bytes: 0,
     };
     let (mut vb, mut ib) = (Vec::new(), Vec::new());
+    let mut pairs: Vec<Pair> = Vec::with_capacity(padded);
     for r in 0..dst_rows {
         cx.require_defined(&s, aiv, (r, 0), (1, cols), "sort32")?;
         cx.read_bytes(&s, aiv, (r, 0), (1, cols), &mut vb)?;
@@ -239,13 +287,12 @@ fn sort32(
             cx.write_bytes(t, aiv, (0, 0), (1, padded - first), &copy)?;
             work.copied_bytes += ((cols - first) * es).div_ceil(32) * 32;
         }
-        let mut pairs: Vec<Pair> = (0..padded)
-            .map(|k| {
-                let mut index = [0u8; 4];
-                index.copy_from_slice(&ib[k * 4..k * 4 + 4]);
-                Pair::new(value(k), dtype, index, idef[k])
-            })
-            .collect();
+        pairs.clear();
+        pairs.extend((0..padded).map(|k| {
+            let mut index = [0u8; 4];
+            index.copy_from_slice(&ib[k * 4..k * 4 + 4]);
+            Pair::new(value(k), dtype, index, idef[k])
+        }));
         for block in pairs.chunks_mut(BLOCK as usize) {
             // Descending by value, ties to the smaller index (stable, so equal pairs keep
             // their order).
@@ -328,4 +375,54 @@ fn mrgsort_lists(
         copied_bytes: copied,
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two sorted lists of f32 pairs from `seed`, values drawn from a few levels so ties are
+    /// common (within a list and across the two).
+    fn lists(seed: u64) -> (Vec<Pair>, Vec<Pair>) {
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut list = |n: usize, base: u32| {
+            let mut v: Vec<Pair> = (0..n)
+                .map(|k| {
+                    let value =
+                        [-1.0f32, 0.0, -0.0, 0.5, 2.0, f32::INFINITY][(next() % 6) as usize];
+                    Pair::new(
+                        value.to_le_bytes(),
+                        DType::F32,
+                        (base + k as u32).to_le_bytes(),
+                        true,
+                    )
+                })
+                .collect();
+            v.sort_by(|a, b| b.key.cmp(&a.key).then(a.index().cmp(&b.index())));
+            v
+        };
+        let (na, nb) = ((seed % 40) as usize, ((seed / 40) % 40) as usize);
+        (list(na, 0), list(nb, 1000))
+    }
+
+    #[test]
+    fn the_two_list_merge_is_the_general_merge() {
+        for seed in 0..200 {
+            let (a, b) = lists(seed);
+            for ties in [MrgSortTies::EarlierListFirst, MrgSortTies::LaterListFirst] {
+                let words = |v: Vec<Pair>| v.iter().map(|p| p.word).collect::<Vec<_>>();
+                assert_eq!(
+                    words(merge_two(&a, &b, ties)),
+                    words(merge_any(&[&a, &b], ties)),
+                    "seed {seed}, {ties:?}"
+                );
+            }
+        }
+    }
 }
