@@ -5,7 +5,9 @@
 //! - `v32_decode`: DeepSeek-V3.2's decode shape (B 4, H_idx 64, D 128, context 8192, top-k
 //!   2048, blocks of 64); `v32_decode_128k` (context 131072) prints its estimate only.
 //!
-//! Both with bf16 q and a bf16 key cache (the kernels do not take FP8 keys yet). Functions:
+//! These with bf16 q and a bf16 key cache; `v32_decode_fp8` (and `v32_decode_fp8_128k`,
+//! estimate only) as DeepSeek-V3.2 runs it: FP8 e4m3 keys with ue8m0 scales and FP8 q
+//! (`quantize_index_q`, its scales folded into the weights), e4m3 x e4m3 on the cube. Functions:
 //! `tilesim` (the two tile kernels in the simulator), `reference` (the Reference backend: candle
 //! gather, matmul, ReLU, head sum, partial selection) and `candle_matmul` (candle's matmul of the
 //! same q against pre-dequantised f32 keys of one row's context, then ReLU and the head sum: the
@@ -20,7 +22,10 @@
 use candle_core::{DType, Device, Tensor};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
-use tileops::ops::{lightning_indexer, profile, Backend, IndexKeyCache, LightningIndexerParams};
+use tileops::ops::{
+    lightning_indexer, profile, quantize_index_q, Backend, Fp8Conversion, IndexKeyCache,
+    LightningIndexerParams, ScaleFormat,
+};
 use tileops::tile_backend::sim::cost::CostReport;
 use tileops::tile_backend::sim::io::Rng;
 
@@ -42,6 +47,8 @@ struct Shape {
     ctx: usize,
     topk: usize,
     bs: usize,
+    /// FP8 keys (ue8m0 scales) and FP8 q, as V3.2; otherwise bf16 q and keys.
+    fp8: bool,
 }
 
 fn bench(c: &mut Criterion) {
@@ -55,6 +62,7 @@ fn bench(c: &mut Criterion) {
             ctx: 256,
             topk: 32,
             bs: 16,
+            fp8: false,
         },
         Shape {
             timed: true,
@@ -65,6 +73,18 @@ fn bench(c: &mut Criterion) {
             ctx: 8192,
             topk: 2048,
             bs: 64,
+            fp8: false,
+        },
+        Shape {
+            timed: true,
+            name: "v32_decode_fp8",
+            b: 4,
+            h: 64,
+            d: 128,
+            ctx: 8192,
+            topk: 2048,
+            bs: 64,
+            fp8: true,
         },
         Shape {
             timed: false,
@@ -75,6 +95,18 @@ fn bench(c: &mut Criterion) {
             ctx: 131072,
             topk: 2048,
             bs: 64,
+            fp8: false,
+        },
+        Shape {
+            timed: false,
+            name: "v32_decode_fp8_128k",
+            b: 4,
+            h: 64,
+            d: 128,
+            ctx: 131072,
+            topk: 2048,
+            bs: 64,
+            fp8: true,
         },
     ];
     let mut rng = Rng::new(36);
@@ -82,9 +114,31 @@ fn bench(c: &mut Criterion) {
         let blocks = s.ctx / s.bs;
         let nb = s.b * blocks;
         let keys = tensor(&mut rng, &[nb, s.bs, s.d], DType::BF16);
-        let cache = IndexKeyCache::from_parts(keys, None).unwrap_or_else(|e| panic!("cache: {e}"));
         let q = tensor(&mut rng, &[s.b, s.h, s.d], DType::BF16);
         let w = tensor(&mut rng, &[s.b, s.h], DType::F32);
+        let (cache, q, w) = if s.fp8 {
+            // DeepSeek's FP8 path: keys and q quantised per 128 values (ue8m0 scales), q's
+            // scales folded into the head weights.
+            let quant = |x: &Tensor, fmt| {
+                quantize_index_q(x, fmt, Fp8Conversion::default())
+                    .unwrap_or_else(|e| panic!("quantise: {e}"))
+            };
+            let (codes, scales) = quant(&keys, ScaleFormat::Ue8m0);
+            let cache = IndexKeyCache::from_parts(codes, Some(scales))
+                .unwrap_or_else(|e| panic!("cache: {e}"));
+            // q's scales as f32 values (the fold multiplies them into the weights either way).
+            let (q8, qs) = quant(&q, ScaleFormat::F32);
+            let w = qs
+                .to_dtype(DType::F32)
+                .and_then(|qs| qs.squeeze(2))
+                .and_then(|qs| w.mul(&qs))
+                .unwrap_or_else(|e| panic!("weights: {e}"));
+            (cache, q8, w)
+        } else {
+            let cache =
+                IndexKeyCache::from_parts(keys, None).unwrap_or_else(|e| panic!("cache: {e}"));
+            (cache, q, w)
+        };
         // Each row its own blocks, shuffled by a stride.
         let table: Vec<i32> = (0..nb).map(|i| ((i * 7919) % nb) as i32).collect();
         let table = Tensor::from_vec(table, (s.b, blocks), &Device::Cpu)

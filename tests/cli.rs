@@ -710,6 +710,25 @@ fn emit_lightning_indexer_passes_the_syntax_check() {
             .any(|f| f.contains("indexer_scores_bf16_h8_d128_q3")),
         "{files:?}"
     );
+    // V3.2's FP8 q and keys with ue8m0 scales: e4m3 x e4m3 on the cube, the scales read per
+    // block of 64.
+    let (files, _) = emit_and_syntax_check(
+        "lightning-indexer",
+        &[
+            "--dtype",
+            "f8e4m3",
+            "--key-dtype",
+            "f8e4m3",
+            "--ue8m0",
+            "true",
+        ],
+    );
+    assert!(
+        files
+            .iter()
+            .any(|f| f.contains("indexer_scores_f8e4m3_h64_d128_ue8m0_p64")),
+        "{files:?}"
+    );
 }
 
 #[test]

@@ -55,6 +55,9 @@ pub fn gm_input<'s>(
         CpuStorage::F32(v) => (DType::F32, cast_slice(&v[a..b])),
         CpuStorage::F16(v) => (DType::F16, cast_slice(&v[a..b])),
         CpuStorage::BF16(v) => (DType::BF16, cast_slice(&v[a..b])),
+        // FP8 key caches and their ue8m0 scales (the ops that take them check their dtypes).
+        CpuStorage::F8E4M3(v) => (DType::F8E4M3, cast_slice(&v[a..b])),
+        CpuStorage::F8E8M0(v) => (DType::U8, &v[a..b]),
         other => {
             return Err(OpError::invalid(
                 op,

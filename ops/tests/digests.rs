@@ -83,7 +83,7 @@ fn registry_shapes(op: &str) -> (Vec<&'static str>, Vec<&'static str>) {
         "quant-matmul" => (&[], &["", "--m 300", "--out-dtype f32 --m 1", "--m 1 --k 64 --n 32", "--m 40 --k 96 --n 48 --out-dtype f16 --bias true", "--m 33 --k 128 --n 16 --out-dtype f32 --relu true", "--m 70 --k 64 --n 64 --out-dtype i8"]),
         "flash-attention" => (&[], &["", "--dtype f16 --head-dim 192 --v-dim 128 --seq-q 1024 --seq-kv 1024", "--dtype f32 --heads 2 --kv-heads 1 --seq-q 40 --seq-kv 72 --head-dim 64 --v-dim 32", "--causal false"]),
         "qk-softmax" => (&[], &["--dtype f16", "--dtype f32"]),
-        "lightning-indexer" => (&[], &["", "--dtype f32 --key-dtype f32 --tokens 3 --heads 4 --head-dim 256 --topk 40 --context-len 300 --block-size 16"]),
+        "lightning-indexer" => (&[], &["", "--dtype f32 --key-dtype f32 --tokens 3 --heads 4 --head-dim 256 --topk 40 --context-len 300 --block-size 16", "--dtype f8e4m3 --key-dtype f8e4m3 --ue8m0 true", "--dtype f8e4m3 --key-dtype f8e4m3 --tokens 2 --heads 4 --topk 40 --context-len 700 --block-size 256"]),
         _ => (&[""], &[]),
     };
     (sim.to_vec(), emit_only.to_vec())

@@ -66,12 +66,26 @@
 //!
 //! # Dtypes
 //!
-//! The cube multiplies one dtype: the key cache's (f32, f16 or bf16). q is converted on the
-//! host to it when that is exact (q of the same dtype, or bf16/f16 q with f32 keys); with bf16
-//! keys, f32 or f16 q is split into three bf16 parts `hi + mid + lo` (exact) whose three
-//! products accumulate in the f32 Acc (three matmuls a K slice: the cube's arithmetic is not
-//! what bounds the kernel). f32 or bf16 q with f16 keys (f16's range cannot hold the parts) and
-//! FP8 keys are [`OpError::NoKernel`] for now.
+//! The cube multiplies one dtype: the key cache's (f32, f16, bf16 or FP8 e4m3). q is converted
+//! on the host to it when that is exact (q of the same dtype, bf16/f16 q with f32 keys, FP8 q
+//! with any plain keys); with bf16 keys, f32 or f16 q is split into three bf16 parts `hi + mid
+//! + lo` (exact) whose three products accumulate in the f32 Acc (three matmuls a K slice: the
+//! cube's arithmetic is not what bounds the kernel). f32 or bf16 q with f16 keys (f16's range
+//! cannot hold the parts) is [`OpError::NoKernel`].
+//!
+//! FP8 keys run as DeepSeek-V3.2 runs them: FP8 q (`quantize_index_q`, its scales folded into
+//! the weights by the caller) times FP8 keys, e4m3 x e4m3 into the f32 Acc, at `D = 128` (one
+//! scale per key). The keys are gathered into L1 as their bytes (int8: the gather's documented
+//! dtypes, ASCEND950.md §8) and read as e4m3 through a reinterpret. A key's scale multiplies
+//! its score after the head sum, `I = s_k * sum_h w_h ReLU(q_h . k)` (a scale is positive, so
+//! it commutes with ReLU): AIV0 reads the tile's scales through the row's block table, one DMA
+//! per block's run of the tile ([`scale_piece`]: the block size when it divides 128 and is at
+//! least 8, 128 when it is a multiple of 128; other block sizes, FP8 keys with a q that is not
+//! FP8, and `D` past 128 are `NoKernel`), each run landing at its place of a `[1, 128]` f32 row
+//! placed by hand. ue8m0 scales arrive as their codes and become `2^(c - 127)` on the vector
+//! core without a rounding step: u8 -> f16 -> i32 (TCVT), times `2^23` and at least `2^22`
+//! (TMULS, TMAXS on i32), read as f32 (the bits of `2^(c - 127)`; code 0 the subnormal
+//! `2^-127`, code 255 +inf, which turns the score NaN as the NaN the Reference reads).
 
 use super::{IndexerCall, OP};
 use crate::backend::Backend;
@@ -85,7 +99,7 @@ use candle_core::{DType as CDType, Tensor};
 use tile_backend::dsl::{Body, Gather, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
     c0, AccToVecMode, Axis, BinaryOp, CoreKind, DType, Expr, GmView, Kernel, Layout, MemSpace,
-    PadValue, TileType, UnaryOp,
+    PadValue, ParamId, RoundMode, TileId, TileType, UnaryOp,
 };
 use tile_backend::kernels::{probe_tie_order, topk_row, TopkRow, TopkTiles, CHUNK};
 use tile_backend::launch::{Arg, GmInput, GmTensor};
@@ -112,6 +126,37 @@ pub struct ScoreKernel {
     /// Parts q is split into: 1, or 3 for q wider than bf16 keys (q = hi + mid + lo, each
     /// part bf16, the three products accumulated in f32: `split_q`).
     pub q_parts: u64,
+    /// The keys' scales (FP8 keys) or none.
+    pub scales: KeyScales,
+}
+
+/// The per-key scales of FP8 keys, as the score kernel reads them (`D` = 128: one scale per key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyScales {
+    /// Plain keys (f32, f16, bf16): no scales.
+    None,
+    /// FP8 e4m3 keys with one scale per key, f32 or ue8m0 codes (`2^(c - 127)`), read in
+    /// pieces of `piece` positions, one block's run each (the block size when it divides
+    /// [`TILE_N`], else [`TILE_N`]: a tile then lies in one block).
+    Fp8 {
+        /// The scales are ue8m0 codes (u8) rather than f32.
+        ue8m0: bool,
+        /// Positions per scale load.
+        piece: u64,
+    },
+}
+
+/// The piece width of FP8 key scales for blocks of `block_size` slots (`None`: the kernel
+/// cannot place a block's run of scales in its UB row: the block size neither divides
+/// [`TILE_N`] with pieces of at least 8 scales, 32 bytes, nor is a multiple of it).
+pub fn scale_piece(block_size: u64) -> Option<u64> {
+    if block_size.is_multiple_of(TILE_N) {
+        Some(TILE_N)
+    } else if TILE_N.is_multiple_of(block_size) && block_size >= 8 {
+        Some(block_size)
+    } else {
+        None
+    }
 }
 
 impl ScoreKernel {
@@ -150,10 +195,13 @@ pub fn score_kernel(p: &ScoreKernel) -> Kernel {
     let ks = p.k_slice().unwrap_or(16);
     let nks = dp / ks;
     let parts = p.q_parts.max(1);
-    let name = if parts > 1 {
-        format!("indexer_scores_{dt}_h{h}_d{d}_q{parts}")
-    } else {
-        format!("indexer_scores_{dt}_h{h}_d{d}")
+    let name = match (parts > 1, p.scales) {
+        (true, _) => format!("indexer_scores_{dt}_h{h}_d{d}_q{parts}"),
+        (false, KeyScales::None) => format!("indexer_scores_{dt}_h{h}_d{d}"),
+        (false, KeyScales::Fp8 { ue8m0, piece }) => format!(
+            "indexer_scores_{dt}_h{h}_d{d}_{}_p{piece}",
+            if ue8m0 { "ue8m0" } else { "f32s" }
+        ),
     };
     let mut kb = KernelBuilder::new(name);
     let scalar = |kb: &mut KernelBuilder, name: &str| Expr::Param(kb.scalar(name, DType::I64));
@@ -166,7 +214,21 @@ pub fn score_kernel(p: &ScoreKernel) -> Kernel {
     let bs = scalar(&mut kb, "block_size");
     let q = kb.input("q", dt, [rows.clone() * (hp * parts) as i64, Expr::from(d)]);
     let w = kb.input("w", DType::F32, [rows.clone(), Expr::from(hp)]);
-    let cache = kb.input("cache", dt, [slots, Expr::from(d)]);
+    // FP8 keys travel as int8 bytes (the gather is a DMA: its documented dtypes hold int8,
+    // not fp8, ASCEND950.md §8) and the cube reads them as e4m3 through a reinterpret.
+    let gather_dt = if dt == DType::F8E4M3 { DType::I8 } else { dt };
+    let cache = kb.input("cache", gather_dt, [slots.clone(), Expr::from(d)]);
+    let key_scales = match p.scales {
+        KeyScales::None => None,
+        KeyScales::Fp8 { ue8m0, piece } => {
+            let sdt = if ue8m0 { DType::U8 } else { DType::F32 };
+            Some((
+                kb.input("scales", sdt, [Expr::from(1), slots.clone()]),
+                ue8m0,
+                piece,
+            ))
+        }
+    };
     let pos = kb.input("positions", DType::I32, [Expr::from(1), pos_len.clone()]);
     let bt = kb.input("block_table", DType::I32, [rows.clone(), maxb.clone()]);
     let lens = kb.input("context_lens", DType::I32, [Expr::from(1), rows.clone()]);
@@ -183,13 +245,13 @@ pub fn score_kernel(p: &ScoreKernel) -> Kernel {
     );
     let k_l1 = kb.tile(
         "k_l1",
-        ty(Mat, dt, tn, dp, NZ).dynamic().pad(PadValue::Zero),
+        ty(Mat, gather_dt, tn, dp, NZ).dynamic().pad(PadValue::Zero),
     );
     let kt_l1 = kb.reinterpret(
         "kt_l1",
         k_l1,
         Reinterpret {
-            dtype: None,
+            dtype: (gather_dt != dt).then_some(dt),
             shape: Some((dp, tn)),
             layout: Some(ZN),
         },
@@ -214,6 +276,37 @@ pub fn score_kernel(p: &ScoreKernel) -> Kernel {
     let zero = kb.tile("zero", row_ty.clone());
     let neg_inf = kb.tile("neg_inf", row_ty);
     let ch = kb.channel("s", CoreKind::Cube, 1);
+    // FP8 keys: the tile's scales, one block's run (piece) at a time into its place of the
+    // row; the pieces are placed by hand (no planned tile or reinterpret can alias a part of
+    // another), at the start of UB (the planner keeps its tiles clear of them).
+    let scale_tiles = key_scales.map(|(gm, ue8m0, piece)| {
+        let pieces = tn / piece;
+        let row = kb.tile_at("key_scale", ty(Ub, DType::F32, 1, tn, ND).dynamic(), 0);
+        let bits = kb.tile_at("key_scale_bits", ty(Ub, DType::I32, 1, tn, ND).dynamic(), 0);
+        let piece_ty = |dt| ty(Ub, dt, 1, piece, ND).dynamic();
+        let at = |j: u64| j * piece * 4;
+        let dst: Vec<TileId> = (0..pieces)
+            .map(|j| {
+                let dt = if ue8m0 { DType::I32 } else { DType::F32 };
+                kb.tile_at(format!("key_scale_{j}"), piece_ty(dt), at(j))
+            })
+            .collect();
+        // ue8m0: the codes land in `code` and widen to i32 through f16 (TCVT u8 -> f16 -> i32).
+        let codes = ue8m0.then(|| {
+            (
+                kb.tile("key_scale_code", ty(Ub, DType::U8, 1, tn, ND).dynamic()),
+                kb.tile("key_scale_half", ty(Ub, DType::F16, 1, tn, ND).dynamic()),
+            )
+        });
+        ScaleTiles {
+            gm,
+            piece,
+            row,
+            bits,
+            dst,
+            codes,
+        }
+    });
 
     // The work item's coordinates: row t, its tiles j0..j1 (empty when the split has none).
     // The work item's coordinates, from the host's list: row t, its tiles j0..j1 (never
@@ -306,6 +399,10 @@ pub fn score_kernel(p: &ScoreKernel) -> Kernel {
                         v.for_range("j", Expr::Var(j0), Expr::Var(j1), 1, |v, j| {
                             let p0 = v.let_("p0", Expr::Var(j) * tn as i64);
                             let nv = v.let_("nv", (Expr::Var(ctx) - Expr::Var(p0)).min(tn as i64));
+                            if let Some(st) = &scale_tiles {
+                                let table = Expr::Var(t) * maxb.clone();
+                                st.gather(v, table, bt, bs.clone(), Expr::Var(p0), Expr::Var(nv));
+                            }
                             v.pop(ch);
                             v.set_validshape(s_ub, hp as i64, Expr::Var(nv));
                             for tile in [poison, score, zero, neg_inf] {
@@ -316,6 +413,11 @@ pub fn score_kernel(p: &ScoreKernel) -> Kernel {
                             v.broadcast(BinaryOp::Mul, Axis::Row, s_ub, s_ub, w_col);
                             v.col_sum(score, s_ub);
                             v.release(ch);
+                            if let Some(st) = &scale_tiles {
+                                // s_k * sum_h w_h ReLU(q_h . k): the scale is positive (or
+                                // not finite: then so is the score, which becomes NaN below).
+                                v.mul(score, score, st.row);
+                            }
                             v.add(score, score, poison);
                             v.muls(zero, score, 0.0);
                             v.add(score, score, zero);
@@ -339,6 +441,64 @@ pub fn score_kernel(p: &ScoreKernel) -> Kernel {
         );
     });
     kb.build()
+}
+
+/// The UB tiles of an FP8 score kernel's key scales (`score_kernel`).
+struct ScaleTiles {
+    /// The scales in GM, `[1, slots]` f32 or u8 (ue8m0 codes).
+    gm: ParamId,
+    /// Positions per piece.
+    piece: u64,
+    /// The tile's scales, `[1, TILE_N]` f32 (valid: the tile's positions).
+    row: TileId,
+    /// The same bytes as i32 (ue8m0: the f32 bit patterns are built there).
+    bits: TileId,
+    /// Piece `j` of the row (positions `j * piece ..`), f32 or (ue8m0) i32.
+    dst: Vec<TileId>,
+    /// ue8m0: the staging tiles of a piece's codes (u8) and their f16 widening.
+    codes: Option<(TileId, TileId)>,
+}
+
+impl ScaleTiles {
+    /// Reads the scales of positions `p0 .. p0 + nv` of the row whose block table starts at
+    /// entry `table` of `bt` into `row`: piece `j` (positions `p0 + j * piece ..`, one block's
+    /// run) is one DMA from the slot its block holds. Every piece is read, so that no flag of
+    /// the piece's tiles is set on a skipped path: a piece past the tile's `nv` positions reads
+    /// the one scale of the tile's last position (a slot the row sees) into a part of the row
+    /// past its valid length. ue8m0 codes `c` become `2^(c - 127)` exactly: `max(c << 23, 1 <<
+    /// 22)` as f32 bits (`c << 23` as an i32 product; code 0 is the subnormal `2^-127`; 255 is
+    /// +inf, whose scores turn NaN as a NaN scale's do).
+    fn gather(&self, v: &mut Body<'_>, table: Expr, bt: ParamId, bs: Expr, p0: Expr, nv: Expr) {
+        let piece = self.piece as i64;
+        for (j, &dst) in self.dst.iter().enumerate() {
+            let start = j as i64 * piece;
+            let n = v.let_("sn", (nv.clone() - start).min(piece).max(1));
+            let pos = v.let_("spos", p0.clone() + (nv.clone() - 1).min(start));
+            let blk = v.read_scalar("sblk", bt, table.clone() + Expr::Var(pos) / bs.clone());
+            let slot = Expr::Var(blk) * bs.clone() + Expr::Var(pos) % bs.clone();
+            let src = GmView::nd(self.gm, slot, 1, Expr::Var(n), Expr::Var(n));
+            match self.codes {
+                None => {
+                    v.set_validshape(dst, 1, Expr::Var(n));
+                    v.load(dst, src);
+                }
+                Some((code, half)) => {
+                    for tile in [code, half, dst] {
+                        v.set_validshape(tile, 1, Expr::Var(n));
+                    }
+                    v.load(code, src);
+                    v.cast(half, code, RoundMode::Rint);
+                    v.cast(dst, half, RoundMode::Rint);
+                }
+            }
+        }
+        if self.codes.is_some() {
+            v.set_validshape(self.bits, 1, nv.clone());
+            v.muls(self.bits, self.bits, f64::from(1u32 << 23));
+            v.binary_scalar(BinaryOp::Max, self.bits, self.bits, f64::from(1u32 << 22));
+        }
+        v.set_validshape(self.row, 1, nv);
+    }
 }
 
 /// The segment top-k kernel (module docs, launch 2) for `k` pairs: entry `e` of `seg` is `(t,
@@ -601,10 +761,17 @@ pub(crate) fn plan(shape: &Checked<LightningIndexerShape>, target: PlanTarget) -
         dtype: s.key_dtype,
         heads: s.heads as u64,
         head_dim: s.head_dim as u64,
-        q_parts: if s.key_dtype == DType::BF16 && s.dtype != DType::BF16 {
+        q_parts: if s.key_dtype == DType::BF16 && matches!(s.dtype, DType::F32 | DType::F16) {
             3
         } else {
             1
+        },
+        scales: match (s.key_dtype, scale_piece(s.block_size as u64)) {
+            (DType::F8E4M3, Some(piece)) => KeyScales::Fp8 {
+                ue8m0: s.ue8m0,
+                piece,
+            },
+            _ => KeyScales::None,
         },
     };
     let rows = s.tokens.max(1) as u64;
@@ -623,11 +790,24 @@ pub(crate) fn plan(shape: &Checked<LightningIndexerShape>, target: PlanTarget) -
 /// Why the kernel backends cannot run a call of `shape` (`None`: they can).
 pub(crate) fn unsupported(shape: &LightningIndexerShape) -> Option<&'static str> {
     match (shape.key_dtype, shape.dtype) {
+        (DType::F8E4M3, DType::F8E4M3) if shape.head_dim != super::FP8_GROUP => Some(
+            "FP8 keys of more than one scale group (the score kernel takes D = 128, one scale \
+             per key, DeepSeek-V3.2's index_head_dim; use the reference backend)",
+        ),
+        (DType::F8E4M3, DType::F8E4M3) if scale_piece(shape.block_size as u64).is_none() => Some(
+            "FP8 keys in blocks whose size neither divides 128 (with at least 8 slots) nor \
+                 is a multiple of 128 (the score kernel reads a block's run of scales into its \
+                 place in a 128-position row; use such a block size or the reference backend)",
+        ),
+        (DType::F8E4M3, DType::F8E4M3) => None,
         (DType::F8E4M3, _) => Some(
-            "FP8 e4m3 keys on the cube (the score kernel multiplies f32, f16 or bf16 keys; use a \
-             plain cache or the reference backend)",
+            "FP8 keys with a q that is not FP8 (the cube multiplies e4m3 by e4m3 only): quantise \
+             q with quantize_index_q and fold its scales into the weights, as DeepSeek does, \
+             or use the reference backend",
         ),
         (k, q) if k == q => None,
+        // e4m3 values are exact in f32, f16 and bf16: q converts to the keys' dtype.
+        (_, DType::F8E4M3) => None,
         (DType::F32, DType::BF16 | DType::F16) | (DType::BF16, DType::F32 | DType::F16) => None,
         _ => Some(
             "q wider than f16 keys (the cube multiplies one dtype; f16's range cannot hold a \
@@ -647,10 +827,11 @@ pub(crate) fn run(
     backend: Backend,
     q: &Tensor,
     weights: &Tensor,
-    cache: &Tensor,
+    k_cache: &super::IndexKeyCache,
     call: &IndexerCall,
 ) -> Result<(Tensor, Option<Tensor>), OpError> {
     let s = &call.shape;
+    let cache = k_cache.data();
     if let Some(missing) = unsupported(s) {
         return Err(OpError::NoKernel {
             op: OP,
@@ -703,6 +884,33 @@ pub(crate) fn run(
     };
     let kin = bridge::gm_input(OP, "k_cache", cs, layout)?;
     let slots = kin.shape.iter().take(2).product::<usize>();
+    // FP8 keys: their scales (one a key at D = 128), `[1, slots]` f32 or ue8m0 codes.
+    let scale_storage = match plan.score.scales {
+        KeyScales::None => None,
+        KeyScales::Fp8 { .. } => {
+            let sc = k_cache
+                .scales()
+                .ok_or_else(|| OpError::invalid(OP, "k_cache", "FP8 keys need their scales"))?;
+            Some(sc.storage_and_layout())
+        }
+    };
+    let scale_input = match &scale_storage {
+        None => None,
+        Some((st, layout)) => {
+            let candle_core::Storage::Cpu(cs) = &**st else {
+                return Err(OpError::invalid(
+                    OP,
+                    "k_cache",
+                    "scales must live on the CPU",
+                ));
+            };
+            let sin = bridge::gm_input(OP, "k_cache", cs, layout)?;
+            Some(GmInput {
+                shape: vec![1, slots],
+                ..sin
+            })
+        }
+    };
     let positions: Vec<i64> = (0..len as i64).collect();
     let work = plan.work(&call.context_lens);
     let items = work.len() / 3;
@@ -725,6 +933,12 @@ pub(crate) fn run(
                 "cache",
                 Arg::Input(GmInput {
                     shape: vec![slots, d],
+                    // FP8 keys are gathered as their bytes (the kernel reads them as e4m3).
+                    dtype: if kin.dtype == DType::F8E4M3 {
+                        DType::I8
+                    } else {
+                        kin.dtype
+                    },
                     ..kin
                 }),
             ),
@@ -740,6 +954,10 @@ pub(crate) fn run(
             ("work", Arg::Tensor(gm_i32(&[1, items * 3], &work))),
             ("ws", Arg::Tensor(ws)),
         ];
+        let mut named = named;
+        if let Some(sin) = scale_input {
+            named.push(("scales", Arg::Input(sin)));
+        }
         let blocks = plan.score_blocks(items as u64) as usize;
         let mut args = runner.launch_named(&score_k, blocks, named)?;
         ws = runner.take(&score_k, &mut args, "ws")?;
@@ -781,6 +999,7 @@ pub(crate) fn run(
                     .copy_from_slice(&parts.data[e * row_bytes..(e + 1) * row_bytes]);
             }
             drop(st);
+            drop(scale_storage);
             runner.finish()?;
             return decode(
                 &pairs,
@@ -807,6 +1026,7 @@ pub(crate) fn run(
         pairs = runner.take(&merge_k, &mut args, "out")?;
     }
     drop(st);
+    drop(scale_storage);
     runner.finish()?;
     decode(
         &pairs,

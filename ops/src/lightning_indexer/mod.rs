@@ -5,11 +5,12 @@
 //! plain), written by [`index_cache_append`]; [`quantize_index_q`] and [`hadamard_rotate`] are
 //! DeepSeek's host-side preparation of q and k.
 //!
-//! Every backend runs it: [`Backend::TileSim`] and [`Backend::Ascend950`] through two tile
-//! kernels (the scores on the cube and the vector core, then the top-k from PTO-ISA's sort
-//! instructions, `kernel.rs`) for f32/f16/bf16 key caches; FP8 keys, and f32/bf16 q with f16
-//! keys, are [`OpError::NoKernel`] on those backends for now (after validation, never a
-//! fallback).
+//! Every backend runs it: [`Backend::TileSim`] and [`Backend::Ascend950`] through tile kernels
+//! (the scores on the cube and the vector core, then the top-k from PTO-ISA's sort
+//! instructions, `kernel.rs`) for f32/f16/bf16 key caches, and for FP8 keys with FP8 q at D =
+//! 128 (e4m3 x e4m3 on the cube, as DeepSeek-V3.2 scores); FP8 keys with any other q or D, and
+//! f32/bf16 q with f16 keys, are [`OpError::NoKernel`] on those backends (after validation,
+//! never a fallback).
 
 mod cache;
 mod fp8;
@@ -64,7 +65,9 @@ impl LightningIndexerParams {
 /// A score that is not finite (NaN or ±inf in a q, weight, key or scale it reads, or an f32
 /// overflow) is NaN and ranks below every finite score (docs/ops.md, "`lightning_indexer`").
 ///
-/// `q [T, H_idx, D]` f32/f16/bf16; `weights [T, H_idx]` f32 or q's dtype; `block_table [T,
+/// `q [T, H_idx, D]` f32/f16/bf16, or `F8E4M3` (DeepSeek's quantised q: the codes of
+/// [`quantize_index_q`], whose scales the caller folds into the weights); `weights [T, H_idx]`
+/// f32 or q's dtype; `block_table [T,
 /// max_blocks]` I32/I64/U32 (only the entries a visible position reaches are read and checked,
 /// so rows may be padded with -1); `context_lens [T]` I32/I64 in `0..=max_blocks *
 /// block_size` (decode: one row per sequence; prefill: one row per token with its causal
@@ -72,9 +75,10 @@ impl LightningIndexerParams {
 /// contiguous first.
 ///
 /// Backends: all three; [`Backend::TileSim`] and [`Backend::Ascend950`] run its tile kernels
-/// for f32/f16/bf16 key caches (any q with f32 or bf16 keys, f16 q with f16
-/// keys), and return [`OpError::NoKernel`] after validation for FP8 keys or f32/bf16 q with
-/// f16 keys.
+/// for f32/f16/bf16 key caches (any q with f32 or bf16 keys, f16 or FP8 q with f16 keys) and
+/// for FP8 keys with FP8 q at D = 128 in blocks whose size divides 128 (at least 8) or is a
+/// multiple of it, and return [`OpError::NoKernel`] after validation for the other FP8 calls
+/// or f32/bf16 q with f16 keys.
 ///
 /// # Errors
 /// [`OpError::Invalid`] naming the argument for any broken rule (before anything is
@@ -101,9 +105,22 @@ pub fn lightning_indexer(
             backend,
             &q.contiguous()?,
             &weights.contiguous()?,
-            k_cache.data(),
+            k_cache,
             &call,
         ),
+    }
+}
+
+/// q's dtype in the IR: f32, f16, bf16, or FP8 e4m3 (DeepSeek's quantised q).
+fn q_dtype(d: DType) -> Result<tile_backend::ir::DType, OpError> {
+    match d {
+        DType::F8E4M3 => Ok(tile_backend::ir::DType::F8E4M3),
+        DType::F32 | DType::F16 | DType::BF16 => bridge::data_dtype(OP, "q", d),
+        other => Err(OpError::invalid(
+            OP,
+            "q",
+            format!("dtype {other:?} is not supported: use f32, f16, bf16 or F8E4M3"),
+        )),
     }
 }
 
@@ -137,7 +154,8 @@ impl IndexerCall {
         context_lens: &Tensor,
         p: &LightningIndexerParams,
     ) -> Result<IndexerCall, OpError> {
-        let qd = bridge::check_data(OP, "q", q, "[T, H_idx, D]", 3)?;
+        let qd = bridge::check_shape(OP, "q", q, "[T, H_idx, D]", 3)?;
+        let q_dtype = q_dtype(q.dtype())?;
         let (tokens, heads, head_dim) = (qd[0], qd[1], qd[2]);
         let wd = bridge::check_data(OP, "weights", weights, "[T, H_idx]", 2)?;
         bridge::check_dim(OP, "weights", wd, 0, "T", tokens, "q is [T, H_idx, D]")?;
@@ -186,7 +204,7 @@ impl IndexerCall {
             }
         };
         let shape = LightningIndexerShape {
-            dtype: bridge::data_dtype(OP, "q", q.dtype())?,
+            dtype: q_dtype,
             key_dtype,
             ue8m0,
             tokens,

@@ -1,23 +1,24 @@
 //! The shape of a `lightning_indexer` call and its rules (the op's one validation path: the
 //! tensor call checks the shape it reads through [`Checked::call`](crate::registry::Checked)).
 //! Its launches are the kernel plan's ([`super::kernel::plan`] on the device); a shape the
-//! kernels do not take (FP8 keys, q wider than the keys) plans none, so `registry::launches` of
-//! it is [`OpError::NoKernel`].
+//! kernels do not take (FP8 keys with a q that is not FP8 or D past 128, q wider than f16 keys)
+//! plans none, so `registry::launches` of it is [`OpError::NoKernel`].
 
 use crate::bridge;
 use crate::error::OpError;
 use crate::limits::MAX_DIM;
-use crate::registry::{check_dims, check_dtype, check_range, check_width, CheckPath};
+use crate::registry::{check_dims, check_range, check_width, CheckPath};
 use tile_backend::ir::DType;
 
 /// The shape of a [`crate::lightning_indexer()`] call: `q [tokens, heads, head_dim]`, keys of
 /// `key_dtype` (FP8 with f32 or ue8m0 scales, or plain) in blocks of `block_size` slots, the
 /// longest row's context and the top-k width. The default is DeepSeek-V3.2's decode shape
-/// (4 rows, 64 heads of 128, top-k 2048 of 8192 positions in blocks of 64, bf16 q) with bf16
-/// keys: the kernels do not take V3.2's FP8 keys yet.
+/// (4 rows, 64 heads of 128, top-k 2048 of 8192 positions in blocks of 64) with bf16 q and
+/// keys; V3.2's own FP8 q and keys are `--dtype f8e4m3 --key-dtype f8e4m3 --ue8m0 true`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LightningIndexerShape {
-    /// q's dtype: f32, f16 or bf16.
+    /// q's dtype: f32, f16, bf16, or f8e4m3 (DeepSeek's quantised q, its scales folded into the
+    /// weights).
     pub dtype: DType,
     /// The key cache's dtype: f8e4m3 (with scales), f32, f16 or bf16.
     pub key_dtype: DType,
@@ -56,10 +57,10 @@ impl Default for LightningIndexerShape {
 crate::op_shape! {
     LightningIndexerShape = "lightning-indexer",
     "DeepSeek-V3.2's lightning indexer (tileops_ops::lightning_indexer): scores on the cube, \
-     top-k from TSORT32/TMRGSORT; f32/f16/bf16 keys";
+     top-k from TSORT32/TMRGSORT; f32/f16/bf16 keys, or FP8 keys with FP8 q (e4m3 x e4m3)";
     check(s, path) = check(s, path);
     plan(s) = device_launches(s);
-    dtype: "q dtype: f32, f16, bf16",
+    dtype: "q dtype: f32, f16, bf16, f8e4m3",
     key_dtype: "key cache dtype: f8e4m3 (with scales), f32, f16, bf16",
     ue8m0: "FP8 scales as ue8m0 powers of two: true, or f32: false",
     tokens: "query rows T",
@@ -87,7 +88,16 @@ fn device_launches(
 
 /// Every rule of the shape, naming the shape parameter.
 fn check(s: &LightningIndexerShape, path: CheckPath) -> Result<(), OpError> {
-    check_dtype(OP, s.dtype)?;
+    if !matches!(
+        s.dtype,
+        DType::F32 | DType::F16 | DType::BF16 | DType::F8E4M3
+    ) {
+        return Err(OpError::invalid(
+            OP,
+            "dtype",
+            format!("{} is not supported: use f32, f16, bf16 or f8e4m3", s.dtype),
+        ));
+    }
     match s.key_dtype {
         DType::F8E4M3 => super::fp8::check_group_width(OP, "head_dim", s.head_dim)?,
         DType::F32 | DType::F16 | DType::BF16 if s.ue8m0 => {

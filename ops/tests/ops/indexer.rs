@@ -2,10 +2,11 @@
 //! the Reference backend against an f64 brute force (scores and selection), the cache's FP8
 //! codes and scales against a host quantisation built from the `float8` crate, ties, -1
 //! padding, prefill causal rows, the non-finite policy, every bad input. Every case body runs on
-//! every backend: TileSim runs the tile kernels (f32/f16/bf16 keys, q exact in the keys'
-//! dtype) traced on the device's plan (no hazard) and untraced on the CPU's plan (same bits),
-//! Ascend950 writes their package; cases with FP8 keys or q wider than the keys expect
-//! `OpError::NoKernel` there (the kernels do not take them yet).
+//! every backend: TileSim runs the tile kernels (f32/f16/bf16 keys with q exact in the keys'
+//! dtype or split; FP8 keys with FP8 q at D = 128 on the cube's e4m3 x e4m3) traced on the
+//! device's plan (no hazard) and untraced on the CPU's plan (same bits), Ascend950 writes their
+//! package; the cases the kernels do not take (FP8 keys with a q that is not FP8, D = 256 FP8
+//! keys, blocks of 1 FP8 slot, q wider than f16 keys) expect `OpError::NoKernel` there.
 
 use crate::support::{expect_invalid, expect_package, ints, values, Rng};
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
@@ -320,11 +321,19 @@ impl Case {
     }
 
     /// Whether the tile kernels take this case (plain keys: f32 or bf16 with any q, f16 with
-    /// f16 q).
+    /// f16 or FP8 q; FP8 keys: FP8 q at D = 128 in blocks of a size that divides 128, at
+    /// least 8, or is a multiple of it).
     fn kernel_runs(&self) -> bool {
         match self.kind {
-            Keys::Dense(k) => k == self.qdt || k == DType::F32 || k == DType::BF16,
-            Keys::Fp8(_) => false,
+            Keys::Dense(k) => {
+                k == self.qdt || self.qdt == DType::F8E4M3 || k == DType::F32 || k == DType::BF16
+            }
+            Keys::Fp8(_) => {
+                self.qdt == DType::F8E4M3
+                    && self.d == 128
+                    && (self.bs.is_multiple_of(128)
+                        || (128usize.is_multiple_of(self.bs) && self.bs >= 8))
+            }
         }
     }
 
@@ -417,6 +426,9 @@ fn expect_no_kernel<T: std::fmt::Debug>(r: Result<T, OpError>) {
 for_each_backend!(
     many_shapes_match_the_brute_force,
     plain_keys_match_the_brute_force,
+    fp8_q_matches_the_brute_force,
+    fp8_keys_on_the_cube,
+    fp8_non_finite_keys_and_scales_rank_last,
     long_contexts_stream_and_merge,
     ties_go_to_the_earlier_position,
     prefill_causal_rows,
@@ -497,6 +509,140 @@ fn plain_keys_match_the_brute_force(backend: Backend) {
     });
 }
 
+/// The sweep with FP8 q (DeepSeek's quantised q) against FP8 keys (f32 and ue8m0 scales) and
+/// plain keys, the longest contexts past one score tile: the kernels run FP8 q with FP8 keys
+/// on the cube (e4m3 x e4m3) where D is 128 and the block size lets a block's run of scales
+/// land in its place (16, 64), q converted exactly to plain keys' dtype, and give `NoKernel`
+/// for the rest (D 256, blocks of 1).
+fn fp8_q_matches_the_brute_force(backend: Backend) {
+    let kinds = [
+        Keys::Fp8(ScaleFormat::Ue8m0),
+        Keys::Fp8(ScaleFormat::F32),
+        Keys::Dense(DType::BF16),
+        Keys::Dense(DType::F16),
+    ];
+    sweep_shapes(backend, 3600, 130, &|j| {
+        (DType::F8E4M3, kinds[j % kinds.len()])
+    });
+}
+
+/// FP8 q and keys on the cube at every block size class the scale reads take (8, 32: several
+/// blocks a 128-position tile; 128, 256: a tile inside one block), contexts of several tiles
+/// and top-k segments with tails, both scale formats, every row its own blocks.
+fn fp8_keys_on_the_cube(backend: Backend) {
+    let mut rng = Rng::new(2026);
+    for (i, &(t, h, bs, len)) in [
+        (2usize, 4usize, 8usize, 300i64),
+        (3, 16, 32, 700),
+        (2, 64, 128, 1100),
+        (2, 4, 256, 530),
+    ]
+    .iter()
+    .enumerate()
+    {
+        for fmt in [ScaleFormat::F32, ScaleFormat::Ue8m0] {
+            let lens: Vec<i64> = (0..t as i64).map(|r| len - 37 * r).collect();
+            let topk = [40usize, 300, 64, 7][i];
+            let kind = Keys::Fp8(fmt);
+            let case = Case::random(
+                &mut rng,
+                (t, h, 128, bs),
+                lens,
+                topk,
+                DType::F8E4M3,
+                kind,
+                false,
+            );
+            assert!(case.kernel_runs());
+            let what = format!("T {t} H {h} bs {bs} len {len} topk {topk} {kind:?}");
+            case.check(backend, &what);
+        }
+    }
+}
+
+/// FP8 q and keys: a key holding the NaN code, a NaN scale (ue8m0 255, f32 NaN) and an
+/// infinite f32 scale make their positions' scores NaN, ranked last (earlier first); the
+/// other scores are the model's.
+fn fp8_non_finite_keys_and_scales_rank_last(backend: Backend) {
+    let mut rng = Rng::new(55);
+    for fmt in [ScaleFormat::F32, ScaleFormat::Ue8m0] {
+        let case = Case::random(
+            &mut rng,
+            (2, 4, 128, 16),
+            vec![40, 40],
+            40,
+            DType::F8E4M3,
+            Keys::Fp8(fmt),
+            false,
+        );
+        let slot =
+            |r: usize, p: usize| case.table[r * case.max_blocks + p / 16] as usize * 16 + p % 16;
+        let n = case.nb * case.bs;
+        let keep = vec![true; n];
+        let good = host_fp8_cache(&case, fmt, &keep);
+        let mut codes = raw(good.data());
+        codes[slot(0, 7) * 128 + 5] = 0x7f; // the NaN code
+        let mut scales: Vec<f32> = match fmt {
+            ScaleFormat::F32 => values(good.scales().expect("scales")),
+            ScaleFormat::Ue8m0 => vec![],
+        };
+        let mut scale_codes = match fmt {
+            ScaleFormat::Ue8m0 => raw(good.scales().expect("scales")),
+            ScaleFormat::F32 => vec![],
+        };
+        let bad = [(0usize, 21usize), (1, 3)];
+        for (k, &(r, p)) in bad.iter().enumerate() {
+            match fmt {
+                ScaleFormat::F32 => {
+                    scales[slot(r, p)] = if k == 0 { f32::NAN } else { f32::INFINITY }
+                }
+                ScaleFormat::Ue8m0 => scale_codes[slot(r, p)] = 0xff,
+            }
+        }
+        let dims = [case.nb, case.bs, 128];
+        let sdims = [case.nb, case.bs, 1];
+        let data = Tensor::from_raw_buffer(&codes, DType::F8E4M3, &dims, &CPU).expect("data");
+        let sc = match fmt {
+            ScaleFormat::Ue8m0 => {
+                Tensor::from_raw_buffer(&scale_codes, DType::F8E8M0, &sdims, &CPU)
+            }
+            ScaleFormat::F32 => Tensor::from_slice(&scales, &sdims[..], &CPU),
+        }
+        .expect("scales");
+        let cache = IndexKeyCache::from_parts(data, Some(sc)).expect("cache");
+        let Some((idx, scores)) = case.try_run(&cache, backend) else {
+            continue;
+        };
+        assert_eq!(
+            &idx[38..40],
+            &[7, 21],
+            "{fmt:?} row 0: NaN last, earlier first"
+        );
+        assert_eq!(idx[79], 3, "{fmt:?} row 1: NaN last");
+        assert!(scores[38].is_nan() && scores[39].is_nan() && scores[79].is_nan());
+        assert!(scores[..38]
+            .iter()
+            .chain(&scores[40..79])
+            .all(|s| s.is_finite()));
+        let m = case.model();
+        for (r, row) in m.iter().enumerate() {
+            let nan: &[usize] = if r == 0 { &[7, 21] } else { &[3] };
+            let mut order: Vec<usize> = model_order(&row.scores)
+                .into_iter()
+                .filter(|p| !nan.contains(p))
+                .collect();
+            order.truncate(40 - nan.len());
+            for (j, &p) in order.iter().enumerate() {
+                let got = idx[r * 40 + j] as usize;
+                assert!(
+                    (row.scores[got] - row.scores[p]).abs() <= 2e-5 * (1.0 + row.mag[p]),
+                    "{fmt:?} row {r} rank {j}"
+                );
+            }
+        }
+    }
+}
+
 /// Contexts of several score tiles, work items and top-k segments (1000 and 2100 positions,
 /// one row empty), a top-k of 300 (the merges keep 300 of every chunk's 32) and one past a
 /// row's context; a row of ties across segments.
@@ -546,12 +692,17 @@ fn long_contexts_stream_and_merge(backend: Backend) {
 fn ties_go_to_the_earlier_position(backend: Backend) {
     let mut rng = Rng::new(7);
     for kind in [Keys::Fp8(ScaleFormat::Ue8m0), Keys::Dense(DType::F32)] {
+        // FP8 keys with FP8 q (the cube's e4m3 x e4m3).
+        let qdt = match kind {
+            Keys::Fp8(_) => DType::F8E4M3,
+            Keys::Dense(_) => DType::F32,
+        };
         let mut case = Case::random(
             &mut rng,
             (2, 4, 128, 16),
             vec![40, 37],
             10,
-            DType::F32,
+            qdt,
             kind,
             false,
         );
@@ -711,13 +862,18 @@ fn non_finite_scores_are_nan_and_rank_last(backend: Backend) {
 /// the NaN code and a NaN ue8m0 scale) gives the same bits as finite keys there.
 fn unread_slots_never_matter(backend: Backend) {
     let mut rng = Rng::new(3);
-    for kind in [Keys::Dense(DType::F32), Keys::Fp8(ScaleFormat::Ue8m0)] {
+    for (kind, qdt) in [
+        (Keys::Dense(DType::F32), DType::F32),
+        (Keys::Fp8(ScaleFormat::Ue8m0), DType::F32),
+        (Keys::Fp8(ScaleFormat::Ue8m0), DType::F8E4M3),
+        (Keys::Fp8(ScaleFormat::F32), DType::F8E4M3),
+    ] {
         let case = Case::random(
             &mut rng,
             (3, 4, 128, 16),
             vec![20, 33, 5],
             8,
-            DType::F32,
+            qdt,
             kind,
             false,
         );
@@ -783,13 +939,17 @@ fn host_fp8_cache(case: &Case, fmt: ScaleFormat, keep: &[bool]) -> IndexKeyCache
 /// I32, I64 and U32 block tables give the same bits.
 fn index_dtypes_agree(backend: Backend) {
     let mut rng = Rng::new(13);
-    for kind in [Keys::Fp8(ScaleFormat::F32), Keys::Dense(DType::BF16)] {
+    for (kind, qdt) in [
+        (Keys::Fp8(ScaleFormat::F32), DType::BF16),
+        (Keys::Fp8(ScaleFormat::F32), DType::F8E4M3),
+        (Keys::Dense(DType::BF16), DType::BF16),
+    ] {
         let case = Case::random(
             &mut rng,
             (3, 4, 128, 16),
             vec![30, 1, 47],
             12,
-            DType::BF16,
+            qdt,
             kind,
             false,
         );

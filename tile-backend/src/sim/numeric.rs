@@ -225,6 +225,11 @@ fn decode_f32_other(dtype: DType, bytes: &[u8], out: &mut [f32]) {
                 *o = i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32;
             }
         }
+        DType::F8E4M3 => {
+            for (o, b) in out.iter_mut().zip(bytes) {
+                *o = E4M3_VALUES[usize::from(*b)];
+            }
+        }
         _ => {
             let es = dtype.size_bytes() as usize;
             for (o, b) in out.iter_mut().zip(bytes.chunks_exact(es)) {
@@ -513,17 +518,39 @@ pub fn round_to(dtype: DType, v: f32) -> f32 {
 
 /// OCP fp8 e4m3 (no infinities; 0x7f/0xff NaN; max 448) to f32.
 pub fn fp8_e4m3_to_f32(b: u8) -> f32 {
-    let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
-    let e = ((b >> 3) & 0xf) as i32;
-    let m = (b & 7) as f32;
-    if e == 0xf && b & 7 == 7 {
-        return f32::NAN;
+    E4M3_VALUES[usize::from(b)]
+}
+
+/// Every e4m3 code's f32 value ([`e4m3_bits`] at compile time), the decode's lookup table.
+static E4M3_VALUES: [f32; 256] = {
+    let mut t = [0f32; 256];
+    let mut c = 0;
+    while c < 256 {
+        t[c] = f32::from_bits(e4m3_bits(c as u8));
+        c += 1;
     }
-    if e == 0 {
-        sign * m / 8.0 * 2f32.powi(-6)
-    } else {
-        sign * (1.0 + m / 8.0) * 2f32.powi(e - 7)
+    t
+};
+
+/// The f32 bits of e4m3 code `b`, exactly: sign, 4 exponent bits (bias 7), 3 mantissa bits;
+/// exponent 0 holds the subnormals `m * 2^-9`; `S.1111.111` is NaN (no infinities).
+const fn e4m3_bits(b: u8) -> u32 {
+    let sign = ((b as u32) >> 7) << 31;
+    let e = ((b >> 3) & 0xf) as u32;
+    let m = (b & 7) as u32;
+    if e == 0xf && m == 7 {
+        return sign | 0x7fc0_0000;
     }
+    if e != 0 {
+        // (1 + m / 8) * 2^(e - 7): f32 exponent e - 7 + 127, mantissa m in its top 3 bits.
+        return sign | ((e + 120) << 23) | (m << 20);
+    }
+    if m == 0 {
+        return sign;
+    }
+    // m * 2^-9 with m's leading bit at p (0..=2): 2^(p - 9) * (m / 2^p).
+    let p = 31 - m.leading_zeros();
+    sign | ((p + 118) << 23) | ((m << (23 - p)) & 0x7f_ffff)
 }
 
 /// OCP fp8 e5m2 (IEEE-like, max 57344) to f32.
