@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 use tileops_models::engine::pin_thread_count;
 use tileops_models::tokenizer::Tokenizer;
-use tileops_models::train::batches::{Phase, RunData, WindowKind};
+use tileops_models::train::batches::{CopyRuns, Phase, RunData, WindowKind};
 use tileops_models::train::eval::retrieval_exact;
 use tileops_models::train::model::{Mode, TrainModel};
 use tileops_models::train::optim::{AdamParams, Schedule};
@@ -66,6 +66,10 @@ struct Args {
     /// the copy pattern while text trains).
     #[arg(long, default_value_t = 0.0)]
     copy_share: f64,
+    /// How copy runs draw their tokens: `distinct` (every token of a run distinct: the copy
+    /// pattern forms) or `mixed` (the first runs' alphabets, tokens repeated within a run).
+    #[arg(long, default_value = "distinct", value_parser = parse_copy_runs)]
+    copy_runs: CopyRuns,
     /// Train the steps from `--long-from` on at this window length (0: no long phase).
     #[arg(long, default_value_t = 0)]
     long_seq_len: usize,
@@ -118,6 +122,14 @@ struct Args {
     /// the held-out names.
     #[arg(long)]
     eval_train_names: bool,
+}
+
+fn parse_copy_runs(s: &str) -> Result<CopyRuns, String> {
+    match s {
+        "distinct" => Ok(CopyRuns::Distinct),
+        "mixed" => Ok(CopyRuns::Mixed),
+        other => Err(format!("`{other}`: use distinct or mixed")),
+    }
 }
 
 fn parse_windows(s: &str) -> Result<WindowKind, String> {
@@ -352,6 +364,7 @@ fn main() -> Result<()> {
             },
             copy_steps: args.copy_steps,
             copy_share: args.copy_share,
+            copy_runs: args.copy_runs,
             phase: (args.long_seq_len > 0).then_some(Phase {
                 from_step: args.long_from,
                 seq_len: args.long_seq_len,

@@ -211,6 +211,7 @@ impl RunData {
                     n,
                     len + 1,
                     first..config.model.vocab_size as u32,
+                    config.copy_runs,
                 )?,
                 len,
             ));
@@ -234,6 +235,7 @@ impl RunData {
                 copies,
                 len + 1,
                 first..config.model.vocab_size as u32,
+                config.copy_runs,
             )?;
             let keep = seqs.len() - copies;
             seqs.truncate(keep);
@@ -243,19 +245,30 @@ impl RunData {
     }
 }
 
-/// The sequences of copy step `step`: `batch` sequences of `len` tokens, each a run of
-/// `len / 2` tokens drawn uniformly from a stretch of `ids` (seeded by `seed` and `step`) and
-/// then that run again, cut to `len`. Predicting the second half is pure copying (the
-/// induction pattern: find where the current token was seen, emit what followed it). The
-/// stretch is all of `ids` for every fourth sequence and 8, 16 or 64 ids for the others, so a
-/// token often repeats inside the run and only the tokens before it say which copy to follow
-/// (as a retrieval key's digits or "is" repeat across keys).
+/// How the runs of copy windows ([`copy_batch`]) draw their tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum CopyRuns {
+    /// Every fourth run from all the ids, the others from a stretch of 8, 16 or 64 ids, tokens
+    /// drawn with repetition (the first copy runs; the model never learnt to copy from them:
+    /// a token repeated inside a run makes its next token ambiguous to a one-token match).
+    #[default]
+    Mixed,
+    /// Every token of a run distinct, drawn from all the ids: the one-token match is exact,
+    /// and the induction pattern forms (docs/models.md).
+    Distinct,
+}
+
+/// The sequences of copy step `step`: `batch` sequences of `len` tokens, each a run of a
+/// quarter to a half of `len` tokens drawn from `ids` as `runs` says (seeded by `seed` and
+/// `step`) and then that run again, cut to `len`. Predicting the repeats is pure copying (the
+/// induction pattern: find where the current token was seen, emit what followed it).
 pub fn copy_batch(
     seed: u64,
     step: u64,
     batch: usize,
     len: usize,
     ids: std::ops::Range<u32>,
+    runs: CopyRuns,
 ) -> Result<Vec<Vec<u32>>> {
     if ids.is_empty() || len < 2 {
         return Err(TrainError::Invalid(format!(
@@ -273,9 +286,24 @@ pub fn copy_batch(
             let half = len.div_ceil(2);
             let period =
                 (half / 2 + (rng.next_u64() % (half - half / 2 + 1) as u64) as usize).max(1);
-            let run: Vec<u32> = (0..period)
-                .map(|_| base + (rng.next_u64() % span) as u32)
-                .collect();
+            let run: Vec<u32> = match runs {
+                CopyRuns::Mixed => (0..period)
+                    .map(|_| base + (rng.next_u64() % span) as u32)
+                    .collect(),
+                CopyRuns::Distinct => {
+                    // Rejection draws: a run is at most half of the window, and the windows
+                    // are far shorter than the vocabulary (a run longer than `all` is cut).
+                    let mut seen = std::collections::HashSet::new();
+                    let mut v = Vec::with_capacity(period);
+                    while v.len() < period.min(all as usize) {
+                        let x = ids.start + (rng.next_u64() % all) as u32;
+                        if seen.insert(x) {
+                            v.push(x);
+                        }
+                    }
+                    v
+                }
+            };
             run.iter().cycle().copied().take(len).collect()
         })
         .collect())

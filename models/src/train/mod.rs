@@ -21,6 +21,7 @@ pub mod optim;
 use crate::deepseek::config::Config;
 use crate::error::ModelError;
 use crate::weights::WeightError;
+use batches::CopyRuns;
 use candle_core::{DType, Device, Tensor};
 use model::{is_indexer, is_router_bias, Mode, TrainModel};
 use optim::{clip_scale, grad_norm, AdamParams, AdamW, Schedule};
@@ -185,6 +186,9 @@ pub struct TrainConfig {
     /// none).
     #[serde(default)]
     pub copy_share: f64,
+    /// How copy runs draw their tokens (logs written before the field: [`CopyRuns::Mixed`]).
+    #[serde(default)]
+    pub copy_runs: CopyRuns,
 }
 
 /// The answer tokens of chat turns weigh more in the optimised loss: every target from the

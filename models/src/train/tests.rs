@@ -164,6 +164,7 @@ fn tiny_run(dense: u64, warmup: u64, sparse: u64) -> TrainConfig {
         answer_weight: None,
         copy_steps: 0,
         copy_share: 0.0,
+        copy_runs: super::batches::CopyRuns::Mixed,
     }
 }
 
@@ -391,9 +392,25 @@ fn diagnostic_copy_task() {
         total: steps,
     };
     let mut tr = Trainer::new(cfg, 2).expect("trainer");
-    let probe = super::batches::copy_batch(99, u64::MAX, 4, len + 1, 10..1024).expect("probe");
+    let probe = super::batches::copy_batch(
+        99,
+        u64::MAX,
+        4,
+        len + 1,
+        10..1024,
+        super::batches::CopyRuns::Distinct,
+    )
+    .expect("probe");
     for step in 0..steps {
-        let seqs = super::batches::copy_batch(3, step, batch, len + 1, 10..1024).expect("batch");
+        let seqs = super::batches::copy_batch(
+            3,
+            step,
+            batch,
+            len + 1,
+            10..1024,
+            super::batches::CopyRuns::Distinct,
+        )
+        .expect("batch");
         let log = tr.step(&seqs).expect("step");
         if step % every == 0 || step + 1 == steps {
             let (hits, total) = copy_hits(&tr.model, &probe);
@@ -418,7 +435,15 @@ fn diagnostic_saved_run_answers() {
     let tr = Trainer::resume(std::path::Path::new(&dir)).expect("resume");
     let tok = crate::tokenizer::Tokenizer::train_generated().expect("tokenizer");
     for len in [64, 128, 256] {
-        let seqs = super::batches::copy_batch(5, 5, 4, len + 1, 10..1024).expect("copy");
+        let seqs = super::batches::copy_batch(
+            5,
+            5,
+            4,
+            len + 1,
+            10..1024,
+            super::batches::CopyRuns::Distinct,
+        )
+        .expect("copy");
         let (hits, total) = copy_hits(&tr.model, &seqs);
         println!("copy hits at {len} tokens: {hits}/{total}");
     }
@@ -480,7 +505,8 @@ fn the_retrieval_probe_scores_every_answer_token() {
 /// range, are a function of the seed and step, and refuse an empty range.
 #[test]
 fn copy_batches_repeat_a_run() {
-    let b = super::batches::copy_batch(7, 3, 16, 65, 5..500).expect("batch");
+    let b = super::batches::copy_batch(7, 3, 16, 65, 5..500, super::batches::CopyRuns::Mixed)
+        .expect("batch");
     assert_eq!(b.len(), 16);
     let mut periods = std::collections::BTreeSet::new();
     for s in &b {
@@ -494,10 +520,24 @@ fn copy_batches_repeat_a_run() {
     }
     assert!(periods.len() > 1, "the period varies");
     assert_ne!(b[0], b[1]);
-    let again = super::batches::copy_batch(7, 3, 16, 65, 5..500).expect("again");
+    let again = super::batches::copy_batch(7, 3, 16, 65, 5..500, super::batches::CopyRuns::Mixed)
+        .expect("again");
     assert_eq!(b, again);
-    let next = super::batches::copy_batch(7, 4, 16, 65, 5..500).expect("next step");
+    let next = super::batches::copy_batch(7, 4, 16, 65, 5..500, super::batches::CopyRuns::Mixed)
+        .expect("next step");
     assert_ne!(b, next);
-    assert!(super::batches::copy_batch(7, 3, 4, 9, 5..5).is_err());
-    assert!(super::batches::copy_batch(7, 3, 4, 1, 5..50).is_err());
+    // Distinct runs: no token twice within a run, the window still the run repeated.
+    let d = super::batches::copy_batch(7, 3, 16, 65, 5..500, super::batches::CopyRuns::Distinct)
+        .expect("distinct");
+    for w in &d {
+        let p = (16..=33)
+            .find(|&p| (p..w.len()).all(|i| w[i] == w[i - p]))
+            .expect("a period of a quarter to a half of the window");
+        let run: std::collections::HashSet<u32> = w[..p].iter().copied().collect();
+        assert_eq!(run.len(), p, "a distinct run repeats no token: {w:?}");
+    }
+    assert!(super::batches::copy_batch(7, 3, 4, 9, 5..5, super::batches::CopyRuns::Mixed).is_err());
+    assert!(
+        super::batches::copy_batch(7, 3, 4, 1, 5..50, super::batches::CopyRuns::Mixed).is_err()
+    );
 }
