@@ -81,21 +81,45 @@ pub(crate) fn compiles(
     key: impl std::fmt::Display,
     build: impl FnOnce() -> Kernel,
 ) -> bool {
-    let key = key.to_string();
-    match cache().lock().ok().and_then(|c| c.get(&key).cloned()) {
-        Some(Entry::Compiled(_)) => return true,
-        Some(Entry::Refused) => return false,
-        None => {}
+    with_key_text(key, |key| {
+        // A key whose Display failed is not a whole key: try without the cache.
+        let Some(key) = key else {
+            return compile_kernel(op, build).is_ok();
+        };
+        match cache().lock().ok().and_then(|c| c.get(key).cloned()) {
+            Some(Entry::Compiled(_)) => return true,
+            Some(Entry::Refused) => return false,
+            None => {}
+        }
+        let entry = match compile_kernel(op, build) {
+            Ok(k) => Entry::Compiled(Arc::new(k)),
+            Err(_) => Entry::Refused,
+        };
+        let ok = matches!(entry, Entry::Compiled(_));
+        if let Ok(mut c) = cache().lock() {
+            c.insert(key.to_string(), entry);
+        }
+        ok
+    })
+}
+
+/// Runs `f` on the text of `key` written into a buffer this thread reuses (`None` when the
+/// key's `Display` failed), so a cache lookup allocates no key string; the buffer is taken out
+/// of the thread's slot while in use (an `f` that looked up another key would find the slot
+/// empty, not borrowed) and put back after.
+fn with_key_text<R>(key: impl std::fmt::Display, f: impl FnOnce(Option<&str>) -> R) -> R {
+    thread_local! {
+        static KEY: RefCell<String> = const { RefCell::new(String::new()) };
     }
-    let entry = match compile_kernel(op, build) {
-        Ok(k) => Entry::Compiled(Arc::new(k)),
-        Err(_) => Entry::Refused,
+    use std::fmt::Write;
+    let mut text = KEY.with(|k| std::mem::take(&mut *k.borrow_mut()));
+    text.clear();
+    let r = match write!(text, "{key}") {
+        Ok(()) => f(Some(&text)),
+        Err(_) => f(None),
     };
-    let ok = matches!(entry, Entry::Compiled(_));
-    if let Ok(mut c) = cache().lock() {
-        c.insert(key, entry);
-    }
-    ok
+    KEY.with(|k| *k.borrow_mut() = text);
+    r
 }
 
 /// Whether the cache holds a refusal for `key` ([`compiles`] found that it does not compile).
@@ -115,21 +139,11 @@ pub fn compiled_keyed(
     key: impl std::fmt::Display,
     build: impl FnOnce() -> Kernel,
 ) -> Result<Arc<Kernel>, OpError> {
-    thread_local! {
-        static KEY: RefCell<String> = const { RefCell::new(String::new()) };
-    }
-    use std::fmt::Write;
-    // Taken out of the thread's slot while in use (a `build` that compiled another kernel
-    // would find the slot empty, not borrowed) and put back after.
-    let mut text = KEY.with(|k| std::mem::take(&mut *k.borrow_mut()));
-    text.clear();
-    let r = match write!(text, "{key}") {
-        Ok(()) => compiled(op, &text, build),
+    with_key_text(key, |key| match key {
+        Some(key) => compiled(op, key, build),
         // A key whose Display failed is not a whole key: compile without the cache.
-        Err(_) => compile_kernel(op, build).map(Arc::new),
-    };
-    KEY.with(|k| *k.borrow_mut() = text);
-    r
+        None => compile_kernel(op, build).map(Arc::new),
+    })
 }
 
 /// A kernel cache key written as a prefix and then the `Debug` text of a static shape (every
