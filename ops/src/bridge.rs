@@ -41,8 +41,9 @@ fn contiguous(
     })
 }
 
-/// A data tensor (f32/f16/bf16) of CPU storage as a read-only kernel input borrowing the
-/// storage's bytes (no copy: the simulator reads the candle buffer in place).
+/// A data tensor (f32/f16/bf16, or an FP8 e4m3 key cache and its ue8m0 scales as u8) of CPU
+/// storage as a read-only kernel input borrowing the storage's bytes (no copy: the simulator
+/// reads the candle buffer in place).
 pub fn gm_input<'s>(
     op: &'static str,
     arg: &'static str,

@@ -282,7 +282,9 @@ pub fn score_kernel(p: &ScoreKernel) -> Kernel {
     let scale_tiles = key_scales.map(|(gm, ue8m0, piece)| {
         let pieces = tn / piece;
         let row = kb.tile_at("key_scale", ty(Ub, DType::F32, 1, tn, ND).dynamic(), 0);
-        let bits = kb.tile_at("key_scale_bits", ty(Ub, DType::I32, 1, tn, ND).dynamic(), 0);
+        // ue8m0: the same bytes as i32, where the f32 bit patterns are built.
+        let bits =
+            ue8m0.then(|| kb.tile_at("key_scale_bits", ty(Ub, DType::I32, 1, tn, ND).dynamic(), 0));
         let piece_ty = |dt| ty(Ub, dt, 1, piece, ND).dynamic();
         let at = |j: u64| j * piece * 4;
         let dst: Vec<TileId> = (0..pieces)
@@ -451,8 +453,8 @@ struct ScaleTiles {
     piece: u64,
     /// The tile's scales, `[1, TILE_N]` f32 (valid: the tile's positions).
     row: TileId,
-    /// The same bytes as i32 (ue8m0: the f32 bit patterns are built there).
-    bits: TileId,
+    /// ue8m0: the same bytes as i32, where the f32 bit patterns are built.
+    bits: Option<TileId>,
     /// Piece `j` of the row (positions `j * piece ..`), f32 or (ue8m0) i32.
     dst: Vec<TileId>,
     /// ue8m0: the staging tiles of a piece's codes (u8) and their f16 widening.
@@ -492,10 +494,10 @@ impl ScaleTiles {
                 }
             }
         }
-        if self.codes.is_some() {
-            v.set_validshape(self.bits, 1, nv.clone());
-            v.muls(self.bits, self.bits, f64::from(1u32 << 23));
-            v.binary_scalar(BinaryOp::Max, self.bits, self.bits, f64::from(1u32 << 22));
+        if let Some(bits) = self.bits {
+            v.set_validshape(bits, 1, nv.clone());
+            v.muls(bits, bits, f64::from(1u32 << 23));
+            v.binary_scalar(BinaryOp::Max, bits, bits, f64::from(1u32 << 22));
         }
         v.set_validshape(self.row, 1, nv);
     }
