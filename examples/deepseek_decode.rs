@@ -12,7 +12,8 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use tileops::ops::Backend;
+use tileops::ops::{Backend, ScaleFormat};
+use tileops_models::deepseek::cache::IndexKeys;
 use tileops_models::deepseek::config::Config;
 use tileops_models::engine::{
     check_pool, check_request, estimate_950, pin_thread_count, v32_attention_call, Engine, Sampling,
@@ -81,16 +82,16 @@ const GRID_WORDS: [usize; 2] = [300, 600];
 const GRID_DEPTHS: [f64; 3] = [0.1, 0.5, 0.9];
 
 /// One row of the retrieval report: exact match and per-layer recall per grid cell, printed;
-/// returns every question's answer tokens.
+/// returns every question's answer and selections, cells merged.
 fn report_row(
     label: &str,
     engine: &mut Engine,
     tok: &Tokenizer,
     cells: &[Vec<tileops_models::eval::Case>],
-) -> Result<Vec<Vec<u32>>> {
+) -> Result<tileops_models::eval::Report> {
     let t = std::time::Instant::now();
     let mut line = format!("  {label:<34}");
-    let mut answers = Vec::new();
+    let mut all = tileops_models::eval::Report::default();
     for cases in cells {
         let r = tileops_models::eval::evaluate(engine, tok, cases)?;
         let recall: Vec<String> = (0..r.recall.len())
@@ -101,10 +102,11 @@ fn report_row(
             r.exact_percent(),
             recall.join("/")
         ));
-        answers.extend(r.answers);
+        all.answers.extend(r.answers);
+        all.selected.extend(r.selected);
     }
     println!("{line}   [{:.1} s]", t.elapsed().as_secs_f64());
-    Ok(answers)
+    Ok(all)
 }
 
 /// The retrieval report: held-out documents (names, key pairs and codes never seen in
@@ -151,6 +153,15 @@ fn retrieval_report(
         tok,
         &cells,
     )?;
+    // DeepSeek-V3.2's FP8 index cache: keys (and q) padded to 128, rotated, e4m3 + ue8m0.
+    let mut fp8 = Engine::new(cfg, weights, backend, num_blocks, BLOCK)?;
+    fp8.set_index_keys(IndexKeys::Fp8(ScaleFormat::Ue8m0))?;
+    let fp8 = report_row(
+        &format!("trained top-{k}, FP8 keys ({})", backend.name()),
+        &mut fp8,
+        tok,
+        &cells,
+    )?;
     let mut check = Engine::new(cfg, weights, other, num_blocks, BLOCK)?;
     let theirs = report_row(
         &format!("trained top-{k} ({})", other.name()),
@@ -182,13 +193,19 @@ fn retrieval_report(
         "  trained top-{k}: {} and {} give {} answers ({} questions)",
         backend.name(),
         other.name(),
-        if mine == theirs {
+        if mine.answers == theirs.answers {
             "identical"
         } else {
             "DIFFERENT"
         },
-        mine.len()
+        mine.answers.len()
     );
+    if let Some(o) = tileops_models::eval::selection_overlap(&fp8, &mine) {
+        println!(
+            "  FP8 index keys: {:.1}% of the f32 keys' selected positions kept (question rows, every layer)",
+            100.0 * o
+        );
+    }
     Ok(())
 }
 
@@ -424,25 +441,37 @@ fn main() -> Result<()> {
         println!("  {name:<30} {:>9.1} ms  {calls:>6} calls", ms(d));
     }
 
-    println!("\nsimulated Ascend 950, one decode step of sparse attention (one layer)");
+    println!("\nsimulated Ascend 950, one decode step of one layer: lightning_indexer + sparse attention");
+    let line = |e: tileops_models::engine::Estimate950| match e.indexer {
+        Some(ix) => format!(
+            "indexer {:.2} us + attention {:.2} us = {:.2} us",
+            ix * 1e6,
+            e.attention * 1e6,
+            e.total() * 1e6
+        ),
+        None => format!("attention {:.2} us", e.attention * 1e6),
+    };
     if let Some(call) = &engine.model.last_attention {
-        let s = estimate_950(call)?;
+        let e = estimate_950(call)?;
         println!(
-            "  demo shape  B={} H={} Dqk={} v_dim={} top-k {}: {:.2} us",
+            "  demo shape  B={} H={} Dqk={} v_dim={} index heads {} x {} top-k {}: {}",
             call.q.dim(0)?,
             cfg.n_heads,
             cfg.kv_lora_rank + cfg.qk_rope_head_dim,
             cfg.kv_lora_rank,
+            cfg.index_n_heads,
+            cfg.index_head_dim,
             cfg.index_topk,
-            s * 1e6
+            line(e)
         );
     }
     let real = v32_attention_call(4096, a.seed)?;
-    let s = estimate_950(&real)?;
+    let e = estimate_950(&real)?;
     println!(
-        "  V3.2 shape  B=1 H=128 Dqk=576 v_dim=512 top-k 2048 (f32): {:.2} us per layer, {:.2} ms for 61 layers",
-        s * 1e6,
-        s * 61e3
+        "  V3.2 shape  B=1 context 4096, H=128 Dqk=576 v_dim=512 (f32), index heads 64 x 128 \
+         FP8, top-k 2048: {} per layer, {:.2} ms for 61 layers",
+        line(e),
+        e.total() * 61e3
     );
     Ok(())
 }

@@ -3,6 +3,7 @@
 
 use crate::batch::{Batch, StepRows};
 use crate::deepseek::config::Config;
+use crate::deepseek::indexer::IndexerCall;
 use crate::deepseek::model::{AttentionCall, Model};
 use crate::deepseek::ops::to_vec_f32;
 use crate::error::{ModelError, Result};
@@ -10,7 +11,10 @@ use crate::kv_cache::{PagedKvCache, SeqId};
 use crate::weights::{Rng, Weights};
 use candle_core::{Device, Tensor};
 use std::time::{Duration, Instant};
-use tileops_ops::{profile, Backend, SparseAttentionParams};
+use tileops_ops::{
+    index_cache_append, profile, quantize_index_q, scales_to_f32, Backend, Fp8Conversion,
+    IndexKeyCache, LightningIndexerParams, ScaleFormat, SparseAttentionParams,
+};
 
 /// How the next token is chosen.
 #[derive(Debug, Clone)]
@@ -259,6 +263,23 @@ impl Engine {
         })
     }
 
+    /// Stores the indexer's keys as `keys` (f32, or DeepSeek-V3.2's FP8 index cache): every
+    /// layer's caches are made anew, so it is allowed only while nothing is cached.
+    ///
+    /// # Errors
+    /// [`ModelError::Invalid`] while a sequence or a retained block holds cache rows, or for
+    /// FP8 keys of a model whose `index_head_dim` is past 128.
+    pub fn set_index_keys(&mut self, keys: crate::deepseek::cache::IndexKeys) -> Result<()> {
+        if self.cache.sequences().next().is_some()
+            || self.cache.free_blocks() != self.cache.num_blocks()
+        {
+            return Err(ModelError::Invalid(
+                "the index-key format changes only while nothing is cached".into(),
+            ));
+        }
+        self.model.set_index_keys(keys)
+    }
+
     /// `n` new sequences, or none (the ones made are freed) on an error.
     fn add_sequences(&mut self, n: usize) -> Result<Vec<SeqId>> {
         let mut seqs = Vec::with_capacity(n);
@@ -490,10 +511,28 @@ impl Engine {
     }
 }
 
-/// The simulator's estimated Ascend 950 time (seconds) of one sparse-attention call: the call
-/// re-run on TileSim inside `tileops_ops::profile`, its launches' cost reports summed.
-pub fn estimate_950(call: &AttentionCall) -> Result<f64> {
-    let (r, records) = profile(|| call.run(Backend::TileSim));
+/// The simulator's estimated Ascend 950 time of one layer's decode-step attention: the
+/// `lightning_indexer` call that chose the positions (when the indexer chose them) and the
+/// sparse-attention call, in seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate950 {
+    /// The indexer's scores and top-k (`None` when the report's baselines chose).
+    pub indexer: Option<f64>,
+    /// Sparse attention over the kept positions.
+    pub attention: f64,
+}
+
+impl Estimate950 {
+    /// Indexer + attention.
+    pub fn total(&self) -> f64 {
+        self.indexer.unwrap_or(0.0) + self.attention
+    }
+}
+
+/// The summed cost reports (seconds) of the launches `f` makes on TileSim inside
+/// `tileops_ops::profile`.
+fn profiled_seconds<T>(f: impl FnOnce() -> Result<T>) -> Result<f64> {
+    let (r, records) = profile(f);
     r?;
     Ok(records
         .iter()
@@ -502,9 +541,25 @@ pub fn estimate_950(call: &AttentionCall) -> Result<f64> {
         .sum())
 }
 
-/// One decode step of sparse attention at DeepSeek-V3.2's real per-layer shape: B = 1,
-/// H = 128, Dqk = 576 (latent 512 + rope 64), v_dim = 512, top-k 2048 of `context` cached
-/// tokens (block 64), deterministic inputs from `seed`. `context` must be in
+/// The simulator's estimated Ascend 950 time of `call` and of the indexer call that chose its
+/// positions: each re-run on TileSim inside `tileops_ops::profile`, its launches' cost reports
+/// summed.
+pub fn estimate_950(call: &AttentionCall) -> Result<Estimate950> {
+    let indexer = match &call.indexer {
+        Some(c) => Some(profiled_seconds(|| c.run(Backend::TileSim))?),
+        None => None,
+    };
+    Ok(Estimate950 {
+        indexer,
+        attention: profiled_seconds(|| call.run(Backend::TileSim))?,
+    })
+}
+
+/// One decode step of one layer at DeepSeek-V3.2's real per-layer shape: B = 1. Sparse
+/// attention with H = 128, Dqk = 576 (latent 512 + rope 64), v_dim = 512, top-k 2048 of
+/// `context` cached tokens (block 64), after the lightning indexer as V3.2 runs it (64 index
+/// heads of D = 128, FP8 e4m3 keys with ue8m0 scales and FP8 q, top-k 2048 of the same
+/// context); deterministic inputs from `seed`. `context` must be in
 /// `2048..=`[`MAX_V32_CONTEXT`].
 pub fn v32_attention_call(context: usize, seed: u64) -> Result<AttentionCall> {
     let (h, d, v, topk, bs) = (128, 576, 512, 2048, 64);
@@ -522,12 +577,38 @@ pub fn v32_attention_call(context: usize, seed: u64) -> Result<AttentionCall> {
     // Every other position up to 2 * top-k, the rest of the context unread.
     let indices: Vec<i32> = (0..topk as i32).map(|i| (2 * i) % context as i32).collect();
     let table: Vec<i32> = (0..blocks as i32).rev().collect();
+    let table = Tensor::from_vec(table, (1, blocks), dev)?;
+    // The indexer: 64 heads of 128, its keys quantised into an FP8 cache on the way in.
+    let (ih, id) = (64, 128);
+    let keys = IndexKeyCache::zeros_fp8(blocks, bs, id, ScaleFormat::Ue8m0, dev)?;
+    let k = Tensor::from_vec(unit(blocks * bs * id), (blocks * bs, id), dev)?;
+    let slots = Tensor::arange(0i64, (blocks * bs) as i64, dev)?;
+    index_cache_append(
+        &keys,
+        &k,
+        &slots,
+        Fp8Conversion::default(),
+        Some(Backend::Reference),
+    )?;
+    let qi = Tensor::from_vec(unit(ih * id), (1, ih, id), dev)?;
+    let (qi, qs) = quantize_index_q(&qi, ScaleFormat::Ue8m0, Fp8Conversion::default())?;
+    let w = Tensor::from_vec(unit(ih), (1, ih), dev)?;
+    let weights = (w * scales_to_f32(&qs)?.squeeze(2)?)?;
+    let indexer = IndexerCall {
+        q: qi,
+        weights,
+        cache: keys,
+        table: table.clone(),
+        context_lens: Tensor::from_vec(vec![context as i32], 1, dev)?,
+        params: LightningIndexerParams::new(topk),
+    };
     Ok(AttentionCall {
         q,
         cache,
         indices: Tensor::from_vec(indices, (1, topk), dev)?,
-        table: Tensor::from_vec(table, (1, blocks), dev)?,
+        table,
         // (qk_nope + qk_rope)^-0.5 = 192^-0.5 times the YaRN mscale² of factor 40.
         params: SparseAttentionParams::new(v, 0.13523),
+        indexer: Some(indexer),
     })
 }

@@ -84,6 +84,9 @@ pub struct Report {
     pub context_tokens: usize,
     /// Every question's answer tokens, in order (to compare backends).
     pub answers: Vec<Vec<u32>>,
+    /// Every question's selection per layer, in order: the positions the layer read for the
+    /// question's last row (empty where it took the dense prefill).
+    pub selected: Vec<Vec<Vec<i32>>>,
 }
 
 impl Report {
@@ -96,6 +99,24 @@ impl Report {
     pub fn recall_percent(&self, l: usize) -> f64 {
         100.0 * self.recall.get(l).copied().unwrap_or(0) as f64 / self.questions.max(1) as f64
     }
+}
+
+/// The share of `reference`'s selected positions that `other` selected too, over every
+/// question and layer both selected for (same questions in the same order, e.g. the FP8 index
+/// cache against the f32 one); `None` when no selection is comparable.
+pub fn selection_overlap(other: &Report, reference: &Report) -> Option<f64> {
+    let (mut kept, mut total) = (0usize, 0usize);
+    for (a, b) in other.selected.iter().zip(&reference.selected) {
+        for (sa, sb) in a.iter().zip(b) {
+            if sa.is_empty() || sb.is_empty() {
+                continue;
+            }
+            let want: Vec<i32> = sb.iter().copied().filter(|&p| p >= 0).collect();
+            kept += want.iter().filter(|p| sa.contains(p)).count();
+            total += want.len();
+        }
+    }
+    (total > 0).then(|| kept as f64 / total as f64)
 }
 
 /// Answers every question of `cases` on `engine` (its model's selection and backend as set)
@@ -121,6 +142,7 @@ pub fn evaluate(engine: &mut Engine, tok: &Tokenizer, cases: &[Case]) -> Result<
                 .map_err(|e| ModelError::Invalid(e.to_string()))?;
             r.exact += usize::from(text.trim() == q.answer);
             r.answers.push(a.tokens[qi].clone());
+            r.selected.push(a.selected[qi].clone());
             for (l, sel) in a.selected[qi].iter().enumerate() {
                 // A layer that read every position (dense prefill) recalls trivially.
                 let hit =

@@ -179,7 +179,7 @@ fn recompute_and_a_shared_prefix_give_the_same_logits() {
             .unwrap();
             let mut out = vec![];
             for l in run.model.caches().layers() {
-                for c in [&l.latent, &l.index_keys] {
+                for c in [&l.latent, l.index_keys.data()] {
                     let flat = c.reshape(((), c.dim(2).unwrap())).unwrap();
                     let v: Vec<f32> = flat
                         .index_select(&idx, 0)

@@ -1,15 +1,23 @@
 //! The model against itself and against plain references: Reference vs TileSim decode, the
-//! absorbed MLA form vs the naive one, the indexer's top-k vs brute force.
+//! absorbed MLA form vs the naive one, the indexer's top-k vs brute force. The model's indexer
+//! runs the `lightning_indexer` op: its selection equals the candle one (scores + causal
+//! top-k) on both backends; the FP8 index cache (padded, rotated, quantised) selects nearly the
+//! same positions, agrees across backends and survives copy-on-write; the engine refuses a
+//! format change while anything is cached.
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
+use tileops_models::deepseek::cache::{CacheEngine, IndexKeys};
 use tileops_models::deepseek::config::Config;
-use tileops_models::deepseek::indexer::causal_topk;
+use tileops_models::deepseek::indexer::{causal_topk, Indexer};
 use tileops_models::deepseek::mla::{Mla, Queries};
 use tileops_models::deepseek::ops::to_vec_f32;
 use tileops_models::engine::{argmax, Engine, Sampling};
-use tileops_models::kv_cache::PagedKvCache;
+use tileops_models::kv_cache::{CopyBlock, PagedKvCache};
 use tileops_models::weights::{Rng, Weights};
-use tileops_ops::{reshape_and_cache, sparse_paged_attention, Backend, SparseAttentionParams};
+use tileops_ops::{
+    reshape_and_cache, scales_to_f32, sparse_paged_attention, Backend, IndexKeyCache, ScaleFormat,
+    SparseAttentionParams,
+};
 
 /// Logits may differ between the backends by this much (absolute): f32 everywhere, but the
 /// int8 expert matmuls quantise activations per token and the kernels sum in another order.
@@ -314,4 +322,216 @@ fn indexer_keys_are_layer_normed() {
             );
         }
     }
+}
+
+/// Row-major `[R, topk]` indices as each row's sorted set (the -1 padding dropped).
+fn sets(ix: &Tensor) -> Vec<Vec<i32>> {
+    let topk = ix.dim(1).unwrap();
+    let v: Vec<i32> = ix.flatten_all().unwrap().to_vec1().unwrap();
+    v.chunks(topk)
+        .map(|r| {
+            let mut s: Vec<i32> = r.iter().copied().filter(|&p| p >= 0).collect();
+            s.sort_unstable();
+            s
+        })
+        .collect()
+}
+
+/// A layer's indexer, `rows` query rows at `positions` of one sequence of `len` keys written
+/// through [`Indexer::append`] into a cache of `keys` format (blocks of 8, the table reversed).
+struct Case {
+    ix: Indexer,
+    q: Tensor,
+    w: Tensor,
+    keys: Tensor,
+    positions: Vec<usize>,
+    table: Tensor,
+    lens: Tensor,
+}
+
+fn case(seed: u64, len: usize) -> Case {
+    let cfg = small();
+    let w = Weights::generate(&cfg, 9).unwrap();
+    let ix = Indexer::load(&w, &cfg, 1).unwrap();
+    let mut rng = Rng(seed);
+    let positions: Vec<usize> = vec![0, 5, 15, 16, 17, 31, len / 2, len - 1];
+    let (h, d) = (ix.heads, ix.head_dim);
+    let q = rand(&mut rng, &[positions.len(), h, d]);
+    let wt = rand(&mut rng, &[positions.len(), h]);
+    let keys = rand(&mut rng, &[len, d]);
+    let blocks = len.div_ceil(8);
+    let row: Vec<i32> = (0..blocks as i32).rev().collect();
+    let table: Vec<i32> = positions.iter().flat_map(|_| row.clone()).collect();
+    let lens: Vec<i32> = positions.iter().map(|&p| p as i32 + 1).collect();
+    Case {
+        ix,
+        q,
+        w: wt,
+        keys,
+        table: Tensor::from_vec(table, (positions.len(), blocks), &Device::Cpu).unwrap(),
+        lens: Tensor::from_vec(lens, positions.len(), &Device::Cpu).unwrap(),
+        positions,
+    }
+}
+
+impl Case {
+    /// A cache of `keys` format holding the case's keys at their reversed-table slots.
+    fn cache(&self, keys: IndexKeys, backend: Backend) -> IndexKeyCache {
+        let len = self.keys.dim(0).unwrap();
+        let blocks = len.div_ceil(8);
+        let engine = CacheEngine::new(1, 8, self.ix.head_dim, blocks, 8, keys).unwrap();
+        let cache = engine.layer(0).unwrap().index_keys.clone();
+        let slots: Vec<i64> = (0..len)
+            .map(|p| ((blocks - 1 - p / 8) * 8 + p % 8) as i64)
+            .collect();
+        let slots = Tensor::from_vec(slots, len, &Device::Cpu).unwrap();
+        self.ix.append(&self.keys, &cache, &slots, backend).unwrap();
+        cache
+    }
+
+    fn select(&self, cache: &IndexKeyCache, backend: Backend) -> Tensor {
+        self.ix
+            .call(&self.q, &self.w, cache, &self.table, &self.lens)
+            .unwrap()
+            .run(backend)
+            .unwrap()
+    }
+}
+
+#[test]
+fn the_models_indexer_op_selects_what_the_candle_selection_selects() {
+    let c = case(41, 61);
+    let scores = c.ix.scores(&c.q, &c.w, &c.keys).unwrap();
+    let want = causal_topk(&scores, &c.positions, c.ix.topk).unwrap();
+    let want = sets(&Tensor::from_vec(want, (c.positions.len(), c.ix.topk), &Device::Cpu).unwrap());
+    for backend in [Backend::Reference, Backend::TileSim] {
+        let cache = c.cache(IndexKeys::F32, backend);
+        let got = sets(&c.select(&cache, backend));
+        assert_eq!(got, want, "{backend:?}");
+        // Each row keeps min(topk, its context) positions, all visible to it.
+        for (s, &p) in got.iter().zip(&c.positions) {
+            assert_eq!(s.len(), c.ix.topk.min(p + 1), "{backend:?} row at {p}");
+            assert!(s.iter().all(|&x| x as usize <= p));
+        }
+    }
+}
+
+#[test]
+fn fp8_index_keys_select_nearly_what_f32_keys_select_on_both_backends() {
+    let c = case(43, 64);
+    let f32_sets = sets(&c.select(
+        &c.cache(IndexKeys::F32, Backend::Reference),
+        Backend::Reference,
+    ));
+    let mut runs = Vec::new();
+    for fmt in [ScaleFormat::Ue8m0, ScaleFormat::F32] {
+        for backend in [Backend::Reference, Backend::TileSim] {
+            let cache = c.cache(IndexKeys::Fp8(fmt), backend);
+            assert_eq!(cache.data().dtype(), DType::F8E4M3);
+            assert_eq!(cache.dims().2, 128, "keys padded to one FP8 group");
+            let got = sets(&c.select(&cache, backend));
+            // Overlap with the f32 selection over the rows that must choose (context > topk):
+            // FP8 rounding moves only near-ties; a wrong padding, rotation or scale fold
+            // would leave about topk / context (25-50%).
+            let (mut kept, mut total) = (0, 0);
+            for ((g, f), &p) in got.iter().zip(&f32_sets).zip(&c.positions) {
+                assert_eq!(g.len(), f.len(), "{fmt:?} {backend:?} row at {p}");
+                if p + 1 > c.ix.topk {
+                    kept += g.iter().filter(|x| f.contains(x)).count();
+                    total += f.len();
+                }
+            }
+            let overlap = kept as f64 / total as f64;
+            eprintln!("{fmt:?} {backend:?}: FP8 vs f32 top-k overlap {overlap:.3}");
+            assert!(overlap >= 0.85, "{fmt:?} {backend:?}: overlap {overlap}");
+            runs.push(got);
+        }
+        let n = runs.len();
+        assert_eq!(runs[n - 2], runs[n - 1], "{fmt:?}: backends differ");
+    }
+}
+
+#[test]
+fn fp8_index_keys_and_scales_are_copied_on_write() {
+    let c = case(47, 16);
+    let engine = CacheEngine::new(
+        1,
+        8,
+        c.ix.head_dim,
+        4,
+        8,
+        IndexKeys::Fp8(ScaleFormat::Ue8m0),
+    )
+    .unwrap();
+    let cache = &engine.layer(0).unwrap().index_keys;
+    let slots = Tensor::from_vec((0..16i64).collect::<Vec<_>>(), 16, &Device::Cpu).unwrap();
+    c.ix.append(&c.keys, cache, &slots, Backend::Reference)
+        .unwrap();
+    engine
+        .copy_block(CopyBlock { src: 1, dst: 3 }, Backend::TileSim)
+        .unwrap();
+    let bytes = |t: &Tensor, b: usize| -> Vec<u8> {
+        let block = t.narrow(0, b, 1).unwrap();
+        let f = if block.dtype() == DType::F8E8M0 {
+            scales_to_f32(&block).unwrap()
+        } else {
+            block.to_dtype(DType::F32).unwrap()
+        };
+        f.flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect()
+    };
+    let scales = cache.scales().unwrap();
+    for t in [cache.data(), scales] {
+        assert_eq!(bytes(t, 3), bytes(t, 1));
+        assert_ne!(bytes(t, 3), bytes(t, 2), "block 2 was never written");
+    }
+}
+
+#[test]
+fn the_engine_runs_fp8_index_keys_and_refuses_a_change_while_anything_is_cached() {
+    let cfg = small();
+    let w = Weights::generate(&cfg, 3).unwrap();
+    let prompts: Vec<Vec<u32>> = vec![
+        (0..30).map(|i| (i * 13 + 2) % 1000).collect(),
+        (0..20).map(|i| (i * 31 + 3) % 1000).collect(),
+    ];
+    let mut tokens = Vec::new();
+    for backend in [Backend::Reference, Backend::TileSim] {
+        let mut e = Engine::new(&cfg, &w, backend, 16, 16).unwrap();
+        e.set_index_keys(IndexKeys::Fp8(ScaleFormat::Ue8m0))
+            .unwrap();
+        e.model.dense_prefill = false;
+        let g = e
+            .generate(&prompts, 6, &Sampling::Greedy, |_, _| {})
+            .unwrap();
+        tokens.push(g.tokens);
+        let kept = e.model.last_indices[0]
+            .as_ref()
+            .expect("layer 0's selection");
+        assert_eq!(kept.dim(1).unwrap(), cfg.index_topk);
+        // A sequence holds cache rows: the format may not change under it.
+        let id = e.cache.add_sequence().unwrap();
+        e.cache.append(id, 3).unwrap();
+        assert!(e.set_index_keys(IndexKeys::F32).is_err());
+    }
+    assert_eq!(
+        tokens[0], tokens[1],
+        "FP8 keys: the backends' greedy tokens differ"
+    );
+    // FP8 keys hold one scale per key: a wider index head is refused.
+    let wide = Config {
+        index_head_dim: 192,
+        ..small()
+    };
+    let ww = Weights::generate(&wide, 3).unwrap();
+    let mut e = Engine::new(&wide, &ww, Backend::Reference, 16, 16).unwrap();
+    let err = e
+        .set_index_keys(IndexKeys::Fp8(ScaleFormat::F32))
+        .unwrap_err();
+    assert!(err.to_string().contains("index_head_dim"), "{err}");
 }

@@ -72,7 +72,7 @@ pub use flash_attention::{
 pub use kv_cache::reshape_and_cache;
 pub use lightning_indexer::{
     f32_to_e4m3, hadamard_rotate, index_cache_append, lightning_indexer, quantize_index_q,
-    ue8m0_to_f32, Fp8Conversion, Fp8Saturation, IndexKeyCache, IndexKeyFormat,
+    scales_to_f32, ue8m0_to_f32, Fp8Conversion, Fp8Saturation, IndexKeyCache, IndexKeyFormat,
     LightningIndexerParams, RoundMode, ScaleFormat, FP8_E4M3_MAX, FP8_GROUP, FP8_MIN_AMAX,
 };
 pub use paged_attention::{paged_attention, PagedAttentionParams};

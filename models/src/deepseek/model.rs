@@ -2,9 +2,9 @@
 //! and head, over paged caches (one latent cache and one index-key cache per layer, owned by
 //! the [`CacheEngine`]). One forward pass reads a [`Batch`] the cache manager built.
 
-use super::cache::{CacheEngine, LayerCache};
+use super::cache::{CacheEngine, IndexKeys, LayerCache};
 use super::config::Config;
-use super::indexer::{causal_topk, Indexer};
+use super::indexer::{Indexer, IndexerCall};
 use super::mla::Mla;
 use super::moe::{Mlp, Moe};
 use super::ops::{linear, rms_norm, rope_tables, with_row_invariance, Timers};
@@ -98,6 +98,8 @@ struct StepInputs<'a> {
     slots: Tensor,
     /// Each row's block table, `[rows, table_width]`.
     table: Tensor,
+    /// Each row's visible positions (its position + 1), `[rows]` I32.
+    context_lens: Tensor,
     /// The packed row offsets when the batch takes the dense prefill path.
     dense: Option<Tensor>,
     scale: f32,
@@ -134,10 +136,12 @@ impl Layer {
         })?;
         // The indexer's keys go into their cache either way: later steps rank them. Their
         // write is the op's (on TileSim a kernel launch), timed with the latent rows'.
-        let k = t.time("indexer (candle)", || self.indexer.keys(&h, cos, sin))?;
+        let k = t.time("indexer projections (candle)", || {
+            self.indexer.keys(&h, cos, sin)
+        })?;
         t.time("reshape_and_cache", || {
-            reshape_and_cache(&k, &cache.index_keys, &step.slots, Some(backend))
-                .map_err(ModelError::from)
+            self.indexer
+                .append(&k, &cache.index_keys, &step.slots, backend)
         })?;
         let mut call = None;
         let a = match &step.dense {
@@ -156,26 +160,23 @@ impl Layer {
             None => {
                 // Each row's causal top-k of the indexer's scores (or the report's other choices).
                 let topk = step.topk;
-                let indices = t.time("indexer (candle)", || -> Result<Tensor> {
-                    if step.selection != Selection::Indexer {
-                        let (all, width) =
-                            chosen_positions(step.selection, &batch.positions, topk, step.layer);
-                        return Ok(Tensor::from_vec(all, (batch.len(), width), dev)?);
-                    }
-                    let (qi, wi) = self.indexer.queries(&q.qr, &h, cos, sin)?;
-                    let flat = cache.index_keys.reshape(((), self.indexer.head_dim))?;
-                    let mut all = Vec::with_capacity(batch.len() * topk);
-                    for s in &batch.seqs {
-                        let sl = Tensor::from_slice(&s.slots, s.slots.len(), dev)?;
-                        let keys = flat.index_select(&sl, 0)?;
-                        let qs = qi.narrow(0, s.first_row, s.rows)?;
-                        let ws = wi.narrow(0, s.first_row, s.rows)?;
-                        let scores = self.indexer.scores(&qs, &ws, &keys)?;
-                        let pos = &batch.positions[s.first_row..s.first_row + s.rows];
-                        all.extend(causal_topk(&scores, pos, topk)?);
-                    }
-                    Ok(Tensor::from_vec(all, (batch.len(), topk), dev)?)
-                })?;
+                let (indices, indexer) = if step.selection == Selection::Indexer {
+                    let c = t.time("indexer projections (candle)", || {
+                        let (qi, wi) = self.indexer.queries(&q.qr, &h, cos, sin)?;
+                        self.indexer.call(
+                            &qi,
+                            &wi,
+                            &cache.index_keys,
+                            &step.table,
+                            &step.context_lens,
+                        )
+                    })?;
+                    (t.time("lightning_indexer", || c.run(backend))?, Some(c))
+                } else {
+                    let (all, width) =
+                        chosen_positions(step.selection, &batch.positions, topk, step.layer);
+                    (Tensor::from_vec(all, (batch.len(), width), dev)?, None)
+                };
                 let qa = t.time("mla absorb (candle)", || self.mla.absorb(&q))?;
                 let mut params = SparseAttentionParams::new(step.kv_lora_rank, step.scale);
                 params.batch_invariant = step.batch_invariant;
@@ -196,6 +197,7 @@ impl Layer {
                     indices,
                     table: step.table.clone(),
                     params,
+                    indexer,
                 });
                 t.time("mla output (candle)", || self.mla.output(&o))?
             }
@@ -223,6 +225,9 @@ pub struct AttentionCall {
     pub table: Tensor,
     /// Its parameters.
     pub params: SparseAttentionParams,
+    /// The indexer call that chose `indices` (`None` when the retrieval report's baselines
+    /// chose them).
+    pub indexer: Option<IndexerCall>,
 }
 
 impl AttentionCall {
@@ -302,6 +307,7 @@ impl Model {
             cfg.index_head_dim,
             num_blocks,
             block_size,
+            IndexKeys::F32,
         )?;
         Ok(Model {
             cfg: cfg.clone(),
@@ -328,6 +334,24 @@ impl Model {
     /// The per-layer caches.
     pub fn caches(&self) -> &CacheEngine {
         &self.caches
+    }
+
+    /// Stores the indexer's keys as `keys` from now on: every layer's caches are allocated
+    /// anew (zeroed), so call it before anything is cached (the engine's
+    /// [`crate::engine::Engine::set_index_keys`] checks that).
+    ///
+    /// # Errors
+    /// [`ModelError::Invalid`] for FP8 keys when `index_head_dim` is past 128.
+    pub fn set_index_keys(&mut self, keys: IndexKeys) -> Result<()> {
+        self.caches = CacheEngine::new(
+            self.cfg.n_layers,
+            self.cfg.kv_lora_rank + self.cfg.qk_rope_head_dim,
+            self.cfg.index_head_dim,
+            self.caches.num_blocks(),
+            self.caches.block_size(),
+            keys,
+        )?;
+        Ok(())
     }
 
     /// Applies a copy-on-write of the cache manager to every cache.
@@ -393,6 +417,7 @@ impl Model {
             sin,
             slots: Tensor::from_slice(&batch.slots, n, dev)?,
             table: Tensor::from_slice(&batch.tables, (n, batch.table_width), dev)?,
+            context_lens: Tensor::from_vec(context_lens(&batch.positions)?, n, dev)?,
             dense,
             scale: self.cfg.softmax_scale(),
             topk,
@@ -420,6 +445,16 @@ impl Model {
                 .time("head (candle)", || linear(&last, &self.head))
         })
     }
+}
+
+/// Each row's visible positions, `position + 1`, as the indexer op takes them.
+fn context_lens(positions: &[usize]) -> Result<Vec<i32>> {
+    positions
+        .iter()
+        .map(|&p| {
+            i32::try_from(p + 1).map_err(|_| ModelError::Invalid(format!("position {p} past i32")))
+        })
+        .collect()
 }
 
 /// The packed row offsets `[0, rows_0, rows_0 + rows_1, ..]` of a batch whose sequences are

@@ -233,6 +233,35 @@ pub(crate) fn check_group_width(
     }
 }
 
+/// Scales as f32 values of the same shape: `F32` scales as they are, ue8m0 (`F8E8M0`) codes
+/// decoded exactly ([`ue8m0_to_f32`]; candle has no cast from `F8E8M0`). For folding
+/// [`quantize_index_q`]'s scales into the head weights whatever their format.
+///
+/// # Errors
+/// [`OpError::Invalid`] naming `scales` for another dtype or a tensor off the CPU.
+pub fn scales_to_f32(scales: &Tensor) -> Result<Tensor, OpError> {
+    const OP: &str = "scales_to_f32";
+    match scales.dtype() {
+        DType::F32 => Ok(scales.clone()),
+        DType::F8E8M0 => {
+            let s = scales.contiguous()?;
+            let (storage, layout) = s.storage_and_layout();
+            let (candle_core::Storage::Cpu(candle_core::CpuStorage::F8E8M0(v)), Some((a, b))) =
+                (&*storage, layout.contiguous_offsets())
+            else {
+                return Err(OpError::invalid(OP, "scales", "must be on the CPU"));
+            };
+            let out: Vec<f32> = v[a..b].iter().map(|&c| ue8m0_to_f32(c)).collect();
+            Ok(Tensor::from_vec(out, s.dims(), s.device())?)
+        }
+        other => Err(OpError::invalid(
+            OP,
+            "scales",
+            format!("dtype {other:?} is not a scale format: F32 or F8E8M0 (ue8m0)"),
+        )),
+    }
+}
+
 /// Scales as a candle tensor of `fmt`'s dtype and `shape`.
 pub(crate) fn scale_tensor(
     q: &Quantized,

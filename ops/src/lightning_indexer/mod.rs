@@ -25,8 +25,8 @@ use crate::registry::Checked;
 pub use cache::{index_cache_append, IndexKeyCache, IndexKeyFormat};
 use candle_core::{DType, Tensor};
 pub use fp8::{
-    f32_to_e4m3, hadamard_rotate, quantize_index_q, ue8m0_to_f32, Fp8Conversion, Fp8Saturation,
-    RoundMode, ScaleFormat, FP8_E4M3_MAX, FP8_GROUP, FP8_MIN_AMAX,
+    f32_to_e4m3, hadamard_rotate, quantize_index_q, scales_to_f32, ue8m0_to_f32, Fp8Conversion,
+    Fp8Saturation, RoundMode, ScaleFormat, FP8_E4M3_MAX, FP8_GROUP, FP8_MIN_AMAX,
 };
 pub use shape::LightningIndexerShape;
 

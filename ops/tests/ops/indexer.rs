@@ -11,7 +11,7 @@
 use crate::support::{expect_invalid, expect_package, ints, values, Rng};
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
 use float8::F8E4M3;
-use tileops_ops::{f32_to_e4m3, ue8m0_to_f32, RoundMode};
+use tileops_ops::{f32_to_e4m3, scales_to_f32, ue8m0_to_f32, RoundMode};
 use tileops_ops::{
     hadamard_rotate, index_cache_append, lightning_indexer, profile, quantize_index_q, Backend,
     Fp8Conversion, Fp8Saturation, IndexKeyCache, LightningIndexerParams, OpError, ScaleFormat,
@@ -1065,7 +1065,17 @@ fn q_quantisation_matches_the_host_model() {
         let (want_c, want_s) = host_quant(&v, fmt);
         assert_eq!(raw(&codes), want_c, "{fmt:?}");
         assert_eq!(got_s, want_s, "{fmt:?}");
+        // scales_to_f32 gives the same values in f32, shape kept, whatever the format.
+        let f = scales_to_f32(&scales).expect("decodes");
+        assert_eq!((f.dims(), f.dtype()), (&[2, 3, 2][..], DType::F32));
+        assert_eq!(values(&f), want_s, "{fmt:?}");
     }
+    expect_invalid(
+        scales_to_f32(&Tensor::zeros(4, DType::BF16, &CPU).expect("t")),
+        "scales_to_f32",
+        "scales",
+        &["BF16", "scale format"],
+    );
     expect_invalid(
         quantize_index_q(
             &Tensor::zeros((2, 100), DType::F32, &CPU).expect("q"),
