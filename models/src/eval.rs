@@ -155,3 +155,112 @@ pub fn evaluate(engine: &mut Engine, tok: &Tokenizer, cases: &[Case]) -> Result<
     }
     Ok(r)
 }
+
+/// Held-out cases with `keys` keys per document, their depths spread over `lo..=0.95` of the
+/// filler (evenly, offset per document by its seed so that the documents together cover the
+/// range): one document per seed in `seeds`, `words` words of filler, Heldout split.
+pub fn held_out_spread(
+    tok: &Tokenizer,
+    seeds: std::ops::Range<u64>,
+    words: usize,
+    keys: usize,
+    lo: f64,
+) -> Result<Vec<Case>> {
+    let keys = keys.max(1);
+    let (lo, hi) = (lo.clamp(0.0, 0.95), 0.95);
+    let mut cases = Vec::new();
+    for seed in seeds {
+        // The document's offset in [0, 1): a golden-ratio sequence of the seed.
+        let u = (seed as f64 * 0.618_033_988_749_895).fract();
+        let depths: Vec<f64> = (0..keys)
+            .map(|j| lo + (hi - lo) * (j as f64 + u) / keys as f64)
+            .collect();
+        cases.extend(held_out_cases(tok, seed..seed + 1, words, &depths)?);
+    }
+    Ok(cases)
+}
+
+/// `-log softmax(logits)[target]` in f64 (nats); +inf for a target outside the row.
+pub fn next_token_nll(logits: &[f32], target: u32) -> f64 {
+    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
+    let lse = max
+        + logits
+            .iter()
+            .map(|&v| (v as f64 - max).exp())
+            .sum::<f64>()
+            .ln();
+    logits
+        .get(target as usize)
+        .map_or(f64::INFINITY, |&t| lse - t as f64)
+}
+
+/// The next-token loss of grammar text over a range of positions.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StoryLoss {
+    /// Texts scored.
+    pub texts: usize,
+    /// Positions scored (those at or past `from`, over every text).
+    pub positions: usize,
+    /// Mean next-token loss (nats) over those positions.
+    pub loss: f64,
+}
+
+/// The mean next-token loss (nats) of grammar text (stories, dialogue) on `model` as set (its
+/// selection and backend), over the positions at or past `from` of `tokens`-token texts, one
+/// text per seed in `seeds` (`<|bos|>` then [`crate::data::grammar_text`]`(seed, ..)`, cut to
+/// `tokens`): the training split's names (the held-out names are unseen tokens, which would
+/// dominate the loss), text of seeds the caller keeps disjoint from training's. Each text is one
+/// prefill of every row (the sparse path once it passes the top-k). `model`'s pool needs
+/// `tokens.div_ceil(block_size)` blocks.
+pub fn story_loss(
+    model: &mut crate::deepseek::model::Model,
+    tok: &Tokenizer,
+    seeds: std::ops::Range<u64>,
+    tokens: usize,
+    from: usize,
+    backend: tileops_ops::Backend,
+) -> Result<StoryLoss> {
+    let tk = |e: crate::tokenizer::TokenizerError| ModelError::Invalid(e.to_string());
+    if from + 1 >= tokens {
+        return Err(ModelError::Invalid(format!(
+            "from {from} leaves no position of a {tokens}-token text to score"
+        )));
+    }
+    let bs = model.caches().block_size();
+    let (mut sum, mut n, mut texts) = (0f64, 0usize, 0usize);
+    for seed in seeds {
+        // About 1.9 tokens per word: ask for enough words, then cut.
+        let text = crate::data::grammar_text(seed, tokens * 2 / 3 + 16);
+        let mut ids = tok.encode(&format!("{BOS}{text}")).map_err(tk)?;
+        if ids.len() < tokens {
+            return Err(ModelError::Invalid(format!(
+                "seed {seed}: {} tokens of text, {tokens} needed",
+                ids.len()
+            )));
+        }
+        ids.truncate(tokens);
+        let batch = crate::batch::prompt_batch(&ids, bs)?;
+        let rows: Vec<usize> = (from..tokens - 1).collect();
+        let logits = model.forward(&batch, &rows, backend)?;
+        let logits = crate::deepseek::ops::to_vec_f32(&logits)?;
+        let vocab = logits.len() / rows.len();
+        for (i, &r) in rows.iter().enumerate() {
+            let row = &logits[i * vocab..(i + 1) * vocab];
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
+            let lse = max
+                + row
+                    .iter()
+                    .map(|&v| (v as f64 - max).exp())
+                    .sum::<f64>()
+                    .ln();
+            sum += lse - row[ids[r + 1] as usize] as f64;
+            n += 1;
+        }
+        texts += 1;
+    }
+    Ok(StoryLoss {
+        texts,
+        positions: n,
+        loss: sum / n.max(1) as f64,
+    })
+}

@@ -159,3 +159,89 @@ fn retrieval_answers_and_selections_agree_across_backends() {
     }
     assert_eq!(runs[0], runs[1]);
 }
+
+/// `eval::story_loss` on dense attention is the training forward's next-token loss over the
+/// same positions (an independent forward: autograd candle ops, dense causal attention).
+#[test]
+fn the_story_loss_is_the_training_forwards_loss() {
+    use tileops_models::deepseek::model::Selection;
+    use tileops_models::eval::story_loss;
+    use tileops_models::tokenizer::BOS;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("checkpoints/tiny");
+    let cfg = Config::from_file(&dir.join("config.json")).expect("config");
+    let w = Weights::load(&cfg, &dir.join("model.safetensors")).expect("weights");
+    let tok = Tokenizer::from_file(&dir.join("tokenizer.json")).expect("tokenizer");
+    let (tokens, from, seed) = (200usize, 130, 31_000_000u64);
+    let mut m = Model::new(&cfg, &w, tokens.div_ceil(16), 16).expect("ops model");
+    m.selection = Selection::Dense;
+    let got = story_loss(
+        &mut m,
+        &tok,
+        seed..seed + 1,
+        tokens,
+        from,
+        Backend::Reference,
+    )
+    .expect("story loss");
+    assert_eq!((got.texts, got.positions), (1, tokens - 1 - from));
+    let text = tileops_models::data::grammar_text(seed, tokens * 2 / 3 + 16);
+    let mut ids = tok.encode(&format!("{BOS}{text}")).expect("encode");
+    ids.truncate(tokens);
+    let train = TrainModel::from_weights(&cfg, &w, DType::F32).expect("train model");
+    let f = train.forward(&[ids.clone()], Mode::Dense).expect("forward");
+    let logits: Vec<f32> = f.logits.flatten_all().expect("f").to_vec1().expect("v");
+    let v = cfg.vocab_size;
+    let mut want = 0f64;
+    for r in from..tokens - 1 {
+        let row = &logits[r * v..(r + 1) * v];
+        let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
+        let lse = max
+            + row
+                .iter()
+                .map(|&x| (x as f64 - max).exp())
+                .sum::<f64>()
+                .ln();
+        want += lse - row[ids[r + 1] as usize] as f64;
+    }
+    want /= (tokens - 1 - from) as f64;
+    assert!(
+        (got.loss - want).abs() < 1e-3,
+        "story loss {} vs the training forward's {want}",
+        got.loss
+    );
+    // Too few positions is an error, not a NaN.
+    assert!(story_loss(
+        &mut m,
+        &tok,
+        seed..seed + 1,
+        tokens,
+        tokens - 1,
+        Backend::Reference
+    )
+    .is_err());
+}
+
+/// `eval::held_out_spread`: every document holds its keys in order at depths spread over
+/// the range asked for, the first past `lo` of the context.
+#[test]
+fn held_out_keys_are_spread_over_the_context() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("checkpoints/tiny");
+    let tok = Tokenizer::from_file(&dir.join("tokenizer.json")).expect("tokenizer");
+    let cases = tileops_models::eval::held_out_spread(&tok, 40..48, 300, 3, 0.2).expect("cases");
+    assert_eq!(cases.len(), 8);
+    let mut depths = Vec::new();
+    for c in &cases {
+        assert_eq!(c.questions.len(), 3);
+        let starts: Vec<usize> = c.questions.iter().map(|q| q.key_positions.start).collect();
+        assert!(starts.windows(2).all(|w| w[0] < w[1]), "{starts:?}");
+        for s in starts {
+            let d = s as f64 / c.context.len() as f64;
+            assert!(d > 0.15, "a key at depth {d}");
+            depths.push(d);
+        }
+    }
+    let (lo, hi) = depths
+        .iter()
+        .fold((1f64, 0f64), |(l, h), &d| (l.min(d), h.max(d)));
+    assert!(lo < 0.3 && hi > 0.85, "depths span {lo}..{hi}");
+}
