@@ -138,7 +138,7 @@ fn retrieval_report(
     println!(
         "\nretrieval: {} held-out questions per cell (names, key pairs and codes never seen in training), \
          one key at depth d of a context of t tokens; each cell: exact match % and the recall of the \
-         code's tokens among the positions each layer read (layer 0/1 %)",
+         code's first token among the positions each layer read for the question (layer 0/1 %)",
         docs
     );
     println!("{header}");
