@@ -203,7 +203,6 @@ pub fn next_token_nll(logits: &[f32], target: u32) -> f64 {
 ///
 /// # Errors
 /// [`ModelError::Invalid`] when 50 seeds per wanted document give too few.
-#[allow(clippy::too_many_arguments)]
 pub fn held_out_band(
     tok: &Tokenizer,
     first_seed: u64,
@@ -282,15 +281,7 @@ pub fn story_loss(
         let logits = crate::deepseek::ops::to_vec_f32(&logits)?;
         let vocab = logits.len() / rows.len();
         for (i, &r) in rows.iter().enumerate() {
-            let row = &logits[i * vocab..(i + 1) * vocab];
-            let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
-            let lse = max
-                + row
-                    .iter()
-                    .map(|&v| (v as f64 - max).exp())
-                    .sum::<f64>()
-                    .ln();
-            sum += lse - row[ids[r + 1] as usize] as f64;
+            sum += next_token_nll(&logits[i * vocab..(i + 1) * vocab], ids[r + 1]);
             n += 1;
         }
         texts += 1;

@@ -195,21 +195,20 @@ fn the_story_loss_is_the_training_forwards_loss() {
     let v = cfg.vocab_size;
     let mut want = 0f64;
     for r in from..tokens - 1 {
-        let row = &logits[r * v..(r + 1) * v];
-        let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
-        let lse = max
-            + row
-                .iter()
-                .map(|&x| (x as f64 - max).exp())
-                .sum::<f64>()
-                .ln();
-        want += lse - row[ids[r + 1] as usize] as f64;
+        want += tileops_models::eval::next_token_nll(&logits[r * v..(r + 1) * v], ids[r + 1]);
     }
     want /= (tokens - 1 - from) as f64;
     assert!(
         (got.loss - want).abs() < 1e-2,
         "story loss {} vs the training forward's {want}",
         got.loss
+    );
+    // The loss of one row by hand: softmax([0, ln 3]) = [1/4, 3/4]; a target outside is +inf.
+    let nll = tileops_models::eval::next_token_nll(&[0.0, 3f32.ln()], 1);
+    assert!((nll - (4.0f64 / 3.0).ln()).abs() < 1e-6, "{nll}");
+    assert_eq!(
+        tileops_models::eval::next_token_nll(&[0.0, 1.0], 2),
+        f64::INFINITY
     );
     // Too few positions is an error, not a NaN.
     assert!(story_loss(

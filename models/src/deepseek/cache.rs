@@ -49,7 +49,6 @@ pub struct CacheEngine {
     layers: Vec<LayerCache>,
     num_blocks: usize,
     block_size: usize,
-    index_keys: IndexKeys,
 }
 
 impl CacheEngine {
@@ -93,13 +92,7 @@ impl CacheEngine {
             layers,
             num_blocks,
             block_size,
-            index_keys,
         })
-    }
-
-    /// How the index keys are stored.
-    pub fn index_keys(&self) -> IndexKeys {
-        self.index_keys
     }
 
     /// Layer `i`'s caches.

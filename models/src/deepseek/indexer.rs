@@ -2,9 +2,9 @@
 //! weighted by a learned per-head weight, and a causal top-k of the sequence's tokens.
 //!
 //! The projections are candle code; the scores and the top-k are the `lightning_indexer` op
-//! ([`Indexer::call`], [`IndexerCall::run`]) on the model's backend, over an f32 key cache (the model as trained) or
-//! DeepSeek-V3.2's FP8 one ([`super::cache::IndexKeys::Fp8`]: keys and queries padded to 128
-//! values, Hadamard-rotated and quantised, as V3.2 does). [`Indexer::scores`] and
+//! ([`Indexer::call`], [`IndexerCall::run`]) on the model's backend, over an f32 key cache
+//! (the model as trained) or DeepSeek-V3.2's FP8 one ([`super::cache::IndexKeys::Fp8`]: keys
+//! and queries padded to 128 values, Hadamard-rotated and quantised, as V3.2 does). [`Indexer::scores`] and
 //! [`causal_topk`] are the same selection in candle code, for training and tests.
 
 use super::config::Config;
@@ -91,9 +91,7 @@ impl Indexer {
         let s = s.broadcast_mul(&w.unsqueeze(2)?)?.sum(1)?;
         Ok((s * (self.head_dim as f64).powf(-0.5))?)
     }
-}
 
-impl Indexer {
     /// `x [N, .., head_dim]` zero-padded on its last dim to `width` and Hadamard-rotated: the
     /// FP8 cache's form of keys and queries.
     fn fp8_form(&self, x: &Tensor, width: usize) -> Result<Tensor> {

@@ -135,7 +135,8 @@ impl Layer {
                 .map_err(ModelError::from)
         })?;
         // The indexer's keys go into their cache either way: later steps rank them. Their
-        // write is the op's (on TileSim a kernel launch), timed with the latent rows'.
+        // write is timed with the latent rows': `reshape_and_cache` for f32 keys (on TileSim a
+        // kernel launch), the host's quantising append for FP8 keys.
         let k = t.time("indexer projections (candle)", || {
             self.indexer.keys(&h, cos, sin)
         })?;
