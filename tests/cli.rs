@@ -674,22 +674,29 @@ fn emit_sparse_paged_attention_passes_the_syntax_check() {
 
 #[test]
 fn emit_lightning_indexer_passes_the_syntax_check() {
-    // V3.2's decode shape with bf16 keys: scores, segment top-k, merge.
-    let (files, _) = emit_and_syntax_check("lightning-indexer", &[]);
-    assert_eq!(
-        files,
-        names(&[
-            "0-indexer_scores_bf16_h64_d128/indexer_scores_bf16_h64_d128.cpp",
-            "0-indexer_scores_bf16_h64_d128/indexer_scores_bf16_h64_d128.json",
-            "0-indexer_scores_bf16_h64_d128/indexer_scores_bf16_h64_d128_launcher.cpp",
-            "1-indexer_topk_2048/indexer_topk_2048.cpp",
-            "1-indexer_topk_2048/indexer_topk_2048.json",
-            "1-indexer_topk_2048/indexer_topk_2048_launcher.cpp",
-            "2-indexer_merge_2048/indexer_merge_2048.cpp",
-            "2-indexer_merge_2048/indexer_merge_2048.json",
-            "2-indexer_merge_2048/indexer_merge_2048_launcher.cpp",
-        ])
-    );
+    // V3.2's decode shape with bf16 keys: scores, segment top-k, and the merge tree's four
+    // levels (16 segments a row), one launch each.
+    let (files, out) = emit_and_syntax_check("lightning-indexer", &[]);
+    let mut want = vec![
+        "0-indexer_scores_bf16_h64_d128/indexer_scores_bf16_h64_d128.cpp".to_string(),
+        "0-indexer_scores_bf16_h64_d128/indexer_scores_bf16_h64_d128.json".to_string(),
+        "0-indexer_scores_bf16_h64_d128/indexer_scores_bf16_h64_d128_launcher.cpp".to_string(),
+        "1-indexer_topk_2048/indexer_topk_2048.cpp".to_string(),
+        "1-indexer_topk_2048/indexer_topk_2048.json".to_string(),
+        "1-indexer_topk_2048/indexer_topk_2048_launcher.cpp".to_string(),
+    ];
+    for level in 2..6 {
+        for file in ["indexer_merge_2048.cpp", "indexer_merge_2048.json"] {
+            want.push(format!("{level}-indexer_merge_2048/{file}"));
+        }
+        want.push(format!(
+            "{level}-indexer_merge_2048/indexer_merge_2048_launcher.cpp"
+        ));
+    }
+    let want: Vec<&str> = want.iter().map(String::as_str).collect();
+    assert_eq!(files, names(&want));
+    assert!(out.contains("srcs = 64, dsts = 32, entries = 32"), "{out}");
+    assert!(out.contains("srcs = 8, dsts = 4, entries = 4"), "{out}");
     // f32 q against bf16 keys: q split in three, one more K loop of the scores kernel.
     let (files, _) = emit_and_syntax_check(
         "lightning-indexer",

@@ -39,17 +39,22 @@
 //!    score half ever bounds the kernel.
 //!
 //! 2. `indexer_topk_<k>`: each row's scores are cut into segments (runs of a multiple of 32,
-//!    as many as give every AIV of the target one, at least [`MIN_SEGMENT`] scores each: V3.2's
-//!    decode, 4 rows on 64 AIVs, 16 segments of 512); each AIV takes segments and selects the best `k` of each with
-//!    `tile_backend::kernels::topk_row` (TSORT32 per 32 scores, TMRGSORT into the best so far,
-//!    keeping at most `k`; the indices start at the segment's first position through its
-//!    lanes) into a workspace `parts [segments, 2k]`.
+//!    as many as give every AIV of the target one, at least [`MIN_SEGMENT`] scores each, and
+//!    more where a segment would be longer than [`SEGMENT_WORK`]` / k`: V3.2's decode, 4 rows
+//!    on 64 AIVs, 16 segments of 512 a row; at a context of 131072, 256 a row); each AIV takes
+//!    segments and selects the best `k` of each with `tile_backend::kernels::topk_row` (TSORT32
+//!    per 32 scores, TMRGSORT into the best so far, keeping at most `k`; the indices start at
+//!    the segment's first position through its lanes) into a workspace `parts [segments, 2k]`.
 //! 3. `indexer_merge_<k>` (only when a row has more than one segment; otherwise the host takes
-//!    each row's one segment list as its result): each AIV takes rows and merges their segments' lists in segment
-//!    order into the best `k` (TMRGSORT of two lists, the best so far, which holds the smaller
-//!    indices, where the probed tie order makes ties win), then stores the first `min(k,
-//!    context)` `(value, index)` pairs into `out [T, 2k]`; the host reads no further (-1 past
-//!    them). Exact, and independent of TMRGSORT's cross-list tie order, as `topk_row` is.
+//!    each row's one segment list as its result): a merge tree, one launch a level
+//!    (`IndexerPlan::merge_levels`). Each level pairs every row's lists in order, lists `2i`
+//!    and `2i + 1` into list `i` (one TMRGSORT of two lists keeping the best `k`; the list with
+//!    the smaller indices goes where the probed tie order makes ties win; an odd last list is
+//!    copied), every AIV taking entries, so a row's `n` lists take `ceil(log2 n)` levels spread
+//!    over the AIVs instead of `n - 1` merges on one. The last level stores each row's first
+//!    `min(k, context)` `(value, index)` pairs into `out [T, 2k]`; the host reads no further
+//!    (-1 past them). Exact, and independent of TMRGSORT's cross-list tie order, as `topk_row`
+//!    is.
 //!
 //! Host-made work lists keep every loop free of empty iterations (rows with an empty context
 //! get no item, no segment and no merge): an iteration without work would set its flags with
@@ -110,6 +115,14 @@ pub const TILE_N: u64 = 128;
 /// Fewest scores per top-k segment (but a shorter row's one): below it the merge of one more
 /// list costs more than the segment's own selection saves.
 pub const MIN_SEGMENT: u64 = 512;
+
+/// Bounds a top-k segment's length `L` by `L * k <= SEGMENT_WORK` (but at least
+/// [`MIN_SEGMENT`]): a longer row is cut into more segments than the target has AIVs (each AIV
+/// takes several). A segment's selection merges each 32 scores into its best `min(k, seen)`
+/// so far, so its cost per score grows with its length up to `k`, where the merge tree adds one
+/// pass over the pairs a level (V3.2's top-2048: segments of 512; a top-32 keeps the AIV-count
+/// segments, whose merges are cheap).
+pub const SEGMENT_WORK: u64 = 1 << 20;
 
 /// L0A / L0B capacity per operand tile (bytes): one tile each.
 const L0_BYTES: u64 = 64 * 1024;
@@ -555,26 +568,31 @@ fn each_lane(v: &mut Body<'_>, n: Expr, f: &mut dyn FnMut(&mut Body<'_>, Expr)) 
     });
 }
 
-/// The merge kernel (module docs, launch 3) for `k` pairs: row entry `i` of `rowseg` is `(t,
-/// e0, n, slen)`: row `t`'s segments are `parts[e0 .. e0 + n]`, each `slen` scores but the
-/// last; their pairs are merged in segment order into the best `k`, and the first `min(k,
-/// context_lens[t])` pairs go to `out[t]` (the host reads no further). Arguments: scalars
-/// `rows` (T), `segs`, `busy`; tensors `parts [segs, 2k]` f32, `rowseg [1, 4 busy]` i32,
-/// `context_lens [1, T]` i32, `out [T, 2k]` f32 (output).
+/// The merge kernel (module docs, launch 3): one level of the merge tree for `k` pairs. Entry
+/// `i` of `pairs` is `(d, a, na, b, nb)`: `dst[d]` gets the best `min(k, na + nb)` pairs of
+/// the lists `src[a]` (its first `na` pairs) and `src[b]` (its first `nb`), where every index
+/// of list `a` is smaller than every index of list `b` (the lists are runs of one row's
+/// segments in order), so ties go to `a` whatever TMRGSORT's cross-list tie order; `nb = 0`
+/// copies list `a` (a row's odd list out, carried to the next level). Only the first
+/// `min(k, na + nb)` pairs of `dst[d]` are written (the next level, and the host, read no
+/// further). Arguments: scalars `srcs`, `dsts`, `entries`; tensors `src [srcs, 2k]` f32, `pairs
+/// [1, 5 entries]` i32, `dst [dsts, 2k]` f32 (output).
 pub fn merge_kernel(k: u64) -> Kernel {
     let mut kb = KernelBuilder::new(format!("indexer_merge_{k}"));
-    let rows = Expr::Param(kb.scalar("rows", DType::I64));
-    let segs = Expr::Param(kb.scalar("segs", DType::I64));
-    let busy = Expr::Param(kb.scalar("busy", DType::I64));
-    let parts = kb.input("parts", DType::F32, [segs, Expr::from(2 * k)]);
-    let rowseg = kb.input("rowseg", DType::I32, [Expr::from(1), busy.clone() * 4]);
-    let lens = kb.input("context_lens", DType::I32, [Expr::from(1), rows.clone()]);
-    let out = kb.output("out", DType::F32, [rows, Expr::from(2 * k)]);
+    let srcs = Expr::Param(kb.scalar("srcs", DType::I64));
+    let dsts = Expr::Param(kb.scalar("dsts", DType::I64));
+    let entries = Expr::Param(kb.scalar("entries", DType::I64));
+    let src = kb.input("src", DType::F32, [srcs, Expr::from(2 * k)]);
+    let pairs = kb.input("pairs", DType::I32, [Expr::from(1), entries.clone() * 5]);
+    let dst = kb.output("dst", DType::F32, [dsts, Expr::from(2 * k)]);
     let probe = TopkTiles::declare(&mut kb, "probe_", CHUNK);
     let k32 = k.div_ceil(CHUNK) * CHUNK;
     let list = TileType::new(MemSpace::Vec, DType::F32, 1, 2 * k32, Layout::ND).dynamic();
-    let blk = kb.tile("blk", list.clone());
-    let best = [kb.tile("best_a", list.clone()), kb.tile("best_b", list)];
+    let (la, lb, lo) = (
+        kb.tile("list_a", list.clone()),
+        kb.tile("list_b", list.clone()),
+        kb.tile("merged", list),
+    );
     let tmp = kb.tile(
         "merge_tmp",
         TileType::new(MemSpace::Vec, DType::F32, 1, 4 * k32, Layout::ND),
@@ -582,60 +600,54 @@ pub fn merge_kernel(k: u64) -> Kernel {
     let k = k as i64;
     kb.vector(|v| {
         let later_first = probe_tie_order(v, &probe);
-        each_lane(v, busy, &mut |v, i| {
-            let at = i * 4;
-            let t = Expr::Var(v.read_scalar("t", rowseg, at.clone()));
-            let e0 = Expr::Var(v.read_scalar("e0", rowseg, at.clone() + 1));
-            let n = Expr::Var(v.read_scalar("n", rowseg, at.clone() + 2));
-            let slen = Expr::Var(v.read_scalar("slen", rowseg, at + 3));
-            let ctx = Expr::Var(v.read_scalar("ctx", lens, t.clone()));
-            // Segment j holds min(slen, ctx - j slen) scores, min(k, that) pairs.
-            let pairs_of = |j: Expr| (ctx.clone() - j * slen.clone()).min(slen.clone()).min(k);
-            // Segment 0 through `blk` and a copy (V) into the best so far: every row then has
-            // vector work between its loads, so no flag of a one-segment row is set twice.
-            let m0 = pairs_of(Expr::from(0));
-            v.set_validshape(blk, 1, m0.clone() * 2);
-            v.load(
-                blk,
-                GmView::nd(parts, e0.clone() * (2 * k), 1, m0.clone() * 2, 2 * k),
+        each_lane(v, entries, &mut |v, i| {
+            let at = i * 5;
+            let d = Expr::Var(v.read_scalar("d", pairs, at.clone()));
+            let a = Expr::Var(v.read_scalar("a", pairs, at.clone() + 1));
+            let na = Expr::Var(v.read_scalar("na", pairs, at.clone() + 2));
+            let b = Expr::Var(v.read_scalar("b", pairs, at.clone() + 3));
+            let nb = Expr::Var(v.read_scalar("nb", pairs, at + 4));
+            let nd = (na.clone() + nb.clone()).min(k);
+            v.set_validshape(la, 1, na.clone() * 2);
+            v.load(la, GmView::nd(src, a * (2 * k), 1, na.clone() * 2, 2 * k));
+            v.if_else(
+                nb.clone().eq_(0),
+                // A copy through the vector core: every entry has vector work between its
+                // load and its store (a load then a store would set a flag twice).
+                |v| {
+                    v.set_validshape(lo, 1, na.clone() * 2);
+                    v.mov(lo, la);
+                },
+                |v| {
+                    v.set_validshape(lb, 1, nb.clone() * 2);
+                    v.load(lb, GmView::nd(src, b * (2 * k), 1, nb.clone() * 2, 2 * k));
+                    v.set_validshape(lo, 1, nd.clone() * 2);
+                    // List `a` holds the smaller indices: it goes where ties win.
+                    v.if_else(
+                        Expr::from(later_first).eq_(0),
+                        |v| v.mrgsort_lists(lo, tmp, [la.into(), lb.into()]),
+                        |v| v.mrgsort_lists(lo, tmp, [lb.into(), la.into()]),
+                    );
+                },
             );
-            v.set_validshape(best[0], 1, m0 * 2);
-            v.mov(best[0], blk);
-            v.for_range("j", 1, n.clone(), 1, |v, j| {
-                let j = Expr::Var(j);
-                let mj = pairs_of(j.clone());
-                let have = (j.clone() * slen.clone()).min(k);
-                let keep = (j.clone() * slen.clone() + mj.clone()).min(k);
-                v.set_validshape(blk, 1, mj.clone() * 2);
-                let row = (e0.clone() + j.clone()) * (2 * k);
-                v.load(blk, GmView::nd(parts, row, 1, mj.clone() * 2, 2 * k));
-                let parity = j % 2;
-                for (cur, prev, p) in [(best[1], best[0], 1), (best[0], best[1], 0)] {
-                    v.if_(parity.clone().eq_(p), |v| {
-                        v.set_validshape(prev, 1, have.clone() * 2);
-                        v.set_validshape(cur, 1, keep.clone() * 2);
-                        // The best so far holds the earlier segments' (smaller) indices: it
-                        // goes where ties win.
-                        v.if_else(
-                            Expr::from(later_first).eq_(0),
-                            |v| v.mrgsort_lists(cur, tmp, [prev.into(), blk.into()]),
-                            |v| v.mrgsort_lists(cur, tmp, [blk.into(), prev.into()]),
-                        );
-                    });
-                }
-            });
-            let m = ctx.min(k);
-            let last = (n - 1) % 2;
-            for (p, b) in best.iter().enumerate() {
-                v.if_(last.clone().eq_(p as i64), |v| {
-                    v.set_validshape(*b, 1, m.clone() * 2);
-                    let dst = GmView::nd(out, t.clone() * (2 * k), 1, m.clone() * 2, 2 * k);
-                    v.store(dst, *b);
-                });
-            }
+            v.set_validshape(lo, 1, nd.clone() * 2);
+            v.store(GmView::nd(dst, d * (2 * k), 1, nd * 2, 2 * k), lo);
         });
     });
     kb.build()
+}
+
+/// One launch of the merge tree ([`merge_kernel`]): its entries `(d, a, na, b, nb)` and the
+/// lists it reads (`srcs`) and writes (`dsts`; the last level writes the result `[T, 2k]`, `d`
+/// a row, where the others write a workspace for the next level).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct MergeLevel {
+    /// `(d, a, na, b, nb)` per entry.
+    pub entries: Vec<i64>,
+    /// Lists of the source (the segment lists, or the level before's).
+    pub srcs: usize,
+    /// Lists of the destination.
+    pub dsts: usize,
 }
 
 /// The top-k's host-made work lists ([`IndexerPlan::segments`]).
@@ -698,7 +710,10 @@ impl IndexerPlan {
                 continue;
             }
             let len = len as u64;
-            let n = want.min(len.div_ceil(MIN_SEGMENT));
+            let longest = (SEGMENT_WORK / self.k.max(1) / CHUNK * CHUNK).max(MIN_SEGMENT);
+            let n = want
+                .min(len.div_ceil(MIN_SEGMENT))
+                .max(len.div_ceil(longest));
             let slen = len.div_ceil(n).div_ceil(CHUNK) * CHUNK;
             let n = len.div_ceil(slen);
             let e0 = g.seg.len() / 3;
@@ -711,6 +726,58 @@ impl IndexerPlan {
             }
         }
         g
+    }
+
+    /// The merge tree of the rows of `g` (`rows` = T), one [`MergeLevel`] a launch; empty when
+    /// no row has more than one segment (the host then takes each row's one list). Each level
+    /// pairs every row's lists in order (lists `2i` and `2i + 1` become list `i`; an odd last
+    /// list is carried by a copy) until each row has one, which the last level writes to the
+    /// row's result: `ceil(log2(n))` levels for the most segments `n` of a row.
+    pub fn merge_levels(&self, g: &Segments, rows: usize) -> Vec<MergeLevel> {
+        let k = self.k as i64;
+        // Each row with a context: its index and its lists as (list, pairs).
+        let mut lists: Vec<(i64, Vec<(i64, i64)>)> = g
+            .rows
+            .chunks_exact(4)
+            .map(|r| {
+                let (t, e0, n) = (r[0], r[1], r[2]);
+                let pairs_of = |e: i64| g.seg.get(e as usize * 3 + 2).map_or(0, |&l| l.min(k));
+                (t, (e0..e0 + n).map(|e| (e, pairs_of(e))).collect())
+            })
+            .collect();
+        let mut levels = Vec::new();
+        if lists.iter().all(|(_, l)| l.len() <= 1) {
+            return levels;
+        }
+        let mut srcs = g.seg.len() / 3;
+        loop {
+            let last = lists.iter().all(|(_, l)| l.len() <= 2);
+            let mut entries = Vec::new();
+            let mut next = 0i64;
+            for (t, row) in &mut lists {
+                *row = row
+                    .chunks(2)
+                    .map(|p| {
+                        let (a, na) = p[0];
+                        let (b, nb) = p.get(1).copied().unwrap_or((a, 0));
+                        let d = if last { *t } else { next };
+                        next += 1;
+                        entries.extend([d, a, na, b, nb]);
+                        (d, (na + nb).min(k))
+                    })
+                    .collect();
+            }
+            let dsts = if last { rows } else { next as usize };
+            levels.push(MergeLevel {
+                entries,
+                srcs,
+                dsts,
+            });
+            if last {
+                return levels;
+            }
+            srcs = dsts;
+        }
     }
 
     /// Blocks of the score kernel for `items` work items.
@@ -729,7 +796,7 @@ impl IndexerPlan {
         let rows = context_lens.len() as i64;
         let items = (self.work(context_lens).len() / 3) as u64;
         let g = self.segments(context_lens);
-        let (segs, busy) = ((g.seg.len() / 3) as u64, (g.rows.len() / 4) as u64);
+        let segs = (g.seg.len() / 3) as u64;
         let mut launches = vec![
             Launch {
                 kernel: score_kernel(&self.score),
@@ -743,11 +810,16 @@ impl IndexerPlan {
             },
         ];
         // One segment a row: the host takes the segment lists as the result, no merge.
-        if segs != busy {
+        for level in self.merge_levels(&g, context_lens.len()) {
+            let entries = level.entries.len() / 5;
             launches.push(Launch {
                 kernel: merge_kernel(self.k),
-                block_dim: self.lane_blocks(busy),
-                scalars: vec![("rows", rows), ("segs", segs as i64), ("busy", busy as i64)],
+                block_dim: self.lane_blocks(entries as u64),
+                scalars: vec![
+                    ("srcs", level.srcs as i64),
+                    ("dsts", level.dsts as i64),
+                    ("entries", entries as i64),
+                ],
             });
         }
         launches
@@ -1011,21 +1083,28 @@ pub(crate) fn run(
                 call.return_scores,
             );
         }
-        let named = vec![
-            ("rows", Arg::Int(t as i64)),
-            ("segs", Arg::Int(segs as i64)),
-            ("busy", Arg::Int(busy as i64)),
-            ("parts", Arg::Tensor(parts)),
-            ("rowseg", Arg::Tensor(gm_i32(&[1, g.rows.len()], &g.rows))),
-            (
-                "context_lens",
-                Arg::Tensor(gm_i32(&[1, t], &call.context_lens)),
-            ),
-            ("out", Arg::Tensor(pairs)),
-        ];
-        let blocks = plan.lane_blocks(busy as u64) as usize;
-        let mut args = runner.launch_named(&merge_k, blocks, named)?;
-        pairs = runner.take(&merge_k, &mut args, "out")?;
+        // The merge tree, one launch a level; the last writes the rows' results.
+        let mut lists = parts;
+        for level in plan.merge_levels(&g, t) {
+            let entries = level.entries.len() / 5;
+            // The last level's destination is the result `[T, 2k]` (`dsts` = T).
+            let dst = GmTensor::zeros(DType::F32, &[level.dsts, 2 * k]);
+            let named = vec![
+                ("srcs", Arg::Int(level.srcs as i64)),
+                ("dsts", Arg::Int(level.dsts as i64)),
+                ("entries", Arg::Int(entries as i64)),
+                ("src", Arg::Tensor(lists)),
+                (
+                    "pairs",
+                    Arg::Tensor(gm_i32(&[1, level.entries.len()], &level.entries)),
+                ),
+                ("dst", Arg::Tensor(dst)),
+            ];
+            let blocks = plan.lane_blocks(entries as u64) as usize;
+            let mut args = runner.launch_named(&merge_k, blocks, named)?;
+            lists = runner.take(&merge_k, &mut args, "dst")?;
+        }
+        pairs = lists;
     }
     drop(st);
     drop(scale_storage);
@@ -1129,4 +1208,82 @@ fn decode(
         None
     };
     Ok((indices, scores))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_of(k: u64, blocks: u64) -> IndexerPlan {
+        IndexerPlan {
+            score: ScoreKernel {
+                dtype: DType::BF16,
+                heads: 4,
+                head_dim: 128,
+                q_parts: 1,
+                scales: KeyScales::None,
+            },
+            k,
+            tps: 1,
+            blocks,
+        }
+    }
+
+    /// Rows of 2 and 5 segments (and an empty row): each level pairs a row's lists in order,
+    /// carries an odd one by a copy (`nb = 0`), and the last writes row `t`.
+    #[test]
+    fn the_merge_tree_pairs_each_rows_lists_in_order() {
+        let p = plan_of(40, 8);
+        let g = p.segments(&[1000, 0, 2100]);
+        assert_eq!(g.rows, [0, 0, 2, 512, 2, 2, 5, 448]);
+        let levels = p.merge_levels(&g, 3);
+        let want = [
+            (
+                vec![
+                    [0, 0, 40, 1, 40],
+                    [1, 2, 40, 3, 40],
+                    [2, 4, 40, 5, 40],
+                    [3, 6, 40, 6, 0],
+                ],
+                7,
+                4,
+            ),
+            (
+                vec![[0, 0, 40, 0, 0], [1, 1, 40, 2, 40], [2, 3, 40, 3, 0]],
+                4,
+                3,
+            ),
+            (vec![[0, 0, 40, 0, 0], [2, 1, 40, 2, 40]], 3, 3),
+        ];
+        assert_eq!(levels.len(), want.len());
+        for (l, (entries, srcs, dsts)) in levels.iter().zip(want) {
+            assert_eq!(l.entries, entries.concat());
+            assert_eq!((l.srcs, l.dsts), (srcs, dsts));
+        }
+    }
+
+    /// V3.2's decode: 16 segments of 512 a row, four levels of 32, 16, 8 and 4 merges whose
+    /// lists grow to `k` and stay there; one segment a row: no merge at all.
+    #[test]
+    fn v32_decode_merges_in_four_levels_and_one_segment_rows_in_none() {
+        let p = plan_of(2048, 32);
+        let g = p.segments(&[8192; 4]);
+        assert!(g.seg.chunks_exact(3).all(|s| s[2] == 512));
+        let levels = p.merge_levels(&g, 4);
+        let sizes: Vec<usize> = levels.iter().map(|l| l.entries.len() / 5).collect();
+        assert_eq!(sizes, [32, 16, 8, 4]);
+        let counts: Vec<(i64, i64)> = levels
+            .iter()
+            .map(|l| (l.entries[2], l.entries[4]))
+            .collect();
+        assert_eq!(
+            counts,
+            [(512, 512), (1024, 1024), (2048, 2048), (2048, 2048)]
+        );
+        assert_eq!(levels[3].dsts, 4);
+        // Segments of at most 2^20 / k scores: 256 a row at a context of 131072.
+        assert_eq!(p.segments(&[131072]).rows, [0, 0, 256, 512]);
+        let short = plan_of(32, 8).segments(&[300, 256]);
+        assert!(plan_of(32, 8).merge_levels(&short, 2).is_empty());
+    }
 }

@@ -24,7 +24,7 @@
 //! | [`crate::quant_matmul()`] | `quant_matmul_<out>_b<bias>_r<relu>` (or `quant_matmul_i8_r<relu>`) |
 //! | [`crate::flash_attention()`] | `flash_attn_<dtype>` (DN mode, one row per query tile, at most one block per cluster) |
 //! | [`crate::qk_softmax()`] | `qk_softmax_<dtype>` (the flash kernel writing P^T) |
-//! | [`crate::lightning_indexer()`] | `indexer_scores_<dtype>_h<H>_d<D>[_q3]` (scores), `indexer_topk_<k>` (segment top-k), `indexer_merge_<k>` (merge); FP8 keys: none yet, [`launches`] gives `OpError::NoKernel` |
+//! | [`crate::lightning_indexer()`] | `indexer_scores_<dtype>_h<H>_d<D>[_q3]` (scores), `indexer_topk_<k>` (segment top-k), `indexer_merge_<k>` (one launch per level of the merge tree); FP8 keys `indexer_scores_f8e4m3_h<H>_d128_<f32s\|ue8m0>_p<piece>` with FP8 q (other q: `OpError::NoKernel`) |
 //!
 //! ```
 //! use tileops_ops::registry::{launches, SparseAttentionShape};

@@ -645,10 +645,15 @@ fn fp8_non_finite_keys_and_scales_rank_last(backend: Backend) {
 
 /// Contexts of several score tiles, work items and top-k segments (1000 and 2100 positions,
 /// one row empty), a top-k of 300 (the merges keep 300 of every chunk's 32) and one past a
-/// row's context; a row of ties across segments.
+/// row's context; a top-k of 2048 over 9000 positions (18 segments of 512: a merge tree of 5
+/// levels with odd lists carried); a row of ties across segments.
 fn long_contexts_stream_and_merge(backend: Backend) {
     let mut rng = Rng::new(17);
-    for (lens, topk) in [(vec![1000i64, 0, 2100], 300usize), (vec![200, 37], 260)] {
+    for (lens, topk) in [
+        (vec![1000i64, 0, 2100], 300usize),
+        (vec![200, 37], 260),
+        (vec![9000], 2048),
+    ] {
         let t = lens.len();
         let case = Case::random(
             &mut rng,
@@ -1644,7 +1649,27 @@ fn kernel_backends_refuse_what_they_cannot_run() {
     };
     expect_no_kernel(launches(&fp8));
     let launched = launches(&LightningIndexerShape::default()).expect("bf16 keys launch");
-    assert_eq!(launched.len(), 3, "scores, segment top-k, merge");
+    // 4 rows of 8192 scores: 16 segments of 512 a row, merged in a tree of 4 levels.
+    let names: Vec<&str> = launched.iter().map(|l| l.kernel.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "indexer_scores_bf16_h64_d128",
+            "indexer_topk_2048",
+            "indexer_merge_2048",
+            "indexer_merge_2048",
+            "indexer_merge_2048",
+            "indexer_merge_2048"
+        ],
+        "scores, segment top-k, the merge tree's levels"
+    );
+    let entries: Vec<Option<i64>> = launched.iter().map(|l| l.scalar("entries")).collect();
+    assert_eq!(entries[2..], [Some(32), Some(16), Some(8), Some(4)]);
+    assert_eq!(
+        launched[5].scalar("dsts"),
+        Some(4),
+        "the last level writes the 4 rows"
+    );
     let bad = LightningIndexerShape {
         head_dim: 192,
         ..fp8
