@@ -7,7 +7,8 @@
 //!
 //! # Kernels
 //!
-//! Three launches (the IR has no grid-wide barrier; a row's top-k needs all of its scores):
+//! Three kernels, the third launched once a level of its merge tree (the IR has no grid-wide
+//! barrier; a row's top-k needs all of its scores):
 //!
 //! 1. `indexer_scores_<dtype>_h<H>_d<D>`: the scores of every visible position into an f32
 //!    workspace `ws [T, L]` (`L` the longest context). Work items are (row, split): each row's
@@ -699,8 +700,10 @@ impl IndexerPlan {
 
     /// The top-k's work of rows of `context_lens`: the segments `(t, start, len)` (each row
     /// with a context cut into as many runs of a multiple of 32 scores as give every AIV of
-    /// the target one, none shorter than [`MIN_SEGMENT`] but a row's last), their lanes (`start + 0..32` each), and per row with a context `(t,
-    /// e0, n, slen)` (its segments `e0 .. e0 + n`, each `slen` long but the last).
+    /// the target one, none shorter than [`MIN_SEGMENT`] but a row's last, and more where a
+    /// run would be longer than [`SEGMENT_WORK`]` / k`), their lanes (`start + 0..32` each),
+    /// and per row with a context `(t, e0, n, slen)` (its segments `e0 .. e0 + n`, each `slen`
+    /// long but the last).
     pub fn segments(&self, context_lens: &[i64]) -> Segments {
         let busy = context_lens.iter().filter(|&&l| l > 0).count().max(1) as u64;
         let want = (2 * self.blocks).div_ceil(busy).max(1);
