@@ -36,7 +36,11 @@ fn run(kernel: &Kernel, arch: &Arch, scores: &[f32], k: usize) -> Vec<(u32, i32)
     let mut args = vec![
         Arg::Int(n as i64),
         Arg::Tensor(GmTensor::from_f32(DType::F32, &[1, n], scores)),
-        Arg::Tensor(GmTensor::from_i64(DType::U32, &[1, 32], &lanes())),
+        Arg::Tensor(GmTensor::from_i64(
+            DType::U32,
+            &[1, lanes().len()],
+            &lanes(),
+        )),
         Arg::Tensor(GmTensor::zeros(DType::F32, &[1, 2 * k])),
     ];
     support::simulate_with(&compiled, arch, &mut args, 1)
@@ -140,7 +144,11 @@ fn the_compiled_topk_has_no_hazard() {
                 &[1, n],
                 &scores(&mut rng, n, true),
             )),
-            Arg::Tensor(GmTensor::from_i64(DType::U32, &[1, 32], &lanes())),
+            Arg::Tensor(GmTensor::from_i64(
+                DType::U32,
+                &[1, lanes().len()],
+                &lanes(),
+            )),
             Arg::Tensor(GmTensor::zeros(DType::F32, &[1, 2 * k])),
         ];
         let trace = support::trace_on(&kernel, &arch, &mut args, 1).expect("runs");

@@ -43,9 +43,10 @@
 //!    as many as give every AIV of the target one, at least [`MIN_SEGMENT`] scores each, and
 //!    more where a segment would be longer than [`SEGMENT_WORK`]` / k`: V3.2's decode, 4 rows
 //!    on 64 AIVs, 16 segments of 512 a row; at a context of 131072, 256 a row); each AIV takes
-//!    segments and selects the best `k` of each with `tile_backend::kernels::topk_row` (TSORT32
-//!    per 32 scores, TMRGSORT into the best so far, keeping at most `k`; the indices start at
-//!    the segment's first position through its lanes) into a workspace `parts [segments, 2k]`.
+//!    segments and selects the best `k` of each with `tile_backend::kernels::topk_row` (one
+//!    DMA and one TSORT32 per 512 scores, then each 32-pair block merged by TMRGSORT into the
+//!    best so far, keeping at most `k`; the indices start at the segment's first position
+//!    through its lanes) into a workspace `parts [segments, 2k]`.
 //! 3. `indexer_merge_<k>` (only when a row has more than one segment; otherwise the host takes
 //!    each row's one segment list as its result): a merge tree, one launch a level
 //!    (`IndexerPlan::merge_levels`). Each level pairs every row's lists in order, lists `2i`
@@ -107,7 +108,7 @@ use tile_backend::ir::{
     c0, AccToVecMode, Axis, BinaryOp, CoreKind, DType, Expr, GmView, Kernel, Layout, MemSpace,
     PadValue, ParamId, RoundMode, TileId, TileType, UnaryOp,
 };
-use tile_backend::kernels::{probe_tie_order, topk_row, TopkRow, TopkTiles, CHUNK};
+use tile_backend::kernels::{probe_tie_order, topk_row, TopkRow, TopkTiles, CHUNK, WINDOW};
 use tile_backend::launch::{Arg, GmInput, GmTensor};
 
 /// Positions scored per cube tile (one gathered L1 tile, one matmul, one Fixpipe handoff).
@@ -519,8 +520,8 @@ impl ScaleTiles {
 
 /// The segment top-k kernel (module docs, launch 2) for `k` pairs: entry `e` of `seg` is `(t,
 /// start, len)`, a run of row `t`'s scores, and its best `k` pairs (indices `start ..`, from
-/// the lanes `lanes[32 e ..] = start + 0..32`) go to `parts[e]`. Arguments: scalars `rows`
-/// (T), `len_stride` (L), `segs`; tensors `ws [T, L]` f32, `lanes [1, 32 segs]` u32, `seg [1,
+/// the lanes `lanes[WINDOW e ..] = start + 0..WINDOW`) go to `parts[e]`. Arguments: scalars `rows`
+/// (T), `len_stride` (L), `segs`; tensors `ws [T, L]` f32, `lanes [1, WINDOW segs]` u32, `seg [1,
 /// 3 segs]` i32 (every entry non-empty), `parts [segs, 2k]` f32 (output).
 pub fn topk_kernel(k: u64) -> Kernel {
     let mut kb = KernelBuilder::new(format!("indexer_topk_{k}"));
@@ -531,7 +532,7 @@ pub fn topk_kernel(k: u64) -> Kernel {
     let lanes = kb.input(
         "lanes",
         DType::U32,
-        [Expr::from(1), segs.clone() * CHUNK as i64],
+        [Expr::from(1), segs.clone() * WINDOW as i64],
     );
     let seg = kb.input("seg", DType::I32, [Expr::from(1), segs.clone() * 3]);
     let out = kb.output("parts", DType::F32, [segs.clone(), Expr::from(2 * k)]);
@@ -547,7 +548,7 @@ pub fn topk_kernel(k: u64) -> Kernel {
                 offset: Expr::Var(r) * lstride.clone() + Expr::Var(start),
                 len: Expr::Var(len),
                 lanes,
-                lanes_offset: e.clone() * CHUNK as i64,
+                lanes_offset: e.clone() * WINDOW as i64,
                 out,
                 out_offset: e * (2 * k) as i64,
             };
@@ -656,7 +657,7 @@ pub(crate) struct MergeLevel {
 pub(crate) struct Segments {
     /// `(t, start, len)` per segment.
     pub seg: Vec<i64>,
-    /// `start + 0..32` per segment.
+    /// `start + 0..WINDOW` per segment.
     pub lanes: Vec<i64>,
     /// `(t, e0, n, slen)` per row with a context.
     pub rows: Vec<i64>,
@@ -701,7 +702,7 @@ impl IndexerPlan {
     /// The top-k's work of rows of `context_lens`: the segments `(t, start, len)` (each row
     /// with a context cut into as many runs of a multiple of 32 scores as give every AIV of
     /// the target one, none shorter than [`MIN_SEGMENT`] but a row's last, and more where a
-    /// run would be longer than [`SEGMENT_WORK`]` / k`), their lanes (`start + 0..32` each),
+    /// run would be longer than [`SEGMENT_WORK`]` / k`), their lanes (`start + 0..WINDOW` each),
     /// and per row with a context `(t, e0, n, slen)` (its segments `e0 .. e0 + n`, each `slen`
     /// long but the last).
     pub fn segments(&self, context_lens: &[i64]) -> Segments {
@@ -725,7 +726,7 @@ impl IndexerPlan {
                 let start = j * slen;
                 g.seg
                     .extend([t as i64, start as i64, (len - start).min(slen) as i64]);
-                g.lanes.extend((start..start + CHUNK).map(|x| x as i64));
+                g.lanes.extend((start..start + WINDOW).map(|x| x as i64));
             }
         }
         g

@@ -27,7 +27,9 @@ mod worked;
 pub use attention::{attention_tile, AttentionParams, Handoff};
 pub use gather::{gather_matmul, GatherMatmulParams};
 pub use matmul::{matmul, MatmulParams};
-pub use topk::{lanes, probe_tie_order, topk, topk_row, TopkParams, TopkRow, TopkTiles, CHUNK};
+pub use topk::{
+    lanes, probe_tie_order, topk, topk_row, TopkParams, TopkRow, TopkTiles, CHUNK, WINDOW,
+};
 pub use worked::worked_matmul;
 
 use crate::dsl::Body;

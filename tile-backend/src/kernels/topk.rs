@@ -1,14 +1,19 @@
 //! Top-k selection on the vector core from the sort instructions (A5-FACTS §6): a row of f32
-//! scores of runtime length streams through UB 32 at a time; TSORT32 sorts each chunk into
-//! (value, index) pairs, a two-list TMRGSORT merges it into the best pairs so far and keeps at
-//! most `k` (the merge stops at `k`); the result is the best `k` pairs, descending, equal scores
-//! by the smaller index, `(-inf, -1)` pairs where the row has fewer than `k` scores.
+//! scores of runtime length streams through UB a window of [`WINDOW`] scores at a time (one
+//! DMA); one TSORT32 sorts each 32-score block of the window into (value, index) pairs, and
+//! each block, extracted in turn, is merged by a two-list TMRGSORT into the best pairs so far,
+//! keeping at most `k` (the merge stops at `k`); the result is the best `k` pairs, descending,
+//! equal scores by the smaller index, `(-inf, -1)` pairs where the row has fewer than `k`
+//! scores.
 //!
 //! ```text
-//!  scores[off + 32c ..] --TLOAD--> chunk --TSORT32(idx = lanes + 32c)--> blk (sorted pairs)
-//!  best_{c-1}, blk --TMRGSORT (2 lists, dst keeps min(k, ..) pairs)--> best_c
+//!  scores[off + W w ..] --TLOAD--> window --TSORT32(idx = lanes + W w)--> sorted (32-pair blocks)
+//!  sorted[block c] --TEXTRACT--> blk;  best_{c-1}, blk --TMRGSORT (2 lists, keeps min(k, ..))--> best_c
 //!  best_last --TSTORE--> out[0 .. 2m];  pads --TSTORE--> out[2m .. 2k]      (m = min(n, k))
 //! ```
+//!
+//! A window is one DMA where a chunk of 32 scores a load used to wait the DMA latency for 128
+//! bytes each.
 //!
 //! **Ties across lists.** TSORT32 puts equal values in index order (documented), but the order
 //! TMRGSORT gives equal values from different lists is not documented (the simulator models
@@ -35,6 +40,10 @@ use crate::ir::{
 /// Elements per chunk: one TSORT32 block.
 pub const CHUNK: u64 = 32;
 
+/// Scores loaded (one DMA) and sorted (one TSORT32) at a time: the lanes a row's indices start
+/// from are this many, `start + 0 .. WINDOW` ([`lanes`]).
+pub const WINDOW: u64 = 512;
+
 /// Shapes of [`topk`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TopkParams {
@@ -49,19 +58,23 @@ impl Default for TopkParams {
 }
 
 /// The UB tiles one top-k selection uses (declared by [`TopkTiles::declare`]; about
-/// `40 * ceil32(k) + 1 KiB` bytes).
+/// `40 * ceil32(k) + 17 KiB` bytes).
 #[derive(Debug, Clone, Copy)]
 pub struct TopkTiles {
     /// `k`.
     pub k: u64,
-    /// One chunk of scores, `[1, 32]` f32, runtime valid columns.
-    pub chunk: TileId,
-    /// The chunk's indices, `[1, 32]` u32 (the lanes plus the chunk's start).
+    /// A window of scores, `[1, WINDOW]` f32, runtime valid columns.
+    pub window: TileId,
+    /// The window's indices, `[1, WINDOW]` u32 (the lanes plus the window's start).
     pub idx: TileId,
-    /// The chunk sorted: `[1, 64]` f32 pairs, runtime valid columns.
+    /// The window sorted per 32-score block: `[1, 2 WINDOW]` f32 pairs, runtime valid.
+    pub sorted: TileId,
+    /// One sorted block extracted: `[1, 64]` f32 pairs, runtime valid columns.
     pub blk: TileId,
-    /// TSORT32's tail scratch, `[1, 32]` f32.
+    /// TSORT32's tail scratch, `[1, WINDOW]` f32 (a window's padded copy).
     pub tail: TileId,
+    /// The tie probe's 32 values, `[1, 32]` f32.
+    pub chunk: TileId,
     /// The best pairs so far, two tiles used in turn: `[1, max(2k, 64)]` f32, runtime valid.
     pub best: [TileId; 2],
     /// TMRGSORT's scratch: the two lists' columns.
@@ -108,10 +121,12 @@ impl TopkTiles {
         let mut tile = |name: &str, ty: TileType| kb.tile(format!("{prefix}{name}"), ty);
         TopkTiles {
             k,
-            chunk: tile("chunk", vec_f32(CHUNK).dynamic()),
-            idx: tile("idx", vec_u32(CHUNK)),
+            window: tile("window", vec_f32(WINDOW).dynamic()),
+            idx: tile("idx", vec_u32(WINDOW)),
+            sorted: tile("sorted", vec_f32(pc * WINDOW).dynamic()),
             blk: tile("blk", vec_f32(pc * CHUNK).dynamic()),
-            tail: tile("tail", vec_f32(CHUNK)),
+            tail: tile("tail", vec_f32(WINDOW)),
+            chunk: tile("chunk", vec_f32(CHUNK)),
             best: [
                 tile("best_a", vec_f32(best_cols).dynamic()),
                 tile("best_b", vec_f32(best_cols).dynamic()),
@@ -139,10 +154,10 @@ pub fn probe_tie_order(b: &mut Body<'_>, t: &TopkTiles) -> VarId {
     let k32 = t.k.div_ceil(CHUNK) * CHUNK;
     let [pa, pb, pm] = t.probe;
     for (list, index) in [(pa, 0.0), (pb, 1.0)] {
-        b.fill(t.tail, 1.0);
+        b.fill(t.chunk, 1.0);
         b.fill(t.idx, index);
         b.set_validshape(list, 1, pc * CHUNK as i64);
-        b.sort32(list, t.tail, t.idx);
+        b.sort32(list, t.chunk, t.idx);
         b.set_validshape(list, 1, pc);
     }
     b.set_validshape(pm, 1, pc);
@@ -168,11 +183,12 @@ pub struct TopkRow {
     pub offset: Expr,
     /// The row's length (runtime; 0 allowed).
     pub len: Expr,
-    /// The lanes tensor (u32; PTO's TCI is not in the IR yet): 32 consecutive u32 at
-    /// `lanes_offset` are the indices of the row's first chunk (`0..32` for a row whose indices
-    /// are its positions; `s..s + 32` for a segment of a longer row starting at `s`).
+    /// The lanes tensor (u32; PTO's TCI is not in the IR yet): [`WINDOW`] consecutive u32 at
+    /// `lanes_offset` are the indices of the row's first window (`0 .. WINDOW` for a row whose
+    /// indices are its positions; `s .. s + WINDOW` for a segment of a longer row starting at
+    /// `s`).
     pub lanes: ParamId,
-    /// Where the row's 32 lanes start in `lanes` (elements).
+    /// Where the row's [`WINDOW`] lanes start in `lanes` (elements).
     pub lanes_offset: Expr,
     /// The output pairs tensor (f32, 2 columns per pair).
     pub out: ParamId,
@@ -184,65 +200,68 @@ pub struct TopkRow {
 /// [`probe_tie_order`]'s variable.
 pub fn topk_row(b: &mut Body<'_>, t: &TopkTiles, row: &TopkRow, later_first: VarId) {
     let k = t.k as i64;
+    let (w, chunk) = (WINDOW as i64, CHUNK as i64);
     let n = row.len.clone();
-    let chunks = n.clone().ceil_div(CHUNK as i64);
+    let chunks = n.clone().ceil_div(chunk);
     b.load(
         t.idx,
-        GmView::nd(
-            row.lanes,
-            row.lanes_offset.clone(),
-            1,
-            CHUNK as i64,
-            CHUNK as i64,
-        ),
+        GmView::nd(row.lanes, row.lanes_offset.clone(), 1, w, w),
     );
-    b.for_range("chunk", 0, chunks.clone(), 1, |b, c| {
-        let start = Expr::from(c) * CHUNK as i64;
-        let len = (n.clone() - start.clone()).min(CHUNK as i64);
-        b.set_validshape(t.chunk, 1, len.clone());
+    b.for_range("window", 0, n.clone().ceil_div(w), 1, |b, win| {
+        let w0 = Expr::from(win) * w;
+        let wlen = (n.clone() - w0.clone()).min(w);
+        let blocks = wlen.clone().ceil_div(chunk);
+        b.set_validshape(t.window, 1, wlen.clone());
         b.load(
-            t.chunk,
+            t.window,
             GmView::nd(
                 row.scores,
-                row.offset.clone() + start.clone(),
+                row.offset.clone() + w0.clone(),
                 1,
-                len.clone(),
-                len.clone(),
+                wlen.clone(),
+                wlen.clone(),
             ),
         );
-        let have = start.clone().min(k);
-        let keep = (start + len.clone()).min(k);
-        let pairs = Expr::from(2 * CHUNK as i64);
-        b.if_else(
-            Expr::from(c).eq_(0),
-            |b| {
-                // The first chunk's sorted pairs are the best so far.
-                let first = t.best[0];
-                b.set_validshape(first, 1, pairs.clone());
-                b.sort32_tail(first, t.chunk, t.idx, t.tail);
-                b.set_validshape(first, 1, keep.clone() * 2);
-            },
-            |b| {
-                b.set_validshape(t.blk, 1, pairs.clone());
-                b.sort32_tail(t.blk, t.chunk, t.idx, t.tail);
-                b.set_validshape(t.blk, 1, len.clone() * 2);
-                // Chunk c merges best[(c + 1) % 2] (have pairs) and blk into best[c % 2].
-                let parity = Expr::from(c) % 2;
-                for (cur, prev, p) in [(t.best[0], t.best[1], 0), (t.best[1], t.best[0], 1)] {
-                    b.if_(parity.clone().eq_(p), |b| {
-                        b.set_validshape(prev, 1, have.clone() * 2);
-                        b.set_validshape(cur, 1, keep.clone() * 2);
-                        // The best so far holds the smaller indices: it goes where ties win.
-                        b.if_else(
-                            Expr::from(later_first).eq_(0),
-                            |b| b.mrgsort_lists(cur, t.merge_tmp, [prev.into(), t.blk.into()]),
-                            |b| b.mrgsort_lists(cur, t.merge_tmp, [t.blk.into(), prev.into()]),
-                        );
-                    });
-                }
-            },
-        );
-        b.binary_scalar(BinaryOp::Add, t.idx, t.idx, CHUNK as f64);
+        b.set_validshape(t.sorted, 1, blocks.clone() * 2 * chunk);
+        b.sort32_tail(t.sorted, t.window, t.idx, t.tail);
+        b.for_range("block", 0, blocks, 1, |b, c| {
+            let at = Expr::from(c) * chunk;
+            let start = w0.clone() + at.clone();
+            let len = (wlen.clone() - at.clone()).min(chunk);
+            let have = start.clone().min(k);
+            let keep = (start.clone() + len.clone()).min(k);
+            b.set_validshape(t.blk, 1, len.clone() * 2);
+            b.mov(t.blk, t.sorted).offset(0, at * 2);
+            // The row's chunk index: its parity picks the best-so-far tile.
+            let g = start.clone() / chunk;
+            b.if_else(
+                start.eq_(0),
+                |b| {
+                    // The first block's pairs are the best so far.
+                    let first = t.best[0];
+                    b.set_validshape(first, 1, len.clone() * 2);
+                    b.mov(first, t.blk);
+                    b.set_validshape(first, 1, keep.clone() * 2);
+                },
+                |b| {
+                    // Chunk g merges best[(g + 1) % 2] (have pairs) and blk into best[g % 2].
+                    let parity = g % 2;
+                    for (cur, prev, p) in [(t.best[0], t.best[1], 0), (t.best[1], t.best[0], 1)] {
+                        b.if_(parity.clone().eq_(p), |b| {
+                            b.set_validshape(prev, 1, have.clone() * 2);
+                            b.set_validshape(cur, 1, keep.clone() * 2);
+                            // The best so far holds the smaller indices: it goes where ties win.
+                            b.if_else(
+                                Expr::from(later_first).eq_(0),
+                                |b| b.mrgsort_lists(cur, t.merge_tmp, [prev.into(), t.blk.into()]),
+                                |b| b.mrgsort_lists(cur, t.merge_tmp, [t.blk.into(), prev.into()]),
+                            );
+                        });
+                    }
+                },
+            );
+        });
+        b.binary_scalar(BinaryOp::Add, t.idx, t.idx, WINDOW as f64);
     });
     let m = n.min(k);
     let last = (chunks - 1) % 2;
@@ -277,14 +296,14 @@ pub fn topk_row(b: &mut Body<'_>, t: &TopkTiles, row: &TopkRow, later_first: Var
 }
 
 /// The standalone kernel: `out [1, 2k]` = the best `k` pairs of `scores [1, n]` (`n` a runtime
-/// argument), on AIV 0 of one block. Arguments: `scores`, `lanes` (u32 `[1, 32]`, 0..32), `n`,
-/// `out`.
+/// argument), on AIV 0 of one block. Arguments: `scores`, `lanes` (u32 `[1, WINDOW]`, [`lanes`]),
+/// `n`, `out`.
 pub fn topk(p: &TopkParams) -> Kernel {
     let k = p.k;
     let mut kb = KernelBuilder::new(format!("topk_{k}"));
     let n = kb.scalar("n", DType::I32);
     let scores = kb.input("scores", DType::F32, [Expr::from(1), Expr::Param(n)]);
-    let lanes = kb.input("lanes", DType::U32, [1, CHUNK]);
+    let lanes = kb.input("lanes", DType::U32, [1, WINDOW]);
     let out = kb.output("out", DType::F32, [1, 2 * k]);
     kb.range(n, 0.0, 8192.0);
     let t = TopkTiles::declare(&mut kb, "", k);
@@ -306,7 +325,7 @@ pub fn topk(p: &TopkParams) -> Kernel {
     kb.build()
 }
 
-/// The lanes argument: `0 .. 32` as u32.
+/// The lanes argument: `0 .. WINDOW` as u32.
 pub fn lanes() -> Vec<i64> {
-    (0..CHUNK as i64).collect()
+    (0..WINDOW as i64).collect()
 }
