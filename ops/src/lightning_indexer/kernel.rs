@@ -522,7 +522,8 @@ impl ScaleTiles {
 /// start, len)`, a run of row `t`'s scores, and its best `k` pairs (indices `start ..`, from
 /// the lanes `lanes[WINDOW e ..] = start + 0..WINDOW`) go to `parts[e]`. Arguments: scalars `rows`
 /// (T), `len_stride` (L), `segs`; tensors `ws [T, L]` f32, `lanes [1, WINDOW segs]` u32, `seg [1,
-/// 3 segs]` i32 (every entry non-empty), `parts [segs, 2k]` f32 (output).
+/// 8 segs]` i32 (`(t, start, len)` and five zeros per entry, every entry non-empty), `parts
+/// [segs, 2k]` f32 (output).
 pub fn topk_kernel(k: u64) -> Kernel {
     let mut kb = KernelBuilder::new(format!("indexer_topk_{k}"));
     let rows = Expr::Param(kb.scalar("rows", DType::I64));
@@ -534,15 +535,26 @@ pub fn topk_kernel(k: u64) -> Kernel {
         DType::U32,
         [Expr::from(1), segs.clone() * WINDOW as i64],
     );
-    let seg = kb.input("seg", DType::I32, [Expr::from(1), segs.clone() * 3]);
+    let seg = kb.input(
+        "seg",
+        DType::I32,
+        [Expr::from(1), segs.clone() * ENTRY as i64],
+    );
     let out = kb.output("parts", DType::F32, [segs.clone(), Expr::from(2 * k)]);
     let tiles = TopkTiles::declare(&mut kb, "", k);
+    let entry = kb.tile(
+        "seg_entry",
+        TileType::new(MemSpace::Vec, DType::I32, 1, ENTRY, Layout::ND),
+    );
     kb.vector(|v| {
         let later_first = probe_tie_order(v, &tiles);
         each_lane(v, segs.clone(), &mut |v, e| {
-            let r = v.read_scalar("r", seg, e.clone() * 3);
-            let start = v.read_scalar("start", seg, e.clone() * 3 + 1);
-            let len = v.read_scalar("len", seg, e.clone() * 3 + 2);
+            // The segment's three numbers in one 32-byte DMA, read from UB.
+            let n = ENTRY as i64;
+            v.load(entry, GmView::nd(seg, e.clone() * n, 1, n, n));
+            let r = v.read_tile_scalar("r", entry, 0);
+            let start = v.read_tile_scalar("start", entry, 1);
+            let len = v.read_tile_scalar("len", entry, 2);
             let row = TopkRow {
                 scores: ws,
                 offset: Expr::Var(r) * lstride.clone() + Expr::Var(start),
@@ -571,21 +583,25 @@ fn each_lane(v: &mut Body<'_>, n: Expr, f: &mut dyn FnMut(&mut Body<'_>, Expr)) 
 }
 
 /// The merge kernel (module docs, launch 3): one level of the merge tree for `k` pairs. Entry
-/// `i` of `pairs` is `(d, a, na, b, nb)`: `dst[d]` gets the best `min(k, na + nb)` pairs of
+/// `i` of `pairs` is `(d, a, na, b, nb)` (then three zeros): `dst[d]` gets the best `min(k, na + nb)` pairs of
 /// the lists `src[a]` (its first `na` pairs) and `src[b]` (its first `nb`), where every index
 /// of list `a` is smaller than every index of list `b` (the lists are runs of one row's
 /// segments in order), so ties go to `a` whatever TMRGSORT's cross-list tie order; `nb = 0`
 /// copies list `a` (a row's odd list out, carried to the next level). Only the first
 /// `min(k, na + nb)` pairs of `dst[d]` are written (the next level, and the host, read no
 /// further). Arguments: scalars `srcs`, `dsts`, `entries`; tensors `src [srcs, 2k]` f32, `pairs
-/// [1, 5 entries]` i32, `dst [dsts, 2k]` f32 (output).
+/// [1, 8 entries]` i32, `dst [dsts, 2k]` f32 (output).
 pub fn merge_kernel(k: u64) -> Kernel {
     let mut kb = KernelBuilder::new(format!("indexer_merge_{k}"));
     let srcs = Expr::Param(kb.scalar("srcs", DType::I64));
     let dsts = Expr::Param(kb.scalar("dsts", DType::I64));
     let entries = Expr::Param(kb.scalar("entries", DType::I64));
     let src = kb.input("src", DType::F32, [srcs, Expr::from(2 * k)]);
-    let pairs = kb.input("pairs", DType::I32, [Expr::from(1), entries.clone() * 5]);
+    let pairs = kb.input(
+        "pairs",
+        DType::I32,
+        [Expr::from(1), entries.clone() * ENTRY as i64],
+    );
     let dst = kb.output("dst", DType::F32, [dsts, Expr::from(2 * k)]);
     let probe = TopkTiles::declare(&mut kb, "probe_", CHUNK);
     let k32 = k.div_ceil(CHUNK) * CHUNK;
@@ -599,16 +615,23 @@ pub fn merge_kernel(k: u64) -> Kernel {
         "merge_tmp",
         TileType::new(MemSpace::Vec, DType::F32, 1, 4 * k32, Layout::ND),
     );
+    let entry = kb.tile(
+        "entry",
+        TileType::new(MemSpace::Vec, DType::I32, 1, ENTRY, Layout::ND),
+    );
     let k = k as i64;
     kb.vector(|v| {
         let later_first = probe_tie_order(v, &probe);
         each_lane(v, entries, &mut |v, i| {
-            let at = i * 5;
-            let d = Expr::Var(v.read_scalar("d", pairs, at.clone()));
-            let a = Expr::Var(v.read_scalar("a", pairs, at.clone() + 1));
-            let na = Expr::Var(v.read_scalar("na", pairs, at.clone() + 2));
-            let b = Expr::Var(v.read_scalar("b", pairs, at.clone() + 3));
-            let nb = Expr::Var(v.read_scalar("nb", pairs, at + 4));
+            // The entry's five numbers in one 32-byte DMA, then read from UB (five scalar
+            // reads of GM would each wait the scalar path's GM latency).
+            let e = ENTRY as i64;
+            v.load(entry, GmView::nd(pairs, i * e, 1, e, e));
+            let d = Expr::Var(v.read_tile_scalar("d", entry, 0));
+            let a = Expr::Var(v.read_tile_scalar("a", entry, 1));
+            let na = Expr::Var(v.read_tile_scalar("na", entry, 2));
+            let b = Expr::Var(v.read_tile_scalar("b", entry, 3));
+            let nb = Expr::Var(v.read_tile_scalar("nb", entry, 4));
             let nd = (na.clone() + nb.clone()).min(k);
             v.set_validshape(la, 1, na.clone() * 2);
             v.load(la, GmView::nd(src, a * (2 * k), 1, na.clone() * 2, 2 * k));
@@ -639,12 +662,16 @@ pub fn merge_kernel(k: u64) -> Kernel {
     kb.build()
 }
 
-/// One launch of the merge tree ([`merge_kernel`]): its entries `(d, a, na, b, nb)` and the
+/// Numbers per work-list entry of the top-k kernels, 32 bytes read with one DMA: a merge-tree
+/// entry `(d, a, na, b, nb)` and three zeros, a segment `(t, start, len)` and five.
+const ENTRY: u64 = 8;
+
+/// One launch of the merge tree ([`merge_kernel`]): its entries `(d, a, na, b, nb, 0, 0, 0)` and the
 /// lists it reads (`srcs`) and writes (`dsts`; the last level writes the result `[T, 2k]`, `d`
 /// a row, where the others write a workspace for the next level).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct MergeLevel {
-    /// `(d, a, na, b, nb)` per entry.
+    /// `(d, a, na, b, nb, 0, 0, 0)` per entry ([`ENTRY`] numbers).
     pub entries: Vec<i64>,
     /// Lists of the source (the segment lists, or the level before's).
     pub srcs: usize,
@@ -766,7 +793,7 @@ impl IndexerPlan {
                         let (b, nb) = p.get(1).copied().unwrap_or((a, 0));
                         let d = if last { *t } else { next };
                         next += 1;
-                        entries.extend([d, a, na, b, nb]);
+                        entries.extend([d, a, na, b, nb, 0, 0, 0]);
                         (d, (na + nb).min(k))
                     })
                     .collect();
@@ -815,7 +842,7 @@ impl IndexerPlan {
         ];
         // One segment a row: the host takes the segment lists as the result, no merge.
         for level in self.merge_levels(&g, context_lens.len()) {
-            let entries = level.entries.len() / 5;
+            let entries = level.entries.len() / ENTRY as usize;
             launches.push(Launch {
                 kernel: merge_kernel(self.k),
                 block_dim: self.lane_blocks(entries as u64),
@@ -1058,7 +1085,15 @@ pub(crate) fn run(
                     &g.lanes,
                 )),
             ),
-            ("seg", Arg::Tensor(gm_i32(&[1, g.seg.len()], &g.seg))),
+            ("seg", {
+                // Each `(t, start, len)` padded to one 32-byte entry.
+                let padded: Vec<i64> = g
+                    .seg
+                    .chunks_exact(3)
+                    .flat_map(|e| e.iter().copied().chain([0; ENTRY as usize - 3]))
+                    .collect();
+                Arg::Tensor(gm_i32(&[1, padded.len()], &padded))
+            }),
             (
                 "parts",
                 Arg::Tensor(GmTensor::zeros(DType::F32, &[segs, 2 * k])),
@@ -1090,7 +1125,7 @@ pub(crate) fn run(
         // The merge tree, one launch a level; the last writes the rows' results.
         let mut lists = parts;
         for level in plan.merge_levels(&g, t) {
-            let entries = level.entries.len() / 5;
+            let entries = level.entries.len() / ENTRY as usize;
             // The last level's destination is the result `[T, 2k]` (`dsts` = T).
             let dst = GmTensor::zeros(DType::F32, &[level.dsts, 2 * k]);
             let named = vec![
@@ -1261,7 +1296,11 @@ mod tests {
         ];
         assert_eq!(levels.len(), want.len());
         for (l, (entries, srcs, dsts)) in levels.iter().zip(want) {
-            assert_eq!(l.entries, entries.concat());
+            let padded: Vec<i64> = entries
+                .iter()
+                .flat_map(|e| e.iter().copied().chain([0; 3]))
+                .collect();
+            assert_eq!(l.entries, padded);
             assert_eq!((l.srcs, l.dsts), (srcs, dsts));
         }
     }
@@ -1274,7 +1313,10 @@ mod tests {
         let g = p.segments(&[8192; 4]);
         assert!(g.seg.chunks_exact(3).all(|s| s[2] == 512));
         let levels = p.merge_levels(&g, 4);
-        let sizes: Vec<usize> = levels.iter().map(|l| l.entries.len() / 5).collect();
+        let sizes: Vec<usize> = levels
+            .iter()
+            .map(|l| l.entries.len() / ENTRY as usize)
+            .collect();
         assert_eq!(sizes, [32, 16, 8, 4]);
         let counts: Vec<(i64, i64)> = levels
             .iter()
