@@ -633,19 +633,21 @@ pub fn merge_kernel(k: u64) -> Kernel {
             let b = Expr::Var(v.read_tile_scalar("b", entry, 3));
             let nb = Expr::Var(v.read_tile_scalar("nb", entry, 4));
             let nd = (na.clone() + nb.clone()).min(k);
+            // Both lists loaded back to back (a copy entry, `nb = 0` and `b = a`, loads list `a`
+            // twice), so that one flag after the second load hands both to the vector core and
+            // the second load's transfer does not wait for the first one's latency.
+            let nb_load = nb.clone() + na.clone() * nb.clone().eq_(0);
             v.set_validshape(la, 1, na.clone() * 2);
             v.load(la, GmView::nd(src, a * (2 * k), 1, na.clone() * 2, 2 * k));
+            v.set_validshape(lb, 1, nb_load.clone() * 2);
+            v.load(lb, GmView::nd(src, b * (2 * k), 1, nb_load * 2, 2 * k));
             v.if_else(
                 nb.clone().eq_(0),
-                // A copy through the vector core: every entry has vector work between its
-                // load and its store (a load then a store would set a flag twice).
                 |v| {
                     v.set_validshape(lo, 1, na.clone() * 2);
                     v.mov(lo, la);
                 },
                 |v| {
-                    v.set_validshape(lb, 1, nb.clone() * 2);
-                    v.load(lb, GmView::nd(src, b * (2 * k), 1, nb.clone() * 2, 2 * k));
                     v.set_validshape(lo, 1, nd.clone() * 2);
                     // List `a` holds the smaller indices: it goes where ties win.
                     v.if_else(
