@@ -58,7 +58,7 @@ impl Default for TopkParams {
 }
 
 /// The UB tiles one top-k selection uses (declared by [`TopkTiles::declare`]; about
-/// `40 * ceil32(k) + 17 KiB` bytes).
+/// `40 * ceil32(k) + 12 KiB` bytes).
 #[derive(Debug, Clone, Copy)]
 pub struct TopkTiles {
     /// `k`.
