@@ -355,13 +355,18 @@ fn mrgsort_lists(
         dst_cols: dst_cols as u64,
     };
     runtime("mrgsort_lists", dims.broken())?;
-    let mut pairs = Vec::with_capacity(lists.len());
-    for (l, c) in lists.iter().zip(&list_cols) {
-        pairs.push(read_pairs(cx, l, pc, c / pc, "mrgsort_lists")?);
-    }
-    let refs: Vec<&[Pair]> = pairs.iter().map(|p| p.as_slice()).collect();
-    let merged = merge(&refs, cx.arch.mrgsort_ties);
-    write_pairs(cx, &t, 0, pc, &merged)?;
+    let merged = if let [a, b] = lists.as_slice() {
+        merge_two_in_ub(cx, (a, b), &t, (pc, list_cols[0] / pc, list_cols[1] / pc))?
+    } else {
+        let mut pairs = Vec::with_capacity(lists.len());
+        for (l, c) in lists.iter().zip(&list_cols) {
+            pairs.push(read_pairs(cx, l, pc, c / pc, "mrgsort_lists")?);
+        }
+        let refs: Vec<&[Pair]> = pairs.iter().map(|p| p.as_slice()).collect();
+        let merged = merge(&refs, cx.arch.mrgsort_ties);
+        write_pairs(cx, &t, 0, pc, &merged)?;
+        merged.len()
+    };
     // The first dst valid columns of tmp, copied in 32-byte blocks (A5's MovUb2Ub).
     let (aiv, es) = (cx.own_aiv(), d.es());
     let copied = (dst_cols * es).div_ceil(32) * 32;
@@ -371,10 +376,77 @@ fn mrgsort_lists(
     cx.read_bytes(&t, aiv, (0, 0), (1, n), &mut b)?;
     cx.write_bytes_masked(&d, aiv, (0, 0), (1, n), &b, &defined)?;
     cx.note_sort(SortWork {
-        units: merged.len(),
+        units: merged,
         copied_bytes: copied,
     });
     Ok(())
+}
+
+/// The two-list merge (the top-k kernels' form) of the first `na` and `nb` pairs of `a` and
+/// `b` into `tmp`, as [`merge_two`] orders them, on the lists' bytes in the core's scratch
+/// buffers (no pair structs); returns the pairs written. Every pair read is defined (as
+/// [`read_pairs`] requires), so every byte written is.
+fn merge_two_in_ub(
+    cx: &mut ExecCtx<'_, '_, '_>,
+    (a, b): (&TileLoc<'_>, &TileLoc<'_>),
+    tmp: &TileLoc<'_>,
+    (pc, na, nb): (usize, usize, usize),
+) -> Result<usize, SimFault> {
+    let aiv = cx.own_aiv();
+    cx.require_defined(a, aiv, (0, 0), (1, na * pc), "mrgsort_lists")?;
+    cx.require_defined(b, aiv, (0, 0), (1, nb * pc), "mrgsort_lists")?;
+    let (mut ab, mut bb) = (cx.core.pool.bytes(), cx.core.pool.bytes());
+    let read = cx
+        .read_bytes(a, aiv, (0, 0), (1, na * pc), &mut ab)
+        .and_then(|()| cx.read_bytes(b, aiv, (0, 0), (1, nb * pc), &mut bb));
+    let mut out = cx.core.pool.bytes_to_overwrite(8 * (na + nb));
+    let result = read.and_then(|()| {
+        let dtype = a.ty.dtype;
+        // The key of pair `i` of a list's bytes.
+        let key = |bytes: &[u8], i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&bytes[8 * i..8 * i + 8]);
+            Pair::of_word(u64::from_le_bytes(w), dtype, true).key
+        };
+        let ties = cx.arch.mrgsort_ties;
+        let (na, nb) = (ab.len() / 8, bb.len() / 8);
+        let (mut i, mut j, mut at) = (0, 0, 0);
+        // Each head's key is computed once, when it becomes the head.
+        let (mut kx, mut ky) = (
+            if na > 0 { key(&ab, 0) } else { 0 },
+            if nb > 0 { key(&bb, 0) } else { 0 },
+        );
+        while i < na && j < nb {
+            let first = match ties {
+                MrgSortTies::EarlierListFirst => kx >= ky,
+                MrgSortTies::LaterListFirst => kx > ky,
+            };
+            if first {
+                out[at..at + 8].copy_from_slice(&ab[8 * i..8 * i + 8]);
+                i += 1;
+                if i < na {
+                    kx = key(&ab, i);
+                }
+            } else {
+                out[at..at + 8].copy_from_slice(&bb[8 * j..8 * j + 8]);
+                j += 1;
+                if j < nb {
+                    ky = key(&bb, j);
+                }
+            }
+            at += 8;
+        }
+        for rest in [&ab[8 * i..8 * na], &bb[8 * j..8 * nb]] {
+            out[at..at + rest.len()].copy_from_slice(rest);
+            at += rest.len();
+        }
+        cx.write_bytes(tmp, aiv, (0, 0), (1, (na + nb) * pc), &out[..at])?;
+        Ok(at / 8)
+    });
+    cx.core.pool.put_bytes(ab);
+    cx.core.pool.put_bytes(bb);
+    cx.core.pool.put_bytes(out);
+    result
 }
 
 #[cfg(test)]
