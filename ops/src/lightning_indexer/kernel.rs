@@ -1081,11 +1081,18 @@ pub(crate) fn run(
             ("ws", Arg::Tensor(ws)),
             (
                 "lanes",
-                Arg::Tensor(GmTensor::from_i64(
-                    DType::U32,
-                    &[1, g.lanes.len()],
-                    &g.lanes,
-                )),
+                // Positions (below 2^31) as u32 bytes, written directly: a segment's lanes are a
+                // window's worth, and the generic element encoder would cost more than the
+                // segment's selection at the demo's shapes.
+                Arg::Tensor(GmTensor {
+                    dtype: DType::U32,
+                    shape: vec![1, g.lanes.len()],
+                    data: g
+                        .lanes
+                        .iter()
+                        .flat_map(|&x| (x as u32).to_le_bytes())
+                        .collect(),
+                }),
             ),
             ("seg", {
                 // Each `(t, start, len)` padded to one 32-byte entry.

@@ -65,7 +65,8 @@ pub struct TopkTiles {
     pub k: u64,
     /// A window of scores, `[1, WINDOW]` f32, runtime valid columns.
     pub window: TileId,
-    /// The window's indices, `[1, WINDOW]` u32 (the lanes plus the window's start).
+    /// The window's indices, `[1, WINDOW]` u32 (the lanes plus the window's start), runtime
+    /// valid columns (32 for the tie probe).
     pub idx: TileId,
     /// The window sorted per 32-score block: `[1, 2 WINDOW]` f32 pairs, runtime valid.
     pub sorted: TileId,
@@ -122,7 +123,7 @@ impl TopkTiles {
         TopkTiles {
             k,
             window: tile("window", vec_f32(WINDOW).dynamic()),
-            idx: tile("idx", vec_u32(WINDOW)),
+            idx: tile("idx", vec_u32(WINDOW).dynamic()),
             sorted: tile("sorted", vec_f32(pc * WINDOW).dynamic()),
             blk: tile("blk", vec_f32(pc * CHUNK).dynamic()),
             tail: tile("tail", vec_f32(WINDOW)),
@@ -153,6 +154,7 @@ pub fn probe_tie_order(b: &mut Body<'_>, t: &TopkTiles) -> VarId {
     let pc = pair_cols(DType::F32).unwrap_or(2) as i64;
     let k32 = t.k.div_ceil(CHUNK) * CHUNK;
     let [pa, pb, pm] = t.probe;
+    b.set_validshape(t.idx, 1, CHUNK as i64);
     for (list, index) in [(pa, 0.0), (pb, 1.0)] {
         b.fill(t.chunk, 1.0);
         b.fill(t.idx, index);
@@ -203,11 +205,13 @@ pub fn topk_row(b: &mut Body<'_>, t: &TopkTiles, row: &TopkRow, later_first: Var
     let (w, chunk) = (WINDOW as i64, CHUNK as i64);
     let n = row.len.clone();
     let chunks = n.clone().ceil_div(chunk);
+    let windows = n.clone().ceil_div(w);
+    b.set_validshape(t.idx, 1, w);
     b.load(
         t.idx,
         GmView::nd(row.lanes, row.lanes_offset.clone(), 1, w, w),
     );
-    b.for_range("window", 0, n.clone().ceil_div(w), 1, |b, win| {
+    b.for_range("window", 0, windows.clone(), 1, |b, win| {
         let w0 = Expr::from(win) * w;
         let wlen = (n.clone() - w0.clone()).min(w);
         let blocks = wlen.clone().ceil_div(chunk);
@@ -261,7 +265,11 @@ pub fn topk_row(b: &mut Body<'_>, t: &TopkTiles, row: &TopkRow, later_first: Var
                 },
             );
         });
-        b.binary_scalar(BinaryOp::Add, t.idx, t.idx, WINDOW as f64);
+        // The next window's indices (none after the last: a row of at most one window, as
+        // the indexer's segments are, adds nothing).
+        b.if_((Expr::from(win) + 1).lt(windows.clone()), |b| {
+            b.binary_scalar(BinaryOp::Add, t.idx, t.idx, WINDOW as f64);
+        });
     });
     let m = n.min(k);
     let last = (chunks - 1) % 2;
