@@ -164,17 +164,9 @@ fn write_pairs(
     cx.write_bytes_masked(loc, aiv, (row, 0), size, &bytes, &defined)
 }
 
-/// TMRGSORT's merge of sorted lists: the largest head next; equal heads by the modelled
-/// cross-list order (`ties`); within a list, its own order.
-fn merge(lists: &[&[Pair]], ties: MrgSortTies) -> Vec<Pair> {
-    match lists {
-        [a, b] => merge_two(a, b, ties),
-        _ => merge_any(lists, ties),
-    }
-}
-
-/// [`merge`] of any number of lists: at each step, the largest head, scanning the lists in
-/// order.
+/// TMRGSORT's merge of sorted lists: at each step, the largest head, scanning the lists in
+/// order; equal heads by the modelled cross-list order (`ties`); within a list, its own order.
+/// (Two lists in a tile merge through [`merge_two_bytes`], the same order on their bytes.)
 fn merge_any(lists: &[&[Pair]], ties: MrgSortTies) -> Vec<Pair> {
     let total = lists.iter().map(|l| l.len()).sum();
     let mut at = vec![0usize; lists.len()];
@@ -198,28 +190,6 @@ fn merge_any(lists: &[&[Pair]], ties: MrgSortTies) -> Vec<Pair> {
         out.push(lists[i][at[i]]);
         at[i] += 1;
     }
-    out
-}
-
-/// [`merge`] of two lists (the top-k kernels' usual form), without the general scan.
-fn merge_two(a: &[Pair], b: &[Pair], ties: MrgSortTies) -> Vec<Pair> {
-    let mut out = Vec::with_capacity(a.len() + b.len());
-    let (mut i, mut j) = (0, 0);
-    while let (Some(x), Some(y)) = (a.get(i), b.get(j)) {
-        let first = match ties {
-            MrgSortTies::EarlierListFirst => x.key >= y.key,
-            MrgSortTies::LaterListFirst => x.key > y.key,
-        };
-        if first {
-            out.push(*x);
-            i += 1;
-        } else {
-            out.push(*y);
-            j += 1;
-        }
-    }
-    out.extend_from_slice(&a[i..]);
-    out.extend_from_slice(&b[j..]);
     out
 }
 
@@ -323,7 +293,7 @@ fn mrgsort(
     let mut out = Vec::with_capacity(pairs.len());
     for group in pairs.chunks(4 * per_block) {
         let lists: Vec<&[Pair]> = group.chunks(per_block).collect();
-        out.extend(merge(&lists, ties));
+        out.extend(merge_any(&lists, ties));
     }
     write_pairs(cx, &d, 0, pc, &out)?;
     cx.note_sort(SortWork {
@@ -363,7 +333,7 @@ fn mrgsort_lists(
             pairs.push(read_pairs(cx, l, pc, c / pc, "mrgsort_lists")?);
         }
         let refs: Vec<&[Pair]> = pairs.iter().map(|p| p.as_slice()).collect();
-        let merged = merge(&refs, cx.arch.mrgsort_ties);
+        let merged = merge_any(&refs, cx.arch.mrgsort_ties);
         write_pairs(cx, &t, 0, pc, &merged)?;
         merged.len()
     };
@@ -383,8 +353,8 @@ fn mrgsort_lists(
 }
 
 /// The two-list merge (the top-k kernels' form) of the first `na` and `nb` pairs of `a` and
-/// `b` into `tmp`, as [`merge_two`] orders them, on the lists' bytes in the core's scratch
-/// buffers (no pair structs); returns the pairs written. Every pair read is defined (as
+/// `b` into `tmp` ([`merge_two_bytes`] on the lists' bytes in the core's scratch buffers, no
+/// pair structs); returns the pairs written. Every pair read is defined (as
 /// [`read_pairs`] requires), so every byte written is.
 fn merge_two_in_ub(
     cx: &mut ExecCtx<'_, '_, '_>,
@@ -401,45 +371,7 @@ fn merge_two_in_ub(
         .and_then(|()| cx.read_bytes(b, aiv, (0, 0), (1, nb * pc), &mut bb));
     let mut out = cx.core.pool.bytes_to_overwrite(8 * (na + nb));
     let result = read.and_then(|()| {
-        let dtype = a.ty.dtype;
-        // The key of pair `i` of a list's bytes.
-        let key = |bytes: &[u8], i: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&bytes[8 * i..8 * i + 8]);
-            Pair::of_word(u64::from_le_bytes(w), dtype, true).key
-        };
-        let ties = cx.arch.mrgsort_ties;
-        let (na, nb) = (ab.len() / 8, bb.len() / 8);
-        let (mut i, mut j, mut at) = (0, 0, 0);
-        // Each head's key is computed once, when it becomes the head.
-        let (mut kx, mut ky) = (
-            if na > 0 { key(&ab, 0) } else { 0 },
-            if nb > 0 { key(&bb, 0) } else { 0 },
-        );
-        while i < na && j < nb {
-            let first = match ties {
-                MrgSortTies::EarlierListFirst => kx >= ky,
-                MrgSortTies::LaterListFirst => kx > ky,
-            };
-            if first {
-                out[at..at + 8].copy_from_slice(&ab[8 * i..8 * i + 8]);
-                i += 1;
-                if i < na {
-                    kx = key(&ab, i);
-                }
-            } else {
-                out[at..at + 8].copy_from_slice(&bb[8 * j..8 * j + 8]);
-                j += 1;
-                if j < nb {
-                    ky = key(&bb, j);
-                }
-            }
-            at += 8;
-        }
-        for rest in [&ab[8 * i..8 * na], &bb[8 * j..8 * nb]] {
-            out[at..at + rest.len()].copy_from_slice(rest);
-            at += rest.len();
-        }
+        let at = merge_two_bytes((&ab, &bb), a.ty.dtype, cx.arch.mrgsort_ties, &mut out);
         cx.write_bytes(tmp, aiv, (0, 0), (1, (na + nb) * pc), &out[..at])?;
         Ok(at / 8)
     });
@@ -447,6 +379,54 @@ fn merge_two_in_ub(
     cx.core.pool.put_bytes(bb);
     cx.core.pool.put_bytes(out);
     result
+}
+
+/// [`merge_any`] of two lists of pairs given as their bytes (8 a pair), written to `out`
+/// (at least as long as both): each head's key is computed once, when it becomes the head.
+/// Returns the bytes written.
+fn merge_two_bytes(
+    (a, b): (&[u8], &[u8]),
+    dtype: DType,
+    ties: MrgSortTies,
+    out: &mut [u8],
+) -> usize {
+    // The key of pair `i` of a list's bytes.
+    let key = |bytes: &[u8], i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&bytes[8 * i..8 * i + 8]);
+        Pair::of_word(u64::from_le_bytes(w), dtype, true).key
+    };
+    let (na, nb) = (a.len() / 8, b.len() / 8);
+    let (mut i, mut j, mut at) = (0, 0, 0);
+    let (mut kx, mut ky) = (
+        if na > 0 { key(a, 0) } else { 0 },
+        if nb > 0 { key(b, 0) } else { 0 },
+    );
+    while i < na && j < nb {
+        let first = match ties {
+            MrgSortTies::EarlierListFirst => kx >= ky,
+            MrgSortTies::LaterListFirst => kx > ky,
+        };
+        if first {
+            out[at..at + 8].copy_from_slice(&a[8 * i..8 * i + 8]);
+            i += 1;
+            if i < na {
+                kx = key(a, i);
+            }
+        } else {
+            out[at..at + 8].copy_from_slice(&b[8 * j..8 * j + 8]);
+            j += 1;
+            if j < nb {
+                ky = key(b, j);
+            }
+        }
+        at += 8;
+    }
+    for rest in [&a[8 * i..8 * na], &b[8 * j..8 * nb]] {
+        out[at..at + rest.len()].copy_from_slice(rest);
+        at += rest.len();
+    }
+    at
 }
 
 #[cfg(test)]
@@ -484,14 +464,16 @@ mod tests {
     }
 
     #[test]
-    fn the_two_list_merge_is_the_general_merge() {
+    fn the_two_list_merge_on_bytes_is_the_general_merge() {
         for seed in 0..200 {
             let (a, b) = lists(seed);
             for ties in [MrgSortTies::EarlierListFirst, MrgSortTies::LaterListFirst] {
-                let words = |v: Vec<Pair>| v.iter().map(|p| p.word).collect::<Vec<_>>();
+                let bytes = |v: &[Pair]| v.iter().flat_map(|p| p.bytes()).collect::<Vec<u8>>();
+                let mut out = vec![0u8; 8 * (a.len() + b.len())];
+                let n = merge_two_bytes((&bytes(&a), &bytes(&b)), DType::F32, ties, &mut out);
                 assert_eq!(
-                    words(merge_two(&a, &b, ties)),
-                    words(merge_any(&[&a, &b], ties)),
+                    out[..n].to_vec(),
+                    bytes(&merge_any(&[&a, &b], ties)),
                     "seed {seed}, {ties:?}"
                 );
             }
