@@ -583,14 +583,14 @@ fn each_lane(v: &mut Body<'_>, n: Expr, f: &mut dyn FnMut(&mut Body<'_>, Expr)) 
 }
 
 /// The merge kernel (module docs, launch 3): one level of the merge tree for `k` pairs. Entry
-/// `i` of `pairs` is `(d, a, na, b, nb)` (then three zeros): `dst[d]` gets the best `min(k, na + nb)` pairs of
-/// the lists `src[a]` (its first `na` pairs) and `src[b]` (its first `nb`), where every index
-/// of list `a` is smaller than every index of list `b` (the lists are runs of one row's
-/// segments in order), so ties go to `a` whatever TMRGSORT's cross-list tie order; `nb = 0`
-/// copies list `a` (a row's odd list out, carried to the next level). Only the first
-/// `min(k, na + nb)` pairs of `dst[d]` are written (the next level, and the host, read no
-/// further). Arguments: scalars `srcs`, `dsts`, `entries`; tensors `src [srcs, 2k]` f32, `pairs
-/// [1, 8 entries]` i32, `dst [dsts, 2k]` f32 (output).
+/// `i` of `pairs` is `(d, a, na, b, nb)` (then three zeros): `dst[d]` gets the best
+/// `min(k, na + nb)` pairs of the lists `src[a]` (its first `na` pairs) and `src[b]` (its
+/// first `nb`), where every index of list `a` is smaller than every index of list `b` (the
+/// lists are runs of one row's segments in order), so ties go to `a` whatever TMRGSORT's
+/// cross-list tie order; `nb = 0` copies list `a` (a row's odd list out, carried to the next
+/// level). Only the first `min(k, na + nb)` pairs of `dst[d]` are written (the next level, and
+/// the host, read no further). Arguments: scalars `srcs`, `dsts`, `entries`; tensors `src
+/// [srcs, 2k]` f32, `pairs [1, 8 entries]` i32, `dst [dsts, 2k]` f32 (output).
 pub fn merge_kernel(k: u64) -> Kernel {
     let mut kb = KernelBuilder::new(format!("indexer_merge_{k}"));
     let srcs = Expr::Param(kb.scalar("srcs", DType::I64));
@@ -668,8 +668,8 @@ pub fn merge_kernel(k: u64) -> Kernel {
 /// entry `(d, a, na, b, nb)` and three zeros, a segment `(t, start, len)` and five.
 const ENTRY: u64 = 8;
 
-/// One launch of the merge tree ([`merge_kernel`]): its entries `(d, a, na, b, nb, 0, 0, 0)` and the
-/// lists it reads (`srcs`) and writes (`dsts`; the last level writes the result `[T, 2k]`, `d`
+/// One launch of the merge tree ([`merge_kernel`]): its entries `(d, a, na, b, nb, 0, 0, 0)`
+/// and the lists it reads (`srcs`) and writes (`dsts`; the last level writes the result `[T, 2k]`, `d`
 /// a row, where the others write a workspace for the next level).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct MergeLevel {
@@ -737,13 +737,13 @@ impl IndexerPlan {
     pub fn segments(&self, context_lens: &[i64]) -> Segments {
         let busy = context_lens.iter().filter(|&&l| l > 0).count().max(1) as u64;
         let want = (2 * self.blocks).div_ceil(busy).max(1);
+        let longest = (SEGMENT_WORK / self.k.max(1) / CHUNK * CHUNK).max(MIN_SEGMENT);
         let mut g = Segments::default();
         for (t, &len) in context_lens.iter().enumerate() {
             if len <= 0 {
                 continue;
             }
             let len = len as u64;
-            let longest = (SEGMENT_WORK / self.k.max(1) / CHUNK * CHUNK).max(MIN_SEGMENT);
             let n = want
                 .min(len.div_ceil(MIN_SEGMENT))
                 .max(len.div_ceil(longest));

@@ -12,8 +12,7 @@
 //!  best_last --TSTORE--> out[0 .. 2m];  pads --TSTORE--> out[2m .. 2k]      (m = min(n, k))
 //! ```
 //!
-//! A window is one DMA where a chunk of 32 scores a load used to wait the DMA latency for 128
-//! bytes each.
+//! One DMA a window, not one per 32 scores: each DMA waits the DMA latency before its sort.
 //!
 //! **Ties across lists.** TSORT32 puts equal values in index order (documented), but the order
 //! TMRGSORT gives equal values from different lists is not documented (the simulator models
@@ -266,7 +265,7 @@ pub fn topk_row(b: &mut Body<'_>, t: &TopkTiles, row: &TopkRow, later_first: Var
             );
         });
         // The next window's indices (none after the last: a row of at most one window, as
-        // the indexer's segments are, adds nothing).
+        // V3.2's segments of 512 are, adds nothing).
         b.if_((Expr::from(win) + 1).lt(windows.clone()), |b| {
             b.binary_scalar(BinaryOp::Add, t.idx, t.idx, WINDOW as f64);
         });
