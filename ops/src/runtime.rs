@@ -12,12 +12,13 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use tile_backend::arch::{Arch, Sku};
 use tile_backend::ir::Kernel;
 use tile_backend::launch::{self, Arg, GmTensor, LaunchError, LaunchTarget};
 use tile_backend::passes::compile;
 use tile_backend::sim::cost::CostReport;
+use tile_backend::sim::{Program, SimError};
 
 /// The environment variable naming the directory the Ascend950 backend writes packages into
 /// (default: `<temp dir>/tileops-packages`).
@@ -25,10 +26,52 @@ pub const PACKAGE_DIR_ENV: &str = "TILEOPS_PACKAGE_DIR";
 
 /// A cache entry: the compiled kernel, or the compiler's refusal of a kernel an op only prefers
 /// ([`compiles`]).
-#[derive(Clone)]
+#[derive(Clone, Copy)]
 enum Entry {
-    Compiled(Arc<Kernel>),
+    Compiled(&'static CompiledKernel),
     Refused,
+}
+
+/// A kernel as the cache keeps it: compiled (verified, memory planned, syncs inserted) and, from
+/// its first simulated launch on, lowered for the simulator ([`Program`]), so a launch of a
+/// cached kernel lowers nothing. Cached kernels live as long as the process (the cache is never
+/// emptied), which is what lets the program borrow its kernel. Derefs to the [`Kernel`].
+pub struct CompiledKernel {
+    kernel: Kernel,
+    program: OnceLock<Result<Program<'static, 'static>, SimError>>,
+}
+
+impl CompiledKernel {
+    /// Keeps `kernel` (compiled) for the rest of the process.
+    fn keep(kernel: Kernel) -> &'static CompiledKernel {
+        Box::leak(Box::new(CompiledKernel {
+            kernel,
+            program: OnceLock::new(),
+        }))
+    }
+
+    /// The kernel lowered for the simulator on the ops' machine ([`arch`]), built on first use.
+    pub fn program(&'static self) -> Result<&'static Program<'static, 'static>, SimError> {
+        self.program
+            .get_or_init(|| Program::lower(&self.kernel, arch()))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
+
+impl std::ops::Deref for CompiledKernel {
+    type Target = Kernel;
+    fn deref(&self) -> &Kernel {
+        &self.kernel
+    }
+}
+
+impl std::fmt::Debug for CompiledKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("CompiledKernel")
+            .field(&self.kernel.name)
+            .finish()
+    }
 }
 
 type Cache = Mutex<HashMap<String, Entry>>;
@@ -61,14 +104,20 @@ pub fn compiled(
     op: &'static str,
     key: &str,
     build: impl FnOnce() -> Kernel,
-) -> Result<Arc<Kernel>, OpError> {
-    if let Some(Entry::Compiled(k)) = cache().lock().ok().and_then(|c| c.get(key).cloned()) {
+) -> Result<&'static CompiledKernel, OpError> {
+    if let Some(Entry::Compiled(k)) = cache().lock().ok().and_then(|c| c.get(key).copied()) {
         return Ok(k);
     }
-    let done = Arc::new(compile_kernel(op, build)?);
-    if let Ok(mut c) = cache().lock() {
-        c.insert(key.to_string(), Entry::Compiled(done.clone()));
+    let kernel = compile_kernel(op, build)?;
+    let Ok(mut c) = cache().lock() else {
+        return Ok(CompiledKernel::keep(kernel));
+    };
+    // Another thread may have compiled the same key meanwhile: keep one.
+    if let Some(Entry::Compiled(k)) = c.get(key).copied() {
+        return Ok(k);
     }
+    let done = CompiledKernel::keep(kernel);
+    c.insert(key.to_string(), Entry::Compiled(done));
     Ok(done)
 }
 
@@ -86,13 +135,13 @@ pub(crate) fn compiles(
         let Some(key) = key else {
             return compile_kernel(op, build).is_ok();
         };
-        match cache().lock().ok().and_then(|c| c.get(key).cloned()) {
+        match cache().lock().ok().and_then(|c| c.get(key).copied()) {
             Some(Entry::Compiled(_)) => return true,
             Some(Entry::Refused) => return false,
             None => {}
         }
         let entry = match compile_kernel(op, build) {
-            Ok(k) => Entry::Compiled(Arc::new(k)),
+            Ok(k) => Entry::Compiled(CompiledKernel::keep(k)),
             Err(_) => Entry::Refused,
         };
         let ok = matches!(entry, Entry::Compiled(_));
@@ -138,11 +187,11 @@ pub fn compiled_keyed(
     op: &'static str,
     key: impl std::fmt::Display,
     build: impl FnOnce() -> Kernel,
-) -> Result<Arc<Kernel>, OpError> {
+) -> Result<&'static CompiledKernel, OpError> {
     with_key_text(key, |key| match key {
         Some(key) => compiled(op, key, build),
-        // A key whose Display failed is not a whole key: compile without the cache.
-        None => compile_kernel(op, build).map(Arc::new),
+        // A key whose Display failed is not a whole key: compile outside the cache.
+        None => compile_kernel(op, build).map(CompiledKernel::keep),
     })
 }
 
@@ -369,7 +418,7 @@ impl Runner {
     /// parameter order); outputs are written into `args`.
     pub fn launch(
         &mut self,
-        kernel: &Kernel,
+        kernel: &'static CompiledKernel,
         block_dim: usize,
         args: &mut [Arg],
     ) -> Result<(), OpError> {
@@ -386,7 +435,14 @@ impl Runner {
             }
         };
         let traced = target != LaunchTarget::Simulate;
-        let done = launch::run(kernel, arch(), block_dim, args, target).map_err(|e| match e {
+        let done = match target {
+            LaunchTarget::Package(_) => launch::run(kernel, arch(), block_dim, args, target),
+            _ => kernel
+                .program()
+                .map_err(LaunchError::from)
+                .and_then(|p| launch::run_program(p, block_dim, args, target)),
+        };
+        let done = done.map_err(|e| match e {
             LaunchError::Sim(source) => OpError::Sim {
                 op,
                 kernel: kernel.name.clone(),
@@ -418,7 +474,7 @@ impl Runner {
     /// in parameter order, outputs written in, for [`Runner::take`].
     pub fn launch_named<'a>(
         &mut self,
-        kernel: &Kernel,
+        kernel: &'static CompiledKernel,
         block_dim: usize,
         named: Vec<(&str, Arg<'a>)>,
     ) -> Result<Vec<Arg<'a>>, OpError> {
@@ -481,12 +537,12 @@ mod tests {
             panic!("a cached key must not build again")
         })
         .expect("cached");
-        assert!(Arc::ptr_eq(&first, &again));
+        assert!(std::ptr::eq(first, again));
         let other = compiled_keyed("t", format_args!("runtime-test/{}/{}", "a", 2), || {
             empty_kernel("k2")
         })
         .expect("compiles");
-        assert!(!Arc::ptr_eq(&first, &other));
+        assert!(!std::ptr::eq(first, other));
         assert_eq!(other.name, "k2");
     }
 
@@ -502,6 +558,17 @@ mod tests {
             panic!("a cached key must not build again")
         })
         .expect("cached");
-        assert!(Arc::ptr_eq(&first, &again));
+        assert!(std::ptr::eq(first, again));
+    }
+
+    /// A cached kernel is lowered for the simulator once: every launch finds the same program.
+    #[test]
+    fn a_cached_kernel_is_lowered_once() {
+        let k =
+            compiled("t", "runtime-test/lowered-once", || empty_kernel("l1")).expect("compiles");
+        let p = k.program().expect("lowers");
+        let again = k.program().expect("lowers");
+        assert!(std::ptr::eq(p, again));
+        assert!(std::ptr::eq(p.kernel(), &**k));
     }
 }

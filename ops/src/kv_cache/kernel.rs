@@ -194,7 +194,7 @@ pub fn run(
             }),
         ),
     ];
-    runner.launch_named(&kernel, plan.block_dim, named)?;
+    runner.launch_named(kernel, plan.block_dim, named)?;
     Ok(())
 }
 

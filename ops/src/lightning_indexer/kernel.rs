@@ -1066,8 +1066,8 @@ pub(crate) fn run(
             named.push(("scales", Arg::Input(sin)));
         }
         let blocks = plan.score_blocks(items as u64) as usize;
-        let mut args = runner.launch_named(&score_k, blocks, named)?;
-        ws = runner.take(&score_k, &mut args, "ws")?;
+        let mut args = runner.launch_named(score_k, blocks, named)?;
+        ws = runner.take(score_k, &mut args, "ws")?;
     }
     let k = s.topk;
     let g = plan.segments(&call.context_lens);
@@ -1109,8 +1109,8 @@ pub(crate) fn run(
             ),
         ];
         let blocks = plan.lane_blocks(segs as u64) as usize;
-        let mut args = runner.launch_named(&topk_k, blocks, named)?;
-        let parts = runner.take(&topk_k, &mut args, "parts")?;
+        let mut args = runner.launch_named(topk_k, blocks, named)?;
+        let parts = runner.take(topk_k, &mut args, "parts")?;
         drop(args);
         if segs == busy {
             // One segment a row: its list is the row's result (no merge launch).
@@ -1149,8 +1149,8 @@ pub(crate) fn run(
                 ("dst", Arg::Tensor(dst)),
             ];
             let blocks = plan.lane_blocks(entries as u64) as usize;
-            let mut args = runner.launch_named(&merge_k, blocks, named)?;
-            lists = runner.take(&merge_k, &mut args, "dst")?;
+            let mut args = runner.launch_named(merge_k, blocks, named)?;
+            lists = runner.take(merge_k, &mut args, "dst")?;
         }
         pairs = lists;
     }

@@ -227,6 +227,6 @@ fn run_with(
         ),
         ("out", out),
     ];
-    runner.launch_named(&kernel, plan.block_dim, named)?;
+    runner.launch_named(kernel, plan.block_dim, named)?;
     Ok(())
 }

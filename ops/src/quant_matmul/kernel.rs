@@ -574,7 +574,7 @@ fn launch<'a>(
         shape: vec![shape.m, shape.n],
         data: out,
     }));
-    runner.launch(&kernel, plan.block_dim, &mut args)
+    runner.launch(kernel, plan.block_dim, &mut args)
 }
 
 /// Runs the float-output kernel of `call`, writing `[M, N]` of its out dtype into `out` (the

@@ -7,7 +7,7 @@
 
 mod target;
 
-pub use target::{run, LaunchError, LaunchTarget, Launched};
+pub use target::{run, run_program, LaunchError, LaunchTarget, Launched};
 
 use crate::ir::DType;
 use crate::sim::numeric;

@@ -6,7 +6,7 @@ use super::Arg;
 use crate::arch::{Arch, Sku};
 use crate::codegen::pto::{emit, CodegenError, LaunchSpec};
 use crate::ir::Kernel;
-use crate::sim::{self, cost::CostReport, hazards::Hazard, SimError, SimOptions};
+use crate::sim::{self, cost::CostReport, hazards::Hazard, Program, SimError, SimOptions};
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
@@ -48,6 +48,9 @@ pub enum LaunchError {
 /// Launches a compiled kernel (the output of [`crate::passes::compile`]) on `block_dim` blocks
 /// with `args` in its parameter order (see [`super::bind`]), on `target`. On `Ok`, every
 /// uninitialised output ([`Arg::Output`]) is initialised and has become an [`Arg::InOut`].
+///
+/// A simulated launch lowers the kernel first ([`Program::lower`]); a caller that launches the
+/// same kernel again keeps its program and calls [`run_program`].
 pub fn run(
     kernel: &Kernel,
     arch: &Arch,
@@ -55,14 +58,28 @@ pub fn run(
     args: &mut [Arg],
     target: LaunchTarget<'_>,
 ) -> Result<Launched, LaunchError> {
+    match target {
+        LaunchTarget::Package(dir) => package(kernel, arch, block_dim, args, dir),
+        _ => run_program(&Program::lower(kernel, arch)?, block_dim, args, target),
+    }
+}
+
+/// [`run`] of a kernel lowered for the simulator.
+pub fn run_program(
+    program: &Program<'_, '_>,
+    block_dim: usize,
+    args: &mut [Arg],
+    target: LaunchTarget<'_>,
+) -> Result<Launched, LaunchError> {
     let opts = SimOptions { block_dim };
+    let (kernel, arch) = (program.kernel(), program.arch());
     match target {
         LaunchTarget::Simulate => {
-            sim::run(kernel, arch, args, opts)?;
+            sim::run_program(program, args, opts)?;
             Ok(Launched::default())
         }
         LaunchTarget::Profile(sku) => {
-            let (_, trace) = sim::run_traced(kernel, arch, args, opts)?;
+            let (_, trace) = sim::run_program_traced(program, args, opts)?;
             Ok(Launched {
                 cost: Some(sim::cost::report_with_sensitivity(
                     kernel, arch, sku, &trace, block_dim,
@@ -71,23 +88,32 @@ pub fn run(
                 files: Vec::new(),
             })
         }
-        LaunchTarget::Package(dir) => {
-            let package = emit(kernel, arch, &LaunchSpec::new(block_dim as u64))?;
-            let files = package.write_to(dir)?;
-            // Nothing ran: an uninitialised output ends zero-filled, as a launch leaves it.
-            for a in args.iter_mut() {
-                if matches!(a, Arg::Output(_)) {
-                    if let Arg::Output(o) = std::mem::replace(a, Arg::Int(0)) {
-                        *a = Arg::InOut(o.zeroed());
-                    }
-                }
+        LaunchTarget::Package(dir) => package(kernel, arch, block_dim, args, dir),
+    }
+}
+
+/// Writes the package of a launch into `dir`; nothing runs.
+fn package(
+    kernel: &Kernel,
+    arch: &Arch,
+    block_dim: usize,
+    args: &mut [Arg],
+    dir: &Path,
+) -> Result<Launched, LaunchError> {
+    let package = emit(kernel, arch, &LaunchSpec::new(block_dim as u64))?;
+    let files = package.write_to(dir)?;
+    // Nothing ran: an uninitialised output ends zero-filled, as a launch leaves it.
+    for a in args.iter_mut() {
+        if matches!(a, Arg::Output(_)) {
+            if let Arg::Output(o) = std::mem::replace(a, Arg::Int(0)) {
+                *a = Arg::InOut(o.zeroed());
             }
-            Ok(Launched {
-                files,
-                ..Launched::default()
-            })
         }
     }
+    Ok(Launched {
+        files,
+        ..Launched::default()
+    })
 }
 
 #[cfg(test)]

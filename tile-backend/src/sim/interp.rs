@@ -3,68 +3,30 @@
 use super::core::CoreRt;
 use super::exec::{self, ExecCtx, Flow};
 use super::gm::{Overlay, PrefetchQueue, WriteOnly};
+use super::program::{Instr, Program};
 use super::state::{BlockMem, CoreId, CrossFlags, ScratchPool};
-use super::tile::Placed;
 use super::trace::{Access, BlockTrace, Event, OpRecord, SyncInfo};
 use super::{SimError, SimFault};
-use crate::arch::Arch;
-use crate::ir::{CoreKind, Kernel, Op, OpLoc, ParamId, Stmt, VarId};
+use crate::ir::{CoreKind, Op, OpLoc, VarId};
 use crate::launch::Arg;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
 
-/// Op locations keyed by the op's address inside the kernel, built on first use: only errors
-/// and traced runs need them, so an untraced run that succeeds never pays for the map.
-pub(crate) struct OpLocs<'k> {
-    kernel: &'k Kernel,
-    map: OnceLock<foldhash::HashMap<usize, OpLoc>>,
+/// A loop a core is inside: its variable, current value, exclusive end and step.
+#[derive(Debug, Clone, Copy)]
+struct Loop {
+    var: VarId,
+    cur: i64,
+    end: i64,
+    step: i64,
 }
 
-impl<'k> OpLocs<'k> {
-    pub(crate) fn new(kernel: &'k Kernel) -> Self {
-        OpLocs {
-            kernel,
-            map: OnceLock::new(),
-        }
-    }
-
-    /// Where `op` (an op of this kernel) is; an op not found gets index `usize::MAX`.
-    fn of(&self, op: &Op) -> OpLoc {
-        self.map
-            .get_or_init(|| {
-                self.kernel
-                    .ops()
-                    .into_iter()
-                    .map(|(loc, op)| (op as *const Op as usize, loc))
-                    .collect()
-            })
-            .get(&(op as *const Op as usize))
-            .copied()
-            .unwrap_or(OpLoc {
-                section: CoreKind::Cube,
-                index: usize::MAX,
-            })
-    }
-}
-
-enum Frame<'k> {
-    Block {
-        stmts: &'k [Stmt],
-        pc: usize,
-    },
-    Loop {
-        var: VarId,
-        cur: i64,
-        end: i64,
-        step: i64,
-        body: &'k [Stmt],
-        pc: usize,
-    },
-}
-
-struct Program<'k> {
-    frames: Vec<Frame<'k>>,
+/// Where a core is in its section's code.
+struct Cursor {
+    pc: usize,
+    /// The loops it is inside, innermost last.
+    loops: Vec<Loop>,
+    /// The cross-core flag it waits for, if it waits.
     waiting: Option<u8>,
 }
 
@@ -109,10 +71,8 @@ impl StepBudget {
 }
 
 pub(crate) fn run_block<'k, 'a>(
-    kernel: &'k Kernel,
-    arch: &Arch,
+    program: &Program<'k, '_>,
     (args, direct): (&'a [Arg<'a>], &'a [WriteOnly<'a>]),
-    (locs, placed): (&OpLocs<'_>, &[Option<Placed<'k>>]),
     at: BlockAt,
     budget: &StepBudget,
 ) -> Result<BlockResult<'k>, SimError> {
@@ -121,6 +81,7 @@ pub(crate) fn run_block<'k, 'a>(
         block_dim,
         traced,
     } = at;
+    let (kernel, arch) = (program.kernel, program.arch);
     let mut trace = traced.then(|| BlockTrace {
         block,
         ..Default::default()
@@ -143,23 +104,29 @@ pub(crate) fn run_block<'k, 'a>(
             acc_rows: Vec::new(),
         })
         .collect();
-    let mut programs: Vec<Program> = CoreId::ALL
+    let mut cursors: Vec<Cursor> = CoreId::ALL
         .iter()
-        .map(|id| {
-            let stmts = kernel.section(match id {
-                CoreId::Aic => CoreKind::Cube,
-                CoreId::Aiv(_) => CoreKind::Vector,
-            });
-            Program {
-                frames: vec![Frame::Block { stmts, pc: 0 }],
-                waiting: None,
-            }
+        .map(|_| Cursor {
+            pc: 0,
+            loops: Vec::new(),
+            waiting: None,
         })
         .collect();
+    let code = |id: CoreId| {
+        program.section(match id {
+            CoreId::Aic => CoreKind::Cube,
+            CoreId::Aiv(_) => CoreKind::Vector,
+        })
+    };
     let mut ops_executed = 0u64;
     loop {
         let mut progressed = false;
-        for (i, (core, prog)) in cores.iter_mut().zip(programs.iter_mut()).enumerate() {
+        let mut finished = true;
+        for (i, (core, cursor)) in cores.iter_mut().zip(cursors.iter_mut()).enumerate() {
+            let code = code(core.id);
+            if cursor.pc >= code.len() {
+                continue;
+            }
             let mut cx = ExecCtx {
                 kernel,
                 arch,
@@ -167,26 +134,27 @@ pub(crate) fn run_block<'k, 'a>(
                 mem: &mut mem,
                 gm: &mut gm,
                 direct,
-                placed,
+                placed: &program.placed,
                 flags: &mut flags,
                 core,
                 rec: None,
                 event_index: 0,
             };
             let events = trace.as_mut().map(|t| &mut t.cores[i].events);
-            let (ran, n) = run_core(&mut cx, prog, locs, events, budget)?;
+            let (ran, n) = run_core(&mut cx, code, cursor, events, budget)?;
             progressed |= ran;
             ops_executed += n;
+            finished &= cursor.pc >= code.len();
         }
-        if programs.iter().all(|p| p.frames.is_empty()) {
+        if finished {
             break;
         }
         if !progressed {
             let waits: Vec<String> = CoreId::ALL
                 .iter()
-                .zip(&programs)
-                .filter_map(|(id, p)| {
-                    p.waiting
+                .zip(&cursors)
+                .filter_map(|(id, c)| {
+                    c.waiting
                         .map(|w| format!("{id} waits for cross-core flag {w}"))
                 })
                 .collect();
@@ -204,7 +172,12 @@ pub(crate) fn run_block<'k, 'a>(
             let start = line * 64;
             let end = (start + 64).min(len);
             if start < end {
-                let _ = gm.write(args, ParamId(param), start, &bytes[..end - start]);
+                let _ = gm.write(
+                    args,
+                    crate::ir::ParamId(param),
+                    start,
+                    &bytes[..end - start],
+                );
             }
         }
     }
@@ -223,17 +196,17 @@ pub(crate) fn run_block<'k, 'a>(
 /// Runs a core until it finishes or waits; returns whether it made progress and ops run.
 fn run_core<'k>(
     cx: &mut ExecCtx<'k, '_, '_>,
-    prog: &mut Program<'k>,
-    locs: &OpLocs<'_>,
+    code: &[Instr<'k>],
+    cursor: &mut Cursor,
     mut events: Option<&mut Vec<Event<'k>>>,
     budget: &StepBudget,
 ) -> Result<(bool, u64), SimError> {
     let mut progressed = false;
     let mut n = 0;
-    let fail = |cx: &ExecCtx, op: &Op, fault: SimFault| SimError::Op {
+    let fail = |cx: &ExecCtx, op: &Op, loc: OpLoc, fault: SimFault| SimError::Op {
         block: cx.core.block,
         core: cx.core.id.name(),
-        loc: locs.of(op),
+        loc,
         op: op.name(),
         fault: fault.named(cx.kernel),
     };
@@ -251,81 +224,51 @@ fn run_core<'k>(
         op: what,
         fault,
     };
-    while let Some(frame) = prog.frames.last_mut() {
+    while let Some(instr) = code.get(cursor.pc) {
         budget.take().map_err(|limit| SimError::StepLimit {
             block: cx.core.block,
             limit,
         })?;
-        let (stmts, pc) = match frame {
-            Frame::Block { stmts, pc } => (*stmts, pc),
-            Frame::Loop { body, pc, .. } => (*body, pc),
-        };
-        if *pc >= stmts.len() {
-            match frame {
-                Frame::Loop {
-                    var,
-                    cur,
-                    end,
-                    step,
-                    pc,
-                    ..
-                } => {
-                    // Past i64::MAX the loop is over (its end is an i64).
-                    match cur.checked_add(*step) {
-                        Some(next) if next < *end => {
-                            *cur = next;
-                            *pc = 0;
-                            let v = *var;
-                            cx.core.set_var(v, next);
-                        }
-                        _ => {
-                            prog.frames.pop();
-                        }
-                    }
-                }
-                Frame::Block { .. } => {
-                    prog.frames.pop();
-                }
-            }
-            continue;
-        }
-        let stmt = &stmts[*pc];
-        match stmt {
-            Stmt::Op(op) => {
+        match instr {
+            Instr::Op { op, loc } => {
                 if let Some(ev) = &events {
                     cx.rec = Some(OpRecord::default());
                     cx.event_index = ev.len();
                 }
-                match exec::exec(cx, op).map_err(|why| fail(cx, op, why))? {
+                match exec::exec(cx, op).map_err(|why| fail(cx, op, *loc, why))? {
                     Flow::Continue => {
-                        *pc += 1;
-                        prog.waiting = None;
+                        cursor.pc += 1;
+                        cursor.waiting = None;
                         n += 1;
                         if let (Some(ev), Some(rec)) = (events.as_deref_mut(), cx.rec.take()) {
-                            ev.push(event(cx, op, locs, rec));
+                            ev.push(event(cx, op, *loc, rec));
                         }
                     }
                     Flow::Blocked(what) => {
                         cx.rec = None;
-                        prog.waiting = Some(what);
+                        cursor.waiting = Some(what);
                         return Ok((progressed, n));
                     }
                 }
             }
-            Stmt::Let { var, value } => {
-                let v = cx.core.eval(value).map_err(|e| ctl(cx, "let", e))?;
+            Instr::Let { var, value } => {
+                let v = value
+                    .eval(&*cx.core)
+                    .map_err(|e| ctl(cx, "let", e.into()))?;
                 cx.core.set_var(*var, v);
-                *pc += 1;
+                cursor.pc += 1;
             }
-            Stmt::For {
+            Instr::For {
                 var,
                 start,
                 end,
                 step,
-                body,
+                exit,
             } => {
-                let s = cx.core.eval(start).map_err(|e| ctl(cx, "for", e))?;
-                let e = cx.core.eval(end).map_err(|e| ctl(cx, "for", e))?;
+                let s = start
+                    .eval(&*cx.core)
+                    .map_err(|e| ctl(cx, "for", e.into()))?;
+                let e = end.eval(&*cx.core).map_err(|e| ctl(cx, "for", e.into()))?;
                 if *step <= 0 {
                     let step = SimFault::TooSmall {
                         what: "loop step",
@@ -334,42 +277,57 @@ fn run_core<'k>(
                     };
                     return Err(ctl(cx, "for", step));
                 }
-                *pc += 1;
                 if s < e {
                     cx.core.set_var(*var, s);
-                    prog.frames.push(Frame::Loop {
+                    cursor.loops.push(Loop {
                         var: *var,
                         cur: s,
                         end: e,
                         step: *step,
-                        body,
-                        pc: 0,
                     });
+                    cursor.pc += 1;
+                } else {
+                    cursor.pc = *exit;
                 }
             }
-            Stmt::If {
-                cond,
-                then_body,
-                else_body,
-            } => {
-                let c = cx.core.eval(cond).map_err(|e| ctl(cx, "if", e))?;
-                *pc += 1;
-                prog.frames.push(Frame::Block {
-                    stmts: if c != 0 { then_body } else { else_body },
-                    pc: 0,
-                });
+            Instr::Next { body } => {
+                let Some(l) = cursor.loops.last_mut() else {
+                    return Err(ctl(
+                        cx,
+                        "for",
+                        SimFault::Internal("a loop end outside a loop"),
+                    ));
+                };
+                // Past i64::MAX the loop is over (its end is an i64).
+                match l.cur.checked_add(l.step) {
+                    Some(next) if next < l.end => {
+                        l.cur = next;
+                        let v = l.var;
+                        cx.core.set_var(v, next);
+                        cursor.pc = *body;
+                    }
+                    _ => {
+                        cursor.loops.pop();
+                        cursor.pc += 1;
+                    }
+                }
             }
+            Instr::Unless { cond, target } => {
+                let c = cond.eval(&*cx.core).map_err(|e| ctl(cx, "if", e.into()))?;
+                cursor.pc = if c != 0 { cursor.pc + 1 } else { *target };
+            }
+            Instr::Jump { target } => cursor.pc = *target,
         }
         progressed = true;
     }
     Ok((progressed, n))
 }
 
-fn event<'k>(cx: &ExecCtx<'k, '_, '_>, op: &'k Op, locs: &OpLocs<'_>, rec: OpRecord) -> Event<'k> {
+fn event<'k>(cx: &ExecCtx<'k, '_, '_>, op: &'k Op, loc: OpLoc, rec: OpRecord) -> Event<'k> {
     let kernel = cx.kernel;
     let space_of = |r: &crate::ir::TileRef| kernel.try_tile(r.tile).map(|d| d.ty.space);
     Event {
-        loc: locs.of(op),
+        loc,
         op,
         pipe: cx.arch.pipe_of(op, &space_of).unwrap_or(crate::ir::Pipe::S),
         accesses: coalesce(rec.accesses),

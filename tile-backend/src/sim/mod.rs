@@ -26,6 +26,7 @@ mod interp;
 pub mod io;
 pub mod numeric;
 pub mod perfetto;
+mod program;
 mod state;
 mod tile;
 pub mod timeline;
@@ -34,6 +35,7 @@ pub mod trace;
 /// The launch ABI, re-exported where the simulator's callers have always found it.
 pub use crate::launch::{Arg, GmInOut, GmInput, GmSlice, GmTensor};
 pub use fault::SimFault;
+pub use program::Program;
 
 use crate::arch::Arch;
 use crate::ir::{Kernel, OpLoc, ParamId};
@@ -124,13 +126,25 @@ pub struct RunSummary {
 /// machine's rules are the verifier's job, not re-checked here. On an error, the arguments are
 /// untouched except a write-only output (one the kernel only stores into, written in place:
 /// docs/simulator.md), which may hold part of the blocks' writes.
+///
+/// The kernel is lowered ([`Program::lower`]) on every call; a caller that launches the same
+/// kernel again keeps its [`Program`] and calls [`run_program`].
 pub fn run(
     kernel: &Kernel,
     arch: &Arch,
     args: &mut [Arg],
     opts: SimOptions,
 ) -> Result<RunSummary, SimError> {
-    run_impl(kernel, arch, args, opts, RunLimits::default(), false).map(|(s, _)| s)
+    run_program(&Program::lower(kernel, arch)?, args, opts)
+}
+
+/// [`run`] of a lowered kernel.
+pub fn run_program(
+    program: &Program<'_, '_>,
+    args: &mut [Arg],
+    opts: SimOptions,
+) -> Result<RunSummary, SimError> {
+    run_impl(program, args, opts, RunLimits::default(), false).map(|(s, _)| s)
 }
 
 /// [`run`], also recording every executed op with its pipe, bytes and synchronisation, for the
@@ -141,7 +155,16 @@ pub fn run_traced<'k>(
     args: &mut [Arg],
     opts: SimOptions,
 ) -> Result<(RunSummary, trace::Trace<'k>), SimError> {
-    run_impl(kernel, arch, args, opts, RunLimits::default(), true)
+    run_program_traced(&Program::lower(kernel, arch)?, args, opts)
+}
+
+/// [`run_traced`] of a lowered kernel.
+pub fn run_program_traced<'k>(
+    program: &Program<'k, '_>,
+    args: &mut [Arg],
+    opts: SimOptions,
+) -> Result<(RunSummary, trace::Trace<'k>), SimError> {
+    run_impl(program, args, opts, RunLimits::default(), true)
 }
 
 /// [`run_traced`] within `limits`.
@@ -152,26 +175,23 @@ pub fn run_traced_limited<'k>(
     opts: SimOptions,
     limits: RunLimits,
 ) -> Result<(RunSummary, trace::Trace<'k>), SimError> {
-    run_impl(kernel, arch, args, opts, limits, true)
+    run_impl(&Program::lower(kernel, arch)?, args, opts, limits, true)
 }
 
 fn run_impl<'k>(
-    kernel: &'k Kernel,
-    arch: &Arch,
+    program: &Program<'k, '_>,
     args: &mut [Arg],
     opts: SimOptions,
     limits: RunLimits,
     traced: bool,
 ) -> Result<(RunSummary, trace::Trace<'k>), SimError> {
+    let kernel = program.kernel;
     gm::check_args(kernel, args)?;
-    tile::check_planned(kernel)?;
-    let locs = interp::OpLocs::new(kernel);
-    let placed = tile::place_all(kernel, arch);
     let budget = interp::StepBudget::new(limits.max_steps);
     // Write-only outputs leave the arguments the blocks see (a placeholder of the same dtype
     // and shape, with no bytes, takes their place) and are lent to the blocks to write in place.
-    let write_only = gm::write_only_params(kernel);
-    check_outputs(kernel, args, &write_only)?;
+    let write_only = &program.write_only;
+    check_outputs(kernel, args, write_only)?;
     let mut lent: Vec<(usize, Arg)> = Vec::new();
     for p in write_only {
         let i = p.0 as usize;
@@ -204,14 +224,7 @@ fn run_impl<'k>(
             })
         })
         .collect();
-    let results = run_blocks(
-        kernel,
-        arch,
-        (args, &direct),
-        (&locs, &budget, &placed),
-        opts,
-        traced,
-    );
+    let results = run_blocks(program, (args, &direct), &budget, opts, traced);
     let lines: Vec<gm::Lines> = direct.into_iter().map(gm::WriteOnly::into_lines).collect();
     for (i, a) in lent {
         args[i] = match a {
@@ -268,14 +281,9 @@ fn check_outputs(kernel: &Kernel, args: &[Arg], write_only: &[ParamId]) -> Resul
 /// otherwise the caller shares them with the pool ([`run_shared`]). Results come in block order
 /// either way, so the outputs do not change.
 fn run_blocks<'k, 'a>(
-    kernel: &'k Kernel,
-    arch: &Arch,
+    program: &Program<'k, '_>,
     (args, direct): (&'a [Arg<'a>], &'a [gm::WriteOnly<'a>]),
-    (locs, budget, placed): (
-        &interp::OpLocs<'_>,
-        &interp::StepBudget,
-        &[Option<tile::Placed<'k>>],
-    ),
+    budget: &interp::StepBudget,
     opts: SimOptions,
     traced: bool,
 ) -> Vec<Result<interp::BlockResult<'k>, SimError>> {
@@ -285,7 +293,7 @@ fn run_blocks<'k, 'a>(
             block_dim: opts.block_dim,
             traced,
         };
-        interp::run_block(kernel, arch, (args, direct), (locs, placed), at, budget)
+        interp::run_block(program, (args, direct), at, budget)
     };
     let mut results = Vec::with_capacity(opts.block_dim);
     if opts.block_dim > 0 {

@@ -217,9 +217,9 @@ pub(crate) fn run_flash(
         }
         // At most one block per cluster: the kernel loops over the rows (`for_each_row`).
         let launch = blocks.min(crate::runtime::arch().rates.clusters.value as usize);
-        let mut args = runner.launch_named(&kernel, launch.max(1), named)?;
-        out = runner.take(&kernel, &mut args, "out")?;
-        lse = runner.take(&kernel, &mut args, "lse")?;
+        let mut args = runner.launch_named(kernel, launch.max(1), named)?;
+        out = runner.take(kernel, &mut args, "out")?;
+        lse = runner.take(kernel, &mut args, "lse")?;
     }
     if plan.causal {
         // Queries before the diagonal's start see no key: the kernel wrote lse ~ -1e30.

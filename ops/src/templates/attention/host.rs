@@ -100,9 +100,9 @@ pub(crate) fn run_attention(
     if let Some(v) = inp.v {
         named.push(("v", Arg::Input(v)));
     }
-    let mut args = runner.launch_named(&kernel, *blocks as usize, named)?;
-    let mut lse_ws = runner.take(&kernel, &mut args, "lse_ws")?;
-    let o_ws = runner.take(&kernel, &mut args, "o_ws")?;
+    let mut args = runner.launch_named(kernel, *blocks as usize, named)?;
+    let mut lse_ws = runner.take(kernel, &mut args, "lse_ws")?;
+    let o_ws = runner.take(kernel, &mut args, "o_ws")?;
     drop(args);
     let heads = cfg.heads as usize;
     let has_token = |g: usize| inp.counts[g / heads] > 0;
@@ -143,10 +143,10 @@ pub(crate) fn run_attention(
             Arg::Tensor(GmTensor::from_f32(DType::F32, &[rows], &per_row)),
         ));
     }
-    let mut margs = runner.launch_named(&merge, *merge_blocks, named)?;
-    let lse = runner.take(&merge, &mut margs, "lse")?;
-    let out = runner.take(&merge, &mut margs, "out")?;
-    if let Ok(o_ws) = runner.take(&merge, &mut margs, "o_ws") {
+    let mut margs = runner.launch_named(merge, *merge_blocks, named)?;
+    let lse = runner.take(merge, &mut margs, "lse")?;
+    let out = runner.take(merge, &mut margs, "out")?;
+    if let Ok(o_ws) = runner.take(merge, &mut margs, "o_ws") {
         workspace::keep(o_ws.data);
     }
     Ok((out, lse))
