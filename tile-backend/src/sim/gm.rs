@@ -65,11 +65,18 @@ pub(crate) fn check_args(kernel: &Kernel, args: &[Arg]) -> Result<(), SimError> 
                 if t_dtype != *dtype {
                     return Err(bad(format!("expected {dtype}, got {t_dtype}")));
                 }
-                let want: Option<Vec<i64>> = shape.iter().map(|e| eval_shape(e, args)).collect();
-                let want = want
-                    .ok_or_else(|| bad("its shape depends on a missing integer scalar".into()))?;
-                let got: Vec<i64> = t_shape.iter().map(|d| *d as i64).collect();
-                if want != got {
+                // Compared dimension by dimension (nothing collected: this runs every launch);
+                // the message is built only for a mismatch.
+                let mut same = shape.len() == t_shape.len();
+                for (i, e) in shape.iter().enumerate() {
+                    let w = eval_shape(e, args).ok_or_else(|| {
+                        bad("its shape depends on a missing integer scalar".into())
+                    })?;
+                    same &= t_shape.get(i).is_some_and(|&d| d as i64 == w);
+                }
+                if !same {
+                    let want: Vec<i64> = shape.iter().filter_map(|e| eval_shape(e, args)).collect();
+                    let got: Vec<i64> = t_shape.iter().map(|d| *d as i64).collect();
                     return Err(bad(format!("expected shape {want:?}, got {got:?}")));
                 }
                 let need = t_shape.iter().product::<usize>() * dtype.size_bytes() as usize;
@@ -513,8 +520,9 @@ impl Overlay {
     /// Applies this block's writes, then its atomic adds, to the arguments. `block` is this
     /// block's index and `direct` the launch's write-only outputs (written in place): a byte a
     /// later block wrote in place is not overwritten.
-    pub fn merge_into(self, args: &mut [Arg], block: usize, direct: &[Lines]) {
-        let mut pages: Vec<_> = self.pages.into_iter().collect();
+    pub fn merge_into(mut self, args: &mut [Arg], block: usize, direct: &[Lines]) {
+        let mut pages = SORTED_PAGES.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        pages.extend(self.pages.drain());
         pages.sort_by_key(|(k, _)| *k);
         for ((param, page), pg) in &mut pages {
             let (param, page) = (*param, *page);
@@ -554,11 +562,13 @@ impl Overlay {
         }
         if let Ok(mut pool) = PAGE_POOL.lock() {
             let room = POOL_PAGES.saturating_sub(pool.len());
-            pool.extend(pages.into_iter().map(|(_, pg)| pg).take(room));
+            pool.extend(pages.drain(..).map(|(_, pg)| pg).take(room));
             let room = POOL_PAGES.saturating_sub(pool.len());
-            pool.extend(self.spare.into_iter().take(room));
+            pool.extend(self.spare.drain(..).take(room));
         }
-        for a in self.atomics {
+        pages.clear();
+        SORTED_PAGES.with(|s| *s.borrow_mut() = pages);
+        for a in self.atomics.drain(..) {
             let Some(data) = args.get_mut(a.param as usize).and_then(Arg::writable_bytes) else {
                 continue;
             };
@@ -576,8 +586,36 @@ impl Overlay {
                 }
             }
         }
+        // The emptied containers serve the next block this thread runs.
+        self.spare.clear();
+        SPARE_OVERLAYS.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < SPARE_OVERLAYS_MAX {
+                s.push(self);
+            }
+        });
+    }
+
+    /// An empty overlay, in the containers of one merged earlier on this thread (no allocation
+    /// until it holds more pages than that one did).
+    pub fn take() -> Overlay {
+        SPARE_OVERLAYS
+            .with(|s| s.borrow_mut().pop())
+            .unwrap_or_default()
     }
 }
+
+thread_local! {
+    /// Merged overlays' empty containers ([`Overlay::take`]).
+    static SPARE_OVERLAYS: std::cell::RefCell<Vec<Overlay>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+    /// The buffer [`Overlay::merge_into`] sorts a block's pages in.
+    static SORTED_PAGES: std::cell::RefCell<Vec<((u32, usize), Page)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Most empty overlays a thread keeps.
+const SPARE_OVERLAYS_MAX: usize = 8;
 
 /// The tensor parameters of `kernel` that its ops only write, with plain stores: never read,
 /// never added to atomically, never accessed as a scalar. What a block writes there cannot

@@ -4,7 +4,7 @@ use super::core::CoreRt;
 use super::exec::{self, ExecCtx, Flow};
 use super::gm::{Overlay, PrefetchQueue, WriteOnly};
 use super::program::{Instr, Program};
-use super::state::{BlockMem, CoreId, CrossFlags, ScratchPool};
+use super::state::{BlockMem, CoreId, CoreState, CrossFlags, ScratchPool};
 use super::trace::{Access, BlockTrace, Event, OpRecord, SyncInfo};
 use super::{SimError, SimFault};
 use crate::ir::{CoreKind, Op, OpLoc, VarId};
@@ -19,6 +19,11 @@ struct Loop {
     cur: i64,
     end: i64,
     step: i64,
+}
+
+thread_local! {
+    /// The cores' loop stacks of this thread's last block, for the next.
+    static LOOPS: std::cell::RefCell<Vec<Vec<Loop>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Where a core is in its section's code.
@@ -87,31 +92,33 @@ pub(crate) fn run_block<'k, 'a>(
         ..Default::default()
     });
     let mut mem = BlockMem::take(arch);
-    let mut gm = Overlay::default();
+    let mut gm = Overlay::take();
     let mut flags = CrossFlags::default();
-    let mut cores: Vec<CoreRt> = CoreId::ALL
-        .iter()
-        .map(|&id| CoreRt {
+    let mut cores: [CoreRt; 3] = CoreId::ALL.map(|id| {
+        let mut pool = ScratchPool::take(id);
+        let CoreState {
+            vars,
+            valid,
+            acc_rows,
+        } = pool.take_state(kernel.vars.len(), kernel.tiles.len());
+        CoreRt {
             id,
-            vars: vec![None; kernel.vars.len()],
-            valid: vec![None; kernel.tiles.len()],
+            vars,
+            valid,
             dcache: BTreeMap::new(),
             args,
             block,
             block_dim,
-            pool: ScratchPool::take(id),
+            pool,
             prefetch: PrefetchQueue::default(),
-            acc_rows: Vec::new(),
-        })
-        .collect();
-    let mut cursors: Vec<Cursor> = CoreId::ALL
-        .iter()
-        .map(|_| Cursor {
-            pc: 0,
-            loops: Vec::new(),
-            waiting: None,
-        })
-        .collect();
+            acc_rows,
+        }
+    });
+    let mut cursors: [Cursor; 3] = std::array::from_fn(|_| Cursor {
+        pc: 0,
+        loops: LOOPS.with(|l| l.borrow_mut().pop()).unwrap_or_default(),
+        waiting: None,
+    });
     let code = |id: CoreId| {
         program.section(match id {
             CoreId::Aic => CoreKind::Cube,
@@ -183,8 +190,23 @@ pub(crate) fn run_block<'k, 'a>(
     }
     mem.give_back();
     for core in cores {
-        core.pool.give_back(core.id);
+        let mut pool = core.pool;
+        pool.keep_state(CoreState {
+            vars: core.vars,
+            valid: core.valid,
+            acc_rows: core.acc_rows,
+        });
+        pool.give_back(core.id);
     }
+    LOOPS.with(|l| {
+        let mut l = l.borrow_mut();
+        for mut c in cursors {
+            if l.len() < 3 {
+                c.loops.clear();
+                l.push(c.loops);
+            }
+        }
+    });
     gm.shed_spare();
     Ok(BlockResult {
         gm,

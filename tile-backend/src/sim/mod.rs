@@ -39,6 +39,7 @@ pub use program::Program;
 
 use crate::arch::Arch;
 use crate::ir::{Kernel, OpLoc, ParamId};
+use smallvec::SmallVec;
 use thiserror::Error;
 
 /// Why a simulation failed.
@@ -192,29 +193,30 @@ fn run_impl<'k>(
     // and shape, with no bytes, takes their place) and are lent to the blocks to write in place.
     let write_only = &program.write_only;
     check_outputs(kernel, args, write_only)?;
-    let mut lent: Vec<(usize, Arg)> = Vec::new();
+    let mut lent: SmallVec<[(usize, Arg); 4]> = SmallVec::new();
     for p in write_only {
         let i = p.0 as usize;
-        let Some(placeholder) = args
-            .get(i)
-            .and_then(Arg::gm_shape)
-            .map(|(dtype, shape, _)| {
-                Arg::Input(GmInput {
-                    dtype,
-                    shape: shape.to_vec(),
-                    data: &[],
-                })
-            })
-        else {
+        let Some(a) = args.get_mut(i) else {
             continue;
         };
-        if args[i].is_writable() {
-            lent.push((i, std::mem::replace(&mut args[i], placeholder)));
+        let Some((dtype, _, _)) = a.gm_shape() else {
+            continue;
+        };
+        if a.is_writable() {
+            // The placeholder takes the lent argument's shape (moved, not copied: it moves back
+            // when the argument returns below).
+            let shape = shape_mut(a).map(std::mem::take).unwrap_or_default();
+            let placeholder = Arg::Input(GmInput {
+                dtype,
+                shape,
+                data: &[],
+            });
+            lent.push((i, std::mem::replace(a, placeholder)));
         }
     }
     // Every lent `Arg::Output` becomes a `WriteOnly` (that arm cannot be skipped), which
     // initialises all its bytes when it ends (`into_lines`).
-    let direct: Vec<gm::WriteOnly> = lent
+    let direct: SmallVec<[gm::WriteOnly; 4]> = lent
         .iter_mut()
         .filter_map(|(i, a)| {
             let p = ParamId(*i as u32);
@@ -225,8 +227,12 @@ fn run_impl<'k>(
         })
         .collect();
     let results = run_blocks(program, (args, &direct), &budget, opts, traced);
-    let lines: Vec<gm::Lines> = direct.into_iter().map(gm::WriteOnly::into_lines).collect();
-    for (i, a) in lent {
+    let lines: SmallVec<[gm::Lines; 4]> =
+        direct.into_iter().map(gm::WriteOnly::into_lines).collect();
+    for (i, mut a) in lent {
+        if let (Some(back), Some(placeholder)) = (shape_mut(&mut a), shape_mut(&mut args[i])) {
+            std::mem::swap(back, placeholder);
+        }
         args[i] = match a {
             // SAFETY: its `WriteOnly` initialised every byte the blocks did not write in place
             // (`into_lines` above), and the blocks' in-place writes initialised the rest.
@@ -234,23 +240,34 @@ fn run_impl<'k>(
             a => a,
         };
     }
+    // A failed block fails the launch before any block's writes are merged.
+    if let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
+        return Err(e.clone());
+    }
     let mut summary = RunSummary {
         blocks: opts.block_dim,
         ops_executed: 0,
     };
-    let mut blocks = Vec::with_capacity(results.len());
-    for r in results {
-        let r = r?;
-        summary.ops_executed += r.ops_executed;
-        blocks.push(r);
-    }
     let mut trace = trace::Trace::default();
-    for (i, b) in blocks.into_iter().enumerate() {
+    for (i, b) in results.into_iter().enumerate() {
+        let Ok(b) = b else { continue };
+        summary.ops_executed += b.ops_executed;
         b.gm.merge_into(args, i, &lines);
         trace.blocks.extend(b.trace);
     }
     lines.into_iter().for_each(gm::Lines::recycle);
     Ok((summary, trace))
+}
+
+/// The shape of a tensor argument, to move in and out of a placeholder.
+fn shape_mut<'x>(a: &'x mut Arg<'_>) -> Option<&'x mut Vec<usize>> {
+    match a {
+        Arg::Tensor(t) => Some(&mut t.shape),
+        Arg::Input(t) => Some(&mut t.shape),
+        Arg::InOut(t) => Some(&mut t.shape),
+        Arg::Output(t) => Some(&mut t.shape),
+        Arg::Int(_) | Arg::Float(_) => None,
+    }
 }
 
 /// Checks that every uninitialised output ([`Arg::Output`]) binds a write-only parameter (see
@@ -274,6 +291,9 @@ fn check_outputs(kernel: &Kernel, args: &[Arg], write_only: &[ParamId]) -> Resul
     Ok(())
 }
 
+/// The results of a launch's blocks, in block order (inline up to 8: no allocation).
+type Blocks<'k> = SmallVec<[Result<interp::BlockResult<'k>, SimError>; 8]>;
+
 /// Runs the blocks of a launch, each seeing `args` and writing the write-only outputs `direct`
 /// in place: block 0 on the caller's thread, timed; when the other blocks, at its pace, would
 /// take less than [`SERIAL_BELOW`], they run on the caller's thread too, since waking the
@@ -286,7 +306,7 @@ fn run_blocks<'k, 'a>(
     budget: &interp::StepBudget,
     opts: SimOptions,
     traced: bool,
-) -> Vec<Result<interp::BlockResult<'k>, SimError>> {
+) -> Blocks<'k> {
     let one = |block: usize| {
         let at = interp::BlockAt {
             block,
@@ -295,7 +315,7 @@ fn run_blocks<'k, 'a>(
         };
         interp::run_block(program, (args, direct), at, budget)
     };
-    let mut results = Vec::with_capacity(opts.block_dim);
+    let mut results = Blocks::new();
     if opts.block_dim > 0 {
         let start = std::time::Instant::now();
         results.push(one(0));

@@ -657,6 +657,20 @@ pub(crate) struct ScratchPool {
     f32s: Free<f32>,
     f64s: Free<f64>,
     i32s: Free<i32>,
+    /// The core's scalar state of the last block (see [`ScratchPool::take_state`]).
+    vars: Vec<Option<i64>>,
+    valid: Vec<Option<(u64, u64)>>,
+    acc_rows: Vec<(usize, usize)>,
+}
+
+/// A core's scalar state at block start, in buffers a pool kept ([`ScratchPool::take_state`]).
+pub(crate) struct CoreState {
+    /// Variables, all unset.
+    pub vars: Vec<Option<i64>>,
+    /// Runtime valid shapes by tile id, all unset.
+    pub valid: Vec<Option<(u64, u64)>>,
+    /// Rows of the last matmul into each Acc buffer, none.
+    pub acc_rows: Vec<(usize, usize)>,
 }
 
 /// Buffers kept per kind; enough for the most an op holds at once.
@@ -748,6 +762,29 @@ impl ScratchPool {
     /// Keeps the pool for `core` in the next block this thread runs.
     pub fn give_back(self, core: CoreId) {
         SPARE_POOLS.with(|s| s.borrow_mut()[pool_slot(core)] = Some(self));
+    }
+
+    /// A core's scalar state for a kernel of `vars` variables and `tiles` tiles, all unset, in
+    /// the buffers of the last block's (no allocation once they are long enough).
+    pub fn take_state(&mut self, vars: usize, tiles: usize) -> CoreState {
+        let mut s = CoreState {
+            vars: std::mem::take(&mut self.vars),
+            valid: std::mem::take(&mut self.valid),
+            acc_rows: std::mem::take(&mut self.acc_rows),
+        };
+        s.vars.clear();
+        s.vars.resize(vars, None);
+        s.valid.clear();
+        s.valid.resize(tiles, None);
+        s.acc_rows.clear();
+        s
+    }
+
+    /// Keeps a core's scalar state buffers for the next block's [`Self::take_state`].
+    pub fn keep_state(&mut self, s: CoreState) {
+        self.vars = s.vars;
+        self.valid = s.valid;
+        self.acc_rows = s.acc_rows;
     }
 
     /// An empty byte buffer.

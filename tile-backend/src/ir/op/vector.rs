@@ -264,6 +264,11 @@ impl VectorOp {
 
     /// Tiles written (a valid-shape change writes metadata only).
     pub fn tile_writes(&self) -> Vec<&TileRef> {
+        self.written().into_iter().collect()
+    }
+
+    /// The one tile the op writes, if it writes one (a vector op writes at most one).
+    pub fn written(&self) -> Option<&TileRef> {
         match self {
             VectorOp::Unary { dst, .. }
             | VectorOp::Binary { dst, .. }
@@ -273,9 +278,9 @@ impl VectorOp {
             | VectorOp::Expand { dst, .. }
             | VectorOp::Cast { dst, .. }
             | VectorOp::LeakyRelu { dst, .. }
-            | VectorOp::Fill { dst, .. } => vec![dst],
-            VectorOp::FillPad { tile } => vec![tile],
-            VectorOp::SetValidShape { .. } => vec![],
+            | VectorOp::Fill { dst, .. } => Some(dst),
+            VectorOp::FillPad { tile } => Some(tile),
+            VectorOp::SetValidShape { .. } => None,
         }
     }
 

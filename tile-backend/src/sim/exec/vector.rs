@@ -362,9 +362,8 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), Si
         | VectorOp::Cast { .. }
         | VectorOp::LeakyRelu { .. }
         | VectorOp::Fill { .. } => {
-            let dst = match op.tile_writes().first() {
-                Some(d) => (*d).clone(),
-                None => return Ok(()),
+            let Some(dst) = op.written() else {
+                return Ok(());
             };
             // Integer tiles (and casts from them) compute in f64 to stay exact.
             let src_float = match op {
@@ -380,7 +379,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), Si
                 | VectorOp::SetValidShape { .. }
                 | VectorOp::FillPad { .. } => true,
             };
-            if float(cx, &dst)? && src_float {
+            if float(cx, dst)? && src_float {
                 if in_place_f32(cx, op)? {
                     return Ok(());
                 }

@@ -1,0 +1,115 @@
+//! Heap allocations of a steady-state launch of a lowered kernel ([`sim::Program`]), counted by
+//! a counting global allocator: the launch framework (argument checks, blocks, cores, their
+//! code and scalar state) allocates nothing once a thread has run the kernel before.
+//!
+//! One test in this binary, so no other thread allocates while it counts.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use tile_backend::arch::Arch;
+use tile_backend::sim::{self, Arg, GmInOut, GmInput, Program, SimOptions};
+use tile_backend::{dsl::KernelBuilder, ir, passes};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator, which upholds
+// `GlobalAlloc`'s contract; the count is a thread-local `Cell` with a const initialiser and no
+// destructor, so touching it neither allocates nor re-enters the allocator.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: forwarded with the caller's layout (see the impl's comment).
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System` with this layout (every allocation goes there).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: as `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: `ptr` came from `System` with `layout`; the caller upholds `new_size`'s rules.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations() -> u64 {
+    ALLOCS.with(Cell::get)
+}
+
+/// `y[b] = x[b] + 1` row by row, one row of 64 f32 per block, through a loop of one iteration
+/// and a branch (so the control code runs too): loads, a vector op with a scalar, a store.
+fn add_one() -> ir::Kernel {
+    use ir::{DType, Expr, GmView, Layout, MemSpace, ScalarArg, TileType};
+    let mut kb = KernelBuilder::new("add_one");
+    let rows = Expr::Param(kb.scalar("rows", DType::I64));
+    let x = kb.input("x", DType::F32, [rows.clone(), Expr::from(64)]);
+    let y = kb.output("y", DType::F32, [rows, Expr::from(64)]);
+    let t = kb.tile(
+        "t",
+        TileType::new(MemSpace::Vec, DType::F32, 1, 64, Layout::ND),
+    );
+    kb.vector(|v| {
+        v.if_(Expr::SubBlockIdx.eq_(0), |v| {
+            v.for_range("i", 0, 1, 1, |v, _| {
+                let at = Expr::BlockIdx * 64;
+                v.load(t, GmView::nd(x, at.clone(), 1, 64, 64));
+                v.binary_scalar(ir::BinaryOp::Add, t, t, ScalarArg::Const(1.0));
+                v.store(GmView::nd(y, at, 1, 64, 64), t);
+            });
+        });
+    });
+    passes::compile(&kb.build(), &Arch::ascend950()).expect("compiles")
+}
+
+#[test]
+fn a_steady_state_launch_allocates_nothing() {
+    let arch = Arch::ascend950();
+    let k = add_one();
+    let p = Program::lower(&k, &arch).expect("lowers");
+    let rows = 4usize;
+    let x: Vec<u8> = (0..rows * 64)
+        .flat_map(|i| (i as f32).to_le_bytes())
+        .collect();
+    let mut y = vec![0u8; rows * 64 * 4];
+    let launch = |y: &mut [u8]| {
+        let mut args = [
+            Arg::Int(rows as i64),
+            Arg::Input(GmInput {
+                dtype: ir::DType::F32,
+                shape: vec![rows, 64],
+                data: &x,
+            }),
+            Arg::InOut(GmInOut {
+                dtype: ir::DType::F32,
+                shape: vec![rows, 64],
+                data: y,
+            }),
+        ];
+        let before = allocations();
+        sim::run_program(&p, &mut args, SimOptions { block_dim: rows }).expect("runs");
+        allocations() - before
+    };
+    // The first launches fill the thread's pools.
+    for _ in 0..3 {
+        launch(&mut y);
+    }
+    let steady = launch(&mut y);
+    let got: Vec<f32> = y
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    assert!(got.iter().enumerate().all(|(i, v)| *v == i as f32 + 1.0));
+    assert_eq!(steady, 0, "heap allocations of a steady-state launch");
+}
