@@ -290,7 +290,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
                     .checked_mul(stride)
                     .and_then(|x| x.checked_add(first + c))
                     .and_then(|x| x.checked_mul(es))
-                    .ok_or(SimFault::Internal("a checked GM span overflows"))
+                    .ok_or_else(|| SimFault::Internal("a checked GM span overflows"))
                     .and_then(|off| d.write(block, gm, off, &buf[at..at + n * es]));
                 (e, at, left) = (e + n, at + n * es, left - n);
             }
