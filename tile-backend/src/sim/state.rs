@@ -223,8 +223,11 @@ impl BlockMem {
     }
 
     fn slot_of(space: MemSpace, aiv: u8) -> Result<usize, SimFault> {
-        Self::slot(space, aiv)
-            .ok_or_else(|| SimFault::Internal("a tile outside the on-chip buffers"))
+        // A match, not `ok_or`: that would build the fault, and drop it, on every lookup.
+        match Self::slot(space, aiv) {
+            Some(i) => Ok(i),
+            None => Err(SimFault::Internal("a tile outside the on-chip buffers")),
+        }
     }
 
     /// Notes that bytes `[lo, hi)` of a buffer may change (data or written bits); call before
@@ -636,16 +639,22 @@ impl CrossFlags {
 
     /// `set_intra_block` from `from` with `id`, as `from`'s event `index`.
     pub fn set(&mut self, from: CoreId, id: u8, index: usize) -> Result<(CoreId, u8), SimFault> {
-        let (to, slot) = Self::target(from, id).ok_or_else(|| SimFault::CrossFlag { id })?;
-        let i = slot_index(to, slot)
-            .ok_or_else(|| SimFault::Internal("a cross-core flag lands nowhere"))?;
+        // `let .. else`, not `ok_or`: that would build the fault, and drop it, on every set.
+        let Some((to, slot)) = Self::target(from, id) else {
+            return Err(SimFault::CrossFlag { id });
+        };
+        let Some(i) = slot_index(to, slot) else {
+            return Err(SimFault::Internal("a cross-core flag lands nowhere"));
+        };
         self.slots[i].push_back((from, index));
         Ok((to, slot))
     }
 
     /// `wait_intra_block` on `core` with `id`: the releasing set, if one is pending (consumed).
     pub fn try_wait(&mut self, core: CoreId, id: u8) -> Result<Option<(CoreId, usize)>, SimFault> {
-        let i = slot_index(core, id).ok_or_else(|| SimFault::CrossFlag { id })?;
+        let Some(i) = slot_index(core, id) else {
+            return Err(SimFault::CrossFlag { id });
+        };
         Ok(self.slots[i].pop_front())
     }
 }

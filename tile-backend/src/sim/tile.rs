@@ -138,11 +138,11 @@ pub(crate) fn place<'k>(
 ) -> Result<Placed<'k>, SimFault> {
     let decl = kernel
         .try_tile(id)
-        .ok_or_else(|| SimFault::UnknownTile { id: id.0 })?;
+        .ok_or(SimFault::UnknownTile { id: id.0 })?;
     let root_id = kernel.root_tile(id);
     let root = kernel
         .try_tile(root_id)
-        .ok_or_else(|| SimFault::UnknownTile { id: root_id.0 })?;
+        .ok_or(SimFault::UnknownTile { id: root_id.0 })?;
     let base = root.addr.ok_or_else(|| SimFault::NoAddress {
         tile: root.name.clone(),
     })?;

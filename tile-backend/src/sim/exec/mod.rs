@@ -286,12 +286,14 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
             while left > 0 && res.is_ok() {
                 let (r, c) = (e / cols, e % cols);
                 let n = left.min(cols - c);
-                res = r
+                let off = r
                     .checked_mul(stride)
                     .and_then(|x| x.checked_add(first + c))
-                    .and_then(|x| x.checked_mul(es))
-                    .ok_or_else(|| SimFault::Internal("a checked GM span overflows"))
-                    .and_then(|off| d.write(block, gm, off, &buf[at..at + n * es]));
+                    .and_then(|x| x.checked_mul(es));
+                res = match off {
+                    Some(off) => d.write(block, gm, off, &buf[at..at + n * es]),
+                    None => Err(SimFault::Internal("a checked GM span overflows")),
+                };
                 (e, at, left) = (e + n, at + n * es, left - n);
             }
         })?;

@@ -14,9 +14,11 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &ScalarOp) -> Result<(), Si
             let es = dtype.size_bytes() as usize;
             // A stack buffer, not a Vec: this runs once per scalar read (per row of a gather).
             let mut buf = [0u8; 8];
-            let b = buf
-                .get_mut(..es)
-                .ok_or_else(|| SimFault::Internal("a scalar read of an element over 8 bytes"))?;
+            let Some(b) = buf.get_mut(..es) else {
+                return Err(SimFault::Internal(
+                    "a scalar read of an element over 8 bytes",
+                ));
+            };
             // The core's own pending writes first (same data cache), else GM.
             match cx.core.dcache.get(&(tensor.0, off / 64)) {
                 Some(line) => b.copy_from_slice(&line[off % 64..off % 64 + es]),

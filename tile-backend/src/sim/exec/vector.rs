@@ -292,7 +292,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), Si
             let decl = cx
                 .kernel
                 .try_tile(tile.tile)
-                .ok_or_else(|| SimFault::UnknownTile { id: tile.tile.0 })?;
+                .ok_or(SimFault::UnknownTile { id: tile.tile.0 })?;
             if r < 0 || c < 0 || r as u64 > decl.ty.rows || c as u64 > decl.ty.cols {
                 return Err(SimFault::ValidShapeTooLarge {
                     tile: decl.name.clone(),
