@@ -8,8 +8,10 @@
 
 use crate::backend::Backend;
 use crate::error::OpError;
+use std::any::{Any, TypeId};
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -74,11 +76,77 @@ impl std::fmt::Debug for CompiledKernel {
     }
 }
 
-type Cache = Mutex<HashMap<String, Entry>>;
+/// What determines a kernel: every static parameter its builder reads, as a typed value (an
+/// op's plan or kernel configuration, or a tuple naming the kernel and its parameters). Keys of
+/// different types never match, whatever their values.
+pub trait KernelKey: Hash + Eq + Clone + std::fmt::Debug + Send + Sync + 'static {}
+
+impl<T: Hash + Eq + Clone + std::fmt::Debug + Send + Sync + 'static> KernelKey for T {}
+
+/// A key as the cache holds it: its op and its value (of any [`KernelKey`] type).
+trait StoredKey: Send + Sync {
+    /// Whether this is `op`'s key `key` (same type, equal value).
+    fn matches(&self, op: &'static str, key: &dyn Any) -> bool;
+}
+
+struct Stored<K> {
+    op: &'static str,
+    key: K,
+}
+
+impl<K: KernelKey> StoredKey for Stored<K> {
+    fn matches(&self, op: &'static str, key: &dyn Any) -> bool {
+        self.op == op && key.downcast_ref::<K>() == Some(&self.key)
+    }
+}
+
+/// Entries by the hash of (op, key type, key), each bucket's keys compared in full: a lookup
+/// hashes the key it is given and allocates nothing.
+type Cache = Mutex<HashMap<u64, Vec<(Box<dyn StoredKey>, Entry)>>>;
 
 fn cache() -> &'static Cache {
     static CACHE: OnceLock<Cache> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The bucket of `op`'s key `key`.
+fn bucket<K: KernelKey>(op: &'static str, key: &K) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    op.hash(&mut h);
+    TypeId::of::<K>().hash(&mut h);
+    key.hash(&mut h);
+    h.finish()
+}
+
+/// The entry of `op`'s key `key`, if the cache has one.
+fn find<K: KernelKey>(op: &'static str, key: &K) -> Option<Entry> {
+    let h = bucket(op, key);
+    let c = cache().lock().ok()?;
+    c.get(&h)?
+        .iter()
+        .find(|(k, _)| k.matches(op, key))
+        .map(|(_, e)| *e)
+}
+
+/// Keeps `entry` for `op`'s key `key`, unless the cache has one already: the entry kept.
+fn keep<K: KernelKey>(op: &'static str, key: &K, entry: Entry) -> Entry {
+    let h = bucket(op, key);
+    let Ok(mut c) = cache().lock() else {
+        return entry;
+    };
+    let bucket = c.entry(h).or_default();
+    // Another thread may have compiled the same key meanwhile: keep one.
+    if let Some((_, e)) = bucket.iter().find(|(k, _)| k.matches(op, key)) {
+        return *e;
+    }
+    bucket.push((
+        Box::new(Stored {
+            op,
+            key: key.clone(),
+        }),
+        entry,
+    ));
+    entry
 }
 
 /// The Ascend 950 machine model every op compiles for.
@@ -97,112 +165,50 @@ pub fn device_clusters() -> usize {
     (arch().rates.clusters.value as usize).max(1)
 }
 
-/// The compiled kernel for `key` (verified, memory planned, syncs inserted), built with `build`
-/// and compiled on first use, then shared. `key` must determine the kernel: every static
-/// parameter `build` reads belongs in it.
-pub fn compiled(
+/// The compiled kernel of `op`'s key `key` (verified, memory planned, syncs inserted), built
+/// with `build` and compiled on first use, then shared. `key` must determine the kernel: every
+/// static parameter `build` reads belongs in it.
+pub fn compiled<K: KernelKey>(
     op: &'static str,
-    key: &str,
+    key: &K,
     build: impl FnOnce() -> Kernel,
 ) -> Result<&'static CompiledKernel, OpError> {
-    if let Some(Entry::Compiled(k)) = cache().lock().ok().and_then(|c| c.get(key).copied()) {
+    if let Some(Entry::Compiled(k)) = find(op, key) {
         return Ok(k);
     }
-    let kernel = compile_kernel(op, build)?;
-    let Ok(mut c) = cache().lock() else {
-        return Ok(CompiledKernel::keep(kernel));
-    };
-    // Another thread may have compiled the same key meanwhile: keep one.
-    if let Some(Entry::Compiled(k)) = c.get(key).copied() {
-        return Ok(k);
+    let done = CompiledKernel::keep(compile_kernel(op, build)?);
+    match keep(op, key, Entry::Compiled(done)) {
+        Entry::Compiled(k) => Ok(k),
+        // A refusal cached for a kernel that compiled (a build that is not a function of the
+        // key): the compiled kernel is the answer.
+        Entry::Refused => Ok(done),
     }
-    let done = CompiledKernel::keep(kernel);
-    c.insert(key.to_string(), Entry::Compiled(done));
-    Ok(done)
 }
 
-/// Whether the kernel of `key` compiles: a variant an op prefers where the compiler accepts it
-/// (attention's second Q buffer, whose unrolled loop may leave the sync pass without event
-/// ids), tried once per key; the compiled kernel, or the refusal, stays in the cache, so the
-/// trial costs one compile per shape and a launch of an accepted kernel finds it compiled.
-pub(crate) fn compiles(
+/// Whether the kernel of `op`'s key `key` compiles: a variant an op prefers where the compiler
+/// accepts it (attention's second Q buffer, whose unrolled loop may leave the sync pass without
+/// event ids), tried once per key; the compiled kernel, or the refusal, stays in the cache, so
+/// the trial costs one compile per shape and a launch of an accepted kernel finds it compiled.
+pub(crate) fn compiles<K: KernelKey>(
     op: &'static str,
-    key: impl std::fmt::Display,
+    key: &K,
     build: impl FnOnce() -> Kernel,
 ) -> bool {
-    with_key_text(key, |key| {
-        // A key whose Display failed is not a whole key: try without the cache.
-        let Some(key) = key else {
-            return compile_kernel(op, build).is_ok();
-        };
-        match cache().lock().ok().and_then(|c| c.get(key).copied()) {
-            Some(Entry::Compiled(_)) => return true,
-            Some(Entry::Refused) => return false,
-            None => {}
-        }
-        let entry = match compile_kernel(op, build) {
-            Ok(k) => Entry::Compiled(CompiledKernel::keep(k)),
-            Err(_) => Entry::Refused,
-        };
-        let ok = matches!(entry, Entry::Compiled(_));
-        if let Ok(mut c) = cache().lock() {
-            c.insert(key.to_string(), entry);
-        }
-        ok
-    })
-}
-
-/// Runs `f` on the text of `key` written into a buffer this thread reuses (`None` when the
-/// key's `Display` failed), so a cache lookup allocates no key string; the buffer is taken out
-/// of the thread's slot while in use (an `f` that looked up another key would find the slot
-/// empty, not borrowed) and put back after.
-fn with_key_text<R>(key: impl std::fmt::Display, f: impl FnOnce(Option<&str>) -> R) -> R {
-    thread_local! {
-        static KEY: RefCell<String> = const { RefCell::new(String::new()) };
+    if let Some(e) = find(op, key) {
+        return matches!(e, Entry::Compiled(_));
     }
-    use std::fmt::Write;
-    let mut text = KEY.with(|k| std::mem::take(&mut *k.borrow_mut()));
-    text.clear();
-    let r = match write!(text, "{key}") {
-        Ok(()) => f(Some(&text)),
-        Err(_) => f(None),
+    let entry = match compile_kernel(op, build) {
+        Ok(k) => Entry::Compiled(CompiledKernel::keep(k)),
+        Err(_) => Entry::Refused,
     };
-    KEY.with(|k| *k.borrow_mut() = text);
-    r
+    matches!(keep(op, key, entry), Entry::Compiled(_))
 }
 
-/// Whether the cache holds a refusal for `key` ([`compiles`] found that it does not compile).
+/// Whether the cache holds a refusal for `op`'s key `key` ([`compiles`] found that it does not
+/// compile).
 #[cfg(test)]
-pub(crate) fn refused(key: &str) -> bool {
-    cache()
-        .lock()
-        .ok()
-        .is_some_and(|c| matches!(c.get(key), Some(Entry::Refused)))
-}
-
-/// [`compiled`] for a key given as anything that writes its text (a plan implementing
-/// `Display`, `format_args!`): the text is written into a buffer this thread reuses, so a cache
-/// hit (every call of a decode step) allocates no key string.
-pub fn compiled_keyed(
-    op: &'static str,
-    key: impl std::fmt::Display,
-    build: impl FnOnce() -> Kernel,
-) -> Result<&'static CompiledKernel, OpError> {
-    with_key_text(key, |key| match key {
-        Some(key) => compiled(op, key, build),
-        // A key whose Display failed is not a whole key: compile outside the cache.
-        None => compile_kernel(op, build).map(CompiledKernel::keep),
-    })
-}
-
-/// A kernel cache key written as a prefix and then the `Debug` text of a static shape (every
-/// field the kernel reads), for [`compiled_keyed`]: nothing is allocated to look a kernel up.
-pub(crate) struct DebugKey<'a, T: std::fmt::Debug>(pub &'static str, pub &'a T);
-
-impl<T: std::fmt::Debug> std::fmt::Display for DebugKey<'_, T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}{:?}", self.0, self.1)
-    }
+pub(crate) fn refused<K: KernelKey>(op: &'static str, key: &K) -> bool {
+    matches!(find(op, key), Some(Entry::Refused))
 }
 
 /// Builds and compiles a kernel (no cache).
@@ -525,47 +531,64 @@ mod tests {
         KernelBuilder::new(name.to_string()).build()
     }
 
-    /// A key is its text, whatever type writes it: the same text finds the kernel compiled
-    /// before (no build), another text builds its own.
+    /// A key finds the kernel compiled before under an equal key of the same type and op (no
+    /// build); another value, another type with the same fields, or another op builds its own.
     #[test]
-    fn a_key_is_its_text_whatever_writes_it() {
-        let first = compiled_keyed("t", format_args!("runtime-test/{}/{}", "a", 1), || {
-            empty_kernel("k1")
-        })
-        .expect("compiles");
-        let again = compiled("t", "runtime-test/a/1", || -> Kernel {
+    fn a_key_is_its_type_and_value() {
+        let first =
+            compiled("t", &("runtime-test/a", 1u64), || empty_kernel("k1")).expect("compiles");
+        let again = compiled("t", &("runtime-test/a", 1u64), || -> Kernel {
             panic!("a cached key must not build again")
         })
         .expect("cached");
         assert!(std::ptr::eq(first, again));
-        let other = compiled_keyed("t", format_args!("runtime-test/{}/{}", "a", 2), || {
-            empty_kernel("k2")
-        })
-        .expect("compiles");
+        let other =
+            compiled("t", &("runtime-test/a", 2u64), || empty_kernel("k2")).expect("compiles");
         assert!(!std::ptr::eq(first, other));
         assert_eq!(other.name, "k2");
+        let typed =
+            compiled("t", &("runtime-test/a", 1u32), || empty_kernel("k3")).expect("compiles");
+        assert_eq!(
+            typed.name, "k3",
+            "a u32 key is not the u64 key of the same value"
+        );
+        let op = compiled("u", &("runtime-test/a", 1u64), || empty_kernel("k4")).expect("compiles");
+        assert_eq!(op.name, "k4", "another op's equal key is its own");
     }
 
-    /// A `DebugKey` is its prefix then the shape's `Debug` text, and finds the kernel cached
-    /// under that text.
+    /// `compiles` caches a refusal, and a later `compiled` of the same key finds no kernel there:
+    /// it compiles (and fails) again rather than handing out nothing.
     #[test]
-    fn a_debug_key_is_the_prefix_and_the_debug_text() {
-        let shape = (7u64, "x");
-        let key = DebugKey("runtime-test/debug ", &shape);
-        assert_eq!(key.to_string(), format!("runtime-test/debug {shape:?}"));
-        let first = compiled_keyed("t", key, || empty_kernel("d1")).expect("compiles");
-        let again = compiled("t", r#"runtime-test/debug (7, "x")"#, || {
-            panic!("a cached key must not build again")
-        })
-        .expect("cached");
-        assert!(std::ptr::eq(first, again));
+    fn a_refusal_is_cached_per_key() {
+        // A 4 MiB UB tile: the verifier refuses it (the UB holds 240 KiB).
+        let bad = || {
+            use tile_backend::ir::{DType, Layout, MemSpace, TileType};
+            let mut kb = KernelBuilder::new("bad");
+            let t = kb.tile(
+                "big",
+                TileType::new(MemSpace::Vec, DType::F32, 1024, 1024, Layout::ND),
+            );
+            kb.vector(|v| v.fill(t, 0.0));
+            kb.build()
+        };
+        assert!(!compiles("t", &("runtime-test/refused", 1u64), bad));
+        assert!(refused("t", &("runtime-test/refused", 1u64)));
+        assert!(!compiles(
+            "t",
+            &("runtime-test/refused", 1u64),
+            || -> Kernel { panic!("a cached refusal must not build again") }
+        ));
+        assert!(compiles("t", &("runtime-test/refused", 2u64), || {
+            empty_kernel("ok")
+        }));
+        assert!(!refused("t", &("runtime-test/refused", 2u64)));
     }
 
     /// A cached kernel is lowered for the simulator once: every launch finds the same program.
     #[test]
     fn a_cached_kernel_is_lowered_once() {
         let k =
-            compiled("t", "runtime-test/lowered-once", || empty_kernel("l1")).expect("compiles");
+            compiled("t", &"runtime-test/lowered-once", || empty_kernel("l1")).expect("compiles");
         let p = k.program().expect("lowers");
         let again = k.program().expect("lowers");
         assert!(std::ptr::eq(p, again));

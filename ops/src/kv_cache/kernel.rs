@@ -41,7 +41,7 @@ use super::CacheCall;
 use crate::bridge::{self, gm_i32};
 use crate::error::OpError;
 use crate::registry::{Checked, ReshapeAndCacheShape};
-use crate::runtime::{compiled_keyed, PlanTarget, Runner};
+use crate::runtime::{compiled, PlanTarget, Runner};
 use crate::templates::row_copy::{block_dim_for, emit_row_copy, RowPlan, RowTiles};
 use tile_backend::dsl::{Body, KernelBuilder};
 use tile_backend::ir::{DType, Expr, Kernel};
@@ -97,21 +97,14 @@ pub(crate) struct CachePlan {
 }
 
 impl CachePlan {
-    /// The kernel cache key (written out by [`compiled_keyed`] into a reused buffer).
-    pub fn key(&self) -> impl std::fmt::Display + '_ {
-        self
+    /// The kernel cache key: what the kernel depends on (dtype and row width).
+    pub fn key(&self) -> (DType, u64) {
+        (self.dtype, self.width)
     }
 
     /// The kernel, as its builder writes it.
     pub fn kernel(&self) -> Kernel {
         cache_kernel(self.dtype, self.width)
-    }
-}
-
-impl std::fmt::Display for CachePlan {
-    /// The kernel cache key: what the kernel depends on (dtype and row width).
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{OP}/{}/{}", self.dtype, self.width)
     }
 }
 
@@ -152,7 +145,7 @@ pub fn run(
         return Ok(());
     };
     let plan = plan(s, runner.plan_target());
-    let kernel = compiled_keyed(OP, plan.key(), || plan.kernel())?;
+    let kernel = compiled(OP, &plan.key(), || plan.kernel())?;
     // The simulator is lent only the slots the call writes (see `Window`); the package keeps
     // the whole cache.
     let window = if runner.executes() {

@@ -100,7 +100,7 @@ use crate::bridge::{self, gm_i32};
 use crate::error::OpError;
 use crate::limits::MAX_INDEXER_KERNEL_TOPK;
 use crate::registry::{Checked, Launch, LightningIndexerShape};
-use crate::runtime::{compiled_keyed, PlanTarget};
+use crate::runtime::{compiled, PlanTarget};
 use crate::templates::common::round_up;
 use candle_core::{DType as CDType, Tensor};
 use tile_backend::dsl::{Body, Gather, KernelBuilder, Reinterpret};
@@ -130,7 +130,7 @@ pub const SEGMENT_WORK: u64 = 1 << 20;
 const L0_BYTES: u64 = 64 * 1024;
 
 /// The static shape of the score kernel (its compile key).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ScoreKernel {
     /// The matmul dtype (the key cache's): f32, f16 or bf16.
     pub dtype: DType,
@@ -146,7 +146,7 @@ pub struct ScoreKernel {
 }
 
 /// The per-key scales of FP8 keys, as the score kernel reads them (`D` = 128: one scale per key).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KeyScales {
     /// Plain keys (f32, f16, bf16): no scales.
     None,
@@ -818,9 +818,9 @@ impl IndexerPlan {
         items.min(self.blocks).max(1)
     }
 
-    /// The score kernel's cache key.
-    fn score_key(&self) -> impl std::fmt::Display + '_ {
-        crate::runtime::DebugKey("lightning_indexer/scores/", &self.score)
+    /// The score kernel's cache key: its configuration.
+    fn score_key(&self) -> &ScoreKernel {
+        &self.score
     }
 
     /// The launches for the rows of `context_lens`, kernels as their builders write them: the
@@ -967,19 +967,14 @@ pub(crate) fn run(
             )
         })
     };
-    let score_k =
-        compiled_keyed(OP, plan.score_key(), || score_kernel(&plan.score)).map_err(limit)?;
-    let topk_k = compiled_keyed(
-        OP,
-        format_args!("lightning_indexer/topk/{}", plan.k),
-        || topk_kernel(plan.k),
-    )
+    let score_k = compiled(OP, plan.score_key(), || score_kernel(&plan.score)).map_err(limit)?;
+    let topk_k = compiled(OP, &("lightning_indexer/topk", plan.k), || {
+        topk_kernel(plan.k)
+    })
     .map_err(|e| bridge::kernel_limit(e, "topk", || format!("topk = {}", s.topk)))?;
-    let merge_k = compiled_keyed(
-        OP,
-        format_args!("lightning_indexer/merge/{}", plan.k),
-        || merge_kernel(plan.k),
-    )
+    let merge_k = compiled(OP, &("lightning_indexer/merge", plan.k), || {
+        merge_kernel(plan.k)
+    })
     .map_err(|e| bridge::kernel_limit(e, "topk", || format!("topk = {}", s.topk)))?;
     let (t, d) = (s.tokens, s.head_dim);
     let hp = plan.score.rows() as usize;

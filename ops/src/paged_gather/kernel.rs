@@ -36,7 +36,7 @@ use super::GatherCall;
 use crate::bridge::{self, gm_i32};
 use crate::error::OpError;
 use crate::registry::{Checked, PagedGatherShape};
-use crate::runtime::{compiled_keyed, PlanTarget, Runner};
+use crate::runtime::{compiled, PlanTarget, Runner};
 use crate::templates::row_copy::{
     batch_rows, block_dim_for, emit_row_copy, emit_row_gather, GatherKeys, RowPlan, RowTiles, Table,
 };
@@ -107,21 +107,14 @@ pub(crate) struct GatherPlan {
 }
 
 impl GatherPlan {
-    /// The kernel cache key (written out by [`compiled_keyed`] into a reused buffer).
-    pub fn key(&self) -> impl std::fmt::Display + '_ {
-        self
+    /// The kernel cache key: what the kernel depends on (dtype and row size).
+    pub fn key(&self) -> (DType, u64) {
+        (self.dtype, self.size)
     }
 
     /// The kernel, as its builder writes it.
     pub fn kernel(&self) -> Kernel {
         gather_kernel(self.dtype, self.size)
-    }
-}
-
-impl std::fmt::Display for GatherPlan {
-    /// The kernel cache key: what the kernel depends on (dtype and row size).
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{OP}/{}/{}", self.dtype, self.size)
     }
 }
 
@@ -205,7 +198,7 @@ fn run_with(
     let out_bytes = out.gm_shape().map_or(0, |(_, _, b)| b);
     bridge::check_storage(OP, "out", (s.dtype, out_bytes), s.dtype, n * s.size)?;
     let plan = plan(s, runner.plan_target());
-    let kernel = compiled_keyed(OP, plan.key(), || plan.kernel())?;
+    let kernel = compiled(OP, &plan.key(), || plan.kernel())?;
     let nb = call.block_table.len();
     let named = vec![
         ("n", Arg::Int(n as i64)),

@@ -35,7 +35,7 @@ use super::{QuantCall, QuantizedWeight};
 use crate::bridge;
 use crate::error::OpError;
 use crate::registry::{Checked, QuantMatmulShape};
-use crate::runtime::{compiled_keyed, PlanTarget, Runner};
+use crate::runtime::{compiled, PlanTarget, Runner};
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
     AccToVecMode, Axis, BinaryOp, CoreKind, DType, Expr, GmView, Kernel, Layout, MemSpace,
@@ -49,7 +49,7 @@ const OP: &str = "quant_matmul";
 /// The static tile sizes of a kernel variant, chosen from the call's shape by
 /// [`Tiles::for_shape`]: rows `tm` of an output tile, channels `tn` (one Scaling chunk: a
 /// multiple of 16, at most 512) and the depth `tk` of a K slice (a multiple of the int8 C0, 32).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Tiles {
     /// Rows of an output tile.
     pub tm: u64,
@@ -112,7 +112,7 @@ impl std::fmt::Display for Tiles {
 }
 
 /// What the kernel does after the Fixpipe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Epilogue {
     /// f16 dequantisation, then per-token factor, optional bias, optional ReLU, cast to `out`.
     Float {
@@ -165,9 +165,9 @@ pub(crate) struct QuantPlan {
 }
 
 impl QuantPlan {
-    /// The kernel cache key (written out by [`compiled_keyed`] into a reused buffer).
-    pub fn key(&self) -> impl std::fmt::Display + '_ {
-        self
+    /// The kernel cache key: what the kernel depends on (epilogue and tiles).
+    pub fn key(&self) -> (Epilogue, Tiles) {
+        (self.epi, self.tiles)
     }
 
     /// The kernel, as its builder writes it.
@@ -183,13 +183,6 @@ impl QuantPlan {
     /// `tiles_n * tn`: the words' and the bias' padded width.
     fn n_pad(&self) -> usize {
         self.scalars[4].1 as usize
-    }
-}
-
-impl std::fmt::Display for QuantPlan {
-    /// The kernel cache key: what the kernel depends on (epilogue and tiles).
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{OP}/{}_{}", self.epi, self.tiles)
     }
 }
 
@@ -566,7 +559,7 @@ fn launch<'a>(
         shape.out_dtype,
         shape.m * shape.n,
     )?;
-    let kernel = compiled_keyed(OP, plan.key(), || plan.kernel())?;
+    let kernel = compiled(OP, &plan.key(), || plan.kernel())?;
     let mut args: Vec<Arg<'a>> = plan.scalars.iter().map(|&(_, v)| Arg::Int(v)).collect();
     args.append(&mut tensors);
     args.push(Arg::InOut(GmInOut {
@@ -680,10 +673,7 @@ mod tests {
         assert_eq!((p.m_pad(), p.n_pad()), (16, 640));
         for t in [PlanTarget::Cpu, PlanTarget::Device] {
             assert_eq!(plan(&s(256, 4096, 4096), t).block_dim, 32);
-            assert_ne!(
-                plan(&s(1, 64, 64), t).key().to_string(),
-                plan(&s(256, 64, 64), t).key().to_string()
-            );
+            assert_ne!(plan(&s(1, 64, 64), t).key(), plan(&s(256, 64, 64), t).key());
         }
         assert_eq!(plan(&s(1, 4096, 4096), PlanTarget::Device).block_dim, 32);
     }

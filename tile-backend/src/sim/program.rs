@@ -5,7 +5,7 @@
 //!
 //! The interpreter (`interp.rs`) runs this code; a launch pays only for what depends on its
 //! arguments. The ops' runtime keeps one program per cached kernel, so a decode step's launches
-//! lower nothing (`tileops::runtime`); [`super::run`] lowers the kernel it is given on every
+//! lower nothing (`runtime` in tileops-ops); [`super::run`] lowers the kernel it is given on every
 //! call.
 
 use super::tile::{self, Placed};

@@ -2,12 +2,11 @@
 //! layout of its descriptor table ([`Desc`]): what the kernel builder, its cube and vector
 //! programs and the host all read. A leaf of the kernel's folder.
 
-use crate::runtime::DebugKey;
 use crate::templates::common::{best_slice, round_up};
 use tile_backend::ir::{AccToVecMode, DType, Expr};
 
 /// Static shape of the DN-mode flash kernel (its specialisation key).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct FlashCfg {
     /// Kernel name prefix.
     pub name: &'static str,
@@ -59,7 +58,7 @@ const L0C: u64 = 256 * 1024;
 
 /// What a flash op asks of the DN-mode kernel, field by field: [`FlashCfg::new`] chooses the
 /// tiling from it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct FlashSpec {
     /// Kernel name prefix.
     pub name: &'static str,
@@ -205,9 +204,9 @@ impl FlashCfg {
         })
     }
 
-    /// The cache key (every static parameter the kernel reads).
-    pub fn key(&self) -> impl std::fmt::Display + '_ {
-        DebugKey("", self)
+    /// The cache key: the configuration itself (every static parameter the kernel reads).
+    pub fn key(&self) -> &Self {
+        self
     }
 
     /// q/k columns padded to 16.
@@ -317,7 +316,7 @@ impl FlashCfg {
 }
 
 /// The fields of a row of `flash_dn`'s descriptor table (one row per block), in column order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Desc {
     /// Element offset of the tile's first query row in `q`.
     QOff,

@@ -6,7 +6,7 @@ use super::cfg::{Desc, FlashCfg, DESC_COUNT};
 use super::flash_dn;
 use crate::error::OpError;
 use crate::registry::Launch;
-use crate::runtime::{compiled_keyed, Runner};
+use crate::runtime::{compiled, Runner};
 use tile_backend::ir::DType;
 use tile_backend::launch::{Arg, GmInput, GmTensor};
 
@@ -186,7 +186,7 @@ pub(crate) fn run_flash(
         &vec![f32::INFINITY; plan.lens.lse],
     );
     if blocks > 0 {
-        let kernel = compiled_keyed(op, cfg.key(), || flash_dn(cfg))?;
+        let kernel = compiled(op, cfg.key(), || flash_dn(cfg))?;
         let h = cfg.h() as usize;
         let mut named: Vec<(&str, Arg<'_>)> = plan
             .ints(blocks)

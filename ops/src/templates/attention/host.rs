@@ -5,7 +5,7 @@ use super::merge::attn_merge;
 use super::plan::{compiling_cfg, AttnPlan, SplitPlan};
 use super::split::attn_split;
 use crate::error::OpError;
-use crate::runtime::{compiled_keyed, Runner};
+use crate::runtime::{compiled, Runner};
 use tile_backend::ir::DType;
 use tile_backend::launch::{Arg, GmInput, GmTensor};
 
@@ -63,7 +63,7 @@ pub(crate) fn run_attention(
     }
     let tokens = inp.kv.shape.first().copied().unwrap_or(0);
     let cfg = &compiling_cfg(op, cfg);
-    let kernel = compiled_keyed(op, cfg.key(), || attn_split(cfg))?;
+    let kernel = compiled(op, cfg.key(), || attn_split(cfg))?;
     let as_i32 = |shape: &[usize], v: &[i64]| GmTensor::from_i64(DType::I32, shape, v);
     let ws = splits * rows;
     // A direct kernel's o is the result, in the data dtype (see `AttnCfg::direct`).
@@ -116,7 +116,7 @@ pub(crate) fn run_attention(
         }
         return Ok((o_ws, lse_ws));
     };
-    let merge = compiled_keyed(op, mcfg.key(), || attn_merge(mcfg))?;
+    let merge = compiled(op, mcfg.key(), || attn_merge(mcfg))?;
     // Added to the merged lse: +inf on rows with no valid index, 0 (NaN stays NaN) elsewhere.
     let fix: Vec<f32> = (0..rows)
         .map(|g| if has_token(g) { 0.0 } else { f32::INFINITY })

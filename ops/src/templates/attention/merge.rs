@@ -1,7 +1,6 @@
 //! The merge kernel `attn_merge` (see the parent module's docs): combines the split kernel's
 //! partial results.
 
-use crate::runtime::DebugKey;
 use crate::templates::common::{ping_pong, round_up, store_in_dtype};
 use tile_backend::dsl::{Body, KernelBuilder, Reinterpret};
 use tile_backend::ir::{
@@ -16,7 +15,7 @@ pub(crate) const MAX_SPLITS: u64 = 32;
 pub(crate) const MERGE_ROWS: u64 = 8;
 
 /// Static shape of the merge kernel.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct MergeCfg {
     /// Output dtype.
     pub dtype: DType,
@@ -27,9 +26,9 @@ pub(crate) struct MergeCfg {
 }
 
 impl MergeCfg {
-    /// The cache key.
-    pub fn key(&self) -> impl std::fmt::Display + '_ {
-        DebugKey("merge ", self)
+    /// The cache key: the configuration itself.
+    pub fn key(&self) -> &Self {
+        self
     }
 }
 

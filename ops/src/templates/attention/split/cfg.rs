@@ -2,12 +2,11 @@
 //! kernel builder, its cube and vector programs and the launch plan read. A leaf of the
 //! kernel's folder.
 
-use crate::runtime::DebugKey;
 use crate::templates::common::{best_slice, round_up};
 use tile_backend::ir::{AccToVecMode, DType};
 
 /// Where an attention call's values come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Values {
     /// The first `v_dim` columns of the gathered K rows: one cache, one gather (MLA's latent
     /// cache, sparse attention).
@@ -32,7 +31,7 @@ impl Values {
 pub(crate) const SINGLE_MAX_ROWS: u64 = 64;
 
 /// Static shape of one attention kernel (its specialisation key).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct AttnCfg {
     /// Kernel name prefix.
     pub name: &'static str,
@@ -106,7 +105,7 @@ pub(crate) struct AttnCfg {
 /// What an attention op asks of the split kernel, field by field: [`AttnCfg::new`] chooses
 /// the tiling from it. Each op fills it in its `plan` (`sparse_attention::kernel::plan`,
 /// `paged_attention::kernel::plan`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct AttnSpec {
     /// Kernel name prefix.
     pub name: &'static str,
@@ -245,9 +244,9 @@ impl AttnCfg {
         }
     }
 
-    /// The cache key (every static parameter the kernel reads).
-    pub fn key(&self) -> impl std::fmt::Display + '_ {
-        DebugKey("", self)
+    /// The cache key: the configuration itself (every static parameter the kernel reads).
+    pub fn key(&self) -> &Self {
+        self
     }
 
     /// Whether Q may take two L1 buffers ([`AttnCfg::qbufs`]): a device block running several
