@@ -282,10 +282,57 @@ fn pad_value(dtype: DType, pad: PadValue) -> Option<f64> {
     }
 }
 
+/// A vector op's tiles, each resolved once for the op: the one it writes and up to two it
+/// reads, in the order of its fields (the first source, then the second: `lhs` and `rhs`, or
+/// `src` and the broadcast `operand`).
+struct Locs<'k> {
+    dst: TileLoc<'k>,
+    a: Option<TileLoc<'k>>,
+    b: Option<TileLoc<'k>>,
+}
+
+impl<'k> Locs<'k> {
+    /// Resolves `op`'s tiles, sources first (`None` for an op that writes no tile).
+    fn of(cx: &ExecCtx<'k, '_, '_>, op: &VectorOp) -> Result<Option<Self>, SimFault> {
+        let (a, b) = match op {
+            VectorOp::Unary { src, .. }
+            | VectorOp::BinaryScalar { src, .. }
+            | VectorOp::Reduce { src, .. }
+            | VectorOp::Expand { src, .. }
+            | VectorOp::Cast { src, .. }
+            | VectorOp::LeakyRelu { src, .. } => (Some(cx.tile(src)?), None),
+            VectorOp::Binary { lhs, rhs, .. } => (Some(cx.tile(lhs)?), Some(cx.tile(rhs)?)),
+            VectorOp::Broadcast { src, operand, .. } => {
+                (Some(cx.tile(src)?), Some(cx.tile(operand)?))
+            }
+            VectorOp::Fill { .. } | VectorOp::SetValidShape { .. } | VectorOp::FillPad { .. } => {
+                (None, None)
+            }
+        };
+        let Some(dst) = op.written() else {
+            return Ok(None);
+        };
+        Ok(Some(Locs {
+            dst: cx.tile(dst)?,
+            a,
+            b,
+        }))
+    }
+
+    /// The first source.
+    fn a(&self) -> Result<TileLoc<'k>, SimFault> {
+        self.a
+            .ok_or(SimFault::Internal("a vector op without its first source"))
+    }
+
+    /// The second source.
+    fn b(&self) -> Result<TileLoc<'k>, SimFault> {
+        self.b
+            .ok_or(SimFault::Internal("a vector op without its second source"))
+    }
+}
+
 pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), SimFault> {
-    let float = |cx: &ExecCtx<'_, '_, '_>, r: &crate::ir::TileRef| -> Result<bool, SimFault> {
-        Ok(cx.tile(r)?.ty.dtype.is_float())
-    };
     match op {
         VectorOp::SetValidShape { tile, rows, cols } => {
             let (r, c) = (cx.core.eval(rows)?, cx.core.eval(cols)?);
@@ -362,12 +409,12 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), Si
         | VectorOp::Cast { .. }
         | VectorOp::LeakyRelu { .. }
         | VectorOp::Fill { .. } => {
-            let Some(dst) = op.written() else {
+            let Some(l) = Locs::of(cx, op)? else {
                 return Ok(());
             };
             // Integer tiles (and casts from them) compute in f64 to stay exact.
             let src_float = match op {
-                VectorOp::Cast { src, .. } => float(cx, src)?,
+                VectorOp::Cast { .. } => l.a()?.ty.dtype.is_float(),
                 VectorOp::Unary { .. }
                 | VectorOp::Binary { .. }
                 | VectorOp::BinaryScalar { .. }
@@ -379,13 +426,13 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), Si
                 | VectorOp::SetValidShape { .. }
                 | VectorOp::FillPad { .. } => true,
             };
-            if float(cx, dst)? && src_float {
-                if in_place_f32(cx, op)? {
+            if l.dst.ty.dtype.is_float() && src_float {
+                if in_place_f32(cx, op, &l)? {
                     return Ok(());
                 }
-                run::<f32>(cx, op)
+                run::<f32>(cx, op, &l)
             } else {
-                run::<f64>(cx, op)
+                run::<f64>(cx, op, &l)
             }
         }
     }
@@ -479,11 +526,15 @@ fn rows_of(
 /// also the first operand, or a reduction reads one): no decode into scratch and encode back,
 /// the same arithmetic as [`run`], the same poison checks and marks. False (nothing done) for
 /// any other form, which [`run`] then takes.
-fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<bool, SimFault> {
+fn in_place_f32<'k>(
+    cx: &mut ExecCtx<'k, '_, '_>,
+    op: &VectorOp,
+    l: &Locs<'k>,
+) -> Result<bool, SimFault> {
     let aiv = cx.own_aiv();
     match op {
-        VectorOp::Unary { op: u, dst, src } => {
-            let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
+        VectorOp::Unary { op: u, .. } => {
+            let (s, d) = (l.a()?, l.dst);
             let (r, c) = s.valid()?;
             if !same_tile(&s, &d) || d.valid()? != (r, c) {
                 return Ok(false);
@@ -494,13 +545,8 @@ fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<bool, Sim
             })?;
             Ok(done.is_some())
         }
-        VectorOp::BinaryScalar {
-            op: b,
-            dst,
-            src,
-            scalar,
-        } => {
-            let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
+        VectorOp::BinaryScalar { op: b, scalar, .. } => {
+            let (s, d) = (l.a()?, l.dst);
             let (r, c) = s.valid()?;
             if !same_tile(&s, &d) || d.valid()? != (r, c) {
                 return Ok(false);
@@ -512,13 +558,8 @@ fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<bool, Sim
             })?;
             Ok(done.is_some())
         }
-        VectorOp::Binary {
-            op: b,
-            dst,
-            lhs,
-            rhs,
-        } => {
-            let (a, bb, d) = (cx.tile(lhs)?, cx.tile(rhs)?, cx.tile(dst)?);
+        VectorOp::Binary { op: b, .. } => {
+            let (a, bb, d) = (l.a()?, l.b()?, l.dst);
             let (r, c) = a.valid()?;
             if !same_tile(&a, &d) || d.valid()? != (r, c) || bb.valid()? != (r, c) {
                 return Ok(false);
@@ -546,14 +587,8 @@ fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<bool, Sim
             f32::give(&mut cx.core.pool, y);
             Ok(done?.is_some())
         }
-        VectorOp::Broadcast {
-            op: b,
-            axis,
-            dst,
-            src,
-            operand,
-        } => {
-            let (s, o, d) = (cx.tile(src)?, cx.tile(operand)?, cx.tile(dst)?);
+        VectorOp::Broadcast { op: b, axis, .. } => {
+            let (s, o, d) = (l.a()?, l.b()?, l.dst);
             let (r, c) = s.valid()?;
             if !same_tile(&s, &d)
                 || d.valid()? != (r, c)
@@ -576,8 +611,8 @@ fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<bool, Sim
             f32::give(&mut cx.core.pool, v);
             Ok(done?.is_some())
         }
-        VectorOp::Fill { dst, value } => {
-            let d = cx.tile(dst)?;
+        VectorOp::Fill { value, .. } => {
+            let d = l.dst;
             let (r, c) = d.valid()?;
             let k = cx.scalar(value)? as f32;
             let done = cx.f32_nd_in_place(&d, aiv, (r, c), false, |slab, pitch| {
@@ -585,13 +620,8 @@ fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<bool, Sim
             })?;
             Ok(done.is_some())
         }
-        VectorOp::Reduce {
-            op: red,
-            axis,
-            dst,
-            src,
-        } => {
-            let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
+        VectorOp::Reduce { op: red, axis, .. } => {
+            let (s, d) = (l.a()?, l.dst);
             let (r, c) = s.valid()?;
             if super::f32_nd_slab(&s, (r, c)).is_none() {
                 return Ok(false);
@@ -628,24 +658,23 @@ fn in_place_f32(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<bool, Sim
     }
 }
 
-fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), SimFault> {
+fn run<'k, F: Scratch>(
+    cx: &mut ExecCtx<'k, '_, '_>,
+    op: &VectorOp,
+    l: &Locs<'k>,
+) -> Result<(), SimFault> {
     let rint = RoundMode::Rint;
     match op {
-        VectorOp::Unary { op: u, dst, src } => {
-            let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
+        VectorOp::Unary { op: u, .. } => {
+            let (s, d) = (l.a()?, l.dst);
             let (r, c) = s.valid()?;
             same(s.valid()?, d.valid()?, "unary")?;
             let mut v = load::<F>(cx, &s, r, c)?;
             unary_apply(*u, &mut v);
             store(cx, &d, r, c, v, rint)
         }
-        VectorOp::Binary {
-            op: b,
-            dst,
-            lhs,
-            rhs,
-        } => {
-            let (a, bb, d) = (cx.tile(lhs)?, cx.tile(rhs)?, cx.tile(dst)?);
+        VectorOp::Binary { op: b, .. } => {
+            let (a, bb, d) = (l.a()?, l.b()?, l.dst);
             same(a.valid()?, bb.valid()?, "binary")?;
             same(a.valid()?, d.valid()?, "binary")?;
             let (r, c) = a.valid()?;
@@ -655,13 +684,8 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), Si
             F::give(&mut cx.core.pool, y);
             store(cx, &d, r, c, x, rint)
         }
-        VectorOp::BinaryScalar {
-            op: b,
-            dst,
-            src,
-            scalar,
-        } => {
-            let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
+        VectorOp::BinaryScalar { op: b, scalar, .. } => {
+            let (s, d) = (l.a()?, l.dst);
             same(s.valid()?, d.valid()?, "binary_scalar")?;
             let k = F::from_f64(cx.scalar(scalar)?);
             let (r, c) = s.valid()?;
@@ -669,13 +693,8 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), Si
             scalar_apply(*b, &mut x, k);
             store(cx, &d, r, c, x, rint)
         }
-        VectorOp::Reduce {
-            op: red,
-            axis,
-            dst,
-            src,
-        } => {
-            let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
+        VectorOp::Reduce { op: red, axis, .. } => {
+            let (s, d) = (l.a()?, l.dst);
             let (r, c) = s.valid()?;
             let x = load::<F>(cx, &s, r, c)?;
             match axis {
@@ -695,14 +714,8 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), Si
                 }
             }
         }
-        VectorOp::Broadcast {
-            op: b,
-            axis,
-            dst,
-            src,
-            operand,
-        } => {
-            let (s, o, d) = (cx.tile(src)?, cx.tile(operand)?, cx.tile(dst)?);
+        VectorOp::Broadcast { op: b, axis, .. } => {
+            let (s, o, d) = (l.a()?, l.b()?, l.dst);
             same(s.valid()?, d.valid()?, "broadcast")?;
             let (r, c) = s.valid()?;
             let mut x = load::<F>(cx, &s, r, c)?;
@@ -724,8 +737,8 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), Si
             }
             store(cx, &d, r, c, x, rint)
         }
-        VectorOp::Expand { axis, dst, src } => {
-            let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
+        VectorOp::Expand { axis, .. } => {
+            let (s, d) = (l.a()?, l.dst);
             let (r, c) = d.valid()?;
             let mut x = F::take(&mut cx.core.pool, r * c);
             match axis {
@@ -746,15 +759,15 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), Si
             }
             store(cx, &d, r, c, x, rint)
         }
-        VectorOp::Cast { dst, src, round } => {
-            let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
+        VectorOp::Cast { round, .. } => {
+            let (s, d) = (l.a()?, l.dst);
             same(s.valid()?, d.valid()?, "cast")?;
             let (r, c) = s.valid()?;
             let x = load::<F>(cx, &s, r, c)?;
             store(cx, &d, r, c, x, *round)
         }
-        VectorOp::LeakyRelu { dst, src, slope } => {
-            let (s, d) = (cx.tile(src)?, cx.tile(dst)?);
+        VectorOp::LeakyRelu { slope, .. } => {
+            let (s, d) = (l.a()?, l.dst);
             same(s.valid()?, d.valid()?, "leaky_relu")?;
             let k = F::from_f64(cx.scalar(slope)?);
             let (r, c) = s.valid()?;
@@ -765,8 +778,8 @@ fn run<F: Scratch>(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), Si
             }
             store(cx, &d, r, c, x, rint)
         }
-        VectorOp::Fill { dst, value } => {
-            let d = cx.tile(dst)?;
+        VectorOp::Fill { value, .. } => {
+            let d = l.dst;
             let (r, c) = d.valid()?;
             let k = F::from_f64(cx.scalar(value)?);
             let mut v = F::take(&mut cx.core.pool, r * c);
