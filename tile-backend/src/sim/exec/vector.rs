@@ -319,16 +319,20 @@ impl<'k> Locs<'k> {
         }))
     }
 
-    /// The first source.
+    /// The first source. (A match, not `ok_or`, which would build the fault on every call.)
     fn a(&self) -> Result<TileLoc<'k>, SimFault> {
-        self.a
-            .ok_or(SimFault::Internal("a vector op without its first source"))
+        match self.a {
+            Some(l) => Ok(l),
+            None => Err(SimFault::Internal("a vector op without its first source")),
+        }
     }
 
     /// The second source.
     fn b(&self) -> Result<TileLoc<'k>, SimFault> {
-        self.b
-            .ok_or(SimFault::Internal("a vector op without its second source"))
+        match self.b {
+            Some(l) => Ok(l),
+            None => Err(SimFault::Internal("a vector op without its second source")),
+        }
     }
 }
 
