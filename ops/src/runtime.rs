@@ -79,9 +79,9 @@ impl std::fmt::Debug for CompiledKernel {
 /// What determines a kernel: every static parameter its builder reads, as a typed value (an
 /// op's plan or kernel configuration, or a tuple naming the kernel and its parameters). Keys of
 /// different types never match, whatever their values.
-pub trait KernelKey: Hash + Eq + Clone + std::fmt::Debug + Send + Sync + 'static {}
+pub trait KernelKey: Hash + Eq + Clone + Send + Sync + 'static {}
 
-impl<T: Hash + Eq + Clone + std::fmt::Debug + Send + Sync + 'static> KernelKey for T {}
+impl<T: Hash + Eq + Clone + Send + Sync + 'static> KernelKey for T {}
 
 /// A key as the cache holds it: its op and its value (of any [`KernelKey`] type).
 trait StoredKey: Send + Sync {
