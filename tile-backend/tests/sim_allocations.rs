@@ -8,7 +8,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use tile_backend::arch::Arch;
 use tile_backend::sim::{self, Arg, GmInOut, GmInput, Program, SimOptions};
-use tile_backend::{dsl::KernelBuilder, ir, passes};
+use tile_backend::{ir, passes};
 
 struct Counting;
 
@@ -48,29 +48,9 @@ fn allocations() -> u64 {
     ALLOCS.with(Cell::get)
 }
 
-/// `y[b] = x[b] + 1` row by row, one row of 64 f32 per block, through a loop of one iteration
-/// and a branch (so the control code runs too): loads, a vector op with a scalar, a store.
+/// [`tile_backend::kernels::add_one`], compiled.
 fn add_one() -> ir::Kernel {
-    use ir::{DType, Expr, GmView, Layout, MemSpace, ScalarArg, TileType};
-    let mut kb = KernelBuilder::new("add_one");
-    let rows = Expr::Param(kb.scalar("rows", DType::I64));
-    let x = kb.input("x", DType::F32, [rows.clone(), Expr::from(64)]);
-    let y = kb.output("y", DType::F32, [rows, Expr::from(64)]);
-    let t = kb.tile(
-        "t",
-        TileType::new(MemSpace::Vec, DType::F32, 1, 64, Layout::ND),
-    );
-    kb.vector(|v| {
-        v.if_(Expr::SubBlockIdx.eq_(0), |v| {
-            v.for_range("i", 0, 1, 1, |v, _| {
-                let at = Expr::BlockIdx * 64;
-                v.load(t, GmView::nd(x, at.clone(), 1, 64, 64));
-                v.binary_scalar(ir::BinaryOp::Add, t, t, ScalarArg::Const(1.0));
-                v.store(GmView::nd(y, at, 1, 64, 64), t);
-            });
-        });
-    });
-    passes::compile(&kb.build(), &Arch::ascend950()).expect("compiles")
+    passes::compile(&tile_backend::kernels::add_one(), &Arch::ascend950()).expect("compiles")
 }
 
 #[test]

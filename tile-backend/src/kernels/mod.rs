@@ -14,6 +14,7 @@
 //!   L1 by `gather_in_l1` (f16 and the int8 -> int32 form of ASCEND950.md §8).
 //! - [`topk`]: the best `k` (value, index) pairs of a row of scores of runtime length, from
 //!   TSORT32 and TMRGSORT ([`topk_row`] is the piece other kernels call).
+//! - [`add_one`]: a row load, a vector add and a store per block: a launch's fixed cost.
 //!
 //! Shapes are static parameters. The IR has no launch grid, so each parameter struct has a
 //! `block_dim()` saying how many blocks to launch.
@@ -22,6 +23,7 @@ mod attention;
 mod gather;
 mod matmul;
 mod topk;
+mod trivial;
 mod worked;
 
 pub use attention::{attention_tile, AttentionParams, Handoff};
@@ -30,6 +32,7 @@ pub use matmul::{matmul, MatmulParams};
 pub use topk::{
     lanes, probe_tie_order, topk, topk_row, TopkParams, TopkRow, TopkTiles, CHUNK, WINDOW,
 };
+pub use trivial::add_one;
 pub use worked::worked_matmul;
 
 use crate::dsl::Body;
