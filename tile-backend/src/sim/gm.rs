@@ -173,7 +173,28 @@ pub(crate) struct PrefetchQueue<'a> {
     at: (usize, usize),
 }
 
+/// `v` emptied, as a list of another lifetime: an empty list holds no borrow, and collecting
+/// through a map of identical layout reuses the allocation in place (std's in-place collect;
+/// the steady-state allocation test in `tests/sim_allocations.rs` holds it to that).
+pub(crate) fn emptied<'b>(mut v: Vec<&[u8]>) -> Vec<&'b [u8]> {
+    v.clear();
+    v.into_iter().map(|_| -> &'b [u8] { &[] }).collect()
+}
+
 impl<'a> PrefetchQueue<'a> {
+    /// An empty queue in `rows`' allocation (a list a core's scratch pool kept).
+    pub fn reusing(rows: Vec<&[u8]>) -> Self {
+        PrefetchQueue {
+            rows: emptied(rows),
+            at: (0, 0),
+        }
+    }
+
+    /// The queue's row list, emptied, for a scratch pool to keep.
+    pub fn into_spare(self) -> Vec<&'static [u8]> {
+        emptied(self.rows)
+    }
+
     /// Replaces the queue with `rows`.
     pub fn replace(&mut self, rows: impl IntoIterator<Item = &'a [u8]>) {
         self.rows.clear();

@@ -93,13 +93,14 @@ pub(crate) fn run_block<'k, 'a>(
     });
     let mut mem = BlockMem::take(arch);
     let mut gm = Overlay::take();
-    let mut flags = CrossFlags::default();
+    let mut flags = CrossFlags::take();
     let mut cores: [CoreRt; 3] = CoreId::ALL.map(|id| {
         let mut pool = ScratchPool::take(id);
         let CoreState {
             vars,
             valid,
             acc_rows,
+            prefetch,
         } = pool.take_state(kernel.vars.len(), kernel.tiles.len());
         CoreRt {
             id,
@@ -110,7 +111,7 @@ pub(crate) fn run_block<'k, 'a>(
             block,
             block_dim,
             pool,
-            prefetch: PrefetchQueue::default(),
+            prefetch: PrefetchQueue::reusing(prefetch),
             acc_rows,
         }
     });
@@ -189,12 +190,14 @@ pub(crate) fn run_block<'k, 'a>(
         }
     }
     mem.give_back();
+    flags.give_back();
     for core in cores {
         let mut pool = core.pool;
         pool.keep_state(CoreState {
             vars: core.vars,
             valid: core.valid,
             acc_rows: core.acc_rows,
+            prefetch: core.prefetch.into_spare(),
         });
         pool.give_back(core.id);
     }

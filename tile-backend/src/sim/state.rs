@@ -617,6 +617,13 @@ impl Default for CrossFlags {
     }
 }
 
+thread_local! {
+    /// The cross-core flags of this thread's last block, emptied, for the next: their queues
+    /// keep their capacity, so a steady-state block sets flags without allocating.
+    static SPARE_FLAGS: std::cell::RefCell<Option<Box<CrossFlags>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 /// Index of `core`'s flag `id` in the flat slot list.
 fn slot_index(core: CoreId, id: u8) -> Option<usize> {
     match core {
@@ -627,6 +634,22 @@ fn slot_index(core: CoreId, id: u8) -> Option<usize> {
 }
 
 impl CrossFlags {
+    /// Empty flags, in the queues this thread's last block gave back when there are some.
+    pub fn take() -> Box<CrossFlags> {
+        SPARE_FLAGS
+            .with(|s| s.borrow_mut().take())
+            .unwrap_or_default()
+    }
+
+    /// Empties the flags (a set no wait consumed is dropped) and keeps them for this thread's
+    /// next block.
+    pub fn give_back(mut self: Box<Self>) {
+        for q in &mut self.slots {
+            q.clear();
+        }
+        SPARE_FLAGS.with(|s| *s.borrow_mut() = Some(self));
+    }
+
     /// Where `set_intra_block(id)` from `from` lands: the receiving core and its flag id.
     pub fn target(from: CoreId, id: u8) -> Option<(CoreId, u8)> {
         match from {
@@ -667,10 +690,12 @@ pub(crate) struct ScratchPool {
     f32s: Free<f32>,
     f64s: Free<f64>,
     i32s: Free<i32>,
+    usizes: Free<usize>,
     /// The core's scalar state of the last block (see [`ScratchPool::take_state`]).
     vars: Vec<Option<i64>>,
     valid: Vec<Option<(u64, u64)>>,
     acc_rows: Vec<(usize, usize)>,
+    prefetch: Vec<&'static [u8]>,
 }
 
 /// A core's scalar state at block start, in buffers a pool kept ([`ScratchPool::take_state`]).
@@ -681,6 +706,9 @@ pub(crate) struct CoreState {
     pub valid: Vec<Option<(u64, u64)>>,
     /// Rows of the last matmul into each Acc buffer, none.
     pub acc_rows: Vec<(usize, usize)>,
+    /// The row list of the core's GM prefetch queue, empty
+    /// ([`PrefetchQueue::reusing`](super::gm::PrefetchQueue::reusing)).
+    pub prefetch: Vec<&'static [u8]>,
 }
 
 /// Buffers kept per kind; enough for the most an op holds at once.
@@ -781,6 +809,7 @@ impl ScratchPool {
             vars: std::mem::take(&mut self.vars),
             valid: std::mem::take(&mut self.valid),
             acc_rows: std::mem::take(&mut self.acc_rows),
+            prefetch: std::mem::take(&mut self.prefetch),
         };
         s.vars.clear();
         s.vars.resize(vars, None);
@@ -795,6 +824,17 @@ impl ScratchPool {
         self.vars = s.vars;
         self.valid = s.valid;
         self.acc_rows = s.acc_rows;
+        self.prefetch = super::gm::emptied(s.prefetch);
+    }
+
+    /// An empty list of offsets (a gather's source rows).
+    pub fn usizes(&mut self) -> Vec<usize> {
+        self.usizes.take(0)
+    }
+
+    /// Returns an offset list.
+    pub fn put_usizes(&mut self, v: Vec<usize>) {
+        self.usizes.put(v)
     }
 
     /// An empty byte buffer.

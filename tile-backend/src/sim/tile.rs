@@ -1301,6 +1301,7 @@ pub(crate) const ROW_SLICE_STRIPS: usize = 128;
 /// defeat the hardware prefetcher). False (nothing written) when the layout does not map onto
 /// row-major strip by strip or the region spans more than [`ROW_SLICE_STRIPS`] strips; `Err`
 /// when a row is too short. Marks nothing.
+#[cfg(test)]
 pub(crate) fn write_row_slices(
     buf: &mut [u8],
     loc: &TileLoc,
@@ -1308,19 +1309,31 @@ pub(crate) fn write_row_slices(
     cols: usize,
     rows: &[&[u8]],
 ) -> Result<bool, SimFault> {
+    write_rows_from(buf, loc, at, cols, rows.len(), |i| rows.get(i).copied())
+}
+
+/// [`write_row_slices`] of `n` rows that `row(i)` lends one at a time (no list of them is
+/// built); a row it cannot lend is an `Err`, as a short one is.
+pub(crate) fn write_rows_from<'r>(
+    buf: &mut [u8],
+    loc: &TileLoc,
+    at: (usize, usize),
+    cols: usize,
+    n: usize,
+    row: impl Fn(usize) -> Option<&'r [u8]>,
+) -> Result<bool, SimFault> {
     let es = loc.es();
-    check_region(loc, buf.len(), at.0, at.1, rows.len(), cols)?;
-    if rows.iter().any(|r| r.len() < cols * es) {
+    check_region(loc, buf.len(), at.0, at.1, n, cols)?;
+    if (0..n).any(|i| row(i).is_none_or(|r| r.len() < cols * es)) {
         return Err(SimFault::Internal(
             "a gathered row shorter than its columns",
         ));
     }
-    if rows.is_empty() || cols == 0 {
+    if n == 0 || cols == 0 {
         return Ok(matches!(loc.ty.layout, Layout::ND | Layout::NZ));
     }
-    let row_at = |i: usize| rows.get(i).copied();
     Ok(
-        copy_rows_across_strips::<ROW_SLICE_STRIPS, _>(buf, loc, at, (rows.len(), cols), 4, row_at)
+        copy_rows_across_strips::<ROW_SLICE_STRIPS, _>(buf, loc, at, (n, cols), 4, row)
             .unwrap_or(false),
     )
 }

@@ -91,7 +91,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &GatherOp) -> Result<(), Si
     // Every row's source offset, checked, before any is read.
     let table = (&bbytes[..], bv.dtype, nb);
     let src_shape = (t_rows, t_cols, col0 as usize, es);
-    let mut offsets = Vec::with_capacity(n);
+    let mut offsets = cx.core.pool.usizes();
     for i in 0..n {
         let t = numeric::decode_i64(iv.dtype, &ibytes[i * ies..(i + 1) * ies]);
         offsets.push(source_row(t, table, bs, src_shape).map_err(|e| match e {
@@ -120,6 +120,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &GatherOp) -> Result<(), Si
         let pool = &mut cx.core.pool;
         pool.put_bytes(ibytes);
         pool.put_bytes(bbytes);
+        pool.put_usizes(offsets);
         return Ok(());
     }
     const AHEAD: usize = 4;
@@ -139,6 +140,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &GatherOp) -> Result<(), Si
     pool.put_bytes(rows);
     pool.put_bytes(ibytes);
     pool.put_bytes(bbytes);
+    pool.put_usizes(offsets);
     r
 }
 
@@ -154,15 +156,18 @@ fn gather_in_place(
 ) -> Result<bool, SimFault> {
     let row_bytes = size * loc.es();
     let args = cx.args;
-    let mut rows = Vec::with_capacity(offsets.len());
+    // Every row is checked before any is copied; then each is lent again from the argument.
     for &off in offsets {
-        match cx.gm.unwritten(args, src, off, row_bytes)? {
-            Some(row) => rows.push(row),
-            None => return Ok(false),
+        if cx.gm.unwritten(args, src, off, row_bytes)?.is_none() {
+            return Ok(false);
         }
     }
-    cx.write_dense(loc, 0, (0, 0), (rows.len(), size), |buf| {
-        tile::write_row_slices(buf, loc, (0, 0), size, &rows)
+    let row = |i: usize| {
+        let off = *offsets.get(i)?;
+        Overlay::argument_bytes(args, src, off, row_bytes)
+    };
+    cx.write_dense(loc, 0, (0, 0), (offsets.len(), size), |buf| {
+        tile::write_rows_from(buf, loc, (0, 0), size, offsets.len(), row)
     })
 }
 

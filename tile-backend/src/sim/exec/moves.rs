@@ -90,13 +90,14 @@ pub(super) fn fixpipe(
     scale: Option<&Scale>,
 ) -> Result<Vec<u8>, SimFault> {
     let (rows, cols) = size;
-    let mut raw = cx.core.pool.bytes();
+    // The region is read over every byte of `raw`.
+    let mut raw = cx.core.pool.bytes_to_overwrite(rows * cols * acc.es());
     cx.read_bytes(acc, 0, origin, (rows, cols), &mut raw)?;
     let words = scale_words(cx, scale, origin.1, cols)?;
     let src = acc.ty.dtype;
     let es = dst.size_bytes() as usize;
-    let mut out = cx.core.pool.bytes();
-    out.resize(rows * cols * es, 0);
+    let mut out = cx.core.pool.bytes_to_overwrite(rows * cols * es);
+    out.fill(0);
     if matches!(words, Words::None) && src == DType::F32 {
         // The common path (no quantisation): whole-buffer conversion, the dtype matched once.
         let mut vals = cx.core.pool.f32s(rows * cols);
