@@ -691,6 +691,7 @@ pub(crate) struct ScratchPool {
     f64s: Free<f64>,
     i32s: Free<i32>,
     usizes: Free<usize>,
+    bools: Free<bool>,
     /// The core's scalar state of the last block (see [`ScratchPool::take_state`]).
     vars: Vec<Option<i64>>,
     valid: Vec<Option<(u64, u64)>>,
@@ -712,7 +713,12 @@ pub(crate) struct CoreState {
 }
 
 /// Buffers kept per kind; enough for the most an op holds at once.
-const POOL_DEPTH: usize = 8;
+const POOL_DEPTH: usize = 16;
+
+/// Free slots a fresh buffer leaves ([`Free::keeps_whole`]) for the buffers the running op
+/// still holds: when they all come back the pool is not over [`POOL_DEPTH`], so none is
+/// dropped, and a steady-state launch neither drops nor makes a buffer.
+const POOL_HEADROOM: usize = 4;
 
 /// Free buffers of one element type.
 struct Free<T>(Vec<Vec<T>>);
@@ -761,7 +767,7 @@ impl<T: Clone + Default> Free<T> {
     /// fill them again on the next long request: in the decode attention call that refill was
     /// about 4% of the simulator's instructions.
     fn keeps_whole(&self, len: usize, n: usize) -> bool {
-        len > 2 * n && self.0.len() + 1 < POOL_DEPTH
+        len > 2 * n && self.0.len() + POOL_HEADROOM < POOL_DEPTH
     }
 
     fn put(&mut self, v: Vec<T>) {
@@ -825,6 +831,16 @@ impl ScratchPool {
         self.valid = s.valid;
         self.acc_rows = s.acc_rows;
         self.prefetch = super::gm::emptied(s.prefetch);
+    }
+
+    /// An empty mask (a region's defined elements).
+    pub fn bools(&mut self) -> Vec<bool> {
+        self.bools.take(0)
+    }
+
+    /// Returns a mask.
+    pub fn put_bools(&mut self, v: Vec<bool>) {
+        self.bools.put(v)
     }
 
     /// An empty list of offsets (a gather's source rows).

@@ -184,10 +184,11 @@ pub(crate) fn mrgsort_rules(block_len: u64, src_cols: u64, dst_cols: u64) -> Vec
 pub(crate) struct MrgSortListDims {
     /// Tile columns per pair.
     pub pc: u64,
-    /// Each list's valid columns.
-    pub list_cols: Vec<u64>,
+    /// Each list's valid columns (inline up to the 4 lists a merge takes: the simulator checks
+    /// these per op without allocating).
+    pub list_cols: smallvec::SmallVec<[u64; 4]>,
     /// Each list's allocated columns.
-    pub list_alloc_cols: Vec<u64>,
+    pub list_alloc_cols: smallvec::SmallVec<[u64; 4]>,
     /// Allocated columns of tmp.
     pub tmp_cols: u64,
     /// Valid columns of dst (what is copied out of tmp).
@@ -317,7 +318,7 @@ pub(super) fn check(cx: &mut Ctx<'_>, op: &SortOp) {
                 return;
             };
             one_row(cx, op.name(), &all);
-            let list_cols: Option<Vec<u64>> =
+            let list_cols: Option<smallvec::SmallVec<[u64; 4]>> =
                 lists.iter().map(|l| static_dim(l.ty.valid_cols)).collect();
             if let (Some(list_cols), Some(dst_cols)) = (list_cols, static_dim(d.ty.valid_cols)) {
                 let dims = MrgSortListDims {

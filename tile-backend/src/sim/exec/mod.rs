@@ -800,7 +800,23 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
         at: (usize, usize),
         size: (usize, usize),
     ) -> Result<Vec<bool>, SimFault> {
-        let mut out = vec![true; size.0 * size.1];
+        let mut out = Vec::new();
+        self.defined_mask_into(loc, aiv, at, size, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Self::defined_mask`] into `out` (resized to the region), so a caller can pass a
+    /// pooled buffer.
+    pub fn defined_mask_into(
+        &self,
+        loc: &TileLoc,
+        aiv: u8,
+        at: (usize, usize),
+        size: (usize, usize),
+        out: &mut Vec<bool>,
+    ) -> Result<(), SimFault> {
+        out.clear();
+        out.resize(size.0 * size.1, true);
         let (space, es, mem) = (loc.space(), loc.es(), &*self.mem);
         tile::for_each_run(loc, usize::MAX, at, size, |run| {
             if !mem.defined(space, aiv, run.buf, run.len * es) {
@@ -808,8 +824,7 @@ impl<'k, 'a> ExecCtx<'k, 'a, '_> {
                     out[run.elem + i * run.stride] = mem.defined(space, aiv, run.buf + i * es, es);
                 }
             }
-        })?;
-        Ok(out)
+        })
     }
 
     /// True when every byte of the region was written.

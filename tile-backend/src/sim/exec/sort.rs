@@ -21,6 +21,33 @@ use crate::verify::sort::{
     mrgsort_rules, Broken, MrgSortListDims, Sort32Dims, BLOCK, TAIL_WHOLE_ROW_BYTES,
 };
 use half::f16;
+use smallvec::SmallVec;
+use std::cell::RefCell;
+
+thread_local! {
+    /// Pair lists the sort instructions reuse on this thread (sorted rows, merge inputs and
+    /// outputs), so a steady-state launch sorts without allocating.
+    static PAIR_LISTS: RefCell<Vec<Vec<Pair>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An empty pair list, in the allocation of one an earlier op gave back when there is one.
+fn pair_list() -> Vec<Pair> {
+    let mut v = PAIR_LISTS
+        .with(|p| p.borrow_mut().pop())
+        .unwrap_or_default();
+    v.clear();
+    v
+}
+
+/// Gives a pair list back for the thread's next sort (at most 8 are kept).
+fn keep_pair_list(v: Vec<Pair>) {
+    PAIR_LISTS.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < 8 && v.capacity() > 0 {
+            p.push(v);
+        }
+    });
+}
 
 /// One (value, index) pair as it sits in UB, with its sort key.
 #[derive(Debug, Clone, Copy)]
@@ -129,11 +156,13 @@ fn read_pairs(
 ) -> Result<Vec<Pair>, SimFault> {
     let aiv = cx.own_aiv();
     cx.require_defined(loc, aiv, (0, 0), (1, n * pc), what)?;
-    let mut b = Vec::new();
+    // Every byte of the region is read over (sized takes converge on the pool's buffers).
+    let mut b = cx.core.pool.bytes_to_overwrite(n * pc * loc.es());
     cx.read_bytes(loc, aiv, (0, 0), (1, n * pc), &mut b)?;
-    Ok(b.chunks_exact(8)
-        .map(|c| Pair::from_bytes(c, loc.ty.dtype))
-        .collect())
+    let mut pairs = pair_list();
+    pairs.extend(b.chunks_exact(8).map(|c| Pair::from_bytes(c, loc.ty.dtype)));
+    cx.core.pool.put_bytes(b);
+    Ok(pairs)
 }
 
 /// Writes pairs at the start of row `row` of `loc` (an index whose bytes were never written
@@ -146,31 +175,35 @@ fn write_pairs(
     pairs: &[Pair],
 ) -> Result<(), SimFault> {
     let aiv = cx.own_aiv();
-    let mut bytes = Vec::with_capacity(pairs.len() * 8);
-    for p in pairs {
-        bytes.extend_from_slice(&p.bytes());
+    let mut bytes = cx.core.pool.bytes_to_overwrite(pairs.len() * 8);
+    for (b, p) in bytes.chunks_exact_mut(8).zip(pairs) {
+        b.copy_from_slice(&p.bytes());
     }
     let size = (1, pairs.len() * pc);
-    if pairs.iter().all(|p| p.index_defined) {
+    let r = if pairs.iter().all(|p| p.index_defined) {
         // Every byte written (the usual case): no mask to build.
-        return cx.write_bytes(loc, aiv, (row, 0), size, &bytes);
-    }
-    // The index is the last 4 bytes of a pair: the last element (f32) or two (f16).
-    let index_elems = 4 / loc.es().max(1);
-    let mut defined = Vec::with_capacity(pairs.len() * pc);
-    for p in pairs {
-        defined.extend((0..pc).map(|e| e < pc - index_elems || p.index_defined));
-    }
-    cx.write_bytes_masked(loc, aiv, (row, 0), size, &bytes, &defined)
+        cx.write_bytes(loc, aiv, (row, 0), size, &bytes)
+    } else {
+        // The index is the last 4 bytes of a pair: the last element (f32) or two (f16).
+        let index_elems = 4 / loc.es().max(1);
+        let mut defined = Vec::with_capacity(pairs.len() * pc);
+        for p in pairs {
+            defined.extend((0..pc).map(|e| e < pc - index_elems || p.index_defined));
+        }
+        cx.write_bytes_masked(loc, aiv, (row, 0), size, &bytes, &defined)
+    };
+    cx.core.pool.put_bytes(bytes);
+    r
 }
 
 /// TMRGSORT's merge of sorted lists: at each step, the largest head, scanning the lists in
 /// order; equal heads by the modelled cross-list order (`ties`); within a list, its own order.
 /// (Two lists in a tile merge through [`merge_two_bytes`], the same order on their bytes.)
-fn merge_any(lists: &[&[Pair]], ties: MrgSortTies) -> Vec<Pair> {
+/// Appends the merged pairs to `out`.
+fn merge_any(lists: &[&[Pair]], ties: MrgSortTies, out: &mut Vec<Pair>) {
     let total = lists.iter().map(|l| l.len()).sum();
-    let mut at = vec![0usize; lists.len()];
-    let mut out = Vec::with_capacity(total);
+    let mut at: SmallVec<[usize; 4]> = smallvec::smallvec![0; lists.len()];
+    out.reserve(total);
     for _ in 0..total {
         let mut pick: Option<(usize, i32)> = None;
         for (i, l) in lists.iter().enumerate() {
@@ -190,7 +223,6 @@ fn merge_any(lists: &[&[Pair]], ties: MrgSortTies) -> Vec<Pair> {
         out.push(lists[i][at[i]]);
         at[i] += 1;
     }
-    out
 }
 
 fn sort32(
@@ -225,15 +257,26 @@ fn sort32(
         units: dst_rows * blocks,
         copied_bytes: 0,
     };
-    let (mut vb, mut ib) = (Vec::new(), Vec::new());
-    let mut pairs: Vec<Pair> = Vec::with_capacity(padded);
+    // Read over in full, row by row.
+    let (mut vb, mut ib) = (
+        cx.core.pool.bytes_to_overwrite(cols * es),
+        cx.core.pool.bytes_to_overwrite(padded * 4),
+    );
+    let mut pairs = pair_list();
     for r in 0..dst_rows {
         cx.require_defined(&s, aiv, (r, 0), (1, cols), "sort32")?;
         cx.read_bytes(&s, aiv, (r, 0), (1, cols), &mut vb)?;
         let ir = if idx_rows == 1 { 0 } else { r };
         cx.require_defined(&i, aiv, (ir, 0), (1, cols), "sort32")?;
-        // The padded last block reads the indices past the valid columns too.
-        let idef = cx.defined_mask(&i, aiv, (ir, 0), (1, padded))?;
+        // The padded last block reads the indices past the valid columns too; their bytes
+        // may be poison (a mask only then).
+        let idef = if cx.region_defined(&i, aiv, (ir, 0), (1, padded))? {
+            None
+        } else {
+            let mut m = cx.core.pool.bools();
+            cx.defined_mask_into(&i, aiv, (ir, 0), (1, padded), &mut m)?;
+            Some(m)
+        };
         cx.read_bytes(&i, aiv, (ir, 0), (1, padded), &mut ib)?;
         let value = |k: usize| -> [u8; 4] {
             if k >= cols {
@@ -251,17 +294,18 @@ fn sort32(
             } else {
                 padded - BLOCK as usize
             };
-            let copy: Vec<u8> = (first..padded)
-                .flat_map(|k| value(k).into_iter().take(es))
-                .collect();
-            cx.write_bytes(t, aiv, (0, 0), (1, padded - first), &copy)?;
+            let mut copy = cx.core.pool.bytes();
+            copy.extend((first..padded).flat_map(|k| value(k).into_iter().take(es)));
+            let wrote = cx.write_bytes(t, aiv, (0, 0), (1, padded - first), &copy);
+            cx.core.pool.put_bytes(copy);
+            wrote?;
             work.copied_bytes += ((cols - first) * es).div_ceil(32) * 32;
         }
         pairs.clear();
         pairs.extend((0..padded).map(|k| {
             let mut index = [0u8; 4];
             index.copy_from_slice(&ib[k * 4..k * 4 + 4]);
-            Pair::new(value(k), dtype, index, idef[k])
+            Pair::new(value(k), dtype, index, idef.as_ref().is_none_or(|m| m[k]))
         }));
         for block in pairs.chunks_mut(BLOCK as usize) {
             // Descending by value, ties to the smaller index (stable, so equal pairs keep
@@ -269,7 +313,13 @@ fn sort32(
             block.sort_by(|a, b| b.key.cmp(&a.key).then(a.index().cmp(&b.index())));
         }
         write_pairs(cx, &d, r, pc, &pairs)?;
+        if let Some(m) = idef {
+            cx.core.pool.put_bools(m);
+        }
     }
+    cx.core.pool.put_bytes(vb);
+    cx.core.pool.put_bytes(ib);
+    keep_pair_list(pairs);
     cx.note_sort(work);
     Ok(())
 }
@@ -290,16 +340,18 @@ fn mrgsort(
     let pairs = read_pairs(cx, &s, pc, cols / pc, "mrgsort")?;
     let per_block = block_len as usize / pc;
     let ties = cx.arch.mrgsort_ties;
-    let mut out = Vec::with_capacity(pairs.len());
+    let mut out = pair_list();
     for group in pairs.chunks(4 * per_block) {
-        let lists: Vec<&[Pair]> = group.chunks(per_block).collect();
-        out.extend(merge_any(&lists, ties));
+        let lists: SmallVec<[&[Pair]; 4]> = group.chunks(per_block).collect();
+        merge_any(&lists, ties, &mut out);
     }
     write_pairs(cx, &d, 0, pc, &out)?;
     cx.note_sort(SortWork {
         units: pairs.len(),
         copied_bytes: 0,
     });
+    keep_pair_list(out);
+    keep_pair_list(pairs);
     Ok(())
 }
 
@@ -311,8 +363,9 @@ fn mrgsort_lists(
 ) -> Result<(), SimFault> {
     let (d, t) = (cx.tile(dst)?, cx.tile(tmp)?);
     let (_, pc) = values_dtype(&d, "mrgsort_lists")?;
-    let lists: Vec<TileLoc<'_>> = srcs.iter().map(|r| cx.tile(r)).collect::<Result<_, _>>()?;
-    let list_cols: Vec<usize> = lists
+    let lists: SmallVec<[TileLoc<'_>; 4]> =
+        srcs.iter().map(|r| cx.tile(r)).collect::<Result<_, _>>()?;
+    let list_cols: SmallVec<[usize; 4]> = lists
         .iter()
         .map(|l| l.valid().map(|v| v.1))
         .collect::<Result<_, _>>()?;
@@ -328,23 +381,40 @@ fn mrgsort_lists(
     let merged = if let [a, b] = lists.as_slice() {
         merge_two_in_ub(cx, (a, b), &t, (pc, list_cols[0] / pc, list_cols[1] / pc))?
     } else {
-        let mut pairs = Vec::with_capacity(lists.len());
+        let mut pairs: SmallVec<[Vec<Pair>; 4]> = SmallVec::new();
         for (l, c) in lists.iter().zip(&list_cols) {
             pairs.push(read_pairs(cx, l, pc, c / pc, "mrgsort_lists")?);
         }
-        let refs: Vec<&[Pair]> = pairs.iter().map(|p| p.as_slice()).collect();
-        let merged = merge_any(&refs, cx.arch.mrgsort_ties);
+        let refs: SmallVec<[&[Pair]; 4]> = pairs.iter().map(|p| p.as_slice()).collect();
+        let mut merged = pair_list();
+        merge_any(&refs, cx.arch.mrgsort_ties, &mut merged);
         write_pairs(cx, &t, 0, pc, &merged)?;
-        merged.len()
+        let n = merged.len();
+        keep_pair_list(merged);
+        drop(refs);
+        pairs.into_iter().for_each(keep_pair_list);
+        n
     };
     // The first dst valid columns of tmp, copied in 32-byte blocks (A5's MovUb2Ub).
     let (aiv, es) = (cx.own_aiv(), d.es());
     let copied = (dst_cols * es).div_ceil(32) * 32;
     let n = copied / es;
-    let defined = cx.defined_mask(&t, aiv, (0, 0), (1, n))?;
-    let mut b = Vec::new();
-    cx.read_bytes(&t, aiv, (0, 0), (1, n), &mut b)?;
-    cx.write_bytes_masked(&d, aiv, (0, 0), (1, n), &b, &defined)?;
+    let mut b = cx.core.pool.bytes_to_overwrite(n * es);
+    let copied_out = if cx.region_defined(&t, aiv, (0, 0), (1, n))? {
+        cx.read_bytes(&t, aiv, (0, 0), (1, n), &mut b)
+            .and_then(|()| cx.write_bytes(&d, aiv, (0, 0), (1, n), &b))
+    } else {
+        // Poison in tmp's copied columns travels to dst.
+        let mut defined = cx.core.pool.bools();
+        let r = cx
+            .defined_mask_into(&t, aiv, (0, 0), (1, n), &mut defined)
+            .and_then(|()| cx.read_bytes(&t, aiv, (0, 0), (1, n), &mut b))
+            .and_then(|()| cx.write_bytes_masked(&d, aiv, (0, 0), (1, n), &b, &defined));
+        cx.core.pool.put_bools(defined);
+        r
+    };
+    cx.core.pool.put_bytes(b);
+    copied_out?;
     cx.note_sort(SortWork {
         units: merged,
         copied_bytes: copied,
@@ -365,7 +435,12 @@ fn merge_two_in_ub(
     let aiv = cx.own_aiv();
     cx.require_defined(a, aiv, (0, 0), (1, na * pc), "mrgsort_lists")?;
     cx.require_defined(b, aiv, (0, 0), (1, nb * pc), "mrgsort_lists")?;
-    let (mut ab, mut bb) = (cx.core.pool.bytes(), cx.core.pool.bytes());
+    // Read over in full.
+    let es = a.es();
+    let (mut ab, mut bb) = (
+        cx.core.pool.bytes_to_overwrite(na * pc * es),
+        cx.core.pool.bytes_to_overwrite(nb * pc * es),
+    );
     let read = cx
         .read_bytes(a, aiv, (0, 0), (1, na * pc), &mut ab)
         .and_then(|()| cx.read_bytes(b, aiv, (0, 0), (1, nb * pc), &mut bb));
@@ -471,11 +546,9 @@ mod tests {
                 let bytes = |v: &[Pair]| v.iter().flat_map(|p| p.bytes()).collect::<Vec<u8>>();
                 let mut out = vec![0u8; 8 * (a.len() + b.len())];
                 let n = merge_two_bytes((&bytes(&a), &bytes(&b)), DType::F32, ties, &mut out);
-                assert_eq!(
-                    out[..n].to_vec(),
-                    bytes(&merge_any(&[&a, &b], ties)),
-                    "seed {seed}, {ties:?}"
-                );
+                let mut merged = Vec::new();
+                merge_any(&[&a, &b], ties, &mut merged);
+                assert_eq!(out[..n].to_vec(), bytes(&merged), "seed {seed}, {ties:?}");
             }
         }
     }
