@@ -1228,3 +1228,150 @@ fn a_json_key_twice_is_unreadable() {
         }
     }
 }
+
+/// The integer literals of a JSON text, as byte ranges (a `-` sign included; digits inside
+/// strings, such as kernel names, are skipped).
+fn int_literals(json: &str) -> Vec<(usize, usize)> {
+    let b = json.as_bytes();
+    let (mut out, mut i, mut in_string) = (Vec::new(), 0, false);
+    while i < b.len() {
+        match b[i] {
+            b'"' if i == 0 || b[i - 1] != b'\\' => in_string = !in_string,
+            c if !in_string && (c == b'-' || c.is_ascii_digit()) => {
+                let start = i;
+                i += 1;
+                while i < b.len() && (b[i].is_ascii_digit() || b".eE+-".contains(&b[i])) {
+                    i += 1;
+                }
+                if json[start..i].parse::<i64>().is_ok() {
+                    out.push((start, i));
+                }
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// What a mutation does to a kernel file.
+#[derive(Debug, Clone)]
+enum Mutation {
+    /// Sets integer literal `n % count` to a value.
+    SetInt(usize, i64),
+    /// Cuts the file at byte `n % len` (not JSON any more, or a kernel missing its end).
+    Truncate(usize),
+}
+
+fn mutation() -> impl proptest::strategy::Strategy<Value = Mutation> {
+    use proptest::prelude::*;
+    // Mostly values a field of the file can hold (small, or a power of two), so most files
+    // still parse and many still compile and reach the simulator; a few hostile ones.
+    let value = prop_oneof![
+        6 => 0i64..=300,
+        2 => (0u32..17).prop_map(|b| 1i64 << b),
+        1 => prop_oneof![Just(-1i64), Just(1 << 31), Just(1 << 40), Just(i64::MAX), Just(i64::MIN)],
+    ];
+    prop_oneof![
+        12 => (any::<usize>(), value).prop_map(|(i, v)| Mutation::SetInt(i, v)),
+        1 => any::<usize>().prop_map(Mutation::Truncate),
+    ]
+}
+
+/// `json` with `mutations` applied in turn.
+fn mutated(json: &str, mutations: &[Mutation]) -> String {
+    let mut text = json.to_string();
+    for m in mutations {
+        match m {
+            Mutation::SetInt(i, v) => {
+                let lits = int_literals(&text);
+                if lits.is_empty() {
+                    continue;
+                }
+                let (s, e) = lits[i % lits.len()];
+                text.replace_range(s..e, &v.to_string());
+            }
+            Mutation::Truncate(i) => {
+                let mut at = i % text.len().max(1);
+                while !text.is_char_boundary(at) {
+                    at -= 1;
+                }
+                text.truncate(at);
+            }
+        }
+    }
+    text
+}
+
+/// Reference kernel files (as a user would write them: not compiled) with up to three integer
+/// literals changed, or cut short, through `tileops sim` on 1 to 3 blocks (256 cases, a fixed
+/// seed): every run ends with exit 0, 1 (does not compile, faults, hazards, the step limit) or
+/// 2 (not a kernel), never a panic (101) or a signal; and enough of them reach the simulator
+/// for that to say something about it.
+#[test]
+fn sim_of_mutated_kernel_files_exits_with_an_error_never_a_panic() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    use tileops::tile_backend::kernels;
+    let mut all = kernels::all();
+    all.push(kernels::worked_matmul());
+    let files: Vec<String> = all.iter().map(|k| k.to_json()).collect();
+    let mut runner = TestRunner::new_with_rng(
+        Config::with_cases(256),
+        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+    );
+    let simulated = std::cell::Cell::new(0usize);
+    let cases = (
+        0..files.len(),
+        proptest::collection::vec(mutation(), 1..4),
+        1u64..4,
+    );
+    let result = runner.run(&cases, |(which, mutations, block_dim)| {
+        let file = TempFile::new("mutated", &mutated(&files[which], &mutations));
+        let out = sim_file(
+            &file,
+            &[
+                "--block-dim",
+                &block_dim.to_string(),
+                "--max-steps",
+                "300000",
+            ],
+        );
+        let code = out.status.code();
+        prop_assert!(
+            matches!(code, Some(0..=2)),
+            "exit {code:?} for {mutations:?} of kernel {which}\nstderr: {}",
+            stderr(&out)
+        );
+        prop_assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+        let text = stdout(&out) + &stderr(&out);
+        if text.contains("simulated `") || text.contains("simulation of `") {
+            simulated.set(simulated.get() + 1);
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    assert!(
+        simulated.get() >= 16,
+        "{} of 256 mutated files reached the simulator",
+        simulated.get()
+    );
+}
+
+/// The mutation helpers find a kernel file's numbers (and only them) and change what they say.
+#[test]
+fn mutations_change_the_numbers_of_a_kernel_file() {
+    let json = r#"{"name": "k2", "v": [12, -3, 4.5], "s": "a1"}"#;
+    let lits: Vec<&str> = int_literals(json)
+        .iter()
+        .map(|&(s, e)| &json[s..e])
+        .collect();
+    assert_eq!(lits, ["12", "-3"]);
+    let once = mutated(json, &[Mutation::SetInt(3, 7)]);
+    assert_eq!(once, r#"{"name": "k2", "v": [12, 7, 4.5], "s": "a1"}"#);
+    let cut = mutated(json, &[Mutation::Truncate(json.len() + 4)]);
+    assert_eq!(cut, &json[..4]);
+}
