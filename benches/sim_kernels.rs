@@ -21,7 +21,7 @@ use tile_backend::kernels::{attention_tile, gather_matmul, AttentionParams, Gath
 use tile_backend::passes;
 use tile_backend::sim::{self, io, Arg, SimOptions};
 
-fn compile(kernel: &Kernel, arch: &Arch) -> Kernel {
+fn compile(kernel: &Kernel, arch: &Arch) -> passes::Compiled {
     match passes::compile(kernel, arch) {
         Ok(k) => k,
         Err(e) => panic!("the bench kernel `{}` must compile: {e}", kernel.name),

@@ -18,7 +18,7 @@ use std::sync::{Mutex, OnceLock};
 use tile_backend::arch::{Arch, Sku};
 use tile_backend::ir::Kernel;
 use tile_backend::launch::{self, Arg, GmTensor, LaunchError, LaunchTarget};
-use tile_backend::passes::compile;
+use tile_backend::passes::{compile, Compiled};
 use tile_backend::sim::cost::CostReport;
 use tile_backend::sim::{Program, SimError};
 
@@ -39,13 +39,13 @@ enum Entry {
 /// cached kernel lowers nothing. Cached kernels live as long as the process (the cache is never
 /// emptied), which is what lets the program borrow its kernel. Derefs to the [`Kernel`].
 pub struct CompiledKernel {
-    kernel: Kernel,
+    kernel: Compiled,
     program: OnceLock<Result<Program<'static, 'static>, SimError>>,
 }
 
 impl CompiledKernel {
-    /// Keeps `kernel` (compiled) for the rest of the process.
-    fn keep(kernel: Kernel) -> &'static CompiledKernel {
+    /// Keeps `kernel` for the rest of the process.
+    fn keep(kernel: Compiled) -> &'static CompiledKernel {
         Box::leak(Box::new(CompiledKernel {
             kernel,
             program: OnceLock::new(),
@@ -212,7 +212,7 @@ pub(crate) fn refused<K: KernelKey>(op: &'static str, key: &K) -> bool {
 }
 
 /// Builds and compiles a kernel (no cache).
-fn compile_kernel(op: &'static str, build: impl FnOnce() -> Kernel) -> Result<Kernel, OpError> {
+fn compile_kernel(op: &'static str, build: impl FnOnce() -> Kernel) -> Result<Compiled, OpError> {
     let kernel = build();
     compile(&kernel, arch()).map_err(|source| OpError::Compile {
         op,

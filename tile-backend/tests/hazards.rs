@@ -255,7 +255,9 @@ fn detector_races(hz: &[Hazard]) -> BTreeSet<RaceKey> {
 // ---------------------------------------------------------------------------------------------
 
 fn compiled(kernel: &Kernel) -> Kernel {
-    passes::compile(kernel, &Arch::ascend950()).unwrap_or_else(|e| panic!("{}: {e}", kernel.name))
+    passes::compile(kernel, &Arch::ascend950())
+        .unwrap_or_else(|e| panic!("{}: {e}", kernel.name))
+        .into_kernel()
 }
 
 fn traced(kernel: &Kernel, block_dim: usize) -> Result<(Vec<Hazard>, BTreeSet<RaceKey>), SimError> {

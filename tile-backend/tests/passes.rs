@@ -867,7 +867,7 @@ fn removing_any_inserted_flag_pair_creates_a_race_or_imbalance() {
             .collect()
     }
     for key in keys {
-        let mut k2 = out.clone();
+        let mut k2 = out.kernel().clone();
         k2.cube = strip(&out.cube, key);
         let c = Checker::run(&k2, &k2.cube, &[(n, 3)]);
         assert!(!c.errors.is_empty(), "flag {key:?} was not needed");

@@ -49,7 +49,7 @@ fn allocations() -> u64 {
 }
 
 /// [`tile_backend::kernels::add_one`], compiled.
-fn add_one() -> ir::Kernel {
+fn add_one() -> passes::Compiled {
     passes::compile(&tile_backend::kernels::add_one(), &Arch::ascend950()).expect("compiles")
 }
 

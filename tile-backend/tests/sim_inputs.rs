@@ -36,7 +36,9 @@ fn double_kernel(in_place: bool) -> Kernel {
             }
         });
     });
-    passes::compile(&kb.build(), &Arch::ascend950()).expect("the kernel compiles")
+    passes::compile(&kb.build(), &Arch::ascend950())
+        .expect("the kernel compiles")
+        .into_kernel()
 }
 
 fn x_values() -> GmTensor {
@@ -227,7 +229,9 @@ fn shared_rows_kernel(atomic: bool) -> Kernel {
             st.atomic_add();
         }
     });
-    passes::compile(&kb.build(), &Arch::ascend950()).expect("the kernel compiles")
+    passes::compile(&kb.build(), &Arch::ascend950())
+        .expect("the kernel compiles")
+        .into_kernel()
 }
 
 fn shared_x() -> GmTensor {

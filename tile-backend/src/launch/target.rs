@@ -49,8 +49,9 @@ pub enum LaunchError {
 /// with `args` in its parameter order (see [`super::bind`]), on `target`. On `Ok`, every
 /// uninitialised output ([`Arg::Output`]) is initialised and has become an [`Arg::InOut`].
 ///
-/// A simulated launch lowers the kernel first ([`Program::lower`]); a caller that launches the
-/// same kernel again keeps its program and calls [`run_program`].
+/// A simulated launch lowers the kernel first, whether or not it was compiled; a caller that
+/// launches the same compiled kernel again keeps its program ([`Program::lower`]) and calls
+/// [`run_program`].
 pub fn run(
     kernel: &Kernel,
     arch: &Arch,
@@ -60,7 +61,7 @@ pub fn run(
 ) -> Result<Launched, LaunchError> {
     match target {
         LaunchTarget::Package(dir) => package(kernel, arch, block_dim, args, dir),
-        _ => run_program(&Program::lower(kernel, arch)?, block_dim, args, target),
+        _ => run_program(&Program::lower_any(kernel, arch)?, block_dim, args, target),
     }
 }
 

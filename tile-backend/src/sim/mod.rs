@@ -128,15 +128,17 @@ pub struct RunSummary {
 /// untouched except a write-only output (one the kernel only stores into, written in place:
 /// docs/simulator.md), which may hold part of the blocks' writes.
 ///
-/// The kernel is lowered ([`Program::lower`]) on every call; a caller that launches the same
-/// kernel again keeps its [`Program`] and calls [`run_program`].
+/// The kernel is lowered on every call, whether or not it went through
+/// [`crate::passes::compile`] (a hand-written or edited one is checked as it runs); a caller that
+/// launches the same compiled kernel again keeps its [`Program`] ([`Program::lower`]) and calls
+/// [`run_program`].
 pub fn run(
     kernel: &Kernel,
     arch: &Arch,
     args: &mut [Arg],
     opts: SimOptions,
 ) -> Result<RunSummary, SimError> {
-    run_program(&Program::lower(kernel, arch)?, args, opts)
+    run_program(&Program::lower_any(kernel, arch)?, args, opts)
 }
 
 /// [`run`] of a lowered kernel.
@@ -156,7 +158,7 @@ pub fn run_traced<'k>(
     args: &mut [Arg],
     opts: SimOptions,
 ) -> Result<(RunSummary, trace::Trace<'k>), SimError> {
-    run_program_traced(&Program::lower(kernel, arch)?, args, opts)
+    run_program_traced(&Program::lower_any(kernel, arch)?, args, opts)
 }
 
 /// [`run_traced`] of a lowered kernel.
@@ -176,7 +178,7 @@ pub fn run_traced_limited<'k>(
     opts: SimOptions,
     limits: RunLimits,
 ) -> Result<(RunSummary, trace::Trace<'k>), SimError> {
-    run_impl(&Program::lower(kernel, arch)?, args, opts, limits, true)
+    run_impl(&Program::lower_any(kernel, arch)?, args, opts, limits, true)
 }
 
 fn run_impl<'k>(
@@ -393,7 +395,7 @@ mod tests {
 
     /// Copies `x [1, 8]` into columns 8..16 of row `block_idx` of `y [rows, 24]` (the rest of
     /// `y` is never written), reading `y` back first when `read_y`.
-    fn partial_copy(read_y: bool) -> Kernel {
+    fn partial_copy(read_y: bool) -> crate::passes::Compiled {
         let mut kb = KernelBuilder::new("partial");
         let rows = Expr::Param(kb.scalar("rows", DType::I64));
         let x = kb.input("x", DType::F32, [Expr::from(1), Expr::from(8)]);

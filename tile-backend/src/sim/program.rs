@@ -12,6 +12,7 @@ use super::tile::{self, Placed};
 use super::{gm, SimError};
 use crate::arch::Arch;
 use crate::ir::{CoreKind, Expr, ExprEnv, Kernel, NoEnv, Op, OpLoc, ParamId, Stmt, VarId};
+use crate::passes::Compiled;
 
 /// A compiled kernel (every allocated tile has an address) lowered for the simulator, for one
 /// machine. Built by [`Program::lower`]; run by [`super::run_program`] and
@@ -38,9 +39,16 @@ impl std::fmt::Debug for Program<'_, '_> {
 }
 
 impl<'k, 'a> Program<'k, 'a> {
-    /// Lowers `kernel` (from [`crate::passes::compile`]) for `arch`. Fails with
-    /// [`SimError::NotPlanned`] when a tile has no address.
-    pub fn lower(kernel: &'k Kernel, arch: &'a Arch) -> Result<Self, SimError> {
+    /// Lowers `kernel` for `arch`. It passed [`crate::passes::compile`] (its type says so), so
+    /// every tile has an address; the [`SimError::NotPlanned`] check stays as a guard.
+    pub fn lower(kernel: &'k Compiled, arch: &'a Arch) -> Result<Self, SimError> {
+        Self::lower_any(kernel.kernel(), arch)
+    }
+
+    /// Lowers a kernel that may not have been compiled (a hand-written or edited one that
+    /// [`super::run`] is given): the interpreter checks at run time everything it runs, so this
+    /// is sound; fails with [`SimError::NotPlanned`] when a tile has no address.
+    pub(crate) fn lower_any(kernel: &'k Kernel, arch: &'a Arch) -> Result<Self, SimError> {
         tile::check_planned(kernel)?;
         let code = [CoreKind::Cube, CoreKind::Vector].map(|section| {
             let mut out = Vec::new();

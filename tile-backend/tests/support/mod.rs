@@ -28,6 +28,7 @@ pub fn planned(kernel: Kernel) -> Kernel {
 pub fn compiled(kernel: &Kernel) -> Kernel {
     tile_backend::passes::compile(kernel, &arch())
         .unwrap_or_else(|e| panic!("{}: does not compile: {e}", kernel.name))
+        .into_kernel()
 }
 
 /// Runs `kernel` on `block_dim` blocks of the simulator of `arch` (untraced): for a machine
