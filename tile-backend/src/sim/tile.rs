@@ -1254,20 +1254,22 @@ fn copy_rows_across_strips<'s, const MAX: usize, R: Fn(usize) -> Option<&'s [u8]
     row: R,
 ) -> Option<bool> {
     let es = loc.es();
-    let mut strips = [(0usize, 0usize, 0usize, 0usize); MAX];
-    let mut n = 0;
+    // Inline and not initialised ahead (a zeroed array of MAX strips cost a 4 KiB memset per
+    // call, more than the copy of a short gather); at most MAX are taken, so it never spills.
+    let mut strips: smallvec::SmallVec<[(usize, usize, usize, usize); ROW_SLICE_STRIPS]> =
+        smallvec::SmallVec::new();
     let mut fits = true;
     let maps = for_each_strip(
         &Geom::new(loc.ty),
         at,
         (rows, cols),
         Order::RowMajor,
-        |e, _lines, stride, c, w| match strips.get_mut(n) {
-            Some(s) => {
-                *s = (loc.addr + e * es, stride * es, c * es, w * es);
-                n += 1;
+        |e, _lines, stride, c, w| {
+            if strips.len() < MAX.min(ROW_SLICE_STRIPS) {
+                strips.push((loc.addr + e * es, stride * es, c * es, w * es));
+            } else {
+                fits = false;
             }
-            None => fits = false,
         },
     );
     if !maps {
@@ -1284,7 +1286,7 @@ fn copy_rows_across_strips<'s, const MAX: usize, R: Fn(usize) -> Option<&'s [u8]
                 .for_each(super::gm::hint_line);
         }
         let Some(r) = row(i) else { break };
-        for &(t0, line, c, w) in &strips[..n] {
+        for &(t0, line, c, w) in &strips {
             let t = t0 + i * line;
             copy_fixed::<32, _>(&mut buf[t..t + w], &r[c..c + w]);
         }

@@ -162,9 +162,14 @@ fn gather_in_place(
             return Ok(false);
         }
     }
+    // The argument's bytes, found once (each row was checked in bounds above).
+    let data = match args.get(src.0 as usize).and_then(crate::launch::Arg::as_gm) {
+        Some(t) => t.data,
+        None => return Ok(false),
+    };
     let row = |i: usize| {
         let off = *offsets.get(i)?;
-        Overlay::argument_bytes(args, src, off, row_bytes)
+        data.get(off..off.checked_add(row_bytes)?)
     };
     cx.write_dense(loc, 0, (0, 0), (offsets.len(), size), |buf| {
         tile::write_rows_from(buf, loc, (0, 0), size, offsets.len(), row)
