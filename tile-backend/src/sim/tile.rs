@@ -715,6 +715,12 @@ pub(crate) fn for_each_span(
         return Ok(());
     }
     let es = loc.es();
+    // The whole tile, in any layout, is all of its bytes (every layout places its elements
+    // densely in the tile's `rows * cols` slots): one span, no geometry.
+    if (r0, c0) == (0, 0) && (rows, cols) == (loc.rows(), loc.cols()) {
+        f(loc.addr, rows * cols * es);
+        return Ok(());
+    }
     let geo = Geom::new(loc.ty);
     let base = loc.addr;
     let mut pending: Option<(usize, usize)> = None;

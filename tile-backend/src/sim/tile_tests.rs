@@ -983,6 +983,14 @@ proptest! {
         walks_case(&ty, t.addr, tail, region, seed).map_err(TestCaseError::fail)?;
     }
 
+    /// The whole tile (the fast path of `for_each_span`: one span, no geometry) in every layout.
+    #[test]
+    fn whole_tile_walks_match_formula(t in tile_case(0..5usize), tail in 0..40usize, seed in any::<u64>()) {
+        let ty = t.ty();
+        let region = ((0, 0), (ty.rows as usize, ty.cols as usize));
+        walks_case(&ty, t.addr, tail, region, seed).map_err(TestCaseError::fail)?;
+    }
+
     #[test]
     fn dense_match_formula(t in tile_case(0..5usize), bits in any::<u64>(), tail in 0..40usize, seed in any::<u64>()) {
         let ty = t.ty();
