@@ -133,3 +133,59 @@ fn the_reference_kernels_steady_launches_allocate_nothing() {
         );
     }
 }
+
+/// `y = x` with the 16 x 16 f32 tile's columns past `n` padded with the dtype's maximum
+/// (`fillpad`), once through an ND tile and once through a DN one (the two fill paths); one
+/// block: a steady launch allocates nothing either.
+#[test]
+fn a_fill_pad_launch_allocates_nothing() {
+    use ir::{DType, Expr, GmView, Layout, MemSpace, PadValue, TileType};
+    use tile_backend::dsl::KernelBuilder;
+    let arch = Arch::ascend950();
+    for layout in [Layout::ND, Layout::DN] {
+        let mut kb = KernelBuilder::new("fill_pad");
+        let n = Expr::Param(kb.scalar("n", DType::I64));
+        let x = kb.input("x", DType::F32, [Expr::from(16), Expr::from(16)]);
+        let y = kb.output("y", DType::F32, [Expr::from(16), Expr::from(16)]);
+        let ty = TileType::new(MemSpace::Vec, DType::F32, 16, 16, layout)
+            .dynamic()
+            .pad(PadValue::Max);
+        let t = kb.tile("t", ty);
+        kb.vector(|v| {
+            v.if_(Expr::SubBlockIdx.eq_(0), |v| {
+                v.set_validshape(t, 16, n.clone());
+                let view = |p| match layout {
+                    Layout::DN => GmView::dn(p, 0, 16, n.clone(), 16),
+                    _ => GmView::nd(p, 0, 16, n.clone(), 16),
+                };
+                v.load(t, view(x));
+                v.fillpad(t);
+                v.set_validshape(t, 16, 16);
+                let out = match layout {
+                    Layout::DN => GmView::dn(y, 0, 16, 16, 16),
+                    _ => GmView::nd(y, 0, 16, 16, 16),
+                };
+                v.store(out, t);
+            });
+        });
+        let k = passes::compile(&kb.build(), &arch).expect("compiles");
+        let p = Program::lower(&k, &arch).expect("lowers");
+        let mut args = sim::io::generate(&k, 3).expect("inputs");
+        if let Some(a) = args.first_mut() {
+            *a = Arg::Int(5);
+        }
+        let mut launch = || {
+            let before = allocations();
+            sim::run_program(&p, &mut args, SimOptions { block_dim: 1 }).expect("runs");
+            allocations() - before
+        };
+        for _ in 0..3 {
+            launch();
+        }
+        let steady = (0..5).map(|_| launch()).min().unwrap_or(u64::MAX);
+        assert_eq!(
+            steady, 0,
+            "{layout:?}: heap allocations of a steady-state launch"
+        );
+    }
+}

@@ -732,7 +732,18 @@ impl<T> Default for Free<T> {
 impl<T: Clone + Default> Free<T> {
     /// `n` default values, in the capacity of an earlier buffer when one is free.
     fn take(&mut self, n: usize) -> Vec<T> {
-        let mut v = self.0.pop().unwrap_or_default();
+        // The free buffer of least capacity that holds `n` values, else the largest (which
+        // grows least): the last one given back is not simply taken, or a zeroed take would
+        // take (and grow) the buffer a sized take is about to need, and the pool would make
+        // buffers launch after launch.
+        let fits = (0..self.0.len())
+            .filter(|&i| self.0[i].capacity() >= n)
+            .min_by_key(|&i| self.0[i].capacity());
+        let pick = fits.or_else(|| (0..self.0.len()).max_by_key(|&i| self.0[i].capacity()));
+        let mut v = match pick {
+            Some(i) => self.0.swap_remove(i),
+            None => Vec::new(),
+        };
         v.clear();
         v.resize(n, T::default());
         v

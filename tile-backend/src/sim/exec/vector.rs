@@ -363,8 +363,13 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), Si
                 return Ok(());
             };
             let es = loc.es();
-            let mut one = vec![0u8; es];
-            encode_any(loc.ty.dtype, v, RoundMode::Rint, &mut one);
+            // One element's bytes (at most 8).
+            let mut one_buf = [0u8; 8];
+            let Some(one) = one_buf.get_mut(..es) else {
+                return Err(SimFault::Internal("a pad element wider than 8 bytes"));
+            };
+            encode_any(loc.ty.dtype, v, RoundMode::Rint, one);
+            let one: &[u8] = one;
             let (vr, vc) = loc.valid()?;
             let aiv = cx.own_aiv();
             // Right of the valid columns, then below the valid rows.
@@ -377,7 +382,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), Si
                 for (at, size) in regions {
                     if size.0 > 0 && size.1 > 0 {
                         let filled = cx.write_dense(&loc, aiv, at, size, |buf| {
-                            tile::fill_dense(buf, &loc, at, size, &one)
+                            tile::fill_dense(buf, &loc, at, size, one)
                         })?;
                         if !filled {
                             return Err(SimFault::Internal(
@@ -388,19 +393,19 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &VectorOp) -> Result<(), Si
                 }
                 return Ok(());
             }
+            // Other layouts: the pad regions' bytes, row-major, in a pooled buffer.
+            let fill = |cx: &mut ExecCtx<'_, '_, '_>, at, (h, w): (usize, usize)| {
+                let mut b = cx.core.pool.bytes_to_overwrite(h * w * es);
+                b.chunks_exact_mut(es).for_each(|e| e.copy_from_slice(one));
+                let r = cx.write_bytes(&loc, aiv, at, (h, w), &b);
+                cx.core.pool.put_bytes(b);
+                r
+            };
             if vc < loc.cols() {
-                let n = vr * (loc.cols() - vc);
-                cx.write_bytes(&loc, aiv, (0, vc), (vr, loc.cols() - vc), &one.repeat(n))?;
+                fill(cx, (0, vc), (vr, loc.cols() - vc))?;
             }
             if vr < loc.rows() {
-                let n = (loc.rows() - vr) * loc.cols();
-                cx.write_bytes(
-                    &loc,
-                    aiv,
-                    (vr, 0),
-                    (loc.rows() - vr, loc.cols()),
-                    &one.repeat(n),
-                )?;
+                fill(cx, (vr, 0), (loc.rows() - vr, loc.cols()))?;
             }
             Ok(())
         }
