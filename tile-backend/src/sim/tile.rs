@@ -103,7 +103,11 @@ impl<'k> Placed<'k> {
     /// declaration or, for a dynamic dimension, from `runtime_valid`.
     #[inline]
     pub fn at(&self, slot: i64, runtime_valid: impl FnOnce() -> Option<(u64, u64)>) -> TileLoc<'k> {
-        let slot = slot.rem_euclid(self.buffers) as u64;
+        let slot = if self.buffers == 1 {
+            0
+        } else {
+            slot.rem_euclid(self.buffers) as u64
+        };
         let addr = self.base + slot * self.stride;
         let ty = &self.decl.ty;
         let valid = match (ty.valid_rows, ty.valid_cols) {

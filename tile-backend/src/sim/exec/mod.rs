@@ -71,8 +71,13 @@ pub(crate) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &Op) -> Result<Flow, SimFau
 
 impl<'k, 'a> ExecCtx<'k, 'a, '_> {
     /// Resolves a tile reference for this core.
+    #[inline]
     pub fn tile(&self, r: &TileRef) -> Result<TileLoc<'k>, SimFault> {
-        let slot = self.core.eval(&r.slot)?;
+        // Most slots are literals (a single buffer, or an unrolled ping-pong half).
+        let slot = match r.slot {
+            crate::ir::Expr::Const(v) => v,
+            ref e => self.core.eval(e)?,
+        };
         let valid = &self.core.valid;
         let runtime_valid = |id: crate::ir::TileId| valid.get(id.0 as usize).copied().flatten();
         match self.placed.get(r.tile.0 as usize) {
