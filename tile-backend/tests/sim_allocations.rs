@@ -1,6 +1,7 @@
 //! Heap allocations of a steady-state launch of a lowered kernel ([`sim::Program`]), counted by
-//! a counting global allocator: the launch framework (argument checks, blocks, cores, their
-//! code and scalar state) allocates nothing once a thread has run the kernel before.
+//! a counting global allocator: neither the launch framework (argument checks, blocks, cores,
+//! their code and scalar state) nor the instructions (their scratch) allocate once a thread has
+//! run the kernel a few times.
 //!
 //! The count is per thread, so the tests of this binary do not count each other's allocations.
 
@@ -98,6 +99,20 @@ fn a_steady_state_launch_allocates_nothing() {
     assert_eq!(steady, 0, "heap allocations of a steady-state launch");
 }
 
+/// The least heap allocations of five one-block launches of `p` on `args`, after three that
+/// let the thread's pools fill.
+fn steady_one_block_allocations(p: &Program<'_, '_>, args: &mut [Arg]) -> u64 {
+    let mut launch = || {
+        let before = allocations();
+        sim::run_program(p, args, SimOptions { block_dim: 1 }).expect("runs");
+        allocations() - before
+    };
+    for _ in 0..3 {
+        launch();
+    }
+    (0..5).map(|_| launch()).min().unwrap_or(u64::MAX)
+}
+
 /// Every reference kernel (a matmul; an attention tile with its softmax and cross-core flags;
 /// a gather-matmul with padded tiles, a block-table gather and a Fixpipe store; a top-k built
 /// from TSORT32 and TMRGSORT), one block each: the instructions themselves allocate nothing
@@ -117,15 +132,7 @@ fn the_reference_kernels_steady_launches_allocate_nothing() {
         let k = passes::compile(&kernel, &arch).expect("compiles");
         let p = Program::lower(&k, &arch).expect("lowers");
         let mut args = sim::io::generate(&k, 7).expect("inputs");
-        let mut launch = || {
-            let before = allocations();
-            sim::run_program(&p, &mut args, SimOptions { block_dim: 1 }).expect("runs");
-            allocations() - before
-        };
-        for _ in 0..3 {
-            launch();
-        }
-        let steady = (0..5).map(|_| launch()).min().unwrap_or(u64::MAX);
+        let steady = steady_one_block_allocations(&p, &mut args);
         assert_eq!(
             steady, 0,
             "{}: heap allocations of a steady-state launch",
@@ -174,15 +181,7 @@ fn a_fill_pad_launch_allocates_nothing() {
         if let Some(a) = args.first_mut() {
             *a = Arg::Int(5);
         }
-        let mut launch = || {
-            let before = allocations();
-            sim::run_program(&p, &mut args, SimOptions { block_dim: 1 }).expect("runs");
-            allocations() - before
-        };
-        for _ in 0..3 {
-            launch();
-        }
-        let steady = (0..5).map(|_| launch()).min().unwrap_or(u64::MAX);
+        let steady = steady_one_block_allocations(&p, &mut args);
         assert_eq!(
             steady, 0,
             "{layout:?}: heap allocations of a steady-state launch"

@@ -1249,7 +1249,7 @@ fn write_pitched_rows(
 }
 
 /// The copy of a `[rows, cols]` region at `at` that both [`write_pitched_rows`] and
-/// [`write_row_slices`] make: the region's strips (an NZ tile's box columns) listed first, up
+/// [`write_rows_from`] make: the region's strips (an NZ tile's box columns) listed first, up
 /// to `MAX`, then rows copied one after another across them, so the source is read row by row
 /// (a strip at a time would stride down it once per 32-byte box column). `row(i)` is row `i`'s
 /// bytes from its first column (at least `cols` elements), and row `i + ahead` is hinted line by
@@ -1304,15 +1304,10 @@ fn copy_rows_across_strips<'s, const MAX: usize, R: Fn(usize) -> Option<&'s [u8]
     Some(true)
 }
 
-/// Box columns (strips) at most that [`write_row_slices`] takes.
+/// Box columns (strips) at most that [`write_rows_from`] takes.
 pub(crate) const ROW_SLICE_STRIPS: usize = 128;
 
-/// [`write_dense_bytes`] of rows that lie anywhere (a gather's rows, borrowed from GM where they
-/// are): row `i` of the `[rows.len(), cols]` region at `at` is `rows[i][..cols * es]`, copied
-/// row by row across the tile's strips, with a hint of the row 4 rows on (scattered rows
-/// defeat the hardware prefetcher). False (nothing written) when the layout does not map onto
-/// row-major strip by strip or the region spans more than [`ROW_SLICE_STRIPS`] strips; `Err`
-/// when a row is too short. Marks nothing.
+/// [`write_rows_from`] of rows given as a list (the tests' form).
 #[cfg(test)]
 pub(crate) fn write_row_slices(
     buf: &mut [u8],
@@ -1324,8 +1319,13 @@ pub(crate) fn write_row_slices(
     write_rows_from(buf, loc, at, cols, rows.len(), |i| rows.get(i).copied())
 }
 
-/// [`write_row_slices`] of `n` rows that `row(i)` lends one at a time (no list of them is
-/// built); a row it cannot lend is an `Err`, as a short one is.
+/// [`write_dense_bytes`] of `n` rows that lie anywhere (a gather's rows, borrowed from GM where
+/// they are), lent one at a time by `row(i)` (no list of them is built): row `i` of the `[n,
+/// cols]` region at `at` is `row(i)[..cols * es]`, copied row by row across the tile's strips,
+/// with a hint of the row 4 rows on (scattered rows defeat the hardware prefetcher). False
+/// (nothing written) when the layout does not map onto row-major strip by strip or the region
+/// spans more than [`ROW_SLICE_STRIPS`] strips; `Err` when a row is too short or `row` lends
+/// none. Marks nothing.
 pub(crate) fn write_rows_from<'r>(
     buf: &mut [u8],
     loc: &TileLoc,

@@ -145,7 +145,7 @@ pub(super) fn exec(cx: &mut ExecCtx<'_, '_, '_>, op: &GatherOp) -> Result<(), Si
 }
 
 /// Copies the `size`-element rows at GM byte `offsets` of `src` from the argument's bytes
-/// straight into the top rows of the tile `loc` ([`tile::write_row_slices`]) and marks them
+/// straight into the top rows of the tile `loc` ([`tile::write_rows_from`]) and marks them
 /// written: the bytes the staged copy writes. False (nothing done) when the block wrote into
 /// any of those rows' GM pages or the layout does not map onto rows: the caller stages then.
 fn gather_in_place(
